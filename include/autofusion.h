@@ -1,0 +1,135 @@
+/* autofusion: an operator-fusion compiler and runtime for ONNX models on CPUs.
+ *
+ * Usage:
+ *
+ *     af_session *s = NULL;
+ *     af_error err;
+ *     if (af_session_new("model.onnx", NULL, &s, &err) != AF_OK) {
+ *         fprintf(stderr, "%s\n", err.message);
+ *         return 1;
+ *     }
+ *     int64_t dims[4] = {1, 3, 224, 224};
+ *     af_tensor *x = af_tensor_new(AF_DTYPE_FLOAT, 4, dims);   // zero-filled, owned by you
+ *     const char *names[1] = {af_session_input_name(s, 0)};
+ *     const af_tensor *inputs[1] = {x};
+ *     af_tensor *outputs[1] = {NULL};                          // one slot per model output
+ *     if (af_session_run(s, names, inputs, 1, outputs, &err) != AF_OK) ...
+ *     float *y = (float *)outputs[0]->data;
+ *     af_tensor_free(outputs[0]);
+ *     af_tensor_free(x);
+ *     af_session_free(s);
+ *
+ * Ownership: every _new has one _free. Strings and tensors returned by getters are borrowed from
+ * the session and live as long as it does. Tensors returned by af_session_run belong to the
+ * caller. Every function that can fail returns an af_status and, when `err` is not NULL, fills it
+ * with a one-line message naming the file, the node and the reason.
+ */
+#ifndef AUTOFUSION_H
+#define AUTOFUSION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AF_VERSION "0.1.0"
+#define AF_MAX_RANK 8
+
+typedef enum af_status {
+    AF_OK = 0,
+    AF_ERR_IO,            /* a file could not be opened, mapped or read */
+    AF_ERR_PARSE,         /* malformed protobuf / npy bytes */
+    AF_ERR_INVALID_MODEL, /* well-formed bytes that do not make a valid graph */
+    AF_ERR_UNSUPPORTED,   /* valid ONNX we do not implement (op, opset, dtype) */
+    AF_ERR_INVALID_ARG,   /* caller passed something wrong (name, shape, dtype) */
+    AF_ERR_NOMEM,
+    AF_ERR_RUNTIME,       /* data-dependent failure while running (bad index, shape) */
+    AF_ERR_INTERNAL       /* our own bug */
+} af_status;
+
+/* Element types, numbered as ONNX's TensorProto.DataType. */
+typedef enum af_dtype {
+    AF_DTYPE_UNDEFINED = 0,
+    AF_DTYPE_FLOAT = 1,
+    AF_DTYPE_UINT8 = 2,
+    AF_DTYPE_INT8 = 3,
+    AF_DTYPE_UINT16 = 4,
+    AF_DTYPE_INT16 = 5,
+    AF_DTYPE_INT32 = 6,
+    AF_DTYPE_INT64 = 7,
+    AF_DTYPE_STRING = 8,
+    AF_DTYPE_BOOL = 9,
+    AF_DTYPE_FLOAT16 = 10,
+    AF_DTYPE_DOUBLE = 11,
+    AF_DTYPE_UINT32 = 12,
+    AF_DTYPE_UINT64 = 13,
+    AF_DTYPE_COMPLEX64 = 14,
+    AF_DTYPE_COMPLEX128 = 15,
+    AF_DTYPE_BFLOAT16 = 16
+} af_dtype;
+
+/* A dense row-major tensor. `dims[i] < 0` means unknown (only in type descriptions). */
+typedef struct af_tensor {
+    af_dtype dtype;
+    int rank;
+    int64_t dims[AF_MAX_RANK];
+    void *data;    /* NULL when the tensor only describes a type */
+    size_t nbytes; /* bytes at data */
+    int owns_data; /* data was allocated with the tensor and is freed with it */
+} af_tensor;
+
+typedef struct af_error {
+    af_status code;
+    char message[1024];
+} af_error;
+
+typedef struct af_options {
+    int threads;             /* 0: all cores */
+    const char *input_shape; /* "name:1,3,224,224;name2:..." fixes symbolic dims; NULL: they are 1 */
+    int log_level;           /* 0 error .. 4 debug */
+} af_options;
+
+/* Defaults: all cores, symbolic dims 1, errors only. */
+void af_options_init(af_options *opt);
+
+/* Element size in bytes (0 for strings and undefined). */
+size_t af_dtype_size(af_dtype t);
+/* ONNX's name of the type ("float", "int64", ...). */
+const char *af_dtype_name(af_dtype t);
+/* Element count of a tensor with known dims, or -1 if a dim is unknown or the count overflows. */
+int64_t af_tensor_numel(const af_tensor *t);
+
+/* A zero-filled tensor that owns its data; NULL on bad dims or out of memory. */
+af_tensor *af_tensor_new(af_dtype dtype, int rank, const int64_t *dims);
+void af_tensor_free(af_tensor *t);
+
+typedef struct af_session af_session;
+
+/* Load, check and prepare a model (.onnx). */
+af_status af_session_new(const char *path, const af_options *opt, af_session **out, af_error *err);
+/* Same from bytes in memory; `name` is used in messages. The bytes are copied. */
+af_status af_session_new_from_bytes(const void *bytes, size_t len, const char *name,
+                                    const af_options *opt, af_session **out, af_error *err);
+void af_session_free(af_session *s);
+
+int af_session_input_count(const af_session *s);
+int af_session_output_count(const af_session *s);
+/* Borrowed names, valid while the session lives. */
+const char *af_session_input_name(const af_session *s, int i);
+const char *af_session_output_name(const af_session *s, int i);
+/* Declared type and shape (dims as fixed by --input_shape; -1 where still unknown). */
+af_status af_session_input_type(const af_session *s, int i, af_tensor *type_out);
+af_status af_session_output_type(const af_session *s, int i, af_tensor *type_out);
+
+/* Run the model. `inputs[i]` is bound to the graph input called `names[i]`; every graph input
+ * without an initializer must be given. `outputs` has af_session_output_count() slots that
+ * receive new tensors owned by the caller. */
+af_status af_session_run(af_session *s, const char *const *names, const af_tensor *const *inputs,
+                         size_t ninputs, af_tensor **outputs, af_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,336 @@
+/* The IR's construction and mutation API, attribute lookup and error formatting.
+ * Mutations keep the use lists exact: af_node_set_input is the only way a node starts reading a
+ * value, and af_node_remove / af_value_replace_uses are the only ways it stops. */
+#include "ir/ir.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+af_status af_fail(af_error *err, af_status code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+        err->code = code;
+    }
+    return code;
+}
+
+af_status af_node_fail(af_error *err, const af_node *n, af_status code, const char *fmt, ...) {
+    if (err) {
+        char reason[768];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(reason, sizeof reason, fmt, ap);
+        va_end(ap);
+        const char *file = n->graph && n->graph->file ? n->graph->file : "<model>";
+        snprintf(err->message, sizeof err->message, "%s: node '%s' (%s): %s", file, n->name,
+                 n->op_type ? n->op_type : "?", reason);
+        err->code = code;
+    }
+    return code;
+}
+
+int64_t af_graph_opset(const af_graph *g) {
+    for (int i = 0; i < g->nopsets; i++) {
+        const char *d = g->opsets[i].domain;
+        if (!d || !*d || !strcmp(d, "ai.onnx")) return g->opsets[i].version;
+    }
+    return 17;
+}
+
+af_graph *af_graph_new(af_arena *a, const char *file, af_graph *parent) {
+    af_graph *g = af_arena_alloc(a, sizeof *g);
+    if (!g) return NULL;
+    g->arena = a;
+    g->file = file;
+    g->parent = parent;
+    if (parent) {
+        g->opsets = parent->opsets;
+        g->nopsets = parent->nopsets;
+    }
+    return g;
+}
+
+af_value *af_value_new(af_graph *g, const char *name) {
+    if (!af_arena_grow(g->arena, (void **)&g->values, &g->values_cap, g->nvalues + 1,
+                       sizeof(af_value *)))
+        return NULL;
+    af_value *v = af_arena_alloc(g->arena, sizeof *v);
+    if (!v) return NULL;
+    v->name = name ? name : "";
+    v->graph = g;
+    v->id = g->nvalues;
+    v->type.rank = -1;
+    g->values[g->nvalues++] = v;
+    return v;
+}
+
+static af_value *find_local(const af_graph *g, const char *name) {
+    /* Newest first: later definitions are the ones in scope while importing. */
+    for (int i = g->nvalues - 1; i >= 0; i--)
+        if (!strcmp(g->values[i]->name, name)) return g->values[i];
+    return NULL;
+}
+
+af_value *af_graph_find(af_graph *g, const char *name) {
+    af_value *v = find_local(g, name);
+    if (v) return v;
+    for (af_graph *p = g->parent; p; p = p->parent) {
+        v = find_local(p, name);
+        if (!v) continue;
+        /* Record the capture in g and every graph between g and p. */
+        for (af_graph *s = g; s != p; s = s->parent) {
+            bool seen = false;
+            for (int i = 0; i < s->ncaptures; i++) seen |= s->captures[i] == v;
+            if (seen) continue;
+            if (!af_arena_grow(s->arena, (void **)&s->captures, &s->captures_cap,
+                               s->ncaptures + 1, sizeof(af_value *)))
+                return NULL;
+            s->captures[s->ncaptures++] = v;
+        }
+        return v;
+    }
+    return NULL;
+}
+
+af_node *af_node_new(af_graph *g, af_op op, const char *name, int nin, int nout) {
+    if (nin < 0 || nout < 0) return NULL;
+    if (!af_arena_grow(g->arena, (void **)&g->nodes, &g->nodes_cap, g->nnodes + 1,
+                       sizeof(af_node *)))
+        return NULL;
+    af_node *n = af_arena_alloc(g->arena, sizeof *n);
+    if (!n) return NULL;
+    n->op = op;
+    n->graph = g;
+    n->op_type = op < AF_OP_COUNT ? af_ops[op].name : "?";
+    n->domain = "";
+    n->in = af_arena_calloc(g->arena, (size_t)nin + 1, sizeof(af_value *));
+    n->out = af_arena_calloc(g->arena, (size_t)nout + 1, sizeof(af_value *));
+    if (!n->in || !n->out) return NULL;
+    n->nin = nin;
+    n->nout = nout;
+    if (name && *name) {
+        n->name = name;
+    } else {
+        char buf[96];
+        snprintf(buf, sizeof buf, "%s_%d", n->op_type, g->node_serial++);
+        n->name = af_arena_strdup(g->arena, buf);
+        if (!n->name) return NULL;
+    }
+    n->id = g->nnodes;
+    g->nodes[g->nnodes++] = n;
+    return n;
+}
+
+static bool add_use(af_value *v, af_node *n, int slot) {
+    af_arena *a = n->graph->arena;
+    if (!af_arena_grow(a, (void **)&v->uses, &v->uses_cap, v->nuses + 1, sizeof(af_use)))
+        return false;
+    v->uses[v->nuses++] = (af_use){n, slot};
+    return true;
+}
+
+static void drop_use(af_value *v, const af_node *n, int slot) {
+    for (int i = 0; i < v->nuses; i++) {
+        if (v->uses[i].node == n && v->uses[i].slot == slot) {
+            v->uses[i] = v->uses[--v->nuses];
+            return;
+        }
+    }
+}
+
+void af_node_set_input(af_node *n, int slot, af_value *v) {
+    AF_ASSERT(slot >= 0 && slot < n->nin);
+    if (n->in[slot]) drop_use(n->in[slot], n, slot);
+    n->in[slot] = v;
+    /* Out of memory here leaves the use list short; the verifier would catch it. The arena
+     * grows in 64 KiB blocks, so this only fails when the process is out of memory. */
+    if (v && !add_use(v, n, slot)) {
+        fprintf(stderr, "autofusion: out of memory\n");
+        abort();
+    }
+}
+
+void af_node_set_output(af_node *n, int slot, af_value *v) {
+    AF_ASSERT(slot >= 0 && slot < n->nout);
+    if (n->out[slot] && n->out[slot]->producer == n) n->out[slot]->producer = NULL;
+    n->out[slot] = v;
+    if (v) {
+        v->producer = n;
+        v->producer_slot = slot;
+    }
+}
+
+void af_value_replace_uses(af_value *from, af_value *to) {
+    while (from->nuses > 0) {
+        af_use u = from->uses[from->nuses - 1];
+        af_node_set_input(u.node, u.slot, to);
+    }
+}
+
+void af_node_remove(af_node *n) {
+    af_graph *g = n->graph;
+    for (int i = 0; i < n->nin; i++)
+        if (n->in[i]) drop_use(n->in[i], n, i);
+    for (int i = 0; i < n->nout; i++)
+        if (n->out[i] && n->out[i]->producer == n) n->out[i]->producer = NULL;
+    int j = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i] != n) g->nodes[j++] = g->nodes[i];
+    g->nnodes = j;
+    af_graph_renumber(g);
+}
+
+void af_node_move_last_to(af_graph *g, int pos) {
+    AF_ASSERT(g->nnodes > 0 && pos >= 0 && pos < g->nnodes);
+    af_node *last = g->nodes[g->nnodes - 1];
+    memmove(g->nodes + pos + 1, g->nodes + pos, (size_t)(g->nnodes - 1 - pos) * sizeof(af_node *));
+    g->nodes[pos] = last;
+    af_graph_renumber(g);
+}
+
+void af_graph_renumber(af_graph *g) {
+    for (int i = 0; i < g->nnodes; i++) g->nodes[i]->id = i;
+}
+
+/* A value is available before any node of g runs when it is a graph input, a constant, or
+ * belongs to an enclosing graph. */
+static bool available_at_start(const af_graph *g, const af_value *v) {
+    return v->graph != g || v->is_input || v->is_const || !v->producer;
+}
+
+af_status af_graph_toposort(af_graph *g, af_error *err) {
+    int n = g->nnodes;
+    if (n == 0) return AF_OK;
+    int *pending = calloc((size_t)n, sizeof(int));
+    af_node **order = calloc((size_t)n, sizeof(af_node *));
+    af_status st = AF_ERR_NOMEM;
+    if (!pending || !order) goto fail;
+    af_graph_renumber(g);
+    int head = 0, tail = 0;
+    for (int i = 0; i < n; i++) {
+        af_node *nd = g->nodes[i];
+        for (int k = 0; k < nd->nin; k++) {
+            af_value *v = nd->in[k];
+            if (v && !available_at_start(g, v) && v->producer->graph == g) pending[i]++;
+        }
+        if (!pending[i]) order[tail++] = nd;
+    }
+    while (head < tail) {
+        af_node *nd = order[head++];
+        for (int o = 0; o < nd->nout; o++) {
+            af_value *v = nd->out[o];
+            if (!v) continue;
+            for (int u = 0; u < v->nuses; u++) {
+                af_node *c = v->uses[u].node;
+                if (c->graph == g && --pending[c->id] == 0) order[tail++] = c;
+            }
+        }
+    }
+    if (tail < n) {
+        const af_node *bad = NULL;
+        for (int i = 0; i < n && !bad; i++)
+            if (pending[i]) bad = g->nodes[i];
+        st = af_node_fail(err, bad, AF_ERR_INVALID_MODEL,
+                          "graph has a cycle through this node");
+        goto fail;
+    }
+    memcpy(g->nodes, order, (size_t)n * sizeof(af_node *));
+    af_graph_renumber(g);
+    st = AF_OK;
+fail:
+    if (st == AF_ERR_NOMEM) af_fail(err, st, "%s: out of memory sorting the graph", g->file);
+    free(pending);
+    free(order);
+    return st;
+}
+
+af_status af_graph_verify(const af_graph *g, af_error *err) {
+    const char *file = g->file ? g->file : "<model>";
+    for (int i = 0; i < g->nnodes; i++) {
+        const af_node *n = g->nodes[i];
+        if (n->id != i || n->graph != g)
+            return af_node_fail(err, n, AF_ERR_INTERNAL, "node numbering is stale");
+        for (int k = 0; k < n->nin; k++) {
+            const af_value *v = n->in[k];
+            if (!v) continue;
+            bool listed = false;
+            for (int u = 0; u < v->nuses; u++)
+                listed |= v->uses[u].node == n && v->uses[u].slot == k;
+            if (!listed)
+                return af_node_fail(err, n, AF_ERR_INTERNAL, "input %d ('%s') misses its use", k,
+                                    v->name);
+            if (!available_at_start(g, v) && (v->producer->graph != g || v->producer->id >= i))
+                return af_node_fail(err, n, AF_ERR_INTERNAL,
+                                    "input '%s' is produced later (order broken)", v->name);
+        }
+        for (int o = 0; o < n->nout; o++)
+            if (n->out[o] && n->out[o]->producer != n)
+                return af_node_fail(err, n, AF_ERR_INTERNAL, "output '%s' names another producer",
+                                    n->out[o]->name);
+    }
+    for (int i = 0; i < g->nvalues; i++) {
+        const af_value *v = g->values[i];
+        for (int u = 0; u < v->nuses; u++) {
+            const af_use *use = &v->uses[u];
+            if (use->slot >= use->node->nin || use->node->in[use->slot] != v)
+                return af_fail(err, AF_ERR_INTERNAL, "%s: value '%s' lists a stale use", file,
+                               v->name);
+        }
+    }
+    for (int i = 0; i < g->noutputs; i++)
+        if (!g->outputs[i])
+            return af_fail(err, AF_ERR_INTERNAL, "%s: graph output %d is missing", file, i);
+    for (int i = 0; i < g->nnodes; i++)
+        for (int a = 0; a < g->nodes[i]->nattrs; a++) {
+            const af_attr *at = &g->nodes[i]->attrs[a];
+            if (at->g) {
+                af_status st = af_graph_verify(at->g, err);
+                if (st) return st;
+            }
+            for (int k = 0; k < at->n && at->graphs; k++) {
+                af_status st = af_graph_verify(at->graphs[k], err);
+                if (st) return st;
+            }
+        }
+    return AF_OK;
+}
+
+const af_attr *af_node_attr(const af_node *n, const char *name) {
+    for (int i = 0; i < n->nattrs; i++)
+        if (!strcmp(n->attrs[i].name, name)) return &n->attrs[i];
+    return NULL;
+}
+
+int64_t af_attr_int(const af_node *n, const char *name, int64_t dflt) {
+    const af_attr *a = af_node_attr(n, name);
+    return a && a->type == AF_ATTR_INT ? a->i : dflt;
+}
+
+float af_attr_float(const af_node *n, const char *name, float dflt) {
+    const af_attr *a = af_node_attr(n, name);
+    if (a && a->type == AF_ATTR_FLOAT) return a->f;
+    if (a && a->type == AF_ATTR_INT) return (float)a->i;
+    return dflt;
+}
+
+const char *af_attr_str(const af_node *n, const char *name, const char *dflt) {
+    const af_attr *a = af_node_attr(n, name);
+    return a && a->type == AF_ATTR_STRING ? a->s : dflt;
+}
+
+int af_attr_ints(const af_node *n, const char *name, const int64_t **v) {
+    const af_attr *a = af_node_attr(n, name);
+    if (!a || a->type != AF_ATTR_INTS) return -1;
+    *v = a->ints;
+    return a->n;
+}
+
+int af_attr_floats(const af_node *n, const char *name, const float **v) {
+    const af_attr *a = af_node_attr(n, name);
+    if (!a || a->type != AF_ATTR_FLOATS) return -1;
+    *v = a->floats;
+    return a->n;
+}

@@ -1,0 +1,226 @@
+/* The intermediate representation: values, nodes, graphs, attributes and the op table.
+ *
+ * Invariants (checked by af_graph_verify):
+ *  - every value has at most one producer; its `uses` list names every (node, input slot) that
+ *    reads it, and nothing else;
+ *  - graph->nodes is in topological order: a node only reads graph inputs, constants, values of
+ *    an enclosing graph, or outputs of nodes before it;
+ *  - a subgraph (If/Loop/Scan body) may read values of its enclosing graphs; those values belong
+ *    to the enclosing graph (value->graph) and are listed in the subgraph's `captures`.
+ * All IR memory comes from one arena per model (af_arena) and is released with it.
+ */
+#ifndef AF_IR_H
+#define AF_IR_H
+
+#include "autofusion.h"
+#include "util/util.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct af_graph af_graph;
+typedef struct af_node af_node;
+typedef struct af_value af_value;
+
+/* ---- op table ---------------------------------------------------------------------------- */
+
+/* Op classes (TVM's lattice): how an op may join a fused group. */
+typedef enum af_op_class {
+    AF_CLASS_ELEMWISE,    /* out[i] = f(in[i]) */
+    AF_CLASS_BROADCAST,   /* elementwise with numpy broadcasting */
+    AF_CLASS_INJECTIVE,   /* each output element reads one input element (reshape, transpose..) */
+    AF_CLASS_REDUCE,      /* reductions, softmax, normalisations */
+    AF_CLASS_OUT_FUSABLE, /* conv, gemm, matmul, pooling: can absorb an elementwise epilogue */
+    AF_CLASS_OPAQUE       /* everything else */
+} af_op_class;
+
+typedef struct af_exec af_exec;
+
+/* Shape and dtype inference. `in[i]` is NULL for an omitted optional input; an input's data is
+ * non-NULL when its value is known (constant at compile time, always at run time). Fill
+ * out[0..node->nout). Unknown dims are -1; at run time every dim must be known unless the
+ * kernel allocates that output itself (data-dependent shapes, control flow). */
+typedef af_status (*af_shape_fn)(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                                 af_error *err);
+/* Reference kernel. Outputs whose dims are all known arrive allocated (zeroed); others have
+ * data == NULL and the kernel allocates them with af_tensor_alloc. */
+typedef af_status (*af_kernel_fn)(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                                  af_exec *x, af_error *err);
+
+typedef enum af_op {
+#define AF_OP(id, name, cls, shape, kernel) AF_OP_##id,
+#include "ir/ops.def"
+#undef AF_OP
+    AF_OP_COUNT
+} af_op;
+
+typedef struct af_op_info {
+    const char *name; /* ONNX op_type */
+    af_op_class cls;
+    af_shape_fn shape;
+    af_kernel_fn kernel;
+} af_op_info;
+
+extern const af_op_info af_ops[AF_OP_COUNT];
+/* Op for an ONNX (domain, op_type); AF_OP_COUNT when unknown. */
+af_op af_op_lookup(const char *domain, const char *op_type);
+
+/* ---- attributes -------------------------------------------------------------------------- */
+
+typedef enum af_attr_type {
+    AF_ATTR_UNDEFINED = 0,
+    AF_ATTR_FLOAT = 1,
+    AF_ATTR_INT = 2,
+    AF_ATTR_STRING = 3,
+    AF_ATTR_TENSOR = 4,
+    AF_ATTR_GRAPH = 5,
+    AF_ATTR_FLOATS = 6,
+    AF_ATTR_INTS = 7,
+    AF_ATTR_STRINGS = 8,
+    AF_ATTR_TENSORS = 9,
+    AF_ATTR_GRAPHS = 10,
+    AF_ATTR_SPARSE_TENSOR = 11,
+    AF_ATTR_SPARSE_TENSORS = 12,
+    AF_ATTR_TYPE_PROTO = 13,
+    AF_ATTR_TYPE_PROTOS = 14
+} af_attr_type;
+
+typedef struct af_attr {
+    const char *name;
+    af_attr_type type;
+    float f;
+    int64_t i;
+    const char *s; /* NUL-terminated copy; slen excludes the NUL */
+    size_t slen;
+    af_tensor *t;
+    af_graph *g;
+    int n; /* element count of the list kinds below */
+    float *floats;
+    int64_t *ints;
+    const char **strings;
+    af_tensor **tensors;
+    af_graph **graphs;
+} af_attr;
+
+/* ---- values, nodes, graphs ----------------------------------------------------------------- */
+
+typedef struct af_use {
+    af_node *node;
+    int slot; /* input index in node->in */
+} af_use;
+
+struct af_value {
+    const char *name;
+    af_graph *graph; /* the graph whose scope declares it */
+    int id;          /* index in graph->values */
+    af_tensor type;  /* dtype and dims (-1 unknown); type.data != NULL for constants */
+    const char *dim_param[AF_MAX_RANK]; /* symbolic dim names from ValueInfo, or NULL */
+    af_node *producer;
+    int producer_slot;
+    af_use *uses;
+    int nuses, uses_cap;
+    bool is_input;  /* a graph input (maybe with an initializer default) */
+    bool is_output; /* a graph output */
+    bool is_const;  /* initializer or folded constant: type.data holds the value */
+};
+
+struct af_node {
+    af_op op;
+    const char *name;    /* never NULL: generated when the model gives none */
+    const char *op_type; /* as written in the model */
+    const char *domain;
+    af_value **in; /* NULL entries for omitted optional inputs */
+    int nin;
+    af_value **out; /* NULL entries for omitted optional outputs */
+    int nout;
+    af_attr *attrs;
+    int nattrs;
+    af_graph *graph;
+    int id; /* position in graph->nodes (refreshed by af_graph_renumber) */
+};
+
+typedef struct af_opset {
+    const char *domain;
+    int64_t version;
+} af_opset;
+
+struct af_graph {
+    af_arena *arena;
+    const char *name;
+    const char *file; /* model path, for messages */
+    af_graph *parent; /* enclosing graph of a subgraph, NULL at top level */
+    af_value **values;
+    int nvalues, values_cap;
+    af_node **nodes; /* topological order */
+    int nnodes, nodes_cap;
+    af_value **inputs; /* graph inputs, in declaration order (no initializer-only values) */
+    int ninputs;
+    af_value **outputs;
+    int noutputs;
+    af_value **captures; /* values of enclosing graphs read inside this one */
+    int ncaptures, captures_cap;
+    af_opset *opsets; /* shared with the parent for subgraphs */
+    int nopsets;
+    int node_serial; /* for generated node names */
+};
+
+/* Opset version of the default ONNX domain (ai.onnx) in force for this graph. */
+int64_t af_graph_opset(const af_graph *g);
+
+/* Construction and mutation (all memory from g->arena). */
+af_graph *af_graph_new(af_arena *a, const char *file, af_graph *parent);
+af_value *af_value_new(af_graph *g, const char *name);
+/* Find a value by name in g, then in its enclosing graphs (recording a capture); NULL if none. */
+af_value *af_graph_find(af_graph *g, const char *name);
+/* A node appended at the end of g->nodes; inputs may be NULL (omitted). */
+af_node *af_node_new(af_graph *g, af_op op, const char *name, int nin, int nout);
+void af_node_set_input(af_node *n, int slot, af_value *v);
+void af_node_set_output(af_node *n, int slot, af_value *v);
+/* Point every use of `from` at `to`. */
+void af_value_replace_uses(af_value *from, af_value *to);
+/* Detach n from its inputs and outputs and drop it from g->nodes. */
+void af_node_remove(af_node *n);
+/* Move the most recently appended node to position `pos` of g->nodes. */
+void af_node_move_last_to(af_graph *g, int pos);
+void af_graph_renumber(af_graph *g);
+/* Check the invariants above; AF_ERR_INTERNAL or AF_ERR_INVALID_MODEL with a message. */
+af_status af_graph_verify(const af_graph *g, af_error *err);
+/* Sort nodes topologically; AF_ERR_INVALID_MODEL naming a node on a cycle or with a dangling input. */
+af_status af_graph_toposort(af_graph *g, af_error *err);
+/* Run shape inference over g with what is known; unknown dims stay -1. */
+af_status af_graph_infer_shapes(af_graph *g, af_error *err);
+
+/* Attribute lookup; NULL when absent. */
+const af_attr *af_node_attr(const af_node *n, const char *name);
+int64_t af_attr_int(const af_node *n, const char *name, int64_t dflt);
+float af_attr_float(const af_node *n, const char *name, float dflt);
+const char *af_attr_str(const af_node *n, const char *name, const char *dflt);
+/* Ints list: returns count and sets *v, or -1 when absent. */
+int af_attr_ints(const af_node *n, const char *name, const int64_t **v);
+int af_attr_floats(const af_node *n, const char *name, const float **v);
+
+/* ---- tensors ----------------------------------------------------------------------------- */
+
+/* Allocate zeroed data for t (dtype and dims set, all dims known); AF_ERR_NOMEM / INVALID_ARG. */
+af_status af_tensor_alloc(af_tensor *t, af_error *err);
+/* Release data owned by t (not t itself) and mark it as a type only. */
+void af_tensor_release(af_tensor *t);
+/* Deep copy of src into dst (which must hold no data). */
+af_status af_tensor_copy(af_tensor *dst, const af_tensor *src, af_error *err);
+/* Value of element i of an integer or float tensor as int64 / double. */
+int64_t af_tensor_get_int(const af_tensor *t, int64_t i);
+double af_tensor_get_double(const af_tensor *t, int64_t i);
+/* "[1,3,224,224]" into buf. */
+const char *af_dims_str(const af_tensor *t, char *buf, size_t len);
+
+/* ---- errors ------------------------------------------------------------------------------- */
+
+/* Fill err (if not NULL) and return code. */
+af_status af_fail(af_error *err, af_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Fail with the node named: "<file>: node '<name>' (<op_type>): <reason>". */
+af_status af_node_fail(af_error *err, const af_node *n, af_status code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#endif

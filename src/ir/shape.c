@@ -1,0 +1,71 @@
+/* Static shape and dtype inference: run each op's shape function over what is known at compile
+ * time (declared types, constant values) and record the result on the output values. A dim the
+ * model declares (value_info) is kept where inference cannot tell; a contradiction between the
+ * two is an error, since the model would fail at run time anyway. */
+#include "ir/ir.h"
+
+#include <string.h>
+
+static af_status merge(const af_node *n, af_value *v, const af_tensor *inferred, af_error *err) {
+    af_tensor *t = &v->type;
+    if (inferred->rank < 0) {
+        if (t->dtype == AF_DTYPE_UNDEFINED) t->dtype = inferred->dtype;
+        return AF_OK;
+    }
+    if (t->dtype != AF_DTYPE_UNDEFINED && inferred->dtype != AF_DTYPE_UNDEFINED &&
+        t->dtype != inferred->dtype)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "output '%s' is declared %s but the op produces %s", v->name,
+                            af_dtype_name(t->dtype), af_dtype_name(inferred->dtype));
+    if (inferred->dtype != AF_DTYPE_UNDEFINED) t->dtype = inferred->dtype;
+    if (t->rank >= 0 && t->rank != inferred->rank) {
+        /* Declared ranks in value_info are advisory in practice (exporters get them wrong);
+         * trust the op's semantics. */
+        t->rank = inferred->rank;
+        memcpy(t->dims, inferred->dims, sizeof t->dims);
+        return AF_OK;
+    }
+    int declared_rank = t->rank;
+    t->rank = inferred->rank;
+    for (int i = 0; i < t->rank; i++)
+        if (inferred->dims[i] >= 0 || declared_rank < 0) t->dims[i] = inferred->dims[i];
+    return AF_OK;
+}
+
+static af_status infer_node(af_node *n, af_error *err) {
+    const af_tensor *in[n->nin + 1];
+    af_tensor out[n->nout + 1];
+    memset(out, 0, sizeof out);
+    for (int i = 0; i < n->nin; i++) in[i] = n->in[i] ? &n->in[i]->type : NULL;
+    for (int i = 0; i < n->nout; i++) out[i].rank = -1;
+    for (int a = 0; a < n->nattrs; a++) {
+        af_attr *at = &n->attrs[a];
+        if (at->g) {
+            af_status st = af_graph_infer_shapes(at->g, err);
+            if (st) return st;
+        }
+        for (int k = 0; at->graphs && k < at->n; k++) {
+            af_status st = af_graph_infer_shapes(at->graphs[k], err);
+            if (st) return st;
+        }
+    }
+    af_status st = af_ops[n->op].shape(n, in, out, err);
+    if (st) return st;
+    for (int o = 0; o < n->nout; o++) {
+        if (!n->out[o]) continue;
+        if (out[o].rank > AF_MAX_RANK)
+            return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "output rank %d exceeds %d",
+                                out[o].rank, AF_MAX_RANK);
+        st = merge(n, n->out[o], &out[o], err);
+        if (st) return st;
+    }
+    return AF_OK;
+}
+
+af_status af_graph_infer_shapes(af_graph *g, af_error *err) {
+    for (int i = 0; i < g->nnodes; i++) {
+        af_status st = infer_node(g->nodes[i], err);
+        if (st) return st;
+    }
+    return AF_OK;
+}

@@ -1,0 +1,130 @@
+/* Tensors: sizes, allocation and element access. A tensor with data == NULL describes a type;
+ * owns_data says whether data is freed with the tensor (it is not when it points into a mapped
+ * model file). */
+#include "ir/ir.h"
+
+#include <string.h>
+
+size_t af_dtype_size(af_dtype t) {
+    switch (t) {
+    case AF_DTYPE_BOOL: case AF_DTYPE_UINT8: case AF_DTYPE_INT8: return 1;
+    case AF_DTYPE_UINT16: case AF_DTYPE_INT16: case AF_DTYPE_FLOAT16: case AF_DTYPE_BFLOAT16: return 2;
+    case AF_DTYPE_FLOAT: case AF_DTYPE_INT32: case AF_DTYPE_UINT32: return 4;
+    case AF_DTYPE_INT64: case AF_DTYPE_UINT64: case AF_DTYPE_DOUBLE: case AF_DTYPE_COMPLEX64: return 8;
+    case AF_DTYPE_COMPLEX128: return 16;
+    default: return 0;
+    }
+}
+
+const char *af_dtype_name(af_dtype t) {
+    static const char *names[] = {"undefined", "float", "uint8", "int8", "uint16", "int16",
+                                  "int32", "int64", "string", "bool", "float16", "double",
+                                  "uint32", "uint64", "complex64", "complex128", "bfloat16"};
+    return (unsigned)t < AF_COUNT(names) ? names[t] : "unknown";
+}
+
+int64_t af_tensor_numel(const af_tensor *t) {
+    if (t->rank < 0 || t->rank > AF_MAX_RANK) return -1;
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++)
+        if (t->dims[i] < 0 || !af_mul_i64(n, t->dims[i], &n)) return -1;
+    return n;
+}
+
+af_status af_tensor_alloc(af_tensor *t, af_error *err) {
+    int64_t n = af_tensor_numel(t);
+    size_t es = af_dtype_size(t->dtype), bytes;
+    if (n < 0 || es == 0)
+        return af_fail(err, AF_ERR_INVALID_ARG, "cannot allocate a %s tensor of shape with unknown or overflowing dims",
+                       af_dtype_name(t->dtype));
+    if (!af_mul_size((size_t)n, es, &bytes) || bytes > ((size_t)1 << 40))
+        return af_fail(err, AF_ERR_NOMEM, "tensor of %lld elements is too large", (long long)n);
+    /* calloc(0) may return NULL; keep a valid pointer for empty tensors. */
+    t->data = calloc(bytes ? bytes : 1, 1);
+    if (!t->data) return af_fail(err, AF_ERR_NOMEM, "out of memory allocating %zu bytes", bytes);
+    t->nbytes = bytes;
+    t->owns_data = 1;
+    return AF_OK;
+}
+
+void af_tensor_release(af_tensor *t) {
+    if (t->owns_data) free(t->data);
+    t->data = NULL;
+    t->nbytes = 0;
+    t->owns_data = 0;
+}
+
+af_status af_tensor_copy(af_tensor *dst, const af_tensor *src, af_error *err) {
+    dst->dtype = src->dtype;
+    dst->rank = src->rank;
+    memcpy(dst->dims, src->dims, sizeof dst->dims);
+    af_status st = af_tensor_alloc(dst, err);
+    if (st) return st;
+    if (src->data && dst->nbytes) memcpy(dst->data, src->data, dst->nbytes);
+    return AF_OK;
+}
+
+af_tensor *af_tensor_new(af_dtype dtype, int rank, const int64_t *dims) {
+    if (rank < 0 || rank > AF_MAX_RANK || (rank && !dims)) return NULL;
+    af_tensor *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->dtype = dtype;
+    t->rank = rank;
+    for (int i = 0; i < rank; i++) t->dims[i] = dims[i];
+    if (af_tensor_alloc(t, NULL)) {
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+void af_tensor_free(af_tensor *t) {
+    if (!t) return;
+    af_tensor_release(t);
+    free(t);
+}
+
+int64_t af_tensor_get_int(const af_tensor *t, int64_t i) {
+    const void *p = t->data;
+    switch (t->dtype) {
+    case AF_DTYPE_INT64: return ((const int64_t *)p)[i];
+    case AF_DTYPE_INT32: return ((const int32_t *)p)[i];
+    case AF_DTYPE_INT16: return ((const int16_t *)p)[i];
+    case AF_DTYPE_INT8: return ((const int8_t *)p)[i];
+    case AF_DTYPE_UINT8: case AF_DTYPE_BOOL: return ((const uint8_t *)p)[i];
+    case AF_DTYPE_UINT16: return ((const uint16_t *)p)[i];
+    case AF_DTYPE_UINT32: return ((const uint32_t *)p)[i];
+    case AF_DTYPE_UINT64: return (int64_t)((const uint64_t *)p)[i];
+    case AF_DTYPE_FLOAT: case AF_DTYPE_DOUBLE: case AF_DTYPE_FLOAT16: case AF_DTYPE_BFLOAT16: {
+        double d = af_tensor_get_double(t, i);
+        if (!(d >= -9.2e18 && d <= 9.2e18)) return d > 0 ? INT64_MAX : INT64_MIN;
+        return (int64_t)d;
+    }
+    default: return 0;
+    }
+}
+
+double af_tensor_get_double(const af_tensor *t, int64_t i) {
+    const void *p = t->data;
+    switch (t->dtype) {
+    case AF_DTYPE_FLOAT: return ((const float *)p)[i];
+    case AF_DTYPE_DOUBLE: return ((const double *)p)[i];
+    case AF_DTYPE_FLOAT16: return af_half_to_float(((const uint16_t *)p)[i]);
+    case AF_DTYPE_BFLOAT16: return af_bf16_to_float(((const uint16_t *)p)[i]);
+    case AF_DTYPE_UINT64: return (double)((const uint64_t *)p)[i];
+    default: return (double)af_tensor_get_int(t, i);
+    }
+}
+
+const char *af_dims_str(const af_tensor *t, char *buf, size_t len) {
+    size_t o = 0;
+    if (t->rank < 0) {
+        snprintf(buf, len, "[?]");
+        return buf;
+    }
+    o += (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < t->rank && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, i ? ",%lld" : "%lld", (long long)t->dims[i]);
+    if (o < len) snprintf(buf + o, len - o, "]");
+    return buf;
+}

@@ -1,0 +1,64 @@
+/* Helpers private to the tensor-manipulation, indexing, reduction and resize reference kernels
+ * (the tn_ group: tensor.c, gather.c, reduce.c, resize.c).
+ *
+ * Invariant: nothing here trusts a tensor's contents. Readers of index-like inputs check dtype
+ * and length; element accessors never convert a double to an integer outside its range (that is
+ * undefined behaviour in C); strided copies only touch offsets the caller has bounds-checked. */
+#ifndef AF_TENSOR_UTIL_H
+#define AF_TENSOR_UTIL_H
+
+#include "kernels/kernel.h"
+
+/* Maximum rank of the internal views (Tile and DepthToSpace split each axis in two). */
+#define TN_MAX_VIEW (2 * AF_MAX_RANK)
+
+/* Input i of n, or NULL when omitted (past n->nin, a NULL slot, or an unnamed value). */
+const af_tensor *tn_in(const af_node *n, const af_tensor *const *in, int i);
+/* rank >= 0 and every dim >= 0. */
+bool tn_known(const af_tensor *t);
+/* Element count of a tensor whose dims are all known (0 when a dim is 0). */
+int64_t tn_numel(const af_tensor *t);
+/* Whether the dtype is floating point (float, double, float16, bfloat16). */
+bool tn_is_float(af_dtype dt);
+/* Whether the dtype holds numbers we can read with tn_getd/tn_geti (not string or complex). */
+bool tn_is_numeric(af_dtype dt);
+
+/* Element i as double / int64 (floats truncate toward zero, saturating). */
+double tn_getd(const af_tensor *t, int64_t i);
+int64_t tn_geti(const af_tensor *t, int64_t i);
+/* Store into element i, converting to t's dtype (integers round to nearest and saturate; bool
+ * stores v != 0). */
+void tn_setd(af_tensor *t, int64_t i, double v);
+void tn_seti(af_tensor *t, int64_t i, int64_t v);
+/* Total order on the values of elements i of a and j of b (same dtype); NaN sorts above all. */
+int tn_cmp(const af_tensor *a, int64_t i, const af_tensor *b, int64_t j);
+
+/* Integer values of an int32/int64 tensor of rank 0 or 1 into v[0..*cnt); false when the dtype
+ * is wrong, data is missing or it holds more than max values. */
+bool tn_ints(const af_tensor *t, int64_t *v, int max, int *cnt);
+
+/* Element size of t's dtype; AF_ERR_UNSUPPORTED for strings and undefined types. */
+af_status tn_esize(const af_node *n, const af_tensor *t, size_t *es, af_error *err);
+
+/* Give out a type and data when the shape function could not (data-dependent shapes): uses the
+ * already-allocated buffer when its shape matches, otherwise allocates. */
+af_status tn_out_alloc(const af_node *n, af_tensor *out, af_dtype dt, int rank,
+                       const int64_t *dims, af_error *err);
+
+/* dst[k] = src[off + sum_a idx_a * strides[a]] for every index of `dims` in row-major order,
+ * copying elements of es bytes. Offsets and strides are in elements; the caller guarantees that
+ * every reached offset lies inside src. rank may be up to TN_MAX_VIEW. */
+void tn_copy_strided(void *dst, const void *src, int64_t off, int rank, const int64_t *dims,
+                     const int64_t *strides, size_t es);
+
+/* Advance a row-major multi-index; returns false after the last one. */
+bool tn_next(int64_t *idx, const int64_t *dims, int rank);
+
+/* Axes from attribute `name` (or from input tensor `t` when from_input), normalised against
+ * rank and checked for duplicates. *given is false when there are none (attribute absent or
+ * input omitted). Returns AF_ERR_INVALID_MODEL on bad axes; *known false when the input's value
+ * is not known yet (compile time). */
+af_status tn_axes(const af_node *n, const af_tensor *t, bool from_input, const char *name,
+                  int rank, int *axes, int *naxes, bool *given, bool *known, af_error *err);
+
+#endif

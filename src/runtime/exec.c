@@ -1,0 +1,196 @@
+/* The reference executor (see exec.h). For every node: look up its inputs (in this frame or an
+ * enclosing one), run the op's shape function on the actual inputs, allocate the outputs whose
+ * shapes are known, run the kernel, then free every intermediate whose last reader has run. */
+#include "runtime/exec.h"
+
+#include <string.h>
+
+typedef struct frame {
+    const af_graph *g;
+    struct frame *parent;
+    af_tensor *vals;          /* tensors computed in this frame, by value id */
+    const af_tensor **bound;  /* what each value id refers to: vals[i], an input, a constant */
+    int *left;                /* readers not yet run, by value id */
+} frame;
+
+struct af_exec {
+    frame *f;
+};
+
+static const af_tensor *lookup(const frame *f, const af_value *v) {
+    while (f && f->g != v->graph) f = f->parent;
+    return f ? f->bound[v->id] : NULL;
+}
+
+/* Visit each value of g's own scope that node n reads: inputs and subgraph captures. */
+static void count_reads(const af_graph *g, const af_node *n, int *left, int delta) {
+    for (int k = 0; k < n->nin; k++)
+        if (n->in[k] && n->in[k]->graph == g) left[n->in[k]->id] += delta;
+    for (int a = 0; a < n->nattrs; a++) {
+        const af_attr *at = &n->attrs[a];
+        int ng = at->g ? 1 : (at->graphs ? at->n : 0);
+        for (int s = 0; s < ng; s++) {
+            const af_graph *sub = at->g ? at->g : at->graphs[s];
+            for (int c = 0; c < sub->ncaptures; c++)
+                if (sub->captures[c]->graph == g) left[sub->captures[c]->id] += delta;
+        }
+    }
+}
+
+static void free_dead(frame *f, const af_node *n) {
+    const af_graph *g = f->g;
+    /* Inputs and captures whose readers are all done. */
+    for (int k = 0; k < n->nin; k++) {
+        const af_value *v = n->in[k];
+        if (v && v->graph == g && f->left[v->id] == 0 && !v->is_output) af_tensor_release(&f->vals[v->id]);
+    }
+    for (int a = 0; a < n->nattrs; a++) {
+        const af_attr *at = &n->attrs[a];
+        int ng = at->g ? 1 : (at->graphs ? at->n : 0);
+        for (int s = 0; s < ng; s++) {
+            const af_graph *sub = at->g ? at->g : at->graphs[s];
+            for (int c = 0; c < sub->ncaptures; c++) {
+                const af_value *v = sub->captures[c];
+                if (v->graph == g && f->left[v->id] == 0 && !v->is_output)
+                    af_tensor_release(&f->vals[v->id]);
+            }
+        }
+    }
+    /* Outputs nobody reads. */
+    for (int o = 0; o < n->nout; o++) {
+        const af_value *v = n->out[o];
+        if (v && f->left[v->id] == 0 && !v->is_output) af_tensor_release(&f->vals[v->id]);
+    }
+}
+
+static bool dims_known(const af_tensor *t) {
+    if (t->rank < 0) return false;
+    for (int i = 0; i < t->rank; i++)
+        if (t->dims[i] < 0) return false;
+    return true;
+}
+
+static af_status run_node(af_exec *x, frame *f, const af_node *n, af_error *err) {
+    const af_tensor *in[n->nin + 1];
+    af_tensor out[n->nout + 1];
+    memset(out, 0, sizeof out);
+    for (int k = 0; k < n->nin; k++) {
+        in[k] = n->in[k] ? lookup(f, n->in[k]) : NULL;
+        if (n->in[k] && (!in[k] || !in[k]->data))
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input '%s' has no value",
+                                n->in[k]->name);
+    }
+    for (int o = 0; o < n->nout; o++) out[o].rank = -1;
+    af_status st = af_ops[n->op].shape(n, in, out, err);
+    for (int o = 0; o < n->nout && !st; o++) {
+        if (out[o].rank > AF_MAX_RANK)
+            st = af_node_fail(err, n, AF_ERR_UNSUPPORTED, "output rank %d exceeds %d",
+                              out[o].rank, AF_MAX_RANK);
+        else if (dims_known(&out[o]))
+            st = af_tensor_alloc(&out[o], err);
+        if (st == AF_ERR_NOMEM || st == AF_ERR_INVALID_ARG)
+            st = af_node_fail(err, n, st, "output %d: %s", o, err ? err->message : "");
+    }
+    if (!st) st = af_ops[n->op].kernel(n, in, out, x, err);
+    for (int o = 0; o < n->nout && !st; o++)
+        if (!out[o].data)
+            st = af_node_fail(err, n, AF_ERR_INTERNAL, "kernel left output %d unset", o);
+    if (st) {
+        for (int o = 0; o < n->nout; o++) af_tensor_release(&out[o]);
+        return st;
+    }
+    for (int o = 0; o < n->nout; o++) {
+        if (n->out[o]) {
+            af_tensor_release(&f->vals[n->out[o]->id]);
+            f->vals[n->out[o]->id] = out[o];
+        } else {
+            af_tensor_release(&out[o]);
+        }
+    }
+    return AF_OK;
+}
+
+static af_status run_frame(af_exec *x, frame *f, const af_tensor *const *inputs, int ninputs,
+                           af_tensor *outputs, af_error *err) {
+    const af_graph *g = f->g;
+    const char *file = g->file ? g->file : "<model>";
+    for (int i = 0; i < g->nvalues; i++) {
+        const af_value *v = g->values[i];
+        f->bound[i] = v->is_const ? &v->type : &f->vals[i];
+    }
+    for (int i = 0; i < g->ninputs; i++) {
+        const af_value *v = g->inputs[i];
+        if (i < ninputs && inputs && inputs[i]) f->bound[v->id] = inputs[i];
+        else if (!v->is_const)
+            return af_fail(err, AF_ERR_INVALID_ARG, "%s: input '%s' was not given", file, v->name);
+    }
+    for (int i = 0; i < g->nnodes; i++) count_reads(g, g->nodes[i], f->left, 1);
+
+    af_exec *saved = x;
+    frame *outer = x->f;
+    x->f = f;
+    af_status st = AF_OK;
+    for (int i = 0; i < g->nnodes && !st; i++) {
+        const af_node *n = g->nodes[i];
+        st = run_node(x, f, n, err);
+        if (st) break;
+        count_reads(g, n, f->left, -1);
+        free_dead(f, n);
+    }
+    saved->f = outer;
+    int done = 0;
+    for (; done < g->noutputs && !st; done++) {
+        const af_value *v = g->outputs[done];
+        const af_tensor *t = lookup(f, v);
+        if (!t || !t->data) {
+            st = af_fail(err, AF_ERR_INVALID_MODEL, "%s: output '%s' has no value", file, v->name);
+            break;
+        }
+        if (v->graph == g && t == &f->vals[v->id] && t->owns_data) {
+            outputs[done] = f->vals[v->id]; /* move */
+            memset(&f->vals[v->id], 0, sizeof(af_tensor));
+            f->bound[v->id] = &outputs[done];
+        } else {
+            memset(&outputs[done], 0, sizeof(af_tensor));
+            st = af_tensor_copy(&outputs[done], t, err);
+        }
+    }
+    if (st)
+        for (int i = 0; i < done; i++) af_tensor_release(&outputs[i]);
+    return st;
+}
+
+static af_status exec_in(af_exec *x, frame *parent, const af_graph *g,
+                         const af_tensor *const *inputs, int ninputs, af_tensor *outputs,
+                         af_error *err) {
+    frame f = {g, parent, NULL, NULL, NULL};
+    size_t n = (size_t)g->nvalues + 1;
+    f.vals = calloc(n, sizeof(af_tensor));
+    f.bound = calloc(n, sizeof(af_tensor *));
+    f.left = calloc(n, sizeof(int));
+    af_status st;
+    if (!f.vals || !f.bound || !f.left)
+        st = af_fail(err, AF_ERR_NOMEM, "out of memory starting a run");
+    else
+        st = run_frame(x, &f, inputs, ninputs, outputs, err);
+    for (int i = 0; f.vals && i < g->nvalues; i++) af_tensor_release(&f.vals[i]);
+    free(f.vals);
+    free(f.bound);
+    free(f.left);
+    return st;
+}
+
+af_status af_exec_graph(const af_graph *g, const af_tensor *const *inputs, af_tensor *outputs,
+                        af_error *err) {
+    af_exec x = {NULL};
+    return exec_in(&x, NULL, g, inputs, g->ninputs, outputs, err);
+}
+
+af_status af_exec_subgraph(af_exec *x, const af_graph *body, const af_tensor *const *inputs,
+                           int ninputs, af_tensor *outputs, af_error *err) {
+    if (ninputs != body->ninputs)
+        return af_fail(err, AF_ERR_INVALID_MODEL, "%s: subgraph '%s' takes %d inputs, given %d",
+                       body->file ? body->file : "<model>", body->name ? body->name : "",
+                       body->ninputs, ninputs);
+    return exec_in(x, x->f, body, inputs, ninputs, outputs, err);
+}

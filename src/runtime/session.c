@@ -1,0 +1,215 @@
+/* The public session API (include/autofusion.h): load, describe, run.
+ * A session owns its model; inputs are checked against the declared types before anything
+ * runs, so a wrong dtype or shape is a clear error rather than a kernel failure. */
+#include "onnx/onnx.h"
+#include "runtime/exec.h"
+
+#include <string.h>
+
+struct af_session {
+    af_model *model;
+    af_options opt;
+};
+
+void af_options_init(af_options *opt) {
+    memset(opt, 0, sizeof *opt);
+}
+
+static af_value *find_input(const af_graph *g, const char *name) {
+    for (int i = 0; i < g->ninputs; i++)
+        if (!strcmp(g->inputs[i]->name, name)) return g->inputs[i];
+    return NULL;
+}
+
+/* Apply "name:1,3,224,224;name2:4,5" to the graph inputs' declared dims. */
+static af_status apply_input_shape(af_graph *g, const char *spec, af_error *err) {
+    const char *p = spec;
+    while (*p) {
+        const char *end = strchr(p, ';');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *colon = NULL;
+        for (size_t i = 0; i < len; i++)
+            if (p[i] == ':') colon = p + i;
+        if (!colon)
+            return af_fail(err, AF_ERR_INVALID_ARG,
+                           "--input_shape: '%.*s' is not name:d1,d2,...", (int)len, p);
+        char name[256];
+        size_t nlen = (size_t)(colon - p);
+        if (nlen >= sizeof name) return af_fail(err, AF_ERR_INVALID_ARG, "--input_shape: name too long");
+        memcpy(name, p, nlen);
+        name[nlen] = 0;
+        af_value *v = find_input(g, name);
+        if (!v) return af_fail(err, AF_ERR_INVALID_ARG, "--input_shape: the model has no input '%s'", name);
+        int64_t dims[AF_MAX_RANK];
+        int rank = 0;
+        const char *q = colon + 1, *stop = p + len;
+        while (q < stop) {
+            char *e;
+            long long d = strtoll(q, &e, 10);
+            if (e == q || e > stop || d < 0 || rank == AF_MAX_RANK)
+                return af_fail(err, AF_ERR_INVALID_ARG, "--input_shape: bad dims for '%s'", name);
+            dims[rank++] = d;
+            q = e;
+            if (q < stop && *q == ',') q++;
+        }
+        if (v->type.rank >= 0 && v->type.rank != rank)
+            return af_fail(err, AF_ERR_INVALID_ARG, "--input_shape: '%s' has rank %d, not %d",
+                           name, v->type.rank, rank);
+        for (int i = 0; i < rank; i++)
+            if (v->type.rank >= 0 && v->type.dims[i] >= 0 && v->type.dims[i] != dims[i])
+                return af_fail(err, AF_ERR_INVALID_ARG,
+                               "--input_shape: dim %d of '%s' is fixed to %lld by the model", i,
+                               name, (long long)v->type.dims[i]);
+        v->type.rank = rank;
+        memcpy(v->type.dims, dims, sizeof(int64_t) * (size_t)rank);
+        p = end ? end + 1 : p + len;
+    }
+    return af_graph_infer_shapes(g, err);
+}
+
+static af_status finish(af_model *m, const af_options *opt, af_session **out, af_error *err) {
+    af_session *s = calloc(1, sizeof *s);
+    af_status st = AF_OK;
+    if (!s) {
+        st = af_fail(err, AF_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    s->model = m;
+    if (opt) s->opt = *opt;
+    else af_options_init(&s->opt);
+    if (s->opt.input_shape) {
+        st = apply_input_shape(m->graph, s->opt.input_shape, err);
+        s->opt.input_shape = NULL; /* not owned */
+        if (st) goto fail;
+    }
+    *out = s;
+    return AF_OK;
+fail:
+    free(s);
+    af_model_free(m);
+    return st;
+}
+
+af_status af_session_new(const char *path, const af_options *opt, af_session **out, af_error *err) {
+    af_model *m = NULL;
+    *out = NULL;
+    af_status st = af_model_load(path, &m, err);
+    return st ? st : finish(m, opt, out, err);
+}
+
+af_status af_session_new_from_bytes(const void *bytes, size_t len, const char *name,
+                                    const af_options *opt, af_session **out, af_error *err) {
+    af_model *m = NULL;
+    *out = NULL;
+    af_status st = af_model_load_bytes(bytes, len, name, &m, err);
+    return st ? st : finish(m, opt, out, err);
+}
+
+void af_session_free(af_session *s) {
+    if (!s) return;
+    af_model_free(s->model);
+    free(s);
+}
+
+int af_session_input_count(const af_session *s) { return s->model->graph->ninputs; }
+int af_session_output_count(const af_session *s) { return s->model->graph->noutputs; }
+
+const char *af_session_input_name(const af_session *s, int i) {
+    return i >= 0 && i < s->model->graph->ninputs ? s->model->graph->inputs[i]->name : NULL;
+}
+
+const char *af_session_output_name(const af_session *s, int i) {
+    return i >= 0 && i < s->model->graph->noutputs ? s->model->graph->outputs[i]->name : NULL;
+}
+
+static af_status type_of(const af_value *v, af_tensor *t, af_error *err) {
+    if (!v) return af_fail(err, AF_ERR_INVALID_ARG, "index out of range");
+    memset(t, 0, sizeof *t);
+    t->dtype = v->type.dtype;
+    t->rank = v->type.rank;
+    memcpy(t->dims, v->type.dims, sizeof t->dims);
+    return AF_OK;
+}
+
+af_status af_session_input_type(const af_session *s, int i, af_tensor *t) {
+    const af_graph *g = s->model->graph;
+    return type_of(i >= 0 && i < g->ninputs ? g->inputs[i] : NULL, t, NULL);
+}
+
+af_status af_session_output_type(const af_session *s, int i, af_tensor *t) {
+    const af_graph *g = s->model->graph;
+    return type_of(i >= 0 && i < g->noutputs ? g->outputs[i] : NULL, t, NULL);
+}
+
+static af_status check_input(const af_model *m, const af_value *v, const af_tensor *t,
+                             af_error *err) {
+    char a[128], b[128];
+    if (!t || (!t->data && af_tensor_numel(t) != 0))
+        return af_fail(err, AF_ERR_INVALID_ARG, "%s: input '%s' has no data", m->path, v->name);
+    if (v->type.dtype && t->dtype != v->type.dtype)
+        return af_fail(err, AF_ERR_INVALID_ARG, "%s: input '%s' must be %s, got %s", m->path,
+                       v->name, af_dtype_name(v->type.dtype), af_dtype_name(t->dtype));
+    bool ok = t->rank >= 0 && t->rank <= AF_MAX_RANK && af_tensor_numel(t) >= 0;
+    if (ok && v->type.rank >= 0) {
+        ok = v->type.rank == t->rank;
+        for (int i = 0; ok && i < t->rank; i++)
+            ok = v->type.dims[i] < 0 || v->type.dims[i] == t->dims[i];
+    }
+    if (ok) {
+        size_t need;
+        ok = af_mul_size((size_t)af_tensor_numel(t), af_dtype_size(t->dtype), &need) &&
+             (t->nbytes == 0 || t->nbytes >= need);
+    }
+    if (!ok)
+        return af_fail(err, AF_ERR_INVALID_ARG, "%s: input '%s' must have shape %s, got %s",
+                       m->path, v->name, af_dims_str(&v->type, a, sizeof a),
+                       af_dims_str(t, b, sizeof b));
+    return AF_OK;
+}
+
+af_status af_session_run(af_session *s, const char *const *names, const af_tensor *const *inputs,
+                         size_t ninputs, af_tensor **outputs, af_error *err) {
+    const af_graph *g = s->model->graph;
+    const af_tensor **bound = calloc((size_t)g->ninputs + 1, sizeof(af_tensor *));
+    af_tensor *res = calloc((size_t)g->noutputs + 1, sizeof(af_tensor));
+    af_status st = AF_OK;
+    int made = 0;
+    if (!bound || !res) {
+        st = af_fail(err, AF_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < ninputs; i++) {
+        int k = 0;
+        while (k < g->ninputs && strcmp(g->inputs[k]->name, names[i])) k++;
+        if (k == g->ninputs) {
+            st = af_fail(err, AF_ERR_INVALID_ARG, "%s: the model has no input '%s'",
+                         s->model->path, names[i]);
+            goto done;
+        }
+        st = check_input(s->model, g->inputs[k], inputs[i], err);
+        if (st) goto done;
+        bound[k] = inputs[i];
+    }
+    st = af_exec_graph(g, bound, res, err);
+    if (st) goto done;
+    for (; made < g->noutputs; made++) {
+        outputs[made] = malloc(sizeof(af_tensor));
+        if (!outputs[made]) {
+            st = af_fail(err, AF_ERR_NOMEM, "out of memory");
+            break;
+        }
+        *outputs[made] = res[made];
+        memset(&res[made], 0, sizeof(af_tensor));
+    }
+    if (st) {
+        for (int i = 0; i < made; i++) {
+            af_tensor_free(outputs[i]);
+            outputs[i] = NULL;
+        }
+    }
+done:
+    for (int i = 0; res && i < g->noutputs; i++) af_tensor_release(&res[i]);
+    free(bound);
+    free(res);
+    return st;
+}

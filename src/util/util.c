@@ -1,0 +1,175 @@
+/* Arena allocator, half-float conversions and small file helpers.
+ * The arena keeps a list of blocks; nothing is freed until af_arena_free, so pointers into it
+ * stay valid for the arena's life. */
+#include "util/util.h"
+
+#include <string.h>
+
+#define ARENA_BLOCK (64 * 1024)
+
+typedef struct block {
+    struct block *next;
+    size_t used, size;
+    _Alignas(16) unsigned char data[];
+} block;
+
+struct af_arena {
+    block *head;
+};
+
+af_arena *af_arena_new(void) { return calloc(1, sizeof(af_arena)); }
+
+void af_arena_free(af_arena *a) {
+    if (!a) return;
+    for (block *b = a->head, *next; b; b = next) {
+        next = b->next;
+        free(b);
+    }
+    free(a);
+}
+
+void *af_arena_alloc(af_arena *a, size_t size) {
+    size = (size + 15) & ~(size_t)15;
+    if (size == 0) size = 16;
+    block *b = a->head;
+    if (!b || b->size - b->used < size) {
+        size_t bsize = size > ARENA_BLOCK ? size : ARENA_BLOCK;
+        if (bsize > SIZE_MAX - sizeof(block)) return NULL;
+        b = malloc(sizeof(block) + bsize);
+        if (!b) return NULL;
+        b->used = 0;
+        b->size = bsize;
+        /* A big one-off block goes behind the head so the head's free space stays usable. */
+        if (a->head && bsize == size) {
+            b->next = a->head->next;
+            a->head->next = b;
+        } else {
+            b->next = a->head;
+            a->head = b;
+        }
+    }
+    void *p = b->data + b->used;
+    b->used += size;
+    memset(p, 0, size);
+    return p;
+}
+
+void *af_arena_calloc(af_arena *a, size_t n, size_t size) {
+    size_t total;
+    if (!af_mul_size(n, size, &total) || total > SIZE_MAX - 16) return NULL;
+    return af_arena_alloc(a, total);
+}
+
+char *af_arena_strndup(af_arena *a, const char *s, size_t len) {
+    if (len == SIZE_MAX) return NULL;
+    char *d = af_arena_alloc(a, len + 1);
+    if (d && len) memcpy(d, s, len);
+    return d;
+}
+
+char *af_arena_strdup(af_arena *a, const char *s) { return af_arena_strndup(a, s, strlen(s)); }
+
+bool af_arena_grow(af_arena *a, void **arr, int *cap, int need, size_t size) {
+    if (need <= *cap) return true;
+    int ncap = *cap ? *cap : 4;
+    while (ncap < need) {
+        if (ncap > INT32_MAX / 2) return false;
+        ncap *= 2;
+    }
+    void *n = af_arena_calloc(a, (size_t)ncap, size);
+    if (!n) return false;
+    if (*arr && *cap) memcpy(n, *arr, (size_t)*cap * size);
+    *arr = n;
+    *cap = ncap;
+    return true;
+}
+
+float af_half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while (!(man & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000 | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t af_float_to_half(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    int32_t exp = (int32_t)((x >> 23) & 0xff);
+    uint32_t man = x & 0x7fffff;
+    if (exp == 255) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
+    int32_t e = exp - 127 + 15;
+    if (e >= 31) return (uint16_t)(sign | 0x7c00);
+    if (e <= 0) { /* subnormal or zero */
+        if (e < -10) return (uint16_t)sign;
+        man |= 0x800000;
+        uint32_t shift = (uint32_t)(14 - e);
+        uint32_t h = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1))) h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = ((uint32_t)e << 10) | (man >> 13), rem = man & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++; /* may carry into inf: correct */
+    return (uint16_t)(sign | h);
+}
+
+float af_bf16_to_float(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+uint16_t af_float_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
+    x += 0x7fff + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+int af_read_file(const char *path, unsigned char **data, size_t *len) {
+    *data = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    size_t cap = 0, n = 0;
+    unsigned char *buf = NULL;
+    for (;;) {
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 65536;
+            unsigned char *nb = realloc(buf, ncap);
+            if (!nb) goto fail;
+            buf = nb;
+            cap = ncap;
+        }
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0) break;
+    }
+    if (ferror(f)) goto fail;
+    fclose(f);
+    *data = buf;
+    *len = n;
+    return 0;
+fail:
+    free(buf);
+    fclose(f);
+    return -1;
+}

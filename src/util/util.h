@@ -1,0 +1,56 @@
+/* Small shared helpers: the arena, overflow-checked arithmetic, assertions, half floats. */
+#ifndef AF_UTIL_H
+#define AF_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Our own bugs: always on, never used for anything read from a file. */
+#define AF_ASSERT(c)                                                                        \
+    do {                                                                                    \
+        if (!(c)) {                                                                         \
+            fprintf(stderr, "autofusion: internal error at %s:%d: %s\n", __FILE__, __LINE__, \
+                    #c);                                                                    \
+            abort();                                                                        \
+        }                                                                                   \
+    } while (0)
+
+#define AF_COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* A bump allocator: everything allocated from it is released by af_arena_free at once. */
+typedef struct af_arena af_arena;
+af_arena *af_arena_new(void);
+void af_arena_free(af_arena *a);
+/* Zeroed, 16-byte aligned memory; NULL when out of memory or size overflows. */
+void *af_arena_alloc(af_arena *a, size_t size);
+void *af_arena_calloc(af_arena *a, size_t n, size_t size);
+/* NUL-terminated copy of len bytes. */
+char *af_arena_strndup(af_arena *a, const char *s, size_t len);
+char *af_arena_strdup(af_arena *a, const char *s);
+/* Grow an arena array of elements of `size` bytes to hold at least `need` (old copy is left). */
+bool af_arena_grow(af_arena *a, void **arr, int *cap, int need, size_t size);
+
+/* Overflow-checked helpers: return false on overflow. */
+static inline bool af_mul_i64(int64_t a, int64_t b, int64_t *r) {
+    return !__builtin_mul_overflow(a, b, r);
+}
+static inline bool af_add_i64(int64_t a, int64_t b, int64_t *r) {
+    return !__builtin_add_overflow(a, b, r);
+}
+static inline bool af_mul_size(size_t a, size_t b, size_t *r) {
+    return !__builtin_mul_overflow(a, b, r);
+}
+
+/* IEEE half and bfloat16 conversions (scalar, exact rounding to nearest even). */
+float af_half_to_float(uint16_t h);
+uint16_t af_float_to_half(float f);
+float af_bf16_to_float(uint16_t h);
+uint16_t af_float_to_bf16(float f);
+
+/* Read a whole file (for small inputs: .npy, .pb). Caller frees *data. */
+int af_read_file(const char *path, unsigned char **data, size_t *len);
+
+#endif
