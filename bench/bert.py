@@ -225,14 +225,16 @@ def build_bert(cfg, seed=0):
 
 
 def example_inputs(cfg, batch, seq, seed=0, pad=0):
-    """(input_ids, attention_mask), int64 [batch, seq]; the last `pad` positions of each row are
-    padding (id 0, mask 0), as a tokenizer pads a batch."""
-    if not 0 <= pad < seq:
-        raise ValueError("pad must be in [0, seq)")
+    """(input_ids, attention_mask), int64 [batch, seq], as a tokenizer pads a batch: the last
+    pad[b] positions of row b (`pad` is one int for all rows or a list per row) hold id 0, mask 0."""
+    pads = [pad] * batch if isinstance(pad, int) else list(pad)
+    if len(pads) != batch or not all(0 <= p < seq for p in pads):
+        raise ValueError("pad needs one value in [0, seq) per row")
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(1, cfg.vocab_size, (batch, seq), generator=gen, dtype=torch.int64)
     mask = torch.ones(batch, seq, dtype=torch.int64)
-    if pad:
-        ids[:, seq - pad:] = 0
-        mask[:, seq - pad:] = 0
+    for b, p in enumerate(pads):
+        if p:
+            ids[b, seq - p:] = 0
+            mask[b, seq - p:] = 0
     return ids, mask

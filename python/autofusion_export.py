@@ -28,8 +28,10 @@ def randomize_init(model, seed=0):
 
     BatchNorm gets random affine parameters and running statistics, LayerNorm/GroupNorm random
     affine parameters (scales in [0.5, 1.5], shifts about 0.1: near the identity, so activations
-    of deep networks neither explode nor vanish and numeric comparisons stay meaningful), and
-    every other parameter named "bias" (Conv, Linear, attention in_proj_bias) small random values.
+    of deep networks neither explode nor vanish and numeric comparisons stay meaningful), every
+    other parameter named "bias" (Conv, Linear, attention in_proj_bias) small random values, and
+    any other all-zero parameter (ViT's classifier weight and class token) small random values,
+    since a zero weight would make the output independent of everything before it.
     """
     gen = torch.Generator().manual_seed(seed)
     norm_types = (torch.nn.modules.batchnorm._BatchNorm, torch.nn.LayerNorm, torch.nn.GroupNorm)
@@ -48,6 +50,8 @@ def randomize_init(model, seed=0):
             for name, p in mod.named_parameters(recurse=False):
                 if name.endswith("bias"):
                     p.copy_(torch.randn(p.shape, generator=gen) * 0.01)
+                elif not p.any():
+                    p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
     return model
 
 

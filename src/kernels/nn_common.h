@@ -87,6 +87,30 @@ static inline void nn_put(af_tensor *t, int64_t i, double v) {
     }
 }
 
+/* Element i of an integer tensor as int64 (wrapping uint64). */
+static inline int64_t nn_geti(const af_tensor *t, int64_t i) {
+    switch (t->dtype) {
+    case AF_DTYPE_INT64: return ((const int64_t *)t->data)[i];
+    case AF_DTYPE_UINT64: return (int64_t)((const uint64_t *)t->data)[i];
+    default: return (int64_t)nn_get(t, i); /* every narrower integer is exact in double */
+    }
+}
+
+/* Store v into an integer tensor, keeping the low bits (ONNX integer overflow wraps). */
+static inline void nn_puti(af_tensor *t, int64_t i, uint64_t v) {
+    switch (t->dtype) {
+    case AF_DTYPE_INT8: ((int8_t *)t->data)[i] = (int8_t)v; break;
+    case AF_DTYPE_UINT8: ((uint8_t *)t->data)[i] = (uint8_t)v; break;
+    case AF_DTYPE_INT16: ((int16_t *)t->data)[i] = (int16_t)v; break;
+    case AF_DTYPE_UINT16: ((uint16_t *)t->data)[i] = (uint16_t)v; break;
+    case AF_DTYPE_INT32: ((int32_t *)t->data)[i] = (int32_t)v; break;
+    case AF_DTYPE_UINT32: ((uint32_t *)t->data)[i] = (uint32_t)v; break;
+    case AF_DTYPE_INT64: ((int64_t *)t->data)[i] = (int64_t)v; break;
+    case AF_DTYPE_UINT64: ((uint64_t *)t->data)[i] = v; break;
+    default: break;
+    }
+}
+
 /* Element count of t when every dim is known and the product does not overflow; else -1. */
 int64_t nn_numel(const af_tensor *t);
 /* True when t has a known rank and every dim is known. */

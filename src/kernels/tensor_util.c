@@ -290,3 +290,26 @@ af_status tn_axes(const af_node *n, const af_tensor *t, bool from_input, const c
     *naxes = cnt;
     return AF_OK;
 }
+
+void tn_sort(int64_t *v, int64_t n, int64_t *tmp, int (*cmp)(void *ctx, int64_t a, int64_t b),
+             void *ctx) {
+    /* Bottom-up: merge runs of width 1, 2, 4... alternating between v and tmp. */
+    int64_t *src = v, *dst = tmp;
+    for (int64_t w = 1; w < n; w *= 2) {
+        for (int64_t lo = 0; lo < n; lo += 2 * w) {
+            int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            int64_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi)
+                dst[k++] = cmp(ctx, src[j], src[i]) < 0 ? src[j++] : src[i++];
+            while (i < mid)
+                dst[k++] = src[i++];
+            while (j < hi)
+                dst[k++] = src[j++];
+        }
+        int64_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != v)
+        memcpy(v, src, sizeof(int64_t) * (size_t)n);
+}

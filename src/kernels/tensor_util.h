@@ -61,4 +61,8 @@ bool tn_next(int64_t *idx, const int64_t *dims, int rank);
 af_status tn_axes(const af_node *n, const af_tensor *t, bool from_input, const char *name,
                   int rank, int *axes, int *naxes, bool *given, bool *known, af_error *err);
 
+/* Stable merge sort of v[0..n) by cmp(ctx, a, b); tmp has room for n values. */
+void tn_sort(int64_t *v, int64_t n, int64_t *tmp, int (*cmp)(void *ctx, int64_t a, int64_t b),
+             void *ctx);
+
 #endif

@@ -36,20 +36,19 @@ static size_t offset(const af_pb *r, const uint8_t *p) {
 static af_status read_varint(af_pb *r, uint64_t *out, af_error *err) {
     const uint8_t *start = r->p;
     uint64_t v = 0;
-    for (int i = 0; i < 10; i++) {
+    for (int i = 0;; i++) {
         if (r->p == r->end)
             return af_pb_fail(r, err, offset(r, start), AF_ERR_PARSE, "varint runs past the end");
         uint8_t b = *r->p++;
-        if (i == 9 && b > 1)
+        if (i == 9 && b > 1) /* more bits, or an 11th byte */
             return af_pb_fail(r, err, offset(r, start), AF_ERR_PARSE,
-                              "varint does not fit in 64 bits");
+                              "varint longer than 10 bytes or beyond 64 bits");
         v |= (uint64_t)(b & 0x7f) << (7 * i);
         if (!(b & 0x80)) {
             *out = v;
             return AF_OK;
         }
     }
-    return af_pb_fail(r, err, offset(r, start), AF_ERR_PARSE, "varint longer than 10 bytes");
 }
 
 static af_status read_fixed(af_pb *r, int nbytes, uint64_t *out, af_error *err) {

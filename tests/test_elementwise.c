@@ -1,0 +1,533 @@
+/* Elementwise kernel tests, table-driven: each row builds one node (op, attributes, opset), runs
+ * its shape function and reference kernel on small tensors, and checks the status and, on
+ * success, the output dtype, dims and values (NaN must match NaN). A second group checks shape
+ * inference with unknown dims, as at compile time. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "kernels/kernel.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A small tensor literal: dtype, rank, dims, values in row-major order (as doubles). */
+typedef struct tens {
+    af_dtype t; /* AF_DTYPE_UNDEFINED: an omitted input / no second output */
+    int rank;
+    int64_t dims[4];
+    double v[24];
+} tens;
+
+typedef struct tcase {
+    const char *name;
+    const char *op;    /* ONNX op_type */
+    const char *attrs; /* "name=value ...": a value with '.' is a float, digits an int, else a string */
+    int opset;
+    int nin;
+    tens in[3];
+    af_status expect;
+    tens out[2];
+} tcase;
+
+#define F32 AF_DTYPE_FLOAT
+#define F64 AF_DTYPE_DOUBLE
+#define F16 AF_DTYPE_FLOAT16
+#define BF16 AF_DTYPE_BFLOAT16
+#define I8 AF_DTYPE_INT8
+#define I16 AF_DTYPE_INT16
+#define I32 AF_DTYPE_INT32
+#define I64 AF_DTYPE_INT64
+#define U8 AF_DTYPE_UINT8
+#define U16 AF_DTYPE_UINT16
+#define U32 AF_DTYPE_UINT32
+#define U64 AF_DTYPE_UINT64
+#define BOOL AF_DTYPE_BOOL
+#define T0(t, x) {t, 0, {0}, {x}}
+#define T1(t, a, ...) {t, 1, {a}, {__VA_ARGS__}}
+#define T2(t, a, b, ...) {t, 2, {a, b}, {__VA_ARGS__}}
+#define T3(t, a, b, c, ...) {t, 3, {a, b, c}, {__VA_ARGS__}}
+#define NONE {AF_DTYPE_UNDEFINED, 0, {0}, {0}}
+#define INF INFINITY
+#define I64MIN (-9223372036854775807.0 - 1.0)
+
+static const tcase cases[] = {
+    /* unary math on floats */
+    {"relu keeps nan", "Relu", "", 14, 1, {T1(F32, 4, -1, 0, 2, NAN)}, AF_OK,
+     {T1(F32, 4, 0, 0, 2, NAN)}},
+    {"round half to even", "Round", "", 11, 1,
+     {T1(F32, 8, 0.5, 1.5, 2.5, -0.5, -1.5, 2.6, -2.6, INF)}, AF_OK,
+     {T1(F32, 8, 0, 2, 2, 0, -2, 3, -3, INF)}},
+    {"sign float", "Sign", "", 13, 1, {T1(F32, 4, -3, 0, 2, NAN)}, AF_OK,
+     {T1(F32, 4, -1, 0, 1, NAN)}},
+    {"leaky relu alpha", "LeakyRelu", "alpha=0.1", 16, 1, {T1(F32, 2, -2, 3)}, AF_OK,
+     {T1(F32, 2, -0.2, 3)}},
+    {"elu default", "Elu", "", 13, 1, {T1(F32, 2, -1, 1)}, AF_OK,
+     {T1(F32, 2, -0.6321205588285577, 1)}},
+    {"selu default", "Selu", "", 13, 1, {T1(F32, 2, -1, 2)}, AF_OK,
+     {T1(F32, 2, -1.1113307378125625, 2.1014019747)}},
+    {"hard sigmoid", "HardSigmoid", "alpha=0.5 beta=0.6", 13, 1, {T1(F32, 3, -3, 0, 1)}, AF_OK,
+     {T1(F32, 3, 0, 0.6, 1)}},
+    {"hard swish", "HardSwish", "", 14, 1, {T1(F32, 4, -4, 0, 1, 4)}, AF_OK,
+     {T1(F32, 4, 0, 0, 0.6666666666666666, 4)}},
+    {"softplus stable", "Softplus", "", 13, 1, {T1(F32, 3, -1000, 0, 1000)}, AF_OK,
+     {T1(F32, 3, 0, 0.6931471805599453, 1000)}},
+    {"sigmoid stable", "Sigmoid", "", 13, 1, {T1(F32, 3, -1000, 0, 1000)}, AF_OK,
+     {T1(F32, 3, 0, 0.5, 1)}},
+    {"thresholded relu", "ThresholdedRelu", "alpha=2.0", 10, 1, {T1(F32, 3, 1, 2, 3)}, AF_OK,
+     {T1(F32, 3, 0, 0, 3)}},
+    {"shrink", "Shrink", "lambd=1.5 bias=1.5", 9, 1, {T1(F32, 5, -2, -1, 0, 1, 2)}, AF_OK,
+     {T1(F32, 5, -0.5, 0, 0, 0, 0.5)}},
+    {"shrink int8 computes in double", "Shrink", "lambd=1.0 bias=1.0", 9, 1,
+     {T1(I8, 3, -5, 1, 5)}, AF_OK, {T1(I8, 3, -4, 0, 4)}},
+    {"celu alpha", "Celu", "alpha=2.0", 12, 1, {T1(F32, 2, -2, 3)}, AF_OK,
+     {T1(F32, 2, -1.2642411176571153, 3)}},
+    {"mish", "Mish", "", 17, 1, {T1(F32, 2, 0, 1)}, AF_OK, {T1(F32, 2, 0, 0.8650983882673103)}},
+    {"erf", "Erf", "", 13, 1, {T1(F32, 2, 0, 1)}, AF_OK, {T1(F32, 2, 0, 0.8427007929497149)}},
+    {"exp double", "Exp", "", 13, 1, {T1(F64, 2, 0, 1)}, AF_OK,
+     {T1(F64, 2, 1, 2.718281828459045)}},
+    {"abs float16", "Abs", "", 13, 1, {T1(F16, 2, -1.5, 2)}, AF_OK, {T1(F16, 2, 1.5, 2)}},
+    {"isnan", "IsNaN", "", 13, 1, {T1(F32, 3, 1, NAN, INF)}, AF_OK, {T1(BOOL, 3, 0, 1, 0)}},
+    {"isinf positive only", "IsInf", "detect_negative=0", 10, 1, {T1(F32, 4, -INF, INF, NAN, 1)},
+     AF_OK, {T1(BOOL, 4, 0, 1, 0, 0)}},
+
+    /* unary ops on integers and bool */
+    {"abs int8 wraps at min", "Abs", "", 13, 1, {T1(I8, 3, -128, -5, 7)}, AF_OK,
+     {T1(I8, 3, -128, 5, 7)}},
+    {"abs int64 min", "Abs", "", 13, 1, {T1(I64, 1, I64MIN)}, AF_OK, {T1(I64, 1, I64MIN)}},
+    {"neg int32", "Neg", "", 13, 1, {T1(I32, 3, 5, -7, 0)}, AF_OK, {T1(I32, 3, -5, 7, 0)}},
+    {"sign int64", "Sign", "", 13, 1, {T1(I64, 3, -9, 0, 9)}, AF_OK, {T1(I64, 3, -1, 0, 1)}},
+    {"sign uint8", "Sign", "", 13, 1, {T1(U8, 2, 0, 200)}, AF_OK, {T1(U8, 2, 0, 1)}},
+    {"relu int32", "Relu", "", 14, 1, {T1(I32, 2, -3, 4)}, AF_OK, {T1(I32, 2, 0, 4)}},
+    {"not", "Not", "", 13, 1, {T1(BOOL, 2, 1, 0)}, AF_OK, {T1(BOOL, 2, 0, 1)}},
+    {"bitwise not uint8", "BitwiseNot", "", 18, 1, {T1(U8, 2, 0, 240)}, AF_OK,
+     {T1(U8, 2, 255, 15)}},
+    {"neg uint8 undefined", "Neg", "", 13, 1, {T1(U8, 1, 1)}, AF_ERR_UNSUPPORTED, {NONE}},
+    {"exp int32 undefined", "Exp", "", 13, 1, {T1(I32, 1, 1)}, AF_ERR_UNSUPPORTED, {NONE}},
+    {"not on float", "Not", "", 13, 1, {T1(F32, 1, 1)}, AF_ERR_UNSUPPORTED, {NONE}},
+
+    /* Clip: inputs from opset 11, attributes before */
+    {"clip inputs", "Clip", "", 13, 3, {T1(F32, 4, -2, 0.5, 2, NAN), T0(F32, -1), T0(F32, 1)},
+     AF_OK, {T1(F32, 4, -1, 0.5, 1, NAN)}},
+    {"clip int8 min only", "Clip", "", 13, 2, {T1(I8, 3, -100, 5, 100), T0(I8, 0)}, AF_OK,
+     {T1(I8, 3, 0, 5, 100)}},
+    {"clip uint16 max only", "Clip", "", 13, 3, {T1(U16, 2, 3, 300), NONE, T0(U16, 10)}, AF_OK,
+     {T1(U16, 2, 3, 10)}},
+    {"clip min above max gives max", "Clip", "", 13, 3, {T1(F32, 2, 0, 5), T0(F32, 2),
+     T0(F32, 1)}, AF_OK, {T1(F32, 2, 1, 1)}},
+    {"clip attributes", "Clip", "min=-0.5 max=0.5", 10, 1, {T1(F32, 3, -1, 0.25, 1)}, AF_OK,
+     {T1(F32, 3, -0.5, 0.25, 0.5)}},
+    {"clip bound not scalar", "Clip", "", 13, 2, {T1(F32, 2, 1, 2), T1(F32, 2, 0, 0)},
+     AF_ERR_INVALID_MODEL, {NONE}},
+
+    /* broadcasting arithmetic */
+    {"add row", "Add", "", 14, 2, {T2(F32, 2, 3, 1, 2, 3, 4, 5, 6), T1(F32, 3, 10, 20, 30)},
+     AF_OK, {T2(F32, 2, 3, 11, 22, 33, 14, 25, 36)}},
+    {"add both sides", "Add", "", 14, 2, {T2(F32, 2, 1, 1, 2), T2(F32, 1, 3, 10, 20, 30)},
+     AF_OK, {T2(F32, 2, 3, 11, 21, 31, 12, 22, 32)}},
+    {"add scalar", "Add", "", 14, 2, {T0(F32, 1), T1(F32, 2, 2, 3)}, AF_OK,
+     {T1(F32, 2, 3, 4)}},
+    {"add int8 wraps", "Add", "", 14, 2, {T1(I8, 2, 127, -128), T1(I8, 2, 1, -1)}, AF_OK,
+     {T1(I8, 2, -128, 127)}},
+    {"add uint8 wraps", "Add", "", 14, 2, {T1(U8, 1, 250), T1(U8, 1, 10)}, AF_OK,
+     {T1(U8, 1, 4)}},
+    {"sub uint32 wraps", "Sub", "", 14, 2, {T1(U32, 1, 0), T1(U32, 1, 1)}, AF_OK,
+     {T1(U32, 1, 4294967295.0)}},
+    {"mul int64", "Mul", "", 14, 2, {T1(I64, 2, -3, 4), T0(I64, 5)}, AF_OK,
+     {T1(I64, 2, -15, 20)}},
+    {"div int32 truncates, x/0 is 0", "Div", "", 14, 2, {T1(I32, 4, -7, 7, 7, 5),
+     T1(I32, 4, 2, -2, 0, 5)}, AF_OK, {T1(I32, 4, -3, -3, 0, 1)}},
+    {"div int64 min by -1 wraps", "Div", "", 14, 2, {T1(I64, 1, I64MIN), T1(I64, 1, -1)}, AF_OK,
+     {T1(I64, 1, I64MIN)}},
+    {"div uint8", "Div", "", 14, 2, {T1(U8, 2, 16, 6), T1(U8, 2, 11, 0)}, AF_OK,
+     {T1(U8, 2, 1, 0)}},
+    {"div float by zero", "Div", "", 14, 2, {T1(F32, 3, 1, -1, 0), T0(F32, 0)}, AF_OK,
+     {T1(F32, 3, INF, -INF, NAN)}},
+    {"mod int8 sign of divisor", "Mod", "", 13, 2, {T1(I8, 6, -4, 7, 5, 4, -7, 8),
+     T1(I8, 6, 2, -3, 8, -2, 3, 5)}, AF_OK, {T1(I8, 6, 0, -2, 5, 0, 2, 3)}},
+    {"mod int64 fmod", "Mod", "fmod=1", 13, 2, {T1(I64, 6, -4, 7, 5, 4, -7, 8),
+     T1(I64, 6, 2, -3, 8, -2, 3, 5)}, AF_OK, {T1(I64, 6, 0, 1, 5, 0, -1, 3)}},
+    {"mod float fmod", "Mod", "fmod=1", 13, 2, {T1(F32, 2, -4.5, 7.5), T1(F32, 2, 2, -3)}, AF_OK,
+     {T1(F32, 2, -0.5, 1.5)}},
+    {"mod uint16 by zero", "Mod", "", 13, 2, {T1(U16, 2, 7, 7), T1(U16, 2, 4, 0)}, AF_OK,
+     {T1(U16, 2, 3, 0)}},
+    {"mod float needs fmod", "Mod", "", 13, 2, {T1(F32, 1, 1), T1(F32, 1, 2)},
+     AF_ERR_INVALID_MODEL, {NONE}},
+    {"pow float by int64", "Pow", "", 15, 2, {T1(F32, 2, 2, 4), T1(I64, 2, 3, -1)}, AF_OK,
+     {T1(F32, 2, 8, 0.25)}},
+    {"pow int32 by float truncates", "Pow", "", 15, 2, {T1(I32, 2, 2, 4), T1(F32, 2, 0.5, 2)},
+     AF_OK, {T1(I32, 2, 1, 16)}},
+    {"pow int64 exact", "Pow", "", 15, 2, {T1(I64, 4, 2, -3, 5, 2), T1(I64, 4, 62, 3, 0, -1)},
+     AF_OK, {T1(I64, 4, 4611686018427387904.0, -27, 1, 0)}},
+    {"prelu per channel", "PRelu", "", 16, 2, {T3(F32, 1, 2, 2, -1, 2, -3, 4),
+     T2(F32, 2, 1, 0.5, 0.25)}, AF_OK, {T3(F32, 1, 2, 2, -0.5, 2, -0.75, 4)}},
+    {"prelu int32", "PRelu", "", 16, 2, {T1(I32, 2, -4, 4), T0(I32, 3)}, AF_OK,
+     {T1(I32, 2, -12, 4)}},
+    {"prelu slope larger than x", "PRelu", "", 16, 2, {T1(F32, 2, 1, 2), T2(F32, 2, 2, 1, 1, 1, 1)},
+     AF_ERR_INVALID_MODEL, {NONE}},
+    {"shapes that do not broadcast", "Add", "", 14, 2, {T2(F32, 2, 3, 0), T1(F32, 4, 0)},
+     AF_ERR_INVALID_MODEL, {NONE}},
+    {"mixed dtypes", "Add", "", 14, 2, {T1(I32, 1, 1), T1(F32, 1, 1)}, AF_ERR_INVALID_MODEL,
+     {NONE}},
+
+    /* bit operations */
+    {"shift left uint8", "BitShift", "direction=LEFT", 11, 2, {T1(U8, 3, 1, 255, 1),
+     T1(U8, 3, 3, 1, 8)}, AF_OK, {T1(U8, 3, 8, 254, 0)}},
+    {"shift right uint64 past width", "BitShift", "direction=RIGHT", 11, 2,
+     {T1(U64, 3, 16, 4, 1), T1(U64, 3, 1, 2, 70)}, AF_OK, {T1(U64, 3, 8, 1, 0)}},
+    {"shift direction", "BitShift", "direction=UP", 11, 2, {T1(U8, 1, 1), T1(U8, 1, 1)},
+     AF_ERR_INVALID_MODEL, {NONE}},
+    {"shift signed", "BitShift", "direction=LEFT", 11, 2, {T1(I32, 1, 1), T1(I32, 1, 1)},
+     AF_ERR_UNSUPPORTED, {NONE}},
+    {"bitwise and int32", "BitwiseAnd", "", 18, 2, {T1(I32, 2, 12, -1), T1(I32, 2, 10, 5)},
+     AF_OK, {T1(I32, 2, 8, 5)}},
+    {"bitwise xor uint8", "BitwiseXor", "", 18, 2, {T1(U8, 1, 255), T1(U8, 1, 15)}, AF_OK,
+     {T1(U8, 1, 240)}},
+
+    /* comparisons and logic */
+    {"equal float nan", "Equal", "", 13, 2, {T1(F32, 3, 1, NAN, 2), T1(F32, 3, 1, NAN, 3)},
+     AF_OK, {T1(BOOL, 3, 1, 0, 0)}},
+    {"equal bool broadcast", "Equal", "", 13, 2, {T2(BOOL, 2, 2, 1, 0, 0, 1), T1(BOOL, 2, 1, 0)},
+     AF_OK, {T2(BOOL, 2, 2, 1, 1, 0, 0)}},
+    {"less int64 broadcast", "Less", "", 13, 2, {T2(I64, 2, 1, -5, 5), T1(I64, 2, 0, 10)},
+     AF_OK, {T2(BOOL, 2, 2, 1, 1, 0, 1)}},
+    {"greater or equal uint64", "GreaterOrEqual", "", 16, 2, {T1(U64, 2, 3, 2), T0(U64, 3)},
+     AF_OK, {T1(BOOL, 2, 1, 0)}},
+    {"and broadcast", "And", "", 7, 2, {T2(BOOL, 2, 2, 1, 1, 0, 1), T1(BOOL, 2, 1, 0)}, AF_OK,
+     {T2(BOOL, 2, 2, 1, 0, 0, 0)}},
+    {"xor", "Xor", "", 7, 2, {T1(BOOL, 4, 0, 0, 1, 1), T1(BOOL, 4, 0, 1, 0, 1)}, AF_OK,
+     {T1(BOOL, 4, 0, 1, 1, 0)}},
+    {"or on int", "Or", "", 7, 2, {T1(I32, 1, 1), T1(I32, 1, 1)}, AF_ERR_UNSUPPORTED, {NONE}},
+
+    /* variadic */
+    {"max nan propagates", "Max", "", 13, 2, {T1(F32, 3, 1, NAN, 3), T1(F32, 3, 2, 0, NAN)},
+     AF_OK, {T1(F32, 3, 2, NAN, NAN)}},
+    {"min int16", "Min", "", 13, 2, {T1(I16, 2, -300, 7), T1(I16, 2, 5, -2)}, AF_OK,
+     {T1(I16, 2, -300, -2)}},
+    {"max three broadcast", "Max", "", 13, 3, {T1(F32, 3, 1, 5, 3), T2(F32, 2, 1, 2, 4),
+     T0(F32, 3)}, AF_OK, {T2(F32, 2, 3, 3, 5, 3, 4, 5, 4)}},
+    {"max one input", "Max", "", 13, 1, {T1(U8, 2, 7, 9)}, AF_OK, {T1(U8, 2, 7, 9)}},
+    {"max float16", "Max", "", 13, 2, {T1(F16, 2, 0.5, -2), T1(F16, 2, 0.25, 8)}, AF_OK,
+     {T1(F16, 2, 0.5, 8)}},
+    {"sum three", "Sum", "", 13, 3, {T1(F32, 2, 1, 2), T0(F32, 10), T2(F32, 2, 1, 100, 200)},
+     AF_OK, {T2(F32, 2, 2, 111, 112, 211, 212)}},
+    {"mean three", "Mean", "", 13, 3, {T1(F32, 3, 3, 0, 2), T1(F32, 3, 1, 3, 4),
+     T1(F32, 3, 2, 6, 6)}, AF_OK, {T1(F32, 3, 2, 3, 4)}},
+    {"mean int32", "Mean", "", 13, 2, {T1(I32, 1, 1), T1(I32, 1, 1)}, AF_ERR_UNSUPPORTED,
+     {NONE}},
+
+    /* Where */
+    {"where broadcast", "Where", "", 16, 3, {T2(BOOL, 2, 1, 1, 0), T2(I64, 1, 3, 1, 2, 3),
+     T0(I64, -1)}, AF_OK, {T2(I64, 2, 3, 1, 2, 3, -1, -1, -1)}},
+    {"where float16", "Where", "", 16, 3, {T1(BOOL, 2, 0, 1), T1(F16, 2, 1, 2),
+     T1(F16, 2, 3, 4)}, AF_OK, {T1(F16, 2, 3, 2)}},
+    {"where float condition", "Where", "", 16, 3, {T1(F32, 1, 1), T1(F32, 1, 1), T1(F32, 1, 1)},
+     AF_ERR_UNSUPPORTED, {NONE}},
+    {"where x and y differ", "Where", "", 16, 3, {T1(BOOL, 1, 1), T1(F32, 1, 1), T1(I32, 1, 1)},
+     AF_ERR_INVALID_MODEL, {NONE}},
+
+    /* Cast and CastLike */
+    {"cast float to int32 truncates", "Cast", "to=6", 13, 1, {T1(F32, 4, -1.7, 2.9, NAN, -0.5)},
+     AF_OK, {T1(I32, 4, -1, 2, 0, 0)}},
+    {"cast float to int64 saturates", "Cast", "to=7", 13, 1, {T1(F32, 2, 1e20, -1e20)}, AF_OK,
+     {T1(I64, 2, 9223372036854775807.0, I64MIN)}},
+    {"cast float to uint8 wraps", "Cast", "to=2", 13, 1, {T1(F32, 2, 300, -1)}, AF_OK,
+     {T1(U8, 2, 44, 255)}},
+    {"cast float to bool", "Cast", "to=9", 13, 1, {T1(F32, 4, 0, -0.0, 2, NAN)}, AF_OK,
+     {T1(BOOL, 4, 0, 0, 1, 1)}},
+    {"cast bool to float", "Cast", "to=1", 13, 1, {T1(BOOL, 2, 1, 0)}, AF_OK,
+     {T1(F32, 2, 1, 0)}},
+    {"cast int64 to float rounds once", "Cast", "to=1", 13, 1, {T1(I64, 1, 16777217)}, AF_OK,
+     {T1(F32, 1, 16777216)}},
+    {"cast float to float16", "Cast", "to=10", 13, 1, {T1(F32, 3, 0.333333333, 65504, 1e6)},
+     AF_OK, {T1(F16, 3, 0.333251953125, 65504, INF)}},
+    {"cast float to bfloat16 ties to even", "Cast", "to=16", 13, 1,
+     {T1(F32, 2, 1.00390625, 1.01171875)}, AF_OK, {T1(BF16, 2, 1, 1.015625)}},
+    {"cast uint64 to double", "Cast", "to=11", 13, 1, {T1(U64, 1, 9007199254740992.0)}, AF_OK,
+     {T1(F64, 1, 9007199254740992.0)}},
+    {"cast to string", "Cast", "to=8", 13, 1, {T1(F32, 1, 1)}, AF_ERR_UNSUPPORTED, {NONE}},
+    {"cast without to", "Cast", "", 13, 1, {T1(F32, 1, 1)}, AF_ERR_INVALID_MODEL, {NONE}},
+    {"castlike", "CastLike", "", 15, 2, {T1(F64, 2, -2.5, 7.9), T1(I16, 1, 0)}, AF_OK,
+     {T1(I16, 2, -2, 7)}},
+
+    /* Identity and Dropout */
+    {"identity int64", "Identity", "", 16, 1, {T2(I64, 1, 2, -4, 9)}, AF_OK,
+     {T2(I64, 1, 2, -4, 9)}},
+    {"dropout inference mask", "Dropout", "ratio=0.3", 11, 1, {T1(F32, 2, 1, -2)}, AF_OK,
+     {T1(F32, 2, 1, -2), T1(BOOL, 2, 1, 1)}},
+    {"dropout opset 9 mask is T", "Dropout", "", 9, 1, {T1(F64, 2, 1, -2)}, AF_OK,
+     {T1(F64, 2, 1, -2), T1(F64, 2, 1, 1)}},
+    {"dropout training ratio 0", "Dropout", "", 13, 3, {T1(F32, 2, 1, -2), T0(F32, 0),
+     T0(BOOL, 1)}, AF_OK, {T1(F32, 2, 1, -2), T1(BOOL, 2, 1, 1)}},
+    {"dropout not training", "Dropout", "", 13, 3, {T1(F32, 2, 1, -2), T0(F32, 0.5),
+     T0(BOOL, 0)}, AF_OK, {T1(F32, 2, 1, -2)}},
+    {"dropout training", "Dropout", "", 13, 3, {T1(F32, 1, 1), T0(F32, 0.5), T0(BOOL, 1)},
+     AF_ERR_UNSUPPORTED, {NONE}},
+    {"dropout training default ratio", "Dropout", "", 13, 3, {T1(F32, 1, 1), NONE, T0(BOOL, 1)},
+     AF_ERR_UNSUPPORTED, {NONE}},
+};
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static int64_t tens_numel(const tens *s) {
+    int64_t n = 1;
+    for (int d = 0; d < s->rank; d++) n *= s->dims[d];
+    return n;
+}
+
+static void set(af_tensor *t, int64_t i, double v) {
+    void *p = t->data;
+    switch (t->dtype) {
+    case AF_DTYPE_FLOAT: ((float *)p)[i] = (float)v; break;
+    case AF_DTYPE_DOUBLE: ((double *)p)[i] = v; break;
+    case AF_DTYPE_FLOAT16: ((uint16_t *)p)[i] = af_float_to_half((float)v); break;
+    case AF_DTYPE_BFLOAT16: ((uint16_t *)p)[i] = af_float_to_bf16((float)v); break;
+    case AF_DTYPE_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+    case AF_DTYPE_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
+    case AF_DTYPE_INT16: ((int16_t *)p)[i] = (int16_t)v; break;
+    case AF_DTYPE_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case AF_DTYPE_INT64: ((int64_t *)p)[i] = (int64_t)v; break;
+    case AF_DTYPE_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    case AF_DTYPE_UINT16: ((uint16_t *)p)[i] = (uint16_t)v; break;
+    case AF_DTYPE_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
+    case AF_DTYPE_UINT64: ((uint64_t *)p)[i] = (uint64_t)v; break;
+    default: fail_msg("dtype %d not handled by the test", t->dtype);
+    }
+}
+
+static double get(const af_tensor *t, int64_t i) {
+    const void *p = t->data;
+    switch (t->dtype) {
+    case AF_DTYPE_FLOAT: return ((const float *)p)[i];
+    case AF_DTYPE_DOUBLE: return ((const double *)p)[i];
+    case AF_DTYPE_FLOAT16: return af_half_to_float(((const uint16_t *)p)[i]);
+    case AF_DTYPE_BFLOAT16: return af_bf16_to_float(((const uint16_t *)p)[i]);
+    case AF_DTYPE_BOOL: return ((const uint8_t *)p)[i];
+    case AF_DTYPE_INT8: return ((const int8_t *)p)[i];
+    case AF_DTYPE_INT16: return ((const int16_t *)p)[i];
+    case AF_DTYPE_INT32: return ((const int32_t *)p)[i];
+    case AF_DTYPE_INT64: return (double)((const int64_t *)p)[i];
+    case AF_DTYPE_UINT8: return ((const uint8_t *)p)[i];
+    case AF_DTYPE_UINT16: return ((const uint16_t *)p)[i];
+    case AF_DTYPE_UINT32: return ((const uint32_t *)p)[i];
+    case AF_DTYPE_UINT64: return (double)((const uint64_t *)p)[i];
+    default: fail_msg("dtype %d not handled by the test", t->dtype);
+    }
+    return 0;
+}
+
+static af_tensor *make(const tens *s) {
+    af_tensor *t = af_tensor_new(s->t, s->rank, s->dims);
+    assert_non_null(t);
+    for (int64_t i = 0; i < tens_numel(s); i++) set(t, i, s->v[i]);
+    return t;
+}
+
+/* A one-node graph for `op` at `opset` with attributes parsed from `attrs`. */
+static af_node *make_node(af_arena *a, const char *op, const char *attrs, int opset, int nin,
+                          int nout) {
+    af_graph *g = af_graph_new(a, "test.onnx", NULL);
+    assert_non_null(g);
+    g->opsets = af_arena_calloc(a, 1, sizeof(af_opset));
+    g->opsets[0].domain = "";
+    g->opsets[0].version = opset;
+    g->nopsets = 1;
+    af_op id = af_op_lookup("", op);
+    assert_int_not_equal(id, AF_OP_COUNT);
+    af_node *n = af_node_new(g, id, "n0", nin, nout);
+    assert_non_null(n);
+    n->attrs = af_arena_calloc(a, 8, sizeof(af_attr));
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", attrs);
+    for (char *save = NULL, *tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(tok, '=');
+        assert_non_null(eq);
+        assert_true(n->nattrs < 8);
+        *eq = '\0';
+        af_attr *at = &n->attrs[n->nattrs++];
+        at->name = af_arena_strdup(a, tok);
+        const char *val = eq + 1;
+        if (strchr(val, '.')) {
+            at->type = AF_ATTR_FLOAT;
+            at->f = strtof(val, NULL);
+        } else if (strspn(val, "-0123456789") == strlen(val)) {
+            at->type = AF_ATTR_INT;
+            at->i = strtoll(val, NULL, 10);
+        } else {
+            at->type = AF_ATTR_STRING;
+            at->s = af_arena_strdup(a, val);
+            at->slen = strlen(val);
+        }
+    }
+    return n;
+}
+
+static void expect_tensor(const char *name, const af_tensor *got, const tens *want) {
+    if (got->dtype != want->t) fail_msg("%s: dtype %d, expected %d", name, got->dtype, want->t);
+    if (got->rank != want->rank) fail_msg("%s: rank %d, expected %d", name, got->rank, want->rank);
+    for (int d = 0; d < want->rank; d++)
+        if (got->dims[d] != want->dims[d]) fail_msg("%s: dim %d differs", name, d);
+    for (int64_t i = 0; i < tens_numel(want); i++) {
+        double g = get(got, i), w = want->v[i];
+        bool ok = isnan(w) ? isnan(g) : (g == w || fabs(g - w) <= 1e-6 * fmax(1.0, fabs(w)));
+        if (!ok) fail_msg("%s: element %lld is %.17g, expected %.17g", name, (long long)i, g, w);
+    }
+}
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+static void test_cases(void **state) {
+    (void)state;
+    for (size_t c = 0; c < AF_COUNT(cases); c++) {
+        const tcase *tc = &cases[c];
+        int nout = tc->out[1].t != AF_DTYPE_UNDEFINED ? 2 : 1;
+        af_arena *a = af_arena_new();
+        af_node *n = make_node(a, tc->op, tc->attrs, tc->opset, tc->nin, nout);
+        af_tensor *owned[3] = {NULL, NULL, NULL};
+        const af_tensor *in[3] = {NULL, NULL, NULL};
+        for (int k = 0; k < tc->nin; k++)
+            if (tc->in[k].t != AF_DTYPE_UNDEFINED) in[k] = owned[k] = make(&tc->in[k]);
+        af_tensor out[2];
+        memset(out, 0, sizeof out);
+        out[0].rank = out[1].rank = -1;
+        af_error err = {0};
+        af_status st = af_ops[n->op].shape(n, in, out, &err);
+        for (int o = 0; o < nout && st == AF_OK; o++) st = af_tensor_alloc(&out[o], &err);
+        if (st == AF_OK) st = af_ops[n->op].kernel(n, in, out, NULL, &err);
+        if (st != tc->expect)
+            fail_msg("%s: status %d, expected %d (%s)", tc->name, st, tc->expect, err.message);
+        if (st != AF_OK && !strstr(err.message, "'n0'"))
+            fail_msg("%s: message does not name the node: %s", tc->name, err.message);
+        for (int o = 0; st == AF_OK && o < nout; o++) expect_tensor(tc->name, &out[o], &tc->out[o]);
+        for (int o = 0; o < 2; o++) af_tensor_release(&out[o]);
+        for (int k = 0; k < 3; k++) af_tensor_free(owned[k]);
+        af_arena_free(a);
+    }
+}
+
+/* Compile time: dims may be -1 and ranks unknown; shape functions propagate, never fail. */
+static void test_shapes_unknown(void **state) {
+    (void)state;
+    af_arena *a = af_arena_new();
+    af_error err;
+    af_tensor x = {.dtype = AF_DTYPE_FLOAT, .rank = 2, .dims = {-1, 3}};
+    af_tensor row = {.dtype = AF_DTYPE_FLOAT, .rank = 1, .dims = {3}};
+    af_tensor col = {.dtype = AF_DTYPE_FLOAT, .rank = 2, .dims = {4, 1}};
+    af_tensor unk = {.dtype = AF_DTYPE_FLOAT, .rank = -1};
+    af_tensor out[2];
+
+    af_node *add = make_node(a, "Add", "", 14, 2, 1);
+    const af_tensor *in1[2] = {&x, &row};
+    assert_int_equal(ew_shape_binary(add, in1, out, &err), AF_OK);
+    assert_int_equal(out[0].rank, 2);
+    assert_int_equal(out[0].dims[0], -1);
+    assert_int_equal(out[0].dims[1], 3);
+
+    const af_tensor *in2[2] = {&x, &col};
+    assert_int_equal(ew_shape_binary(add, in2, out, &err), AF_OK);
+    assert_int_equal(out[0].dims[0], 4);
+    assert_int_equal(out[0].dims[1], 3);
+
+    const af_tensor *in3[2] = {&row, &unk};
+    assert_int_equal(ew_shape_binary(add, in3, out, &err), AF_OK);
+    assert_int_equal(out[0].rank, -1);
+
+    af_node *less = make_node(a, "Less", "", 13, 2, 1);
+    assert_int_equal(ew_shape_binary(less, in1, out, &err), AF_OK);
+    assert_int_equal(out[0].dtype, AF_DTYPE_BOOL);
+
+    af_node *cast = make_node(a, "Cast", "to=7", 13, 1, 1);
+    const af_tensor *in4[1] = {&x};
+    assert_int_equal(ew_shape_cast(cast, in4, out, &err), AF_OK);
+    assert_int_equal(out[0].dtype, AF_DTYPE_INT64);
+    assert_int_equal(out[0].dims[0], -1);
+
+    af_node *drop = make_node(a, "Dropout", "", 13, 1, 2);
+    assert_int_equal(ew_shape_dropout(drop, in4, out, &err), AF_OK);
+    assert_int_equal(out[1].dtype, AF_DTYPE_BOOL);
+    assert_int_equal(out[1].dims[1], 3);
+
+    /* A Clip bound whose value is unknown at compile time does not stop inference. */
+    af_tensor lo = {.dtype = AF_DTYPE_FLOAT, .rank = 0};
+    af_node *clip = make_node(a, "Clip", "", 13, 2, 1);
+    const af_tensor *in5[2] = {&x, &lo};
+    assert_int_equal(ew_shape_clip(clip, in5, out, &err), AF_OK);
+    assert_int_equal(out[0].dims[1], 3);
+    af_arena_free(a);
+}
+
+/* Opset < 7 broadcasting: B aligned at `axis`, PRelu slopes per channel. */
+static void test_legacy_broadcast(void **state) {
+    (void)state;
+    af_arena *a = af_arena_new();
+    af_error err;
+    tens xs = T3(F32, 2, 3, 1, 1, 2, 3, 4, 5, 6), bs = T1(F32, 3, 10, 20, 30);
+    af_tensor *x = make(&xs), *b = make(&bs);
+    const af_tensor *in[2] = {x, b};
+    af_tensor out[1];
+
+    af_node *add = make_node(a, "Add", "broadcast=1 axis=1", 6, 2, 1);
+    memset(out, 0, sizeof out);
+    assert_int_equal(ew_shape_binary(add, in, out, &err), AF_OK);
+    assert_int_equal(af_tensor_alloc(&out[0], &err), AF_OK);
+    assert_int_equal(ew_binary(add, in, out, NULL, &err), AF_OK);
+    tens want = T3(F32, 2, 3, 1, 11, 22, 33, 14, 25, 36);
+    expect_tensor("legacy add", &out[0], &want);
+    af_tensor_release(&out[0]);
+
+    af_node *prelu = make_node(a, "PRelu", "", 6, 2, 1);
+    tens ns = T3(F32, 1, 3, 1, -1, -1, -1);
+    af_tensor *neg = make(&ns);
+    const af_tensor *pin[2] = {neg, b};
+    memset(out, 0, sizeof out);
+    assert_int_equal(ew_shape_binary(prelu, pin, out, &err), AF_OK);
+    assert_int_equal(af_tensor_alloc(&out[0], &err), AF_OK);
+    assert_int_equal(ew_binary(prelu, pin, out, NULL, &err), AF_OK);
+    tens pwant = T3(F32, 1, 3, 1, -10, -20, -30);
+    expect_tensor("legacy prelu", &out[0], &pwant);
+    af_tensor_release(&out[0]);
+
+    af_tensor_free(neg);
+    af_tensor_free(x);
+    af_tensor_free(b);
+    af_arena_free(a);
+}
+
+/* A kernel handed tensors that disagree with its output (a runtime bug or a hostile caller)
+ * fails instead of reading out of bounds. */
+static void test_kernel_rejects_bad_buffers(void **state) {
+    (void)state;
+    af_arena *a = af_arena_new();
+    af_error err;
+    tens xs = T1(F32, 4, 1, 2, 3, 4), ys = T1(F32, 3, 1, 2, 3);
+    af_tensor *x = make(&xs), *y = make(&ys);
+    af_node *add = make_node(a, "Add", "", 14, 2, 1);
+    const af_tensor *in[2] = {x, y};
+    af_tensor out[1];
+    memset(out, 0, sizeof out);
+    int64_t dims[1] = {4};
+    af_tensor_set_type(&out[0], AF_DTYPE_FLOAT, 1, dims);
+    assert_int_equal(af_tensor_alloc(&out[0], &err), AF_OK);
+    assert_int_equal(ew_binary(add, in, out, NULL, &err), AF_ERR_RUNTIME);
+
+    x->nbytes = 8; /* claims 4 floats, holds 2 */
+    in[1] = x;
+    assert_int_equal(ew_binary(add, in, out, NULL, &err), AF_ERR_INTERNAL);
+    x->nbytes = 16;
+    af_tensor_release(&out[0]);
+    af_tensor_free(x);
+    af_tensor_free(y);
+    af_arena_free(a);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cases),
+        cmocka_unit_test(test_shapes_unknown),
+        cmocka_unit_test(test_legacy_broadcast),
+        cmocka_unit_test(test_kernel_rejects_bad_buffers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,131 @@
+/* IR unit tests: construction, use lists under mutation, topological sort, cycle rejection and
+ * the verifier. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "ir/ir.h"
+
+/* x -> Relu(a) -> Neg(b) -> y, built out of order to exercise the sort. */
+static af_graph *chain(af_arena *a, af_node **relu, af_node **neg) {
+    af_graph *g = af_graph_new(a, "chain.onnx", NULL);
+    af_value *x = af_value_new(g, "x"), *t = af_value_new(g, "t"), *y = af_value_new(g, "y");
+    x->is_input = true;
+    y->is_output = true;
+    g->inputs = af_arena_calloc(a, 1, sizeof(af_value *));
+    g->inputs[0] = x;
+    g->ninputs = 1;
+    g->outputs = af_arena_calloc(a, 1, sizeof(af_value *));
+    g->outputs[0] = y;
+    g->noutputs = 1;
+    af_op r = af_op_lookup("", "Relu"), n = af_op_lookup("", "Neg");
+    *neg = af_node_new(g, n, "neg", 1, 1);
+    af_node_set_input(*neg, 0, t);
+    af_node_set_output(*neg, 0, y);
+    *relu = af_node_new(g, r, "relu", 1, 1);
+    af_node_set_input(*relu, 0, x);
+    af_node_set_output(*relu, 0, t);
+    return g;
+}
+
+static void test_sort_and_verify(void **state) {
+    (void)state;
+    af_arena *a = af_arena_new();
+    af_node *relu, *neg;
+    af_graph *g = chain(a, &relu, &neg);
+    af_error err;
+    assert_int_equal(af_graph_verify(g, &err), AF_ERR_INTERNAL); /* neg before relu */
+    assert_int_equal(af_graph_toposort(g, &err), AF_OK);
+    assert_ptr_equal(g->nodes[0], relu);
+    assert_ptr_equal(g->nodes[1], neg);
+    assert_int_equal(af_graph_verify(g, &err), AF_OK);
+    af_arena_free(a);
+}
+
+static void test_replace_and_remove(void **state) {
+    (void)state;
+    af_arena *a = af_arena_new();
+    af_node *relu, *neg;
+    af_graph *g = chain(a, &relu, &neg);
+    af_error err;
+    assert_int_equal(af_graph_toposort(g, &err), AF_OK);
+    af_value *x = g->inputs[0], *t = relu->out[0];
+    /* Bypass the Relu: Neg reads x directly, then the Relu goes. */
+    af_value_replace_uses(t, x);
+    assert_int_equal(t->nuses, 0);
+    assert_int_equal(x->nuses, 2);
+    af_node_remove(relu);
+    assert_int_equal(x->nuses, 1);
+    assert_ptr_equal(x->uses[0].node, neg);
+    assert_int_equal(g->nnodes, 1);
+    assert_null(t->producer);
+    assert_int_equal(af_graph_verify(g, &err), AF_OK);
+    af_arena_free(a);
+}
+
+static void test_cycle_rejected(void **state) {
+    (void)state;
+    af_arena *a = af_arena_new();
+    af_node *relu, *neg;
+    af_graph *g = chain(a, &relu, &neg);
+    af_node_set_input(relu, 0, neg->out[0]); /* relu reads y, neg reads relu's output */
+    af_error err;
+    assert_int_equal(af_graph_toposort(g, &err), AF_ERR_INVALID_MODEL);
+    assert_non_null(strstr(err.message, "chain.onnx"));
+    assert_non_null(strstr(err.message, "cycle"));
+    af_arena_free(a);
+}
+
+static void test_insert_position(void **state) {
+    (void)state;
+    af_arena *a = af_arena_new();
+    af_node *relu, *neg;
+    af_graph *g = chain(a, &relu, &neg);
+    af_error err;
+    assert_int_equal(af_graph_toposort(g, &err), AF_OK);
+    /* Insert Abs between relu and neg. */
+    af_value *t = relu->out[0], *u = af_value_new(g, "u");
+    af_node *abs = af_node_new(g, af_op_lookup("", "Abs"), NULL, 1, 1);
+    af_node_set_output(abs, 0, u);
+    af_value_replace_uses(t, u);
+    af_node_set_input(abs, 0, t);
+    af_node_move_last_to(g, 1);
+    assert_ptr_equal(g->nodes[1], abs);
+    assert_string_equal(abs->name, "Abs_0");
+    assert_int_equal(af_graph_verify(g, &err), AF_OK);
+    af_arena_free(a);
+}
+
+static void test_capture_lookup(void **state) {
+    (void)state;
+    af_arena *a = af_arena_new();
+    af_graph *outer = af_graph_new(a, "f.onnx", NULL);
+    af_value *v = af_value_new(outer, "w");
+    af_graph *mid = af_graph_new(a, "f.onnx", outer), *inner = af_graph_new(a, "f.onnx", mid);
+    assert_ptr_equal(af_graph_find(inner, "w"), v);
+    assert_int_equal(inner->ncaptures, 1);
+    assert_int_equal(mid->ncaptures, 1);
+    assert_null(af_graph_find(inner, "nope"));
+    af_arena_free(a);
+}
+
+static void test_half_conversions(void **state) {
+    (void)state;
+    float vals[] = {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 1e-9f, 1e6f};
+    uint16_t halves[] = {0x0000, 0x3c00, 0xc100, 0x7bff, 0x0400, 0x0001, 0x0000, 0x7c00};
+    for (size_t i = 0; i < AF_COUNT(vals); i++) {
+        assert_int_equal(af_float_to_half(vals[i]), halves[i]);
+        if (i < 6) assert_true(af_half_to_float(halves[i]) == vals[i]);
+    }
+    assert_true(af_bf16_to_float(af_float_to_bf16(1.5f)) == 1.5f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sort_and_verify),   cmocka_unit_test(test_replace_and_remove),
+        cmocka_unit_test(test_cycle_rejected),    cmocka_unit_test(test_insert_position),
+        cmocka_unit_test(test_capture_lookup),    cmocka_unit_test(test_half_conversions),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
