@@ -34,8 +34,7 @@ static void put_raw(buf *b, const void *d, size_t n) {
         b->p = realloc(b->p, b->cap);
         assert_non_null(b->p);
     }
-    if (n)
-        memcpy(b->p + b->n, d, n);
+    if (n) memcpy(b->p + b->n, d, n);
     b->n += n;
 }
 
@@ -43,8 +42,7 @@ static void put_varint(buf *b, uint64_t v) {
     do {
         unsigned char c = (unsigned char)(v & 0x7f);
         v >>= 7;
-        if (v)
-            c |= 0x80;
+        if (v) c |= 0x80;
         put_raw(b, &c, 1);
     } while (v);
 }
@@ -80,17 +78,16 @@ static void put_msg(buf *b, int num, buf *m) {
     *m = (buf){0};
 }
 
-/* ---- ONNX messages ---------------------------------------------------------------------------- */
+/* ---- ONNX messages ----------------------------------------------------------------------------
+ */
 
 static buf tensor_msg(const char *name, int dtype, int rank, const int64_t *dims, const void *raw,
                       size_t nraw) {
     buf t = {0};
-    for (int i = 0; i < rank; i++)
-        put_int(&t, 1, dims[i]);
+    for (int i = 0; i < rank; i++) put_int(&t, 1, dims[i]);
     put_int(&t, 2, dtype);
     put_str(&t, 8, name);
-    if (raw)
-        put_bytes(&t, 9, raw, nraw);
+    if (raw) put_bytes(&t, 9, raw, nraw);
     return t;
 }
 
@@ -119,14 +116,11 @@ static buf value_info(const char *name, int elem, int rank, const int64_t *dims)
 static buf node_msg(const char *op, const char *name, const char *const *ins,
                     const char *const *outs, buf *attrs, int nattrs) {
     buf n = {0};
-    for (; *ins; ins++)
-        put_str(&n, 1, *ins);
-    for (; *outs; outs++)
-        put_str(&n, 2, *outs);
+    for (; *ins; ins++) put_str(&n, 1, *ins);
+    for (; *outs; outs++) put_str(&n, 2, *outs);
     put_str(&n, 3, name);
     put_str(&n, 4, op);
-    for (int i = 0; i < nattrs; i++)
-        put_msg(&n, 5, &attrs[i]);
+    for (int i = 0; i < nattrs; i++) put_msg(&n, 5, &attrs[i]);
     return n;
 }
 
@@ -160,14 +154,14 @@ static buf model_msg(buf *graph, int64_t opset) {
 /* Which part of the small model a test replaces. */
 typedef struct variant {
     int64_t opset;
-    const char *op2;      /* op of the second node (default Mul) */
-    const char *in2;      /* its second input (default "two") */
-    int w_dtype;          /* initializer's dtype (default float) */
-    int64_t w_dims0;      /* its first dim (default 2) */
-    size_t w_bytes;       /* its raw_data length (default: exact) */
-    int x_elem;           /* graph input's elem type (default float) */
-    bool w_is_input;      /* also declare w as a graph input */
-    bool extra_bytes;     /* append an unknown field of every wire type to the model */
+    const char *op2;  /* op of the second node (default Mul) */
+    const char *in2;  /* its second input (default "two") */
+    int w_dtype;      /* initializer's dtype (default float) */
+    int64_t w_dims0;  /* its first dim (default 2) */
+    size_t w_bytes;   /* its raw_data length (default: exact) */
+    int x_elem;       /* graph input's elem type (default float) */
+    bool w_is_input;  /* also declare w as a graph input */
+    bool extra_bytes; /* append an unknown field of every wire type to the model */
 } variant;
 
 /* The small model: y = Relu((x + w) * two), x float[2,3] (dim 0 symbolic), w an initializer
@@ -237,8 +231,7 @@ static void expect_fail(const buf *b, af_status code, const char *word) {
 
 static af_value *find(af_graph *g, const char *name) {
     for (int i = 0; i < g->nvalues; i++)
-        if (!strcmp(g->values[i]->name, name))
-            return g->values[i];
+        if (!strcmp(g->values[i]->name, name)) return g->values[i];
     return NULL;
 }
 
@@ -255,8 +248,8 @@ static void test_reader_fields(void **state) {
     af_pb_field f;
     af_error err;
     /* field 1 varint 300; field 2 fixed64; field 3 "abc"; field 4 fixed32; then the end */
-    const unsigned char ok[] = {0x08, 0xac, 0x02, 0x11, 1, 0, 0, 0, 0, 0, 0, 0x80,
-                                0x1a, 3,    'a',  'b',  'c', 0x25, 1, 2, 3, 4};
+    const unsigned char ok[] = {0x08, 0xac, 0x02, 0x11, 1,   0,   0,    0, 0, 0, 0,
+                                0x80, 0x1a, 3,    'a',  'b', 'c', 0x25, 1, 2, 3, 4};
     af_pb r;
     af_pb_init(&r, ok, sizeof ok, "t.pb", "Test");
     assert_int_equal(af_pb_next(&r, &f, &err), AF_OK);
@@ -344,7 +337,8 @@ static void test_reader_repeated_and_depth(void **state) {
     assert_non_null(strstr(err.message, "nested deeper"));
 }
 
-/* ---- the small model -------------------------------------------------------------------------- */
+/* ---- the small model --------------------------------------------------------------------------
+ */
 
 static void test_small_model(void **state) {
     (void)state;
@@ -426,7 +420,8 @@ static void test_bit_flips(void **state) {
     free(b.p);
 }
 
-/* ---- importer rules ----------------------------------------------------------------------------- */
+/* ---- importer rules -----------------------------------------------------------------------------
+ */
 
 static void test_initializer_as_input_default(void **state) {
     (void)state;
@@ -458,8 +453,8 @@ static void test_float16_rule(void **state) {
 
     /* With a float16 graph input the weights stay float16 (shape inference may then reject the
      * float Constant mixed in: only the initializer's type matters here). */
-    b = small_model((variant){.w_dtype = AF_DTYPE_FLOAT16, .x_elem = AF_DTYPE_FLOAT16,
-                              .op2 = "Relu", .in2 = ""});
+    b = small_model((variant){
+        .w_dtype = AF_DTYPE_FLOAT16, .x_elem = AF_DTYPE_FLOAT16, .op2 = "Relu", .in2 = ""});
     af_status st = load(&b, &m, &err);
     if (st == AF_OK) {
         w = find(m->graph, "w");
@@ -488,7 +483,8 @@ static void test_model_errors(void **state) {
         {{.w_bytes = 48}, AF_ERR_INVALID_MODEL, "raw_data has 48 bytes"},
         {{.w_dtype = AF_DTYPE_STRING}, AF_ERR_UNSUPPORTED, "string"},
         {{.w_dtype = 99}, AF_ERR_UNSUPPORTED, "data type 99"},
-        {{.w_dtype = AF_DTYPE_INT64, .w_is_input = true, .w_bytes = 48}, AF_ERR_INVALID_MODEL,
+        {{.w_dtype = AF_DTYPE_INT64, .w_is_input = true, .w_bytes = 48},
+         AF_ERR_INVALID_MODEL,
          "declares"},
         {{.x_elem = AF_DTYPE_STRING}, AF_ERR_UNSUPPORTED, "value 'x'"},
     };
@@ -727,8 +723,8 @@ static void test_subgraphs(void **state) {
     assert_non_null(then);
     af_graph *s1 = then->g;
     assert_ptr_equal(s1->parent, g);
-    af_graph *s3 = af_node_attr(af_node_attr(s1->nodes[0], "then_branch")->g->nodes[0],
-                                "then_branch")->g;
+    af_graph *s3 =
+        af_node_attr(af_node_attr(s1->nodes[0], "then_branch")->g->nodes[0], "then_branch")->g;
     /* the leaf reads x of the top graph: captured at every level */
     assert_ptr_equal(s3->nodes[0]->in[0], g->inputs[1]);
     assert_int_equal(s3->ncaptures, 1);
@@ -746,7 +742,8 @@ static void test_subgraphs(void **state) {
     free(b.p);
 }
 
-/* ---- files: mmap, external data, .pb tensors, .npy -------------------------------------------- */
+/* ---- files: mmap, external data, .pb tensors, .npy --------------------------------------------
+ */
 
 static void write_file(const char *path, const void *d, size_t n) {
     FILE *f = fopen(path, "wb");
@@ -825,8 +822,7 @@ static void test_tensor_pb(void **state) {
     /* every truncation fails cleanly or loads */
     for (size_t n = 0; n < t.n; n++) {
         write_file(path, t.p, n);
-        if (af_tensor_load_pb(path, &x, NULL, &err) == AF_OK)
-            af_tensor_release(&x);
+        if (af_tensor_load_pb(path, &x, NULL, &err) == AF_OK) af_tensor_release(&x);
     }
     free(t.p);
     /* one file of the conformance suite, when installed */
@@ -886,8 +882,7 @@ static void write_npy(const char *path, int version, const char *h, size_t ndata
     unsigned char len[4] = {(unsigned char)hl, (unsigned char)(hl >> 8), 0, 0};
     put_raw(&b, len, version == 1 ? 2 : 4);
     put_raw(&b, h, hl);
-    for (size_t i = 0; i < ndata; i++)
-        put_raw(&b, "\x01", 1);
+    for (size_t i = 0; i < ndata; i++) put_raw(&b, "\x01", 1);
     write_file(path, b.p, b.n);
     free(b.p);
 }
@@ -911,8 +906,7 @@ static void test_npy_hostile(void **state) {
          "overflow"},
         {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", 8,
          "shape"},
-        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1,1,1), }", 4,
-         "shape"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1,1,1), }", 4, "shape"},
         {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'extra': 1}", 8, "key"},
         {1, "{'descr': '<f4', 'fortran_order': False}", 4, "lacks"},
         {1, "{'descr': '<f4", 8, "malformed"},
@@ -928,8 +922,7 @@ static void test_npy_hostile(void **state) {
         af_error err = {0};
         af_status st = af_tensor_load_npy(path, &t, &err);
         if (!cases[i].word) {
-            if (st != AF_OK)
-                fail_msg("case %zu: %s", i, err.message);
+            if (st != AF_OK) fail_msg("case %zu: %s", i, err.message);
             af_tensor_release(&t);
         } else if (st == AF_OK || !strstr(err.message, cases[i].word)) {
             fail_msg("case %zu: status %d, message '%s', expected '%s'", i, st, err.message,
@@ -945,12 +938,19 @@ static void test_npy_hostile(void **state) {
     assert_int_equal(af_tensor_load_npy(path, &t, &err), AF_ERR_PARSE);
 }
 
-/* ---- the generated hostile files ---------------------------------------------------------------- */
+/* ---- the generated hostile files ----------------------------------------------------------------
+ */
 
 static const char *status_name(af_status s) {
-    static const char *names[] = {"AF_OK",           "AF_ERR_IO",          "AF_ERR_PARSE",
-                                  "AF_ERR_INVALID_MODEL", "AF_ERR_UNSUPPORTED", "AF_ERR_INVALID_ARG",
-                                  "AF_ERR_NOMEM",    "AF_ERR_RUNTIME",     "AF_ERR_INTERNAL"};
+    static const char *names[] = {"AF_OK",
+                                  "AF_ERR_IO",
+                                  "AF_ERR_PARSE",
+                                  "AF_ERR_INVALID_MODEL",
+                                  "AF_ERR_UNSUPPORTED",
+                                  "AF_ERR_INVALID_ARG",
+                                  "AF_ERR_NOMEM",
+                                  "AF_ERR_RUNTIME",
+                                  "AF_ERR_INTERNAL"};
     return (unsigned)s < AF_COUNT(names) ? names[s] : "?";
 }
 
@@ -963,20 +963,17 @@ static void test_generated_models(void **state) {
     char path[1024], line[512];
     snprintf(path, sizeof path, "%s/expected.tsv", bad_models_dir);
     FILE *f = fopen(path, "r");
-    if (!f)
-        fail_msg("cannot open %s", path);
+    if (!f) fail_msg("cannot open %s", path);
     int cases = 0, failures = 0;
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = 0;
         char *name = strtok(line, "\t"), *status = strtok(NULL, "\t"), *word = strtok(NULL, "\t");
-        if (!name || !status)
-            continue;
+        if (!name || !status) continue;
         snprintf(path, sizeof path, "%s/%s/model.onnx", bad_models_dir, name);
         af_model *m;
         af_error err = {0};
         af_status st = af_model_load(path, &m, &err);
-        if (st == AF_OK)
-            af_model_free(m);
+        if (st == AF_OK) af_model_free(m);
         if (strcmp(status_name(st), status) || (word && !strstr(err.message, word))) {
             print_error("%s: expected %s '%s', got %s: %s\n", name, status, word ? word : "",
                         status_name(st), err.message);

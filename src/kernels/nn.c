@@ -517,10 +517,11 @@ static af_status q_vec(const af_node *n, const af_tensor *t, int64_t count, doub
     return AF_OK;
 }
 
-/* A float copy of A minus its zero point per row (rows = elements / K), or B minus its zero
- * point per column (the last dim); stored as a DOUBLE tensor so mm_run takes the double core. */
+/* A float copy of A minus its zero point per row (zp has `rows` values, rows of `inner`
+ * elements, repeating over batches), or B minus its zero point per column (zp has `inner`
+ * values); stored as a DOUBLE tensor so mm_run takes the double core. */
 static af_status q_shifted(const af_node *n, const af_tensor *t, const double *zp, bool per_row,
-                           int64_t inner, af_tensor *dst, af_error *err) {
+                           int64_t rows, int64_t inner, af_tensor *dst, af_error *err) {
     memset(dst, 0, sizeof(*dst));
     af_tensor_set_type(dst, AF_DTYPE_DOUBLE, t->rank, t->dims);
     af_status st = af_tensor_alloc(dst, err);
@@ -529,7 +530,7 @@ static af_status q_shifted(const af_node *n, const af_tensor *t, const double *z
     int64_t total = nn_numel(t);
     double *d = dst->data;
     for (int64_t i = 0; i < total; i++) {
-        int64_t z = inner <= 0 ? 0 : per_row ? (i / inner) : (i % inner);
+        int64_t z = inner <= 0 || rows <= 0 ? 0 : per_row ? (i / inner) % rows : (i % inner);
         d[i] = nn_get(t, i) - zp[z];
     }
     (void)n;
@@ -585,9 +586,9 @@ static af_status qmm_run(const af_node *n, const af_tensor *const *in, const mm_
     if (st == AF_OK)
         st = q_vec(n, nn_in(n, in, bzi), g->n, 0.0, "b_zero_point", &bzp, err);
     if (st == AF_OK)
-        st = q_shifted(n, a, azp, true, g->k, &as, err);
+        st = q_shifted(n, a, azp, true, g->m, g->k, &as, err);
     if (st == AF_OK)
-        st = q_shifted(n, b, bzp, false, g->n, &bs, err);
+        st = q_shifted(n, b, bzp, false, 1, g->n, &bs, err);
     if (st == AF_OK)
         st = mm_run(n, g, &as, &bs, e, err);
     free(azp);
@@ -738,6 +739,10 @@ af_status nn_shape_batchnorm(const af_node *n, const af_tensor *const *in, af_te
     af_status st = bn_prepare(n, in, err);
     if (st == AF_OK)
         st = norm_shape_like_x(n, in, out, 2, err);
+    /* Omitted training outputs get a [C] type: the executor allocates every slot. */
+    int64_t c = st == AF_OK && in[0]->rank >= 2 ? in[0]->dims[1] : -1;
+    for (int i = 1; st == AF_OK && i < n->nout; i++)
+        af_tensor_set_type(&out[i], in[3]->dtype, 1, &c);
     return st;
 }
 
@@ -885,13 +890,13 @@ af_status nn_shape_layernorm(const af_node *n, const af_tensor *const *in, af_te
         st = norm_shape_like_x(n, in, out, 1, err);
     if (st != AF_OK)
         return st;
-    for (int i = 1; i < 3; i++)
-        if (nn_out(n, out, i)) {
-            if (in[0]->rank < 0)
-                af_tensor_set_type(&out[i], g.stash, -1, NULL);
-            else
-                ln_stat_type(in[0], &g, &out[i]);
-        }
+    /* Omitted outputs get their type too: the executor allocates every slot. */
+    for (int i = 1; i < 3 && i < n->nout; i++) {
+        if (in[0]->rank < 0)
+            af_tensor_set_type(&out[i], g.stash, -1, NULL);
+        else
+            ln_stat_type(in[0], &g, &out[i]);
+    }
     return AF_OK;
 }
 

@@ -81,7 +81,7 @@ static af_status pool_shape(const af_node *n, const af_tensor *const *in, af_ten
     if (st != AF_OK)
         return st;
     pool_out_type(&w, in[0], in[0]->dtype, &out[0]);
-    if (kind == POOL_MAX && nn_out(n, out, 1))
+    if (kind == POOL_MAX && n->nout > 1)
         pool_out_type(&w, in[0], AF_DTYPE_INT64, &out[1]);
     return AF_OK;
 }
@@ -396,8 +396,40 @@ af_status nn_kernel_max_roi_pool(const af_node *n, const af_tensor *const *in, a
 
 /* ---- MaxUnpool ----------------------------------------------------------------------------------- */
 
-/* MaxUnpool: Y is zero except Y[I[i]] = X[i], I being MaxPool's flat Indices. Y's shape is the
- * output_shape input when given, else (in - 1) * stride + kernel - pads per spatial dim. */
+/* MaxUnpool: Y is zero except at the positions of MaxPool's flat Indices, which count in the
+ * default unpooled shape D = [N, C, (in - 1) * stride + kernel - pads...]. Y has shape D, or the
+ * output_shape input when given; then each index's coordinates in D are placed at the same
+ * coordinates of Y (as the ONNX reference does). */
+static af_status unpool_default(const af_node *n, const af_tensor *x, int *rank, int64_t *dims,
+                                af_error *err) {
+    const int64_t *ks = NULL, *st = NULL, *pads = NULL;
+    int nsp = af_attr_ints(n, "kernel_shape", &ks);
+    if (nsp < 1 || nsp > AF_MAX_RANK - 2)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "bad kernel_shape");
+    if (x->rank >= 0 && x->rank != nsp + 2)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input rank does not match kernel_shape");
+    int nst = af_attr_ints(n, "strides", &st), npads = af_attr_ints(n, "pads", &pads);
+    if ((nst >= 0 && nst != nsp) || (npads >= 0 && npads != 2 * nsp))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "strides/pads length");
+    *rank = nsp + 2;
+    dims[0] = x->rank >= 0 ? x->dims[0] : -1;
+    dims[1] = x->rank >= 0 ? x->dims[1] : -1;
+    for (int i = 0; i < nsp; i++) {
+        int64_t in = x->rank >= 0 ? x->dims[2 + i] : -1, s = nst >= 0 ? st[i] : 1;
+        int64_t pb = npads >= 0 ? pads[i] : 0, pe = npads >= 0 ? pads[nsp + i] : 0, d, pad;
+        if (s < 1 || ks[i] < 1 || pb < 0 || pe < 0)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "bad strides, pads or kernel");
+        dims[2 + i] = -1;
+        if (in < 0)
+            continue;
+        if (in < 1 || !af_mul_i64(in - 1, s, &d) || !af_add_i64(d, ks[i], &d) ||
+            !af_add_i64(pb, pe, &pad) || (d -= pad) < 1)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "bad output size");
+        dims[2 + i] = d;
+    }
+    return AF_OK;
+}
+
 static af_status unpool_out_type(const af_node *n, const af_tensor *const *in, af_tensor *y,
                                  af_error *err) {
     const af_tensor *x = nn_in(n, in, 0), *ind = nn_in(n, in, 1), *os = nn_in(n, in, 2);
@@ -405,48 +437,24 @@ static af_status unpool_out_type(const af_node *n, const af_tensor *const *in, a
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input X or I");
     if (!nn_is_float(x->dtype) || ind->dtype != AF_DTYPE_INT64)
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "MaxUnpool on %s", af_dtype_name(x->dtype));
-    const int64_t *ks = NULL;
-    int nsp = af_attr_ints(n, "kernel_shape", &ks);
-    if (nsp < 1 || nsp > AF_MAX_RANK - 2)
-        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "bad kernel_shape");
-    if (x->rank >= 0 && x->rank != nsp + 2)
-        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input rank does not match kernel_shape");
     int64_t dims[AF_MAX_RANK];
-    int rank = nsp + 2;
-    if (os) {
-        int got = 0;
-        if (!os->data) {
-            for (int i = 0; i < rank; i++)
-                dims[i] = -1;
-        } else if (!af_tensor_to_ints(os, dims, AF_MAX_RANK, &got) || got != rank) {
-            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "output_shape must have %d values",
-                                rank);
-        }
-        for (int i = 0; os->data && i < rank; i++)
-            if (dims[i] < 0)
-                return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "negative output_shape");
-    } else {
-        const int64_t *st = NULL, *pads = NULL;
-        int nst = af_attr_ints(n, "strides", &st), npads = af_attr_ints(n, "pads", &pads);
-        if ((nst >= 0 && nst != nsp) || (npads >= 0 && npads != 2 * nsp))
-            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "strides/pads length");
-        dims[0] = x->rank >= 0 ? x->dims[0] : -1;
-        dims[1] = x->rank >= 0 ? x->dims[1] : -1;
-        for (int i = 0; i < nsp; i++) {
-            int64_t in = x->rank >= 0 ? x->dims[2 + i] : -1, s = nst >= 0 ? st[i] : 1;
-            int64_t pb = npads >= 0 ? pads[i] : 0, pe = npads >= 0 ? pads[nsp + i] : 0, d;
-            if (s < 1 || ks[i] < 1 || pb < 0 || pe < 0)
-                return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "bad strides, pads or kernel");
-            dims[2 + i] = -1;
-            if (in < 0)
-                continue;
-            int64_t pad;
-            if (in < 1 || !af_mul_i64(in - 1, s, &d) || !af_add_i64(d, ks[i], &d) ||
-                !af_add_i64(pb, pe, &pad) || (d -= pad) < 1)
-                return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "bad output size");
-            dims[2 + i] = d;
-        }
+    int rank;
+    af_status st = unpool_default(n, x, &rank, dims, err);
+    if (st != AF_OK || !os) {
+        if (st == AF_OK)
+            af_tensor_set_type(y, x->dtype, rank, dims);
+        return st;
     }
+    int got = 0;
+    if (!os->data) {
+        af_tensor_set_type(y, x->dtype, rank, NULL);
+        return AF_OK;
+    }
+    if (!af_tensor_to_ints(os, dims, AF_MAX_RANK, &got) || got != rank)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "output_shape must have %d values", rank);
+    for (int i = 0; i < rank; i++)
+        if (dims[i] < 0 || (i < 2 && x->rank >= 0 && dims[i] != x->dims[i]))
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "bad output_shape[%d]", i);
     af_tensor_set_type(y, x->dtype, rank, dims);
     return AF_OK;
 }
@@ -459,22 +467,34 @@ af_status nn_shape_max_unpool(const af_node *n, const af_tensor *const *in, af_t
 af_status nn_kernel_max_unpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                af_exec *ex, af_error *err) {
     (void)ex;
-    af_tensor t;
+    af_tensor t, def;
+    int rank;
     af_status st = unpool_out_type(n, in, &t, err);
     if (st == AF_OK)
         st = nn_check_out(n, &out[0], t.rank, t.dims, err);
+    if (st == AF_OK)
+        st = unpool_default(n, in[0], &rank, def.dims, err);
     if (st != AF_OK)
         return st;
+    def.rank = rank;
     const af_tensor *x = in[0], *ind = in[1];
-    int64_t nx = nn_numel(x), ny = nn_numel(&out[0]);
-    if (nn_numel(ind) != nx || !nn_known(x) || ind->data == NULL)
+    int64_t nx = nn_numel(x), nd = nn_numel(&def);
+    if (nn_numel(ind) != nx || !nn_known(x) || nd < 0 || ind->data == NULL)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "I must have X's shape");
     for (int64_t i = 0; i < nx; i++) {
-        int64_t at = ((const int64_t *)ind->data)[i];
-        if (at < 0 || at >= ny)
-            return af_node_fail(err, n, AF_ERR_RUNTIME, "index %lld outside the output",
+        int64_t at = ((const int64_t *)ind->data)[i], yi = 0, stride = 1;
+        if (at < 0 || at >= nd)
+            return af_node_fail(err, n, AF_ERR_RUNTIME, "index %lld outside the unpooled shape",
                                 (long long)at);
-        nn_put(&out[0], at, nn_get(x, i));
+        for (int d = rank - 1; d >= 0; d--) {
+            int64_t c = at % def.dims[d];
+            at /= def.dims[d];
+            if (c >= out[0].dims[d])
+                return af_node_fail(err, n, AF_ERR_RUNTIME, "index outside output_shape");
+            yi += c * stride;
+            stride *= out[0].dims[d];
+        }
+        nn_put(&out[0], yi, nn_get(x, i));
     }
     return AF_OK;
 }

@@ -167,9 +167,9 @@ af_status nn_shape_dyn_quantize(const af_node *n, const af_tensor *const *in, af
                             af_dtype_name(x->dtype));
     af_tensor_type_copy(&out[0], x);
     out[0].dtype = AF_DTYPE_UINT8;
-    if (nn_out(n, out, 1))
+    if (n->nout > 1)
         af_tensor_set_type(&out[1], AF_DTYPE_FLOAT, 0, NULL);
-    if (nn_out(n, out, 2))
+    if (n->nout > 2)
         af_tensor_set_type(&out[2], AF_DTYPE_UINT8, 0, NULL);
     return AF_OK;
 }

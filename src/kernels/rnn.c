@@ -201,11 +201,11 @@ af_status nn_shape_rnn(const af_node *n, const af_tensor *const *in, af_tensor *
     af_dtype dt = in[0]->dtype;
     int64_t y[4] = {g.seq, g.ndir, g.batch, g.hidden}, yb[4] = {g.batch, g.seq, g.ndir, g.hidden};
     int64_t h[3] = {g.ndir, g.batch, g.hidden}, hb[3] = {g.batch, g.ndir, g.hidden};
-    if (nn_out(n, out, 0))
+    /* Omitted outputs get their type too: the executor allocates every slot. */
+    if (n->nout > 0)
         af_tensor_set_type(&out[0], dt, 4, g.layout ? yb : y);
-    for (int i = 1; i < (g.kind == RNN_LSTM ? 3 : 2); i++)
-        if (nn_out(n, out, i))
-            af_tensor_set_type(&out[i], dt, 3, g.layout ? hb : h);
+    for (int i = 1; i < (g.kind == RNN_LSTM ? 3 : 2) && i < n->nout; i++)
+        af_tensor_set_type(&out[i], dt, 3, g.layout ? hb : h);
     return AF_OK;
 }
 

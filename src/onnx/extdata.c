@@ -39,8 +39,7 @@ static af_status ext_fail(const af_model *m, const char *tname, const char *loc,
 /* A non-negative decimal integer, digits only. */
 static bool parse_count(const char *s, int64_t *out) {
     int64_t v = 0;
-    if (!*s)
-        return false;
+    if (!*s) return false;
     for (; *s; s++) {
         if (*s < '0' || *s > '9' || !af_mul_i64(v, 10, &v) || !af_add_i64(v, *s - '0', &v))
             return false;
@@ -74,23 +73,19 @@ static af_status read_ref(const af_model *m, const af_pb *msg, const char *tname
     ref->offset = 0;
     ref->length = -1;
     while ((st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
-        if (f.num != TENSOR_EXTERNAL_DATA)
-            continue;
+        if (f.num != TENSOR_EXTERNAL_DATA) continue;
         const char *key, *value;
         st = af_pb_sub(&r, &f, "StringStringEntryProto", &sub, err);
-        if (st == AF_OK)
-            st = read_entry(m, &sub, &key, &value, err);
-        if (st)
-            return st;
+        if (st == AF_OK) st = read_entry(m, &sub, &key, &value, err);
+        if (st) return st;
         if (!strcmp(key, "location"))
             ref->location = value;
         else if ((!strcmp(key, "offset") && !parse_count(value, &ref->offset)) ||
                  (!strcmp(key, "length") && !parse_count(value, &ref->length)))
             return ext_fail(m, tname, ref->location, err, AF_ERR_INVALID_MODEL, key,
-                            "not a non-negative integer");
+                            "not a decimal integer in 0 .. 2^63-1");
     }
-    if (st)
-        return st;
+    if (st) return st;
     if (!ref->location)
         return ext_fail(m, tname, NULL, err, AF_ERR_INVALID_MODEL, "no location given", NULL);
     return AF_OK;
@@ -98,25 +93,20 @@ static af_status read_ref(const af_model *m, const af_pb *msg, const char *tname
 
 /* Relative, non-empty, and no ".." component. */
 static const char *bad_location(const char *loc) {
-    if (!*loc)
-        return "empty location";
-    if (loc[0] == '/')
-        return "absolute paths are not allowed";
+    if (!*loc) return "empty location";
+    if (loc[0] == '/') return "absolute paths are not allowed";
     for (const char *p = loc; *p;) {
         size_t n = strcspn(p, "/");
-        if (n == 2 && p[0] == '.' && p[1] == '.')
-            return "'..' is not allowed";
+        if (n == 2 && p[0] == '.' && p[1] == '.') return "'..' is not allowed";
         p += n;
-        if (*p == '/')
-            p++;
+        if (*p == '/') p++;
     }
     return NULL;
 }
 
 static bool inside(const char *dir, const char *real) {
     size_t n = strlen(dir);
-    if (strncmp(dir, real, n) != 0)
-        return false;
+    if (strncmp(dir, real, n) != 0) return false;
     return (n > 0 && dir[n - 1] == '/') || real[n] == '/';
 }
 
@@ -140,8 +130,7 @@ static af_status open_file(af_model *m, const char *tname, const char *loc, cons
         return ext_fail(m, tname, loc, err, AF_ERR_INVALID_MODEL,
                         "files with several hard links are not allowed", NULL);
     int fd = open(real, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return ext_fail(m, tname, loc, err, AF_ERR_IO, "cannot open", strerror(errno));
+    if (fd < 0) return ext_fail(m, tname, loc, err, AF_ERR_IO, "cannot open", strerror(errno));
     af_status st = AF_OK;
     void *map = NULL;
     if (fstat(fd, &fs) != 0 || fs.st_dev != ls.st_dev || fs.st_ino != ls.st_ino ||
@@ -169,8 +158,7 @@ static af_status open_file(af_model *m, const char *tname, const char *loc, cons
     map = NULL; /* owned by the cache now */
     *out = e;
 fail:
-    if (map)
-        munmap(map, (size_t)fs.st_size);
+    if (map) munmap(map, (size_t)fs.st_size);
     close(fd);
     return st;
 }
@@ -181,11 +169,9 @@ af_status af_onnx_extdata(af_model *m, const af_pb *msg, const char *tname, size
     static const uint8_t empty[16] __attribute__((aligned(16)));
     ext_ref ref;
     af_status st = read_ref(m, msg, tname, &ref, err);
-    if (st)
-        return st;
+    if (st) return st;
     const char *why = bad_location(ref.location);
-    if (why)
-        return ext_fail(m, tname, ref.location, err, AF_ERR_INVALID_MODEL, why, NULL);
+    if (why) return ext_fail(m, tname, ref.location, err, AF_ERR_INVALID_MODEL, why, NULL);
     if (ref.length >= 0 && (uint64_t)ref.length != nbytes) {
         char detail[64];
         snprintf(detail, sizeof detail, "%lld bytes given, %zu needed", (long long)ref.length,
@@ -197,8 +183,7 @@ af_status af_onnx_extdata(af_model *m, const af_pb *msg, const char *tname, size
     size_t n = strlen(m->dir) + 1 + strlen(ref.location) + 1;
     char *full = malloc(n), *real = NULL;
     af_extfile *e;
-    if (!full)
-        return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", m->path);
+    if (!full) return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", m->path);
     snprintf(full, n, "%s/%s", m->dir, ref.location);
     real = realpath(full, NULL);
     if (!real) {
@@ -211,8 +196,7 @@ af_status af_onnx_extdata(af_model *m, const af_pb *msg, const char *tname, size
         goto fail;
     }
     st = open_file(m, tname, ref.location, full, real, &e, err);
-    if (st)
-        goto fail;
+    if (st) goto fail;
     int64_t end;
     if (!af_add_i64(ref.offset, (int64_t)nbytes, &end) || (uint64_t)end > e->len) {
         char detail[96];
@@ -231,7 +215,6 @@ fail:
 
 void af_onnx_extdata_close(af_model *m) {
     for (af_extfile *e = m->ext; e; e = e->next)
-        if (e->map)
-            munmap(e->map, e->len);
+        if (e->map) munmap(e->map, e->len);
     m->ext = NULL;
 }

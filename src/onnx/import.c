@@ -25,28 +25,48 @@
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "tensor bytes are used as stored: ONNX raw_data is little-endian");
 
-/* Field numbers of onnx.proto. */
-enum {
+/* Field numbers of onnx.proto, one enum per message. */
+enum { /* ModelProto */
     MODEL_IR_VERSION = 1, MODEL_PRODUCER_NAME = 2, MODEL_PRODUCER_VERSION = 3, MODEL_GRAPH = 7,
-    MODEL_OPSET_IMPORT = 8,
-    OPSET_DOMAIN = 1, OPSET_VERSION = 2,
+    MODEL_OPSET_IMPORT = 8
+};
+enum { /* OperatorSetIdProto */
+    OPSET_DOMAIN = 1, OPSET_VERSION = 2
+};
+enum { /* GraphProto */
     GRAPH_NODE = 1, GRAPH_NAME = 2, GRAPH_INITIALIZER = 5, GRAPH_INPUT = 11, GRAPH_OUTPUT = 12,
-    GRAPH_VALUE_INFO = 13, GRAPH_SPARSE_INITIALIZER = 15,
+    GRAPH_VALUE_INFO = 13, GRAPH_SPARSE_INITIALIZER = 15
+};
+enum { /* NodeProto */
     NODE_INPUT = 1, NODE_OUTPUT = 2, NODE_NAME = 3, NODE_OP_TYPE = 4, NODE_ATTRIBUTE = 5,
-    NODE_DOMAIN = 7,
+    NODE_DOMAIN = 7
+};
+enum { /* AttributeProto */
     ATTR_NAME = 1, ATTR_F = 2, ATTR_I = 3, ATTR_S = 4, ATTR_T = 5, ATTR_G = 6, ATTR_FLOATS = 7,
     ATTR_INTS = 8, ATTR_STRINGS = 9, ATTR_TENSORS = 10, ATTR_GRAPHS = 11, ATTR_TP = 14,
     ATTR_TYPE_PROTOS = 15, ATTR_TYPE = 20, ATTR_REF_ATTR_NAME = 21, ATTR_SPARSE_TENSOR = 22,
-    ATTR_SPARSE_TENSORS = 23,
+    ATTR_SPARSE_TENSORS = 23
+};
+enum { /* TensorProto */
     TENSOR_DIMS = 1, TENSOR_DATA_TYPE = 2, TENSOR_SEGMENT = 3, TENSOR_FLOAT_DATA = 4,
     TENSOR_INT32_DATA = 5, TENSOR_STRING_DATA = 6, TENSOR_INT64_DATA = 7, TENSOR_NAME = 8,
     TENSOR_RAW_DATA = 9, TENSOR_DOUBLE_DATA = 10, TENSOR_UINT64_DATA = 11,
-    TENSOR_EXTERNAL_DATA = 13, TENSOR_DATA_LOCATION = 14,
-    VI_NAME = 1, VI_TYPE = 2,
+    TENSOR_EXTERNAL_DATA = 13, TENSOR_DATA_LOCATION = 14
+};
+enum { /* ValueInfoProto */
+    VI_NAME = 1, VI_TYPE = 2
+};
+enum { /* TypeProto */
     TYPE_TENSOR = 1, TYPE_SEQUENCE = 4, TYPE_MAP = 5, TYPE_OPAQUE = 7, TYPE_SPARSE_TENSOR = 8,
-    TYPE_OPTIONAL = 9,
-    TT_ELEM_TYPE = 1, TT_SHAPE = 2,
-    SHAPE_DIM = 1,
+    TYPE_OPTIONAL = 9
+};
+enum { /* TypeProto.Tensor */
+    TT_ELEM_TYPE = 1, TT_SHAPE = 2
+};
+enum { /* TensorShapeProto */
+    SHAPE_DIM = 1
+};
+enum { /* TensorShapeProto.Dimension */
     DIM_VALUE = 1, DIM_PARAM = 2
 };
 
@@ -66,16 +86,17 @@ typedef struct imp {
     bool halves_to_float;
     af_opset *opsets;
     int nopsets;
+    bool has_onnx_opset; /* ai.onnx is imported (models of other domains only may omit it) */
 } imp;
 
 /* A NodeProto being imported: what phase 1 declared, for phase 2. */
 typedef struct node_rec {
     af_pb msg;
-    const char *name;    /* as written; may be "" */
-    const char *label;   /* for messages: the name, the generated name, or "#<index>" */
+    const char *name;  /* as written; may be "" */
+    const char *label; /* for messages: the name, the generated name, or "#<index>" */
     const char *op_type;
     const char *domain;
-    af_node *node;       /* NULL for a Constant, which becomes `konst` instead */
+    af_node *node; /* NULL for a Constant, which becomes `konst` instead */
     af_value *konst;
 } node_rec;
 
@@ -121,19 +142,15 @@ node_fail(const imp *c, const node_rec *r, af_error *err, af_status code, const 
 
 static size_t hash_name(const char *s) {
     uint64_t h = 1469598103934665603u; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 1099511628211u;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211u;
     return (size_t)h;
 }
 
 static af_value *scope_get(const scope *s, const char *name) {
-    if (!s->cap)
-        return NULL;
+    if (!s->cap) return NULL;
     for (size_t i = hash_name(name) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
-        if (!s->slots[i])
-            return NULL;
-        if (!strcmp(s->slots[i]->name, name))
-            return s->slots[i];
+        if (!s->slots[i]) return NULL;
+        if (!strcmp(s->slots[i]->name, name)) return s->slots[i];
     }
 }
 
@@ -141,14 +158,11 @@ static bool scope_put(scope *s, af_value *v) {
     if (2 * (s->n + 1) > s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 64;
         af_value **slots = calloc(cap, sizeof *slots);
-        if (!slots)
-            return false;
+        if (!slots) return false;
         for (size_t k = 0; k < s->cap; k++) {
-            if (!s->slots[k])
-                continue;
+            if (!s->slots[k]) continue;
             size_t i = hash_name(s->slots[k]->name) & (cap - 1);
-            while (slots[i])
-                i = (i + 1) & (cap - 1);
+            while (slots[i]) i = (i + 1) & (cap - 1);
             slots[i] = s->slots[k];
         }
         free(s->slots);
@@ -156,8 +170,7 @@ static bool scope_put(scope *s, af_value *v) {
         s->cap = cap;
     }
     size_t i = hash_name(v->name) & (s->cap - 1);
-    while (s->slots[i])
-        i = (i + 1) & (s->cap - 1);
+    while (s->slots[i]) i = (i + 1) & (s->cap - 1);
     s->slots[i] = v;
     s->n++;
     return true;
@@ -166,8 +179,7 @@ static bool scope_put(scope *s, af_value *v) {
 /* A value of this graph, or of an enclosing one (recorded as a capture by af_graph_find). */
 static af_value *resolve(af_graph *g, const scope *s, const char *name) {
     af_value *v = scope_get(s, name);
-    if (!v && g->parent)
-        v = af_graph_find(g, name);
+    if (!v && g->parent) v = af_graph_find(g, name);
     return v;
 }
 
@@ -178,8 +190,7 @@ static af_status declare(const imp *c, af_graph *g, scope *s, const char *name, 
     if (scope_get(s, name))
         return file_fail(c, err, AF_ERR_INVALID_MODEL, "value '%s' produced twice", name);
     af_value *v = af_value_new(g, name);
-    if (!v || !scope_put(s, v))
-        return nomem(c, err);
+    if (!v || !scope_put(s, v)) return nomem(c, err);
     *out = v;
     return AF_OK;
 }
@@ -195,8 +206,7 @@ typedef struct sink {
 
 static void put_elem(void *ctx, size_t i, uint64_t v) {
     sink *s = ctx;
-    if (s->is_bool)
-        v = v != 0;
+    if (s->is_bool) v = v != 0;
     memcpy(s->dst + i * s->size, &v, s->size);
 }
 
@@ -249,8 +259,7 @@ static const char *type_str(const af_tensor *t, char *buf, size_t len) {
 
 /* Memory for t->nbytes bytes: the tensor's own, or the arena's. */
 static af_status tensor_mem(const imp *c, af_tensor *t, af_error *err) {
-    if (c->owning)
-        return af_tensor_alloc(t, err);
+    if (c->owning) return af_tensor_alloc(t, err);
     t->data = af_arena_alloc(c->a, t->nbytes);
     return t->data ? AF_OK : nomem(c, err);
 }
@@ -264,8 +273,7 @@ static af_status place_bytes(const imp *c, af_tensor *t, const uint8_t *bytes, a
         return AF_OK;
     }
     af_status st = tensor_mem(c, t, err);
-    if (st == AF_OK && t->nbytes)
-        memcpy(t->data, bytes, t->nbytes);
+    if (st == AF_OK && t->nbytes) memcpy(t->data, bytes, t->nbytes);
     return st;
 }
 
@@ -274,25 +282,22 @@ static af_status decode_typed(const imp *c, const af_pb *msg, const char *name, 
                               int num, int wire, af_error *err) {
     size_t count, want = (size_t)af_tensor_numel(t), got;
     bool complex = t->dtype == AF_DTYPE_COMPLEX64 || t->dtype == AF_DTYPE_COMPLEX128;
-    af_status st = af_pb_repeated(msg, (uint32_t)num, wire, typed_field_name(num), NULL, NULL, 0,
-                                  &count, err);
-    if (st)
-        return st;
-    if (complex)
-        want *= 2; /* real and imaginary parts; numel * 16 bytes fit, so this does too */
+    af_status st =
+        af_pb_repeated(msg, (uint32_t)num, wire, typed_field_name(num), NULL, NULL, 0, &count, err);
+    if (st) return st;
+    if (complex) want *= 2; /* real and imaginary parts; numel * 16 bytes fit, so this does too */
     if (count != want) {
         char ty[200];
-        return file_fail(c, err, AF_ERR_INVALID_MODEL, "tensor '%s': %s has %zu values, %s needs %zu",
-                         name, typed_field_name(num), count, type_str(t, ty, sizeof ty), want);
+        return file_fail(c, err, AF_ERR_INVALID_MODEL,
+                         "tensor '%s': %s has %zu values, %s needs %zu", name,
+                         typed_field_name(num), count, type_str(t, ty, sizeof ty), want);
     }
     st = tensor_mem(c, t, err);
-    if (st)
-        return st;
+    if (st) return st;
     sink s = {t->data, af_dtype_size(t->dtype) / (complex ? 2 : 1), t->dtype == AF_DTYPE_BOOL};
     st = af_pb_repeated(msg, (uint32_t)num, wire, typed_field_name(num), put_elem, &s, count, &got,
                         err);
-    if (st && c->owning)
-        af_tensor_release(t);
+    if (st && c->owning) af_tensor_release(t);
     return st;
 }
 
@@ -339,25 +344,22 @@ static af_status read_tensor(const imp *c, const af_pb *msg, af_tensor *t, const
             break;
         }
     }
-    if (st)
-        return st;
+    if (st) return st;
 
     size_t rank;
     st = af_pb_repeated(msg, TENSOR_DIMS, AF_PB_VARINT, "dims", NULL, NULL, 0, &rank, err);
-    if (st)
-        return st;
+    if (st) return st;
     if (rank > AF_MAX_RANK)
         return file_fail(c, err, AF_ERR_UNSUPPORTED, "tensor '%s': rank %zu (at most %d supported)",
                          *name, rank, AF_MAX_RANK);
     sink dims = {(unsigned char *)t->dims, sizeof t->dims[0], false};
     st = af_pb_repeated(msg, TENSOR_DIMS, AF_PB_VARINT, "dims", put_elem, &dims, rank, &rank, err);
-    if (st)
-        return st;
+    if (st) return st;
     t->rank = (int)rank;
 
     if (dtype == AF_DTYPE_STRING || (typed & 1u << TENSOR_STRING_DATA))
-        return file_fail(c, err, AF_ERR_UNSUPPORTED, "tensor '%s': string tensors are not supported",
-                         *name);
+        return file_fail(c, err, AF_ERR_UNSUPPORTED,
+                         "tensor '%s': string tensors are not supported", *name);
     if (dtype <= 0 || dtype > AF_DTYPE_BFLOAT16 || af_dtype_size((af_dtype)dtype) == 0)
         return file_fail(c, err, dtype == 0 ? AF_ERR_INVALID_MODEL : AF_ERR_UNSUPPORTED,
                          "tensor '%s': data type %lld is not supported", *name, (long long)dtype);
@@ -422,8 +424,7 @@ static af_status widen_halves(const imp *c, af_tensor *t, af_error *err) {
         return AF_OK;
     size_t n = t->nbytes / 2;
     float *dst = af_arena_calloc(c->a, n, sizeof(float));
-    if (!dst)
-        return nomem(c, err);
+    if (!dst) return nomem(c, err);
     const unsigned char *src = t->data;
     for (size_t i = 0; i < n; i++) {
         uint16_t h;
@@ -453,13 +454,13 @@ static af_status read_dim(const imp *c, const af_pb *msg, const char *vname, dec
         if (f.num == DIM_VALUE) {
             st = af_pb_int64(&r, &f, "dim_value", &d->type.dims[i], err);
             if (st == AF_OK && d->type.dims[i] < 0)
-                return file_fail(c, err, AF_ERR_INVALID_MODEL, "value '%s': dim %d is negative (%lld)",
-                                 vname, i, (long long)d->type.dims[i]);
+                return file_fail(c, err, AF_ERR_INVALID_MODEL,
+                                 "value '%s': dim %d is negative (%lld)", vname, i,
+                                 (long long)d->type.dims[i]);
         } else if (f.num == DIM_PARAM) {
             st = af_pb_str(&r, &f, "dim_param", c->a, &d->dim_param[i], err);
         }
-        if (st)
-            return st;
+        if (st) return st;
     }
     return st;
 }
@@ -475,38 +476,32 @@ static af_status read_tensor_type(const imp *c, const af_pb *msg, const char *vn
             st = af_pb_int64(&r, &f, "elem_type", &elem, err);
             continue;
         }
-        if (f.num != TT_SHAPE)
-            continue;
+        if (f.num != TT_SHAPE) continue;
         int ndims, i = 0;
         af_pb dims;
         st = af_pb_sub(&r, &f, "TensorShapeProto", &dims, err);
-        if (st == AF_OK)
-            st = af_pb_count(&dims, SHAPE_DIM, &ndims, err);
-        if (st)
-            return st;
+        if (st == AF_OK) st = af_pb_count(&dims, SHAPE_DIM, &ndims, err);
+        if (st) return st;
         if (ndims > AF_MAX_RANK)
-            return file_fail(c, err, AF_ERR_UNSUPPORTED, "value '%s': rank %d (at most %d supported)",
-                             vname, ndims, AF_MAX_RANK);
+            return file_fail(c, err, AF_ERR_UNSUPPORTED,
+                             "value '%s': rank %d (at most %d supported)", vname, ndims,
+                             AF_MAX_RANK);
         d->type.rank = ndims;
         memset(d->dim_param, 0, sizeof d->dim_param);
         while ((st = af_pb_next(&dims, &f, err)) == AF_OK && f.num) {
-            if (f.num != SHAPE_DIM)
-                continue;
+            if (f.num != SHAPE_DIM) continue;
             st = af_pb_sub(&dims, &f, "TensorShapeProto.Dimension", &sub, err);
-            if (st == AF_OK)
-                st = read_dim(c, &sub, vname, d, i++, err);
-            if (st)
-                return st;
+            if (st == AF_OK) st = read_dim(c, &sub, vname, d, i++, err);
+            if (st) return st;
         }
     }
-    if (st)
-        return st;
+    if (st) return st;
     if (elem == AF_DTYPE_STRING)
         return file_fail(c, err, AF_ERR_UNSUPPORTED, "value '%s': string tensors are not supported",
                          vname);
     if (elem < 0 || elem > AF_DTYPE_BFLOAT16)
-        return file_fail(c, err, AF_ERR_UNSUPPORTED, "value '%s': element type %lld is not supported",
-                         vname, (long long)elem);
+        return file_fail(c, err, AF_ERR_UNSUPPORTED,
+                         "value '%s': element type %lld is not supported", vname, (long long)elem);
     d->type.dtype = (af_dtype)elem;
     return AF_OK;
 }
@@ -521,8 +516,7 @@ static af_status read_type(const imp *c, const af_pb *msg, const char *vname, de
         switch (f.num) {
         case TYPE_TENSOR:
             st = af_pb_sub(&r, &f, "TypeProto.Tensor", &sub, err);
-            if (st == AF_OK)
-                st = read_tensor_type(c, &sub, vname, d, err);
+            if (st == AF_OK) st = read_tensor_type(c, &sub, vname, d, err);
             break;
         case TYPE_SEQUENCE:
             kind = "sequence";
@@ -543,10 +537,9 @@ static af_status read_type(const imp *c, const af_pb *msg, const char *vname, de
             break;
         }
         if (kind)
-            return file_fail(c, err, AF_ERR_UNSUPPORTED, "value '%s' has a %s type, which is not supported",
+            return file_fail(c, err, AF_ERR_UNSUPPORTED, "value '%s': %s types are not supported",
                              vname, kind);
-        if (st)
-            return st;
+        if (st) return st;
     }
     return st;
 }
@@ -566,18 +559,15 @@ static af_status read_value_info(const imp *c, const af_pb *msg, const char **na
         else if (f.num == VI_TYPE)
             type = f;
     }
-    if (st || !type.num)
-        return st;
+    if (st || !type.num) return st;
     st = af_pb_sub(msg, &type, "TypeProto", &sub, err);
     return st ? st : read_type(c, &sub, *name, d, err);
 }
 
 /* Give v the declared type where it knows nothing yet (constants keep their data's type). */
 static void apply_decl(af_value *v, const decl *d) {
-    if (v->is_const)
-        return;
-    if (v->type.dtype == AF_DTYPE_UNDEFINED)
-        v->type.dtype = d->type.dtype;
+    if (v->is_const) return;
+    if (v->type.dtype == AF_DTYPE_UNDEFINED) v->type.dtype = d->type.dtype;
     if (v->type.rank < 0 && d->type.rank >= 0) {
         v->type.rank = d->type.rank;
         memcpy(v->type.dims, d->type.dims, sizeof v->type.dims);
@@ -591,14 +581,13 @@ static af_attr_type infer_attr_type(unsigned present) {
     static const struct {
         int field;
         af_attr_type type;
-    } order[] = {{ATTR_F, AF_ATTR_FLOAT},     {ATTR_I, AF_ATTR_INT},
-                 {ATTR_S, AF_ATTR_STRING},    {ATTR_T, AF_ATTR_TENSOR},
-                 {ATTR_G, AF_ATTR_GRAPH},     {ATTR_FLOATS, AF_ATTR_FLOATS},
-                 {ATTR_INTS, AF_ATTR_INTS},   {ATTR_STRINGS, AF_ATTR_STRINGS},
+    } order[] = {{ATTR_F, AF_ATTR_FLOAT},         {ATTR_I, AF_ATTR_INT},
+                 {ATTR_S, AF_ATTR_STRING},        {ATTR_T, AF_ATTR_TENSOR},
+                 {ATTR_G, AF_ATTR_GRAPH},         {ATTR_FLOATS, AF_ATTR_FLOATS},
+                 {ATTR_INTS, AF_ATTR_INTS},       {ATTR_STRINGS, AF_ATTR_STRINGS},
                  {ATTR_TENSORS, AF_ATTR_TENSORS}, {ATTR_GRAPHS, AF_ATTR_GRAPHS}};
     for (size_t i = 0; i < AF_COUNT(order); i++)
-        if (present & 1u << order[i].field)
-            return order[i].type;
+        if (present & 1u << order[i].field) return order[i].type;
     return AF_ATTR_UNDEFINED;
 }
 
@@ -607,14 +596,12 @@ static af_status read_numbers(const imp *c, const node_rec *nr, const af_pb *msg
                               int num, int wire, size_t size, void **out, af_error *err) {
     size_t n;
     af_status st = af_pb_repeated(msg, (uint32_t)num, wire, at->name, NULL, NULL, 0, &n, err);
-    if (st)
-        return st;
+    if (st) return st;
     if (n > INT32_MAX)
         return node_fail(c, nr, err, AF_ERR_UNSUPPORTED, "attribute '%s' has too many values",
                          at->name);
     sink s = {af_arena_calloc(c->a, n ? n : 1, size), size, false};
-    if (!s.dst)
-        return nomem(c, err);
+    if (!s.dst) return nomem(c, err);
     st = af_pb_repeated(msg, (uint32_t)num, wire, at->name, put_elem, &s, n, &n, err);
     at->n = (int)n;
     *out = s.dst;
@@ -623,20 +610,17 @@ static af_status read_numbers(const imp *c, const node_rec *nr, const af_pb *msg
 
 /* The occurrences of a repeated message/bytes field `num` of the attribute, in order: strings
  * (kind 0), tensors (1) or graphs (2). */
-static af_status read_list(const imp *c, af_graph *g, const af_pb *msg,
-                           af_attr *at, int num, int kind, af_error *err) {
+static af_status read_list(const imp *c, af_graph *g, const af_pb *msg, af_attr *at, int num,
+                           int kind, af_error *err) {
     int n, k = 0;
     af_status st = af_pb_count(msg, (uint32_t)num, &n, err);
-    if (st)
-        return st;
+    if (st) return st;
     void **items = af_arena_calloc(c->a, (size_t)n + 1, sizeof(void *));
-    if (!items)
-        return nomem(c, err);
+    if (!items) return nomem(c, err);
     af_pb r = *msg, sub;
     af_pb_field f;
     while ((st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
-        if (f.num != (uint32_t)num)
-            continue;
+        if (f.num != (uint32_t)num) continue;
         const char *tname;
         if (kind == 0) {
             st = af_pb_want(&r, &f, AF_PB_LEN, at->name, err);
@@ -646,15 +630,12 @@ static af_status read_list(const imp *c, af_graph *g, const af_pb *msg,
             st = af_pb_sub(&r, &f, "TensorProto", &sub, err);
             if (st == AF_OK && !(items[k] = af_arena_alloc(c->a, sizeof(af_tensor))))
                 st = nomem(c, err);
-            if (st == AF_OK)
-                st = read_tensor(c, &sub, items[k], &tname, err);
+            if (st == AF_OK) st = read_tensor(c, &sub, items[k], &tname, err);
         } else {
             st = af_pb_sub(&r, &f, "GraphProto", &sub, err);
-            if (st == AF_OK)
-                st = import_graph(c, &sub, g, (af_graph **)&items[k], err);
+            if (st == AF_OK) st = import_graph(c, &sub, g, (af_graph **)&items[k], err);
         }
-        if (st)
-            return st;
+        if (st) return st;
         k++;
     }
     at->n = k;
@@ -667,8 +648,8 @@ static af_status read_list(const imp *c, af_graph *g, const af_pb *msg,
     return st;
 }
 
-static af_status read_attr(const imp *c, const node_rec *nr, af_graph *g, const af_pb *msg, af_attr *at,
-                           af_error *err) {
+static af_status read_attr(const imp *c, const node_rec *nr, af_graph *g, const af_pb *msg,
+                           af_attr *at, af_error *err) {
     af_pb r = *msg, sub;
     af_pb_field f, tf = {0}, gf = {0};
     af_status st = AF_OK;
@@ -677,8 +658,7 @@ static af_status read_attr(const imp *c, const node_rec *nr, af_graph *g, const 
     const char *ref = NULL, *tname;
     at->name = "";
     while (st == AF_OK && (st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
-        if (f.num < 32)
-            present |= 1u << f.num;
+        if (f.num < 32) present |= 1u << f.num;
         switch (f.num) {
         case ATTR_NAME:
             st = af_pb_str(&r, &f, "name", c->a, &at->name, err);
@@ -711,10 +691,8 @@ static af_status read_attr(const imp *c, const node_rec *nr, af_graph *g, const 
             break;
         }
     }
-    if (st)
-        return st;
-    if (!*at->name)
-        return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "an attribute has no name");
+    if (st) return st;
+    if (!*at->name) return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "an attribute has no name");
     if (ref)
         return node_fail(c, nr, err, AF_ERR_UNSUPPORTED,
                          "attribute '%s' refers to function attribute '%s' (functions are not "
@@ -726,16 +704,14 @@ static af_status read_attr(const imp *c, const node_rec *nr, af_graph *g, const 
     case AF_ATTR_INT:
         return AF_OK;
     case AF_ATTR_STRING:
-        if (!at->s && !(at->s = af_arena_strdup(c->a, "")))
-            return nomem(c, err);
+        if (!at->s && !(at->s = af_arena_strdup(c->a, ""))) return nomem(c, err);
         return AF_OK;
     case AF_ATTR_TENSOR:
         if (!tf.num)
-            return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "tensor attribute '%s' has no tensor",
-                             at->name);
+            return node_fail(c, nr, err, AF_ERR_INVALID_MODEL,
+                             "tensor attribute '%s' has no tensor", at->name);
         st = af_pb_sub(msg, &tf, "TensorProto", &sub, err);
-        if (st == AF_OK && !(at->t = af_arena_alloc(c->a, sizeof *at->t)))
-            st = nomem(c, err);
+        if (st == AF_OK && !(at->t = af_arena_alloc(c->a, sizeof *at->t))) st = nomem(c, err);
         return st ? st : read_tensor(c, &sub, at->t, &tname, err);
     case AF_ATTR_GRAPH:
         if (!gf.num)
@@ -773,21 +749,16 @@ static af_status read_attrs(const imp *c, const node_rec *nr, af_graph *g, af_at
                             af_error *err) {
     int n, k = 0;
     af_status st = af_pb_count(&nr->msg, NODE_ATTRIBUTE, &n, err);
-    if (st)
-        return st;
+    if (st) return st;
     af_attr *attrs = af_arena_calloc(c->a, (size_t)n + 1, sizeof *attrs);
-    if (!attrs)
-        return nomem(c, err);
+    if (!attrs) return nomem(c, err);
     af_pb r = nr->msg, sub;
     af_pb_field f;
     while ((st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
-        if (f.num != NODE_ATTRIBUTE)
-            continue;
+        if (f.num != NODE_ATTRIBUTE) continue;
         st = af_pb_sub(&r, &f, "AttributeProto", &sub, err);
-        if (st == AF_OK)
-            st = read_attr(c, nr, g, &sub, &attrs[k], err);
-        if (st)
-            return st;
+        if (st == AF_OK) st = read_attr(c, nr, g, &sub, &attrs[k], err);
+        if (st) return st;
         for (int j = 0; j < k; j++)
             if (!strcmp(attrs[j].name, attrs[k].name))
                 return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "attribute '%s' given twice",
@@ -817,8 +788,7 @@ static af_status declare_node(const imp *c, af_graph *g, scope *s, node_rec *nr,
     nr->name = nr->op_type = nr->domain = "";
     snprintf(label, sizeof label, "#%d", index);
     nr->label = af_arena_strdup(c->a, label);
-    if (!nr->label)
-        return nomem(c, err);
+    if (!nr->label) return nomem(c, err);
     while (st == AF_OK && (st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
         switch (f.num) {
         case NODE_NAME:
@@ -842,13 +812,12 @@ static af_status declare_node(const imp *c, af_graph *g, scope *s, node_rec *nr,
             break;
         }
     }
-    if (st)
-        return st;
-    if (*nr->name)
-        nr->label = nr->name;
-    if (!*nr->op_type)
-        return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "no op_type");
+    if (st) return st;
+    if (*nr->name) nr->label = nr->name;
+    if (!*nr->op_type) return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "no op_type");
 
+    if (is_default_domain(nr->domain) && !c->has_onnx_opset)
+        return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "the model imports no ai.onnx opset");
     if (is_default_domain(nr->domain) && !strcmp(nr->op_type, "Constant")) {
         if (nin != 0 || nout != 1)
             return node_fail(c, nr, err, AF_ERR_INVALID_MODEL,
@@ -856,11 +825,11 @@ static af_status declare_node(const imp *c, af_graph *g, scope *s, node_rec *nr,
     } else {
         af_op op = af_op_lookup(nr->domain, nr->op_type);
         if (op == AF_OP_COUNT)
-            return node_fail(c, nr, err, AF_ERR_UNSUPPORTED, "op '%s' of domain '%s' is not supported",
-                             nr->op_type, *nr->domain ? nr->domain : "ai.onnx");
+            return node_fail(c, nr, err, AF_ERR_UNSUPPORTED,
+                             "op '%s' of domain '%s' is not supported", nr->op_type,
+                             *nr->domain ? nr->domain : "ai.onnx");
         nr->node = af_node_new(g, op, nr->name, nin, nout);
-        if (!nr->node)
-            return nomem(c, err);
+        if (!nr->node) return nomem(c, err);
         nr->node->op_type = nr->op_type;
         nr->node->domain = nr->domain;
         nr->label = nr->node->name;
@@ -869,24 +838,20 @@ static af_status declare_node(const imp *c, af_graph *g, scope *s, node_rec *nr,
     int k = 0;
     r = nr->msg;
     while ((st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
-        if (f.num != NODE_OUTPUT)
-            continue;
+        if (f.num != NODE_OUTPUT) continue;
         const char *name;
         af_value *v;
         st = af_pb_str(&r, &f, "output", c->a, &name, err);
-        if (st)
-            return st;
+        if (st) return st;
         if (!*name) { /* an omitted optional output */
-            if (!nr->node)
-                return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "output has no name");
+            if (!nr->node) return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "output has no name");
             k++;
             continue;
         }
         if (scope_get(s, name))
             return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "value '%s' produced twice", name);
         st = declare(c, g, s, name, &v, err);
-        if (st)
-            return st;
+        if (st) return st;
         if (nr->node)
             af_node_set_output(nr->node, k, v);
         else
@@ -901,10 +866,10 @@ static af_status define_constant(const imp *c, af_graph *g, node_rec *nr, af_err
     af_attr *attrs;
     int n;
     af_status st = read_attrs(c, nr, g, &attrs, &n, err);
-    if (st)
-        return st;
+    if (st) return st;
     if (n != 1)
-        return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "needs exactly one attribute, has %d", n);
+        return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "needs exactly one attribute, has %d",
+                         n);
     const af_attr *at = &attrs[0];
     af_tensor *t = &nr->konst->type;
     const char *a = at->name;
@@ -933,8 +898,7 @@ static af_status define_constant(const imp *c, af_graph *g, node_rec *nr, af_err
     t->dims[0] = scalar ? 0 : at->n;
     t->nbytes = count * size;
     t->data = af_arena_alloc(c->a, t->nbytes);
-    if (!t->data)
-        return nomem(c, err);
+    if (!t->data) return nomem(c, err);
     if (t->dtype == AF_DTYPE_FLOAT)
         memcpy(t->data, scalar ? &at->f : at->floats, t->nbytes);
     else
@@ -943,21 +907,19 @@ static af_status define_constant(const imp *c, af_graph *g, node_rec *nr, af_err
 }
 
 /* Phase 2 of an op node: attributes (subgraphs see every value declared so far) and inputs. */
-static af_status define_node(const imp *c, af_graph *g, const scope *s, node_rec *nr, af_error *err) {
+static af_status define_node(const imp *c, af_graph *g, const scope *s, node_rec *nr,
+                             af_error *err) {
     af_node *n = nr->node;
     af_status st = read_attrs(c, nr, g, &n->attrs, &n->nattrs, err);
-    if (st)
-        return st;
+    if (st) return st;
     af_pb r = nr->msg;
     af_pb_field f;
     int k = 0;
     while ((st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
-        if (f.num != NODE_INPUT)
-            continue;
+        if (f.num != NODE_INPUT) continue;
         const char *name;
         st = af_pb_str(&r, &f, "input", c->a, &name, err);
-        if (st)
-            return st;
+        if (st) return st;
         if (*name) { /* "" is an omitted optional input */
             af_value *v = resolve(g, s, name);
             if (!v)
@@ -970,24 +932,20 @@ static af_status define_node(const imp *c, af_graph *g, const scope *s, node_rec
     return st;
 }
 
-static af_status import_nodes(const imp *c, const af_pb *msg, af_graph *g, scope *s, af_error *err) {
+static af_status import_nodes(const imp *c, const af_pb *msg, af_graph *g, scope *s,
+                              af_error *err) {
     int n, k = 0;
     af_status st = af_pb_count(msg, GRAPH_NODE, &n, err);
-    if (st)
-        return st;
+    if (st) return st;
     node_rec *recs = calloc((size_t)n + 1, sizeof *recs);
-    if (!recs)
-        return nomem(c, err);
+    if (!recs) return nomem(c, err);
     af_pb r = *msg;
     af_pb_field f;
     while ((st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
-        if (f.num != GRAPH_NODE)
-            continue;
+        if (f.num != GRAPH_NODE) continue;
         st = af_pb_sub(&r, &f, "NodeProto", &recs[k].msg, err);
-        if (st == AF_OK)
-            st = declare_node(c, g, s, &recs[k], k, err);
-        if (st)
-            goto fail;
+        if (st == AF_OK) st = declare_node(c, g, s, &recs[k], k, err);
+        if (st) goto fail;
         k++;
     }
     for (int i = 0; i < k && st == AF_OK; i++)
@@ -1004,37 +962,30 @@ static af_status import_inputs(const imp *c, const af_pb *msg, af_graph *g, scop
                                af_error *err) {
     int n;
     af_status st = af_pb_count(msg, GRAPH_INPUT, &n, err);
-    if (st)
-        return st;
+    if (st) return st;
     g->inputs = af_arena_calloc(c->a, (size_t)n + 1, sizeof(af_value *));
-    if (!g->inputs)
-        return nomem(c, err);
+    if (!g->inputs) return nomem(c, err);
     af_pb r = *msg, sub;
     af_pb_field f;
     while ((st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
         if (f.num == GRAPH_SPARSE_INITIALIZER)
             return af_pb_fail(&r, err, f.off, AF_ERR_UNSUPPORTED,
                               "sparse initializers are not supported");
-        if (f.num == GRAPH_NAME && (st = af_pb_str(&r, &f, "name", c->a, &g->name, err)))
-            return st;
-        if (f.num != GRAPH_INPUT)
-            continue;
+        if (f.num == GRAPH_NAME && (st = af_pb_str(&r, &f, "name", c->a, &g->name, err))) return st;
+        if (f.num != GRAPH_INPUT) continue;
         const char *name;
         decl d;
         af_value *v;
         st = af_pb_sub(&r, &f, "ValueInfoProto", &sub, err);
-        if (st == AF_OK)
-            st = read_value_info(c, &sub, &name, &d, err);
-        if (st)
-            return st;
+        if (st == AF_OK) st = read_value_info(c, &sub, &name, &d, err);
+        if (st) return st;
         if (!*name)
             return file_fail(c, err, AF_ERR_INVALID_MODEL, "graph '%s': an input has no name",
                              g->name ? g->name : "");
         if (scope_get(s, name))
             return file_fail(c, err, AF_ERR_INVALID_MODEL, "graph input '%s' declared twice", name);
         st = declare(c, g, s, name, &v, err);
-        if (st)
-            return st;
+        if (st) return st;
         apply_decl(v, &d);
         v->is_input = true;
         g->inputs[g->ninputs++] = v;
@@ -1043,15 +994,11 @@ static af_status import_inputs(const imp *c, const af_pb *msg, af_graph *g, scop
 }
 
 static bool same_type(const af_tensor *declared, const af_tensor *t) {
-    if (declared->dtype != AF_DTYPE_UNDEFINED && declared->dtype != t->dtype)
-        return false;
-    if (declared->rank < 0)
-        return true;
-    if (declared->rank != t->rank)
-        return false;
+    if (declared->dtype != AF_DTYPE_UNDEFINED && declared->dtype != t->dtype) return false;
+    if (declared->rank < 0) return true;
+    if (declared->rank != t->rank) return false;
     for (int i = 0; i < t->rank; i++)
-        if (declared->dims[i] >= 0 && declared->dims[i] != t->dims[i])
-            return false;
+        if (declared->dims[i] >= 0 && declared->dims[i] != t->dims[i]) return false;
     return true;
 }
 
@@ -1061,19 +1008,14 @@ static af_status import_initializers(const imp *c, const af_pb *msg, af_graph *g
     af_pb_field f;
     af_status st;
     while ((st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
-        if (f.num != GRAPH_INITIALIZER)
-            continue;
+        if (f.num != GRAPH_INITIALIZER) continue;
         const char *name;
         af_tensor t;
         st = af_pb_sub(&r, &f, "TensorProto", &sub, err);
-        if (st == AF_OK)
-            st = read_tensor(c, &sub, &t, &name, err);
-        if (st == AF_OK)
-            st = widen_halves(c, &t, err);
-        if (st)
-            return st;
-        if (!*name)
-            return file_fail(c, err, AF_ERR_INVALID_MODEL, "an initializer has no name");
+        if (st == AF_OK) st = read_tensor(c, &sub, &t, &name, err);
+        if (st == AF_OK) st = widen_halves(c, &t, err);
+        if (st) return st;
+        if (!*name) return file_fail(c, err, AF_ERR_INVALID_MODEL, "an initializer has no name");
         af_value *v = scope_get(s, name);
         if (v && (!v->is_input || v->is_const))
             return file_fail(c, err, AF_ERR_INVALID_MODEL, "initializer '%s' defined twice", name);
@@ -1084,8 +1026,7 @@ static af_status import_initializers(const imp *c, const af_pb *msg, af_graph *g
                              type_str(&t, a, sizeof a), type_str(&v->type, b, sizeof b));
         }
         /* An initializer named like a graph input is that input's default value. */
-        if (!v && (st = declare(c, g, s, name, &v, err)))
-            return st;
+        if (!v && (st = declare(c, g, s, name, &v, err))) return st;
         v->type = t;
         memset(v->dim_param, 0, sizeof v->dim_param);
         v->is_const = true;
@@ -1097,27 +1038,21 @@ static af_status import_outputs(const imp *c, const af_pb *msg, af_graph *g, con
                                 af_error *err) {
     int n;
     af_status st = af_pb_count(msg, GRAPH_OUTPUT, &n, err);
-    if (st)
-        return st;
+    if (st) return st;
     g->outputs = af_arena_calloc(c->a, (size_t)n + 1, sizeof(af_value *));
-    if (!g->outputs)
-        return nomem(c, err);
+    if (!g->outputs) return nomem(c, err);
     af_pb r = *msg, sub;
     af_pb_field f;
     while ((st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
-        if (f.num != GRAPH_OUTPUT && f.num != GRAPH_VALUE_INFO)
-            continue;
+        if (f.num != GRAPH_OUTPUT && f.num != GRAPH_VALUE_INFO) continue;
         const char *name;
         decl d;
         st = af_pb_sub(&r, &f, "ValueInfoProto", &sub, err);
-        if (st == AF_OK)
-            st = read_value_info(c, &sub, &name, &d, err);
-        if (st)
-            return st;
+        if (st == AF_OK) st = read_value_info(c, &sub, &name, &d, err);
+        if (st) return st;
         if (f.num == GRAPH_VALUE_INFO) { /* types of intermediate values, when known */
             af_value *v = scope_get(s, name);
-            if (v)
-                apply_decl(v, &d);
+            if (v) apply_decl(v, &d);
             continue;
         }
         af_value *v = *name ? resolve(g, s, name) : NULL;
@@ -1139,22 +1074,17 @@ static af_status import_graph(const imp *c, const af_pb *msg, af_graph *parent, 
     scope s = {0};
     af_status st;
     af_graph *g = af_graph_new(c->a, c->file, parent);
-    if (!g)
-        return nomem(c, err);
+    if (!g) return nomem(c, err);
     if (!parent) {
         g->opsets = c->opsets;
         g->nopsets = c->nopsets;
     }
     g->name = "";
     st = import_inputs(c, msg, g, &s, err);
-    if (st == AF_OK)
-        st = import_initializers(c, msg, g, &s, err);
-    if (st == AF_OK)
-        st = import_nodes(c, msg, g, &s, err);
-    if (st == AF_OK)
-        st = import_outputs(c, msg, g, &s, err);
-    if (st == AF_OK)
-        st = af_graph_toposort(g, err);
+    if (st == AF_OK) st = import_initializers(c, msg, g, &s, err);
+    if (st == AF_OK) st = import_nodes(c, msg, g, &s, err);
+    if (st == AF_OK) st = import_outputs(c, msg, g, &s, err);
+    if (st == AF_OK) st = af_graph_toposort(g, err);
     free(s.slots);
     *out = g;
     return st;
@@ -1169,15 +1099,12 @@ static af_status has_half_io(const imp *c, const af_pb *graph, bool *half, af_er
     af_status st;
     *half = false;
     while ((st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
-        if (f.num != GRAPH_INPUT && f.num != GRAPH_OUTPUT)
-            continue;
+        if (f.num != GRAPH_INPUT && f.num != GRAPH_OUTPUT) continue;
         const char *name;
         decl d;
         st = af_pb_sub(&r, &f, "ValueInfoProto", &sub, err);
-        if (st == AF_OK)
-            st = read_value_info(c, &sub, &name, &d, err);
-        if (st)
-            return st;
+        if (st == AF_OK) st = read_value_info(c, &sub, &name, &d, err);
+        if (st) return st;
         *half |= d.type.dtype == AF_DTYPE_FLOAT16 || d.type.dtype == AF_DTYPE_BFLOAT16;
     }
     return st;
@@ -1197,20 +1124,18 @@ static af_status read_opset(const imp *c, const af_pb *msg, af_opset *op, af_err
     return st;
 }
 
-/* The ai.onnx opset must be imported once, within the versions our kernels implement. Other
- * domains are fine as long as no node uses them (declare_node rejects such nodes). */
-static af_status check_opsets(const imp *c, af_error *err) {
+/* The ai.onnx opset may be imported once, within the versions our kernels implement (a model
+ * without it may not use its ops). Other domains are fine as long as no node uses them
+ * (declare_node rejects such nodes). */
+static af_status check_opsets(imp *c, af_error *err) {
     const af_opset *ai = NULL;
     for (int i = 0; i < c->nopsets; i++) {
-        if (!is_default_domain(c->opsets[i].domain))
-            continue;
-        if (ai)
-            return file_fail(c, err, AF_ERR_INVALID_MODEL, "opset_import lists ai.onnx twice");
+        if (!is_default_domain(c->opsets[i].domain)) continue;
+        if (ai) return file_fail(c, err, AF_ERR_INVALID_MODEL, "opset_import lists ai.onnx twice");
         ai = &c->opsets[i];
     }
-    if (!ai)
-        return file_fail(c, err, AF_ERR_INVALID_MODEL, "the model imports no ai.onnx opset");
-    if (ai->version < OPSET_MIN || ai->version > OPSET_MAX)
+    c->has_onnx_opset = ai != NULL;
+    if (ai && (ai->version < OPSET_MIN || ai->version > OPSET_MAX))
         return file_fail(c, err, AF_ERR_UNSUPPORTED,
                          "ai.onnx opset %lld is not supported (supported: %d to %d)",
                          (long long)ai->version, OPSET_MIN, OPSET_MAX);
@@ -1225,11 +1150,9 @@ static af_status import_model(af_model *m, af_error *err) {
     bool half;
     af_pb_init(&r, m->map, m->map_len, m->path, "ModelProto");
     st = af_pb_count(&r, MODEL_OPSET_IMPORT, &c.nopsets, err);
-    if (st)
-        return st;
+    if (st) return st;
     c.opsets = af_arena_calloc(m->arena, (size_t)c.nopsets + 1, sizeof(af_opset));
-    if (!c.opsets)
-        return nomem(&c, err);
+    if (!c.opsets) return nomem(&c, err);
     int k = 0;
     while ((st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
         switch (f.num) {
@@ -1248,26 +1171,19 @@ static af_status import_model(af_model *m, af_error *err) {
             break;
         case MODEL_OPSET_IMPORT:
             st = af_pb_sub(&r, &f, "OperatorSetIdProto", &sub, err);
-            if (st == AF_OK)
-                st = read_opset(&c, &sub, &c.opsets[k++], err);
+            if (st == AF_OK) st = read_opset(&c, &sub, &c.opsets[k++], err);
             break;
         default:
             break;
         }
-        if (st)
-            return st;
+        if (st) return st;
     }
-    if (st)
-        return st;
-    if (!graph.num)
-        return file_fail(&c, err, AF_ERR_INVALID_MODEL, "the model has no graph");
+    if (st) return st;
+    if (!graph.num) return file_fail(&c, err, AF_ERR_INVALID_MODEL, "the model has no graph");
     st = check_opsets(&c, err);
-    if (st == AF_OK)
-        st = af_pb_sub(&r, &graph, "GraphProto", &sub, err);
-    if (st == AF_OK)
-        st = has_half_io(&c, &sub, &half, err);
-    if (st)
-        return st;
+    if (st == AF_OK) st = af_pb_sub(&r, &graph, "GraphProto", &sub, err);
+    if (st == AF_OK) st = has_half_io(&c, &sub, &half, err);
+    if (st) return st;
     c.halves_to_float = !half;
     st = import_graph(&c, &sub, NULL, &m->graph, err);
     return st ? st : af_graph_infer_shapes(m->graph, err);
@@ -1276,8 +1192,7 @@ static af_status import_model(af_model *m, af_error *err) {
 /* A model with its arena and names, no bytes yet. */
 static af_model *model_new(const char *path) {
     af_model *m = calloc(1, sizeof *m);
-    if (!m)
-        return NULL;
+    if (!m) return NULL;
     m->arena = af_arena_new();
     if (!m->arena || !(m->path = af_arena_strdup(m->arena, path))) {
         af_arena_free(m->arena);
@@ -1296,8 +1211,7 @@ static af_status model_dir(af_model *m, const char *path, af_error *err) {
         dir = af_arena_strdup(m->arena, ".");
     else
         dir = af_arena_strndup(m->arena, path, slash == path ? 1 : (size_t)(slash - path));
-    if (!dir)
-        return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", path);
+    if (!dir) return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", path);
     real = realpath(dir, NULL);
     if (!real)
         return af_fail(err, AF_ERR_IO, "%s: cannot resolve the model's folder: %s", path,
@@ -1313,8 +1227,7 @@ af_status af_model_load(const char *path, af_model **out, af_error *err) {
     int fd = -1;
     af_model *m = model_new(path);
     *out = NULL;
-    if (!m)
-        return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", path);
+    if (!m) return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", path);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &sb) != 0) {
         st = af_fail(err, AF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -1335,11 +1248,9 @@ af_status af_model_load(const char *path, af_model **out, af_error *err) {
         m->map_is_mmap = true;
     }
     st = model_dir(m, path, err);
-    if (st == AF_OK)
-        st = import_model(m, err);
+    if (st == AF_OK) st = import_model(m, err);
 fail:
-    if (fd >= 0)
-        close(fd);
+    if (fd >= 0) close(fd);
     if (st) {
         af_model_free(m);
         return st;
@@ -1353,15 +1264,13 @@ af_status af_model_load_bytes(const void *bytes, size_t len, const char *name, a
     af_status st;
     af_model *m = model_new(name ? name : "<bytes>");
     *out = NULL;
-    if (!m)
-        return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", name ? name : "<bytes>");
+    if (!m) return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", name ? name : "<bytes>");
     m->map = malloc(len ? len : 1);
     if (!m->map) {
         st = af_fail(err, AF_ERR_NOMEM, "%s: out of memory copying %zu bytes", m->path, len);
         goto fail;
     }
-    if (len)
-        memcpy(m->map, bytes, len);
+    if (len) memcpy(m->map, bytes, len);
     m->map_len = len;
     st = import_model(m, err);
 fail:
@@ -1374,8 +1283,7 @@ fail:
 }
 
 void af_model_free(af_model *m) {
-    if (!m)
-        return;
+    if (!m) return;
     af_onnx_extdata_close(m);
     if (m->map_is_mmap)
         munmap(m->map, m->map_len);
@@ -1390,16 +1298,14 @@ af_status af_tensor_load_pb(const char *path, af_tensor *out, char **name_out, a
     size_t len;
     const char *name;
     memset(out, 0, sizeof *out);
-    if (name_out)
-        *name_out = NULL;
+    if (name_out) *name_out = NULL;
     if (af_read_file(path, &buf, &len) != 0)
         return af_fail(err, AF_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
     imp c = {.a = af_arena_new(), .file = path, .owning = true};
     af_status st = c.a ? AF_OK : af_fail(err, AF_ERR_NOMEM, "%s: out of memory", path);
     af_pb r;
     af_pb_init(&r, buf, len, path, "TensorProto");
-    if (st == AF_OK)
-        st = read_tensor(&c, &r, out, &name, err);
+    if (st == AF_OK) st = read_tensor(&c, &r, out, &name, err);
     if (st == AF_OK && name_out && *name && !(*name_out = strdup(name))) {
         af_tensor_release(out);
         st = af_fail(err, AF_ERR_NOMEM, "%s: out of memory", path);

@@ -45,17 +45,14 @@ static bool eat(hdr *h, char c) {
 /* A quoted string without escapes; (s, n) point into the header. */
 static bool parse_str(hdr *h, const char **s, size_t *n) {
     skip_ws(h);
-    if (h->p >= h->end || (*h->p != '\'' && *h->p != '"'))
-        return false;
+    if (h->p >= h->end || (*h->p != '\'' && *h->p != '"')) return false;
     char q = *h->p++;
     const char *start = h->p;
     while (h->p < h->end && *h->p != q) {
-        if (*h->p == '\\')
-            return false;
+        if (*h->p == '\\') return false;
         h->p++;
     }
-    if (h->p >= h->end)
-        return false;
+    if (h->p >= h->end) return false;
     *s = start;
     *n = (size_t)(h->p - start);
     h->p++;
@@ -65,32 +62,26 @@ static bool parse_str(hdr *h, const char **s, size_t *n) {
 static bool parse_word(hdr *h, const char *w) {
     size_t n = strlen(w);
     skip_ws(h);
-    if ((size_t)(h->end - h->p) < n || memcmp(h->p, w, n) != 0)
-        return false;
+    if ((size_t)(h->end - h->p) < n || memcmp(h->p, w, n) != 0) return false;
     h->p += n;
     return true;
 }
 
 /* "(d0, d1, ...)" with an optional trailing comma; Python 2's "3L" is accepted. */
 static bool parse_shape(hdr *h, af_tensor *t) {
-    if (!eat(h, '('))
-        return false;
+    if (!eat(h, '(')) return false;
     t->rank = 0;
     for (;;) {
-        if (eat(h, ')'))
-            return true;
+        if (eat(h, ')')) return true;
         skip_ws(h);
         int64_t v = 0;
         const char *start = h->p;
         while (h->p < h->end && *h->p >= '0' && *h->p <= '9') {
-            if (!af_mul_i64(v, 10, &v) || !af_add_i64(v, *h->p - '0', &v))
-                return false;
+            if (!af_mul_i64(v, 10, &v) || !af_add_i64(v, *h->p - '0', &v)) return false;
             h->p++;
         }
-        if (h->p == start || t->rank == AF_MAX_RANK)
-            return false;
-        if (h->p < h->end && *h->p == 'L')
-            h->p++;
+        if (h->p == start || t->rank == AF_MAX_RANK) return false;
+        if (h->p < h->end && *h->p == 'L') h->p++;
         t->dims[t->rank++] = v;
         if (!eat(h, ',')) {
             return eat(h, ')');
@@ -99,11 +90,9 @@ static bool parse_shape(hdr *h, af_tensor *t) {
 }
 
 static bool parse_descr(const char *s, size_t n, af_dtype *out) {
-    if (n != 3)
-        return false;
+    if (n != 3) return false;
     for (size_t i = 0; i < AF_COUNT(npy_types); i++) {
-        if (memcmp(s + 1, npy_types[i].code, 2) != 0)
-            continue;
+        if (memcmp(s + 1, npy_types[i].code, 2) != 0) continue;
         bool one_byte = npy_types[i].code[1] == '1';
         if (s[0] == '<' || s[0] == '|' || s[0] == '=' || (one_byte && s[0] == '>')) {
             *out = npy_types[i].dtype;
@@ -116,45 +105,36 @@ static bool parse_descr(const char *s, size_t n, af_dtype *out) {
 /* The header dict into t's dtype and dims; NULL on success, else what is wrong. */
 static const char *parse_header(hdr *h, af_tensor *t) {
     bool have_descr = false, have_order = false, have_shape = false;
-    if (!eat(h, '{'))
-        return "header is not a dict";
+    if (!eat(h, '{')) return "header is not a dict";
     for (;;) {
         const char *key;
         size_t klen;
-        if (eat(h, '}'))
-            break;
-        if (!parse_str(h, &key, &klen) || !eat(h, ':'))
-            return "malformed header";
+        if (eat(h, '}')) break;
+        if (!parse_str(h, &key, &klen) || !eat(h, ':')) return "malformed header";
         if (klen == 5 && !memcmp(key, "descr", 5)) {
             const char *d;
             size_t dlen;
-            if (!parse_str(h, &d, &dlen))
-                return "malformed descr";
+            if (!parse_str(h, &d, &dlen)) return "malformed descr";
             if (!parse_descr(d, dlen, &t->dtype))
                 return "unsupported descr (little-endian f2 f4 f8 i1 i2 i4 i8 u1 u2 u4 u8 b1 only)";
             have_descr = true;
         } else if (klen == 13 && !memcmp(key, "fortran_order", 13)) {
-            if (parse_word(h, "True"))
-                return "Fortran order is not supported";
-            if (!parse_word(h, "False"))
-                return "malformed fortran_order";
+            if (parse_word(h, "True")) return "Fortran order is not supported";
+            if (!parse_word(h, "False")) return "malformed fortran_order";
             have_order = true;
         } else if (klen == 5 && !memcmp(key, "shape", 5)) {
-            if (!parse_shape(h, t))
-                return "malformed shape (or rank above 8)";
+            if (!parse_shape(h, t)) return "malformed shape (or rank above 8)";
             have_shape = true;
         } else {
             return "unknown key in header";
         }
         if (!eat(h, ',')) {
-            if (!eat(h, '}'))
-                return "malformed header";
+            if (!eat(h, '}')) return "malformed header";
             break;
         }
     }
     skip_ws(h);
-    if (h->p != h->end)
-        return "trailing bytes after the header dict";
+    if (h->p != h->end) return "trailing bytes after the header dict";
     if (!have_descr || !have_order || !have_shape)
         return "header lacks descr, fortran_order or shape";
     return NULL;
@@ -190,8 +170,7 @@ af_status af_tensor_load_npy(const char *path, af_tensor *out, af_error *err) {
     }
     hdr h = {(const char *)buf + start, (const char *)buf + start + hlen};
     why = parse_header(&h, out);
-    if (why)
-        goto fail;
+    if (why) goto fail;
     int64_t numel = af_tensor_numel(out), nbytes;
     if (numel < 0 || !af_mul_i64(numel, (int64_t)af_dtype_size(out->dtype), &nbytes)) {
         why = "shape overflows";
@@ -204,23 +183,18 @@ af_status af_tensor_load_npy(const char *path, af_tensor *out, af_error *err) {
         goto fail;
     }
     st = af_tensor_alloc(out, err);
-    if (st)
-        goto fail;
-    if (have)
-        memcpy(out->data, buf + start + hlen, have);
+    if (st) goto fail;
+    if (have) memcpy(out->data, buf + start + hlen, have);
 fail:
-    if (why)
-        af_fail(err, st, "%s: %s", path, why);
-    if (st)
-        memset(out, 0, sizeof *out);
+    if (why) af_fail(err, st, "%s: %s", path, why);
+    if (st) memset(out, 0, sizeof *out);
     free(buf);
     return st;
 }
 
 static const char *npy_code(af_dtype t) {
     for (size_t i = 0; i < AF_COUNT(npy_types); i++)
-        if (npy_types[i].dtype == t)
-            return npy_types[i].code;
+        if (npy_types[i].dtype == t) return npy_types[i].code;
     return NULL;
 }
 
@@ -243,8 +217,7 @@ af_status af_tensor_save_npy(const char *path, const af_tensor *t, af_error *err
         n += snprintf(header + n, sizeof header - (size_t)n, "%s%lld", i ? ", " : "",
                       (long long)t->dims[i]);
     n += snprintf(header + n, sizeof header - (size_t)n, "%s), }", t->rank == 1 ? "," : "");
-    while ((10 + n + 1) % 64 != 0)
-        header[n++] = ' ';
+    while ((10 + n + 1) % 64 != 0) header[n++] = ' ';
     header[n++] = '\n';
 
     unsigned char pre[10];
@@ -254,12 +227,10 @@ af_status af_tensor_save_npy(const char *path, const af_tensor *t, af_error *err
     pre[8] = (unsigned char)(n & 0xff);
     pre[9] = (unsigned char)(n >> 8);
     FILE *f = fopen(path, "wb");
-    if (!f)
-        return af_fail(err, AF_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    if (!f) return af_fail(err, AF_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     bool ok = fwrite(pre, 1, sizeof pre, f) == sizeof pre &&
               fwrite(header, 1, (size_t)n, f) == (size_t)n &&
               (nbytes == 0 || fwrite(t->data, 1, (size_t)nbytes, f) == (size_t)nbytes);
-    if (fclose(f) != 0)
-        ok = false;
+    if (fclose(f) != 0) ok = false;
     return ok ? AF_OK : af_fail(err, AF_ERR_IO, "%s: write failed: %s", path, strerror(errno));
 }

@@ -23,11 +23,11 @@ typedef struct af_model {
     const char *producer_name;    /* "" when absent */
     const char *producer_version; /* "" when absent */
     /* private */
-    void *map;          /* the mapped model file, or the copy of the bytes */
+    void *map; /* the mapped model file, or the copy of the bytes */
     size_t map_len;
-    bool map_is_mmap;   /* munmap (file) rather than free (bytes) */
-    const char *dir;    /* the model's folder (realpath), for external data; NULL for bytes */
-    af_extfile *ext;    /* external data files opened so far (each once) */
+    bool map_is_mmap; /* munmap (file) rather than free (bytes) */
+    const char *dir;  /* the model's folder (realpath), for external data; NULL for bytes */
+    af_extfile *ext;  /* external data files opened so far (each once) */
 } af_model;
 
 /* Load a model file: mapped read-only, checked, imported, shapes inferred. On error *out is
@@ -51,7 +51,8 @@ af_status af_tensor_save_npy(const char *path, const af_tensor *t, af_error *err
 
 /* Internal to src/onnx: external data of the TensorProto read by `msg` (extdata.c). Checks the
  * external_data entries against the security rules and returns in *data a pointer to `nbytes`
- * bytes inside a read-only mapping that lives as long as m. `tname` names the tensor in messages. */
+ * bytes inside a read-only mapping that lives as long as m. `tname` names the tensor in messages.
+ */
 af_status af_onnx_extdata(af_model *m, const af_pb *msg, const char *tname, size_t nbytes,
                           const uint8_t **data, af_error *err);
 /* Unmap every external data file of m. */

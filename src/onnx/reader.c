@@ -56,8 +56,7 @@ static af_status read_fixed(af_pb *r, int nbytes, uint64_t *out, af_error *err) 
         return af_pb_fail(r, err, offset(r, r->p), AF_ERR_PARSE,
                           "%d-byte fixed value runs past the end", nbytes);
     uint64_t v = 0;
-    for (int i = 0; i < nbytes; i++)
-        v |= (uint64_t)r->p[i] << (8 * i);
+    for (int i = 0; i < nbytes; i++) v |= (uint64_t)r->p[i] << (8 * i);
     r->p += nbytes;
     *out = v;
     return AF_OK;
@@ -65,17 +64,14 @@ static af_status read_fixed(af_pb *r, int nbytes, uint64_t *out, af_error *err) 
 
 af_status af_pb_next(af_pb *r, af_pb_field *f, af_error *err) {
     memset(f, 0, sizeof *f);
-    if (r->p == r->end)
-        return AF_OK;
+    if (r->p == r->end) return AF_OK;
     f->off = offset(r, r->p);
     uint64_t tag;
     af_status st = read_varint(r, &tag, err);
-    if (st != AF_OK)
-        return st;
+    if (st != AF_OK) return st;
     uint64_t num = tag >> 3;
     int wire = (int)(tag & 7);
-    if (num == 0)
-        return af_pb_fail(r, err, f->off, AF_ERR_PARSE, "field number 0");
+    if (num == 0) return af_pb_fail(r, err, f->off, AF_ERR_PARSE, "field number 0");
     if (num > 0x1fffffff)
         return af_pb_fail(r, err, f->off, AF_ERR_PARSE, "field number %llu too large",
                           (unsigned long long)num);
@@ -92,8 +88,7 @@ af_status af_pb_next(af_pb *r, af_pb_field *f, af_error *err) {
     case AF_PB_LEN: {
         uint64_t len;
         st = read_varint(r, &len, err);
-        if (st != AF_OK)
-            break;
+        if (st != AF_OK) break;
         if (len > (uint64_t)(r->end - r->p))
             return af_pb_fail(r, err, f->off, AF_ERR_PARSE,
                               "field %llu has length %llu but only %zu bytes remain",
@@ -113,8 +108,7 @@ af_status af_pb_next(af_pb *r, af_pb_field *f, af_error *err) {
         return af_pb_fail(r, err, f->off, AF_ERR_PARSE, "field %llu has invalid wire type %d",
                           (unsigned long long)num, wire);
     }
-    if (st != AF_OK)
-        return st;
+    if (st != AF_OK) return st;
     f->num = (uint32_t)num;
     f->wire = wire;
     return AF_OK;
@@ -137,8 +131,7 @@ static const char *wire_name(int wire) {
 
 af_status af_pb_want(const af_pb *r, const af_pb_field *f, int wire, const char *name,
                      af_error *err) {
-    if (f->wire == wire)
-        return AF_OK;
+    if (f->wire == wire) return AF_OK;
     return af_pb_fail(r, err, f->off, AF_ERR_PARSE, "field '%s' (%u) has wire type %s, expected %s",
                       name, f->num, wire_name(f->wire), wire_name(wire));
 }
@@ -146,11 +139,10 @@ af_status af_pb_want(const af_pb *r, const af_pb_field *f, int wire, const char 
 af_status af_pb_sub(const af_pb *r, const af_pb_field *f, const char *what, af_pb *sub,
                     af_error *err) {
     af_status st = af_pb_want(r, f, AF_PB_LEN, what, err);
-    if (st != AF_OK)
-        return st;
+    if (st != AF_OK) return st;
     if (r->depth >= AF_PB_MAX_DEPTH)
         return af_pb_fail(r, err, f->off, AF_ERR_UNSUPPORTED,
-                          "%s nested deeper than %d messages (subgraphs inside subgraphs?)", what,
+                          "%s nested deeper than %d messages (too many levels of subgraphs)", what,
                           AF_PB_MAX_DEPTH);
     *sub = *r;
     sub->p = f->data;
@@ -181,13 +173,11 @@ af_status af_pb_float(const af_pb *r, const af_pb_field *f, const char *name, fl
 af_status af_pb_str(const af_pb *r, const af_pb_field *f, const char *name, af_arena *a,
                     const char **out, af_error *err) {
     af_status st = af_pb_want(r, f, AF_PB_LEN, name, err);
-    if (st != AF_OK)
-        return st;
+    if (st != AF_OK) return st;
     if (memchr(f->data, 0, f->len))
         return af_pb_fail(r, err, f->off, AF_ERR_PARSE, "string '%s' contains a NUL byte", name);
     char *s = af_arena_strndup(a, (const char *)f->data, f->len);
-    if (!s)
-        return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", r->file);
+    if (!s) return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", r->file);
     *out = s;
     return AF_OK;
 }
@@ -198,8 +188,7 @@ af_status af_pb_count(const af_pb *msg, uint32_t num, int *count, af_error *err)
     af_status st;
     int n = 0;
     while ((st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
-        if (f.num != num)
-            continue;
+        if (f.num != num) continue;
         if (n == INT_MAX)
             return af_pb_fail(&r, err, f.off, AF_ERR_UNSUPPORTED, "field %u repeated too often",
                               num);
@@ -211,8 +200,7 @@ af_status af_pb_count(const af_pb *msg, uint32_t num, int *count, af_error *err)
 
 /* One element of a packed run: same encoding as an unpacked field's value. */
 static af_status read_scalar(af_pb *r, int wire, uint64_t *v, af_error *err) {
-    if (wire == AF_PB_VARINT)
-        return read_varint(r, v, err);
+    if (wire == AF_PB_VARINT) return read_varint(r, v, err);
     return read_fixed(r, wire == AF_PB_FIXED64 ? 8 : 4, v, err);
 }
 
@@ -223,18 +211,15 @@ af_status af_pb_repeated(const af_pb *msg, uint32_t num, int wire, const char *n
     af_status st;
     size_t n = 0;
     while ((st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
-        if (f.num != num)
-            continue;
+        if (f.num != num) continue;
         if (f.wire == wire) {
             if (put && n >= cap)
                 return af_pb_fail(&r, err, f.off, AF_ERR_INTERNAL, "'%s' grew while read", name);
-            if (put)
-                put(ctx, n, f.v);
+            if (put) put(ctx, n, f.v);
             n++;
             continue;
         }
-        if (f.wire != AF_PB_LEN)
-            return af_pb_want(&r, &f, wire, name, err);
+        if (f.wire != AF_PB_LEN) return af_pb_want(&r, &f, wire, name, err);
         /* A packed run: the elements back to back, with the outer reader's bounds. */
         af_pb packed = r;
         packed.p = f.data;
@@ -242,12 +227,10 @@ af_status af_pb_repeated(const af_pb *msg, uint32_t num, int wire, const char *n
         while (packed.p < packed.end) {
             uint64_t v;
             st = read_scalar(&packed, wire, &v, err);
-            if (st != AF_OK)
-                return st;
+            if (st != AF_OK) return st;
             if (put && n >= cap)
                 return af_pb_fail(&r, err, f.off, AF_ERR_INTERNAL, "'%s' grew while read", name);
-            if (put)
-                put(ctx, n, v);
+            if (put) put(ctx, n, v);
             n++;
         }
     }

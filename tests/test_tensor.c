@@ -1,0 +1,356 @@
+/* Tensor-manipulation kernel tests, table-driven: each row builds one node (op, attributes,
+ * opset), runs its shape function and reference kernel on small tensors and checks the status
+ * and, on success, the output dtype, dims and values. Rows cover Reshape (0, -1, allowzero),
+ * Slice (negative steps, clamping, INT64 bounds), Resize (modes, coordinate transforms,
+ * nearest modes, exclude_outside, tf_crop_and_resize) and Pad (modes, cropping, opset 2 form).
+ * A second group checks shape inference with values unknown, as at compile time. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "kernels/kernel.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXV 64
+
+/* A small tensor literal: dtype, rank, dims, values in row-major order (as doubles). */
+typedef struct tens {
+    af_dtype t; /* AF_DTYPE_UNDEFINED: an omitted input */
+    int rank;
+    int64_t dims[4];
+    double v[MAXV];
+} tens;
+
+typedef struct tcase {
+    const char *name;
+    const char *op;
+    /* "name=value ...": "1,2,3" is an int list, "0.5" a float, "3" an int, else a string */
+    const char *attrs;
+    int opset;
+    int nin;
+    tens in[5];
+    af_status expect;
+    tens out;
+} tcase;
+
+#define F32 AF_DTYPE_FLOAT
+#define I64 AF_DTYPE_INT64
+#define BOOL AF_DTYPE_BOOL
+#define T1(t, a, ...) {t, 1, {a}, {__VA_ARGS__}}
+#define T2(t, a, b, ...) {t, 2, {a, b}, {__VA_ARGS__}}
+#define T4(t, a, b, c, d, ...) {t, 4, {a, b, c, d}, {__VA_ARGS__}}
+#define EMPTY(t) {t, 1, {0}, {0}}
+#define NONE {AF_DTYPE_UNDEFINED, 0, {0}, {0}}
+#define I64MIN (-9223372036854775807.0 - 1.0)
+#define BIG 1e18 /* "to the end" without INT64_MAX, which a double cannot hold */
+
+/* x = 0..11 as [2, 3, 2] and [3, 4]; a 2x2 image; a 1x4 row. */
+#define X12 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
+#define IMG T4(F32, 1, 1, 2, 2, 1, 2, 3, 4)
+#define ROW T4(F32, 1, 1, 1, 4, 1, 2, 3, 4)
+#define M23 T2(F32, 2, 3, 1, 2, 3, 4, 5, 6)
+
+static const tcase cases[] = {
+    /* Reshape */
+    {"reshape 0 copies, -1 infers", "Reshape", "", 14, 2,
+     {{F32, 3, {2, 3, 2}, {X12}}, T1(I64, 2, 0, -1)}, AF_OK, {F32, 2, {2, 6}, {X12}}},
+    {"reshape -1 first", "Reshape", "", 13, 2, {{F32, 3, {2, 3, 2}, {X12}}, T1(I64, 3, -1, 2, 2)},
+     AF_OK, {F32, 3, {3, 2, 2}, {X12}}},
+    {"reshape 0 past input rank", "Reshape", "", 13, 2, {T2(F32, 2, 2, 1, 2, 3, 4),
+     T1(I64, 3, 2, 2, 0)}, AF_ERR_INVALID_MODEL, NONE},
+    {"reshape allowzero keeps 0", "Reshape", "allowzero=1", 14, 2, {EMPTY(F32), T1(I64, 2, 3, 0)},
+     AF_OK, {F32, 2, {3, 0}, {0}}},
+    {"reshape allowzero=0 copies 0", "Reshape", "allowzero=0", 14, 2, {M23, T1(I64, 2, 0, 3)},
+     AF_OK, {F32, 2, {2, 3}, {1, 2, 3, 4, 5, 6}}},
+    {"reshape allowzero with 0 and -1", "Reshape", "allowzero=1", 14, 2, {M23, T1(I64, 2, 0, -1)},
+     AF_ERR_INVALID_MODEL, NONE},
+    {"reshape two -1", "Reshape", "", 13, 2, {M23, T1(I64, 2, -1, -1)}, AF_ERR_INVALID_MODEL, NONE},
+    {"reshape wrong count", "Reshape", "", 13, 2, {M23, T1(I64, 2, 4, 2)}, AF_ERR_INVALID_MODEL,
+     NONE},
+    {"reshape -1 not divisible", "Reshape", "", 13, 2, {M23, T1(I64, 2, 4, -1)},
+     AF_ERR_INVALID_MODEL, NONE},
+
+    /* Slice */
+    {"slice negative step", "Slice", "", 13, 5, {T1(F32, 10, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9),
+     T1(I64, 1, 8), T1(I64, 1, 1), T1(I64, 1, 0), T1(I64, 1, -3)}, AF_OK, T1(F32, 3, 8, 5, 2)},
+    {"slice reverse all with INT64_MIN end", "Slice", "", 13, 5, {T1(F32, 4, 0, 1, 2, 3),
+     T1(I64, 1, -1), T1(I64, 1, I64MIN), NONE, T1(I64, 1, -1)}, AF_OK, T1(F32, 4, 3, 2, 1, 0)},
+    {"slice clamps both ends", "Slice", "", 13, 3, {T1(F32, 4, 0, 1, 2, 3), T1(I64, 1, -100),
+     T1(I64, 1, 100)}, AF_OK, T1(F32, 4, 0, 1, 2, 3)},
+    {"slice start past end is empty", "Slice", "", 13, 3, {T1(F32, 4, 0, 1, 2, 3),
+     T1(I64, 1, 20), T1(I64, 1, 30)}, AF_OK, EMPTY(F32)},
+    {"slice negative step clamps start", "Slice", "", 13, 5, {T1(F32, 4, 0, 1, 2, 3),
+     T1(I64, 1, 100), T1(I64, 1, -100), T1(I64, 1, 0), T1(I64, 1, -2)}, AF_OK,
+     T1(F32, 2, 3, 1)},
+    {"slice 2-D axes and steps", "Slice", "", 13, 5, {{F32, 2, {3, 4}, {X12}}, T1(I64, 2, 0, 3),
+     T1(I64, 2, BIG, 0), T1(I64, 2, 0, -1), T1(I64, 2, 2, -1)}, AF_OK,
+     T2(F32, 2, 3, 3, 2, 1, 11, 10, 9)},
+    {"slice step 0", "Slice", "", 13, 5, {T1(F32, 2, 0, 1), T1(I64, 1, 0), T1(I64, 1, 2),
+     T1(I64, 1, 0), T1(I64, 1, 0)}, AF_ERR_INVALID_MODEL, NONE},
+    {"slice repeated axis", "Slice", "", 13, 4, {M23, T1(I64, 2, 0, 0), T1(I64, 2, 1, 1),
+     T1(I64, 2, 1, -1)}, AF_ERR_INVALID_MODEL, NONE},
+    {"slice opset 1 attributes", "Slice", "starts=1 ends=1000 axes=1", 9, 1, {M23}, AF_OK,
+     T2(F32, 2, 2, 2, 3, 5, 6)},
+
+    /* Resize and Upsample */
+    {"resize nearest half_pixel", "Resize", "mode=nearest", 13, 3,
+     {IMG, EMPTY(F32), T1(F32, 4, 1, 1, 2, 2)}, AF_OK,
+     T4(F32, 1, 1, 4, 4, 1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4)},
+    {"resize linear half_pixel", "Resize", "mode=linear", 13, 3,
+     {IMG, EMPTY(F32), T1(F32, 4, 1, 1, 2, 2)}, AF_OK,
+     T4(F32, 1, 1, 4, 4, 1, 1.25, 1.75, 2, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, 3.25, 3.5, 3, 3.25,
+        3.75, 4)},
+    {"resize linear align_corners sizes", "Resize",
+     "mode=linear coordinate_transformation_mode=align_corners", 13, 4,
+     {IMG, EMPTY(F32), EMPTY(F32), T1(I64, 4, 1, 1, 3, 3)}, AF_OK,
+     T4(F32, 1, 1, 3, 3, 1, 1.5, 2, 2, 2.5, 3, 3, 3.5, 4)},
+    {"resize cubic downsample", "Resize", "mode=cubic", 13, 3,
+     {ROW, EMPTY(F32), T1(F32, 4, 1, 1, 1, 0.5)}, AF_OK, T4(F32, 1, 1, 1, 2, 1.40625, 3.59375)},
+    {"resize cubic exclude_outside", "Resize", "mode=cubic exclude_outside=1", 13, 3,
+     {ROW, EMPTY(F32), T1(F32, 4, 1, 1, 1, 0.5)}, AF_OK,
+     T4(F32, 1, 1, 1, 2, 1.3714285714285714, 3.6285714285714286)},
+    {"resize nearest floor asymmetric", "Resize",
+     "nearest_mode=floor coordinate_transformation_mode=asymmetric", 13, 4,
+     {ROW, EMPTY(F32), EMPTY(F32), T1(I64, 4, 1, 1, 1, 8)}, AF_OK,
+     T4(F32, 1, 1, 1, 8, 1, 1, 2, 2, 3, 3, 4, 4)},
+    {"resize nearest round_prefer_ceil clamps", "Resize",
+     "nearest_mode=round_prefer_ceil coordinate_transformation_mode=asymmetric", 13, 4,
+     {ROW, EMPTY(F32), EMPTY(F32), T1(I64, 4, 1, 1, 1, 8)}, AF_OK,
+     T4(F32, 1, 1, 1, 8, 1, 2, 2, 3, 3, 4, 4, 4)},
+    {"resize tf_crop_and_resize extrapolates", "Resize",
+     "mode=linear coordinate_transformation_mode=tf_crop_and_resize extrapolation_value=10.0", 13,
+     4, {ROW, T1(F32, 8, 0, 0, 0, 0, 1, 1, 1, 1.5), EMPTY(F32), T1(I64, 4, 1, 1, 1, 3)}, AF_OK,
+     T4(F32, 1, 1, 1, 3, 1, 3.25, 10)},
+    {"resize bad mode", "Resize", "mode=area", 13, 3, {IMG, EMPTY(F32), T1(F32, 4, 1, 1, 2, 2)},
+     AF_ERR_UNSUPPORTED, NONE},
+    {"resize scales of wrong length", "Resize", "", 13, 3, {IMG, EMPTY(F32), T1(F32, 2, 2, 2)},
+     AF_ERR_INVALID_MODEL, NONE},
+    {"upsample opset 9 nearest", "Upsample", "mode=nearest", 9, 2,
+     {IMG, T1(F32, 4, 1, 1, 2, 2)}, AF_OK,
+     T4(F32, 1, 1, 4, 4, 1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4)},
+
+    /* Pad */
+    {"pad constant value", "Pad", "mode=constant", 13, 3, {M23, T1(I64, 4, 0, 1, 0, 1),
+     {F32, 0, {0}, {9}}}, AF_OK, T2(F32, 2, 5, 9, 1, 2, 3, 9, 9, 4, 5, 6, 9)},
+    {"pad reflect", "Pad", "mode=reflect", 13, 2, {M23, T1(I64, 4, 0, 2, 0, 2)}, AF_OK,
+     T2(F32, 2, 7, 3, 2, 1, 2, 3, 2, 1, 6, 5, 4, 5, 6, 5, 4)},
+    {"pad reflect wider than the axis", "Pad", "mode=reflect", 13, 2,
+     {M23, T1(I64, 4, 0, 4, 0, 0)}, AF_OK,
+     T2(F32, 2, 7, 1, 2, 3, 2, 1, 2, 3, 4, 5, 6, 5, 4, 5, 6)},
+    {"pad edge", "Pad", "mode=edge", 13, 2, {M23, T1(I64, 4, 1, 0, 0, 1)}, AF_OK,
+     T2(F32, 3, 4, 1, 2, 3, 3, 1, 2, 3, 3, 4, 5, 6, 6)},
+    {"pad negative crops", "Pad", "", 13, 2, {M23, T1(I64, 4, 0, -1, 0, 0)}, AF_OK,
+     T2(F32, 2, 2, 2, 3, 5, 6)},
+    {"pad opset 2 attributes", "Pad", "pads=0,1,0,1 value=9.0", 10, 1, {M23}, AF_OK,
+     T2(F32, 2, 5, 9, 1, 2, 3, 9, 9, 4, 5, 6, 9)},
+    {"pad crop below zero", "Pad", "", 13, 2, {M23, T1(I64, 4, 0, -2, 0, -2)},
+     AF_ERR_INVALID_MODEL, NONE},
+    {"pad wrong pads length", "Pad", "", 13, 2, {M23, T1(I64, 2, 1, 1)}, AF_ERR_INVALID_MODEL,
+     NONE},
+    {"pad unknown mode", "Pad", "mode=mirror", 13, 2, {M23, T1(I64, 4, 0, 1, 0, 1)},
+     AF_ERR_UNSUPPORTED, NONE},
+};
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static int64_t tens_numel(const tens *s) {
+    int64_t n = 1;
+    for (int d = 0; d < s->rank; d++) n *= s->dims[d];
+    return n;
+}
+
+static void set(af_tensor *t, int64_t i, double v) {
+    switch (t->dtype) {
+    case AF_DTYPE_FLOAT: ((float *)t->data)[i] = (float)v; break;
+    case AF_DTYPE_INT64: ((int64_t *)t->data)[i] = (int64_t)v; break;
+    case AF_DTYPE_BOOL: ((uint8_t *)t->data)[i] = v != 0; break;
+    default: fail_msg("dtype %d not handled by the test", t->dtype);
+    }
+}
+
+static double get(const af_tensor *t, int64_t i) {
+    switch (t->dtype) {
+    case AF_DTYPE_FLOAT: return ((const float *)t->data)[i];
+    case AF_DTYPE_INT64: return (double)((const int64_t *)t->data)[i];
+    case AF_DTYPE_BOOL: return ((const uint8_t *)t->data)[i];
+    default: fail_msg("dtype %d not handled by the test", t->dtype);
+    }
+    return 0;
+}
+
+static af_tensor *make(const tens *s) {
+    af_tensor *t = af_tensor_new(s->t, s->rank, s->dims);
+    assert_non_null(t);
+    for (int64_t i = 0; i < tens_numel(s); i++) set(t, i, s->v[i]);
+    return t;
+}
+
+static void parse_attr(af_arena *a, af_attr *at, const char *val) {
+    if (strchr(val, ',')) {
+        at->type = AF_ATTR_INTS;
+        at->ints = af_arena_calloc(a, 16, sizeof(int64_t));
+        for (const char *p = val; *p && at->n < 16; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
+            at->ints[at->n++] = strtoll(p, NULL, 10);
+    } else if (strchr(val, '.')) {
+        at->type = AF_ATTR_FLOAT;
+        at->f = strtof(val, NULL);
+    } else if (strspn(val, "-0123456789") == strlen(val)) {
+        /* A lone int is both an INT and a one-element INTS (e.g. Slice's axes=1). */
+        at->type = AF_ATTR_INT;
+        at->i = strtoll(val, NULL, 10);
+        at->ints = af_arena_calloc(a, 1, sizeof(int64_t));
+        at->ints[0] = at->i;
+        at->n = 1;
+    } else {
+        at->type = AF_ATTR_STRING;
+        at->s = af_arena_strdup(a, val);
+        at->slen = strlen(val);
+    }
+}
+
+/* A one-node graph for `op` at `opset` with attributes parsed from `attrs`. */
+static af_node *make_node(af_arena *a, const char *op, const char *attrs, int opset, int nin,
+                          int nout) {
+    af_graph *g = af_graph_new(a, "test.onnx", NULL);
+    assert_non_null(g);
+    g->opsets = af_arena_calloc(a, 1, sizeof(af_opset));
+    g->opsets[0].domain = "";
+    g->opsets[0].version = opset;
+    g->nopsets = 1;
+    af_op id = af_op_lookup("", op);
+    assert_int_not_equal(id, AF_OP_COUNT);
+    af_node *n = af_node_new(g, id, "n0", nin, nout);
+    assert_non_null(n);
+    n->attrs = af_arena_calloc(a, 8, sizeof(af_attr));
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", attrs);
+    for (char *save = NULL, *tok = strtok_r(buf, " ", &save); tok;
+         tok = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(tok, '=');
+        assert_non_null(eq);
+        assert_true(n->nattrs < 8);
+        *eq = '\0';
+        af_attr *at = &n->attrs[n->nattrs++];
+        at->name = af_arena_strdup(a, tok);
+        parse_attr(a, at, eq + 1);
+    }
+    return n;
+}
+
+/* The INT-typed lone ints above must also read as lists: af_attr_ints checks the type, so give
+ * list-valued attribute names the INTS type. */
+static void fix_list_attrs(af_node *n) {
+    static const char *lists[] = {"starts", "ends", "axes", "pads", "perm", "split"};
+    for (int i = 0; i < n->nattrs; i++)
+        for (size_t k = 0; k < AF_COUNT(lists); k++)
+            if (!strcmp(n->attrs[i].name, lists[k]) && n->attrs[i].type == AF_ATTR_INT)
+                n->attrs[i].type = AF_ATTR_INTS;
+}
+
+static void expect_tensor(const char *name, const af_tensor *got, const tens *want) {
+    if (got->dtype != want->t) fail_msg("%s: dtype %d, expected %d", name, got->dtype, want->t);
+    if (got->rank != want->rank) fail_msg("%s: rank %d, expected %d", name, got->rank, want->rank);
+    for (int d = 0; d < want->rank; d++)
+        if (got->dims[d] != want->dims[d])
+            fail_msg("%s: dim %d is %lld, expected %lld", name, d, (long long)got->dims[d],
+                     (long long)want->dims[d]);
+    for (int64_t i = 0; i < tens_numel(want); i++) {
+        double g = get(got, i), w = want->v[i];
+        if (fabs(g - w) > 1e-5 * fmax(1.0, fabs(w)))
+            fail_msg("%s: element %lld is %.9g, expected %.9g", name, (long long)i, g, w);
+    }
+}
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+static void test_cases(void **state) {
+    (void)state;
+    for (size_t c = 0; c < AF_COUNT(cases); c++) {
+        const tcase *tc = &cases[c];
+        af_arena *a = af_arena_new();
+        af_node *n = make_node(a, tc->op, tc->attrs, tc->opset, tc->nin, 1);
+        fix_list_attrs(n);
+        af_tensor *owned[5] = {NULL};
+        const af_tensor *in[5] = {NULL};
+        for (int k = 0; k < tc->nin; k++)
+            if (tc->in[k].t != AF_DTYPE_UNDEFINED) in[k] = owned[k] = make(&tc->in[k]);
+        af_tensor out;
+        memset(&out, 0, sizeof out);
+        out.rank = -1;
+        af_error err = {0};
+        af_status st = af_ops[n->op].shape(n, in, &out, &err);
+        if (st == AF_OK) st = af_tensor_alloc(&out, &err);
+        if (st == AF_OK) st = af_ops[n->op].kernel(n, in, &out, NULL, &err);
+        if (st != tc->expect)
+            fail_msg("%s: status %d, expected %d (%s)", tc->name, st, tc->expect, err.message);
+        if (st == AF_OK) expect_tensor(tc->name, &out, &tc->out);
+        af_tensor_release(&out);
+        for (int k = 0; k < 5; k++) af_tensor_free(owned[k]);
+        af_arena_free(a);
+    }
+}
+
+/* At compile time an input's value may be unknown: dims that depend on it become -1. */
+static void test_unknown_values(void **state) {
+    (void)state;
+    af_arena *a = af_arena_new();
+    af_error err = {0};
+    af_tensor x = {.dtype = AF_DTYPE_FLOAT, .rank = 3, .dims = {2, 3, 4}};
+    af_tensor shape = {.dtype = AF_DTYPE_INT64, .rank = 1, .dims = {2}};
+    const af_tensor *in[5] = {&x, &shape, NULL, NULL, NULL};
+    af_tensor out;
+
+    /* Reshape: rank from the shape input's length, dims unknown. */
+    af_node *n = make_node(a, "Reshape", "", 13, 2, 1);
+    memset(&out, 0, sizeof out);
+    assert_int_equal(af_ops[n->op].shape(n, in, &out, &err), AF_OK);
+    assert_int_equal(out.rank, 2);
+    assert_true(out.dims[0] == -1 && out.dims[1] == -1);
+
+    /* Slice with unknown starts: rank kept, dims unknown. */
+    af_tensor s1 = {.dtype = AF_DTYPE_INT64, .rank = 1, .dims = {1}};
+    const af_tensor *sin[5] = {&x, &s1, &s1, NULL, NULL};
+    n = make_node(a, "Slice", "", 13, 3, 1);
+    memset(&out, 0, sizeof out);
+    assert_int_equal(af_ops[n->op].shape(n, sin, &out, &err), AF_OK);
+    assert_int_equal(out.rank, 3);
+    assert_int_equal(out.dims[0], -1);
+
+    /* Transpose of partly unknown dims keeps what is known. */
+    x.dims[1] = -1;
+    n = make_node(a, "Transpose", "perm=2,0,1", 13, 1, 1);
+    memset(&out, 0, sizeof out);
+    assert_int_equal(af_ops[n->op].shape(n, in, &out, &err), AF_OK);
+    assert_int_equal(out.rank, 3);
+    assert_true(out.dims[0] == 4 && out.dims[1] == 2 && out.dims[2] == -1);
+
+    /* Resize with unknown scales: rank kept, dims unknown. */
+    af_tensor roi = {.dtype = AF_DTYPE_FLOAT, .rank = 1, .dims = {0}};
+    af_tensor sc = {.dtype = AF_DTYPE_FLOAT, .rank = 1, .dims = {3}};
+    const af_tensor *rin[5] = {&x, &roi, &sc, NULL, NULL};
+    n = make_node(a, "Resize", "", 13, 3, 1);
+    memset(&out, 0, sizeof out);
+    assert_int_equal(af_ops[n->op].shape(n, rin, &out, &err), AF_OK);
+    assert_int_equal(out.rank, 3);
+    assert_int_equal(out.dims[0], -1);
+
+    /* Unknown rank propagates. */
+    x.rank = -1;
+    n = make_node(a, "Squeeze", "", 13, 1, 1);
+    memset(&out, 0, sizeof out);
+    assert_int_equal(af_ops[n->op].shape(n, in, &out, &err), AF_OK);
+    assert_int_equal(out.rank, -1);
+    af_arena_free(a);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cases),
+        cmocka_unit_test(test_unknown_values),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
