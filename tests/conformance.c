@@ -66,7 +66,7 @@ static int list_dir(const char *dir, const char *prefix, char ***out) {
         (*out)[n++] = strdup(e->d_name);
     }
     closedir(d);
-    qsort(*out, (size_t)n, sizeof(char *), cmp_str);
+    if (n) qsort(*out, (size_t)n, sizeof(char *), cmp_str);
     return n;
 }
 

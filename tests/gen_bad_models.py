@@ -75,7 +75,9 @@ def tensor_type(elem, dims):
 
 
 def value_info(name, elem=FLOAT, dims=(2,), type_bytes=None):
-    return f_bytes(1, name) + f_bytes(2, type_bytes if type_bytes is not None else tensor_type(elem, dims))
+    if type_bytes is None:
+        type_bytes = tensor_type(elem, dims)
+    return f_bytes(1, name) + f_bytes(2, type_bytes)
 
 
 def attr_graph(name, g):
@@ -101,7 +103,8 @@ def graph(nodes, inputs, outputs, inits=(), name="g"):
 
 def model(g, opset=13):
     # The graph goes last so that truncating the file cuts it.
-    return f_int(1, 8) + f_bytes(8, f_bytes(1, "") + f_int(2, opset)) + f_bytes(2, "gen_bad_models") + f_bytes(7, g)
+    opset_import = f_bytes(8, f_bytes(1, "") + f_int(2, opset))
+    return f_int(1, 8) + opset_import + f_bytes(2, "gen_bad_models") + f_bytes(7, g)
 
 
 def floats(*xs):
@@ -113,7 +116,8 @@ W = tensor("w", FLOAT, [2], raw=floats(1.0, -2.0))
 
 
 def base_graph(nodes=None, inits=(W,), inputs=None, outputs=None):
-    nodes = nodes if nodes is not None else [node("Add", ["x", "w"], ["s"], "add"), node("Relu", ["s"], ["y"], "relu")]
+    if nodes is None:
+        nodes = [node("Add", ["x", "w"], ["s"], "add"), node("Relu", ["s"], ["y"], "relu")]
     return graph(nodes, inputs if inputs is not None else [value_info("x")],
                  outputs if outputs is not None else [value_info("y")], inits)
 
@@ -130,25 +134,27 @@ def ext_model(location, offset=None, length=None):
 def nested_if(levels):
     """`levels` If nodes, each in the then_branch of the one outside it."""
     def leaf(out):
-        return graph([node("Constant", [], [out], "c_" + out, [attr_float("value_float", 1.0)])], [], [value_info(out, dims=())])
+        const = node("Constant", [], [out], "c_" + out, [attr_float("value_float", 1.0)])
+        return graph([const], [], [value_info(out, dims=())])
     g = leaf("out%d" % levels)
     for k in range(levels - 1, -1, -1):
         out = "out%d" % k
-        g = graph([node("If", ["cond"], [out], "if%d" % k,
-                        [attr_graph("then_branch", g), attr_graph("else_branch", leaf("e%d" % k))])],
+        branches = [attr_graph("then_branch", g), attr_graph("else_branch", leaf("e%d" % k))]
+        g = graph([node("If", ["cond"], [out], "if%d" % k, branches)],
                   [] if k else [value_info("cond", BOOL, ())], [value_info(out, dims=())])
     return model(g)
 
 
 # ---- the cases ----------------------------------------------------------------------------------
 
-def cases(out):
-    """(name, status, word, bytes or None, setup(folder) or None)"""
+def cases():
+    """(name, expected status, word of the message, model bytes, setup(folder) or None)"""
     valid = model(base_graph())
+    seq_of_float = f_bytes(4, tensor_type(FLOAT, [2]))  # TypeProto.sequence_type
     g_wire = f_bytes(1, b"\x08\x01")  # ir_version (a varint field) sent length-delimited
-    bad_name = node("Relu", ["s"], ["y"], "relu")
-    bad_name = bad_name[:-len(f_bytes(4, "Relu"))]  # then an op_type whose length runs past the node
-    bad_name += tag(4, LEN) + varint(1000) + b"Relu"
+    bad_node = node("Relu", ["s"], ["y"], "relu")
+    # The Relu's op_type field claims 1000 bytes: more than its NodeProto holds.
+    bad_node = bad_node[:-len(f_bytes(4, "Relu"))] + tag(4, LEN) + varint(1000) + b"Relu"
 
     def data(folder, name="data.bin", content=floats(1.0, -2.0)):
         with open(os.path.join(folder, name), "wb") as f:
@@ -172,9 +178,10 @@ def cases(out):
         ("truncated", "AF_ERR_PARSE", "remain", valid[:-7], None),
         ("wrong_wire_type", "AF_ERR_PARSE", "wire type", g_wire + valid, None),
         ("length_past_end", "AF_ERR_PARSE", "remain",
-         model(base_graph(nodes=[node("Add", ["x", "w"], ["s"]), bad_name])), None),
+         model(base_graph(nodes=[node("Add", ["x", "w"], ["s"]), bad_node])), None),
         ("group_wire_type", "AF_ERR_PARSE", "group", tag(99, 3) + valid, None),
-        ("overlong_varint", "AF_ERR_PARSE", "varint", valid + tag(5, VARINT) + b"\xff" * 10 + b"\x01", None),
+        ("overlong_varint", "AF_ERR_PARSE", "varint",
+         valid + tag(5, VARINT) + b"\xff" * 10 + b"\x01", None),
         ("field_zero", "AF_ERR_PARSE", "field number 0", valid + b"\x00\x00", None),
         ("nesting_31", "AF_OK", "", nested_if(31), None),
         ("nesting_101", "AF_ERR_UNSUPPORTED", "nested deeper", nested_if(101), None),
@@ -191,14 +198,16 @@ def cases(out):
         ("string_tensor", "AF_ERR_UNSUPPORTED", "string",
          model(base_graph(inits=[tensor("w", STRING, [1])])), None),
         ("sequence_input", "AF_ERR_UNSUPPORTED", "sequence",
-         model(base_graph(inputs=[value_info("x", type_bytes=f_bytes(4, tensor_type(FLOAT, [2])))])), None),
+         model(base_graph(inputs=[value_info("x", type_bytes=seq_of_float)])), None),
         ("cycle", "AF_ERR_INVALID_MODEL", "cycle",
-         model(base_graph(nodes=[node("Add", ["x", "t"], ["s"], "a"), node("Relu", ["s"], ["t"], "b"),
+         model(base_graph(nodes=[node("Add", ["x", "t"], ["s"], "a"),
+                                 node("Relu", ["s"], ["t"], "b"),
                                  node("Relu", ["s"], ["y"], "c")])), None),
         ("missing_input", "AF_ERR_INVALID_MODEL", "nothing produces",
          model(base_graph(nodes=[node("Add", ["x", "nowhere"], ["y"], "a")])), None),
         ("produced_twice", "AF_ERR_INVALID_MODEL", "produced twice",
-         model(base_graph(nodes=[node("Relu", ["x"], ["y"], "a"), node("Relu", ["x"], ["y"], "b")])), None),
+         model(base_graph(nodes=[node("Relu", ["x"], ["y"], "a"),
+                                 node("Relu", ["x"], ["y"], "b")])), None),
         ("ext_ok", "AF_OK", "", ext_model("data.bin", offset=0, length=8), data),
         ("ext_ok_subdir", "AF_OK", "", ext_model("sub/data.bin"),
          lambda f: (os.makedirs(os.path.join(f, "sub")), data(os.path.join(f, "sub")))),
@@ -207,9 +216,12 @@ def cases(out):
         ("ext_symlink", "AF_ERR_INVALID_MODEL", "symlink", ext_model("data.bin"), symlink),
         ("ext_outside", "AF_ERR_INVALID_MODEL", "outside", ext_model("linkdir/data.bin"), outside),
         ("ext_hardlink", "AF_ERR_INVALID_MODEL", "hard link", ext_model("data.bin"), hardlink),
-        ("ext_offset_past_end", "AF_ERR_INVALID_MODEL", "past the end", ext_model("data.bin", offset=1000), data),
-        ("ext_offset_overflow", "AF_ERR_INVALID_MODEL", "offset", ext_model("data.bin", offset=1 << 64), data),
-        ("ext_length_mismatch", "AF_ERR_INVALID_MODEL", "length", ext_model("data.bin", length=4), data),
+        ("ext_offset_past_end", "AF_ERR_INVALID_MODEL", "past the end",
+         ext_model("data.bin", offset=1000), data),
+        ("ext_offset_overflow", "AF_ERR_INVALID_MODEL", "offset",
+         ext_model("data.bin", offset=1 << 64), data),
+        ("ext_length_mismatch", "AF_ERR_INVALID_MODEL", "length",
+         ext_model("data.bin", length=4), data),
         ("ext_missing_file", "AF_ERR_IO", "cannot resolve", ext_model("absent.bin"), None),
         ("ext_directory", "AF_ERR_INVALID_MODEL", "regular file", ext_model("sub"),
          lambda f: os.makedirs(os.path.join(f, "sub"))),
@@ -224,7 +236,7 @@ def main():
         shutil.rmtree(out)
     os.makedirs(out)
     lines = []
-    for name, status, word, data, setup in cases(out):
+    for name, status, word, data, setup in cases():
         folder = os.path.join(out, name)
         os.makedirs(folder)
         with open(os.path.join(folder, "model.onnx"), "wb") as f:

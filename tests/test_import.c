@@ -742,6 +742,50 @@ static void test_subgraphs(void **state) {
     free(b.p);
 }
 
+/* A node whose subgraph reads an outer value runs after that value's producer, even when the
+ * only path to it is the capture: relu(x) -> a, neg(a) -> t, If(cond) { then: Identity(t) }. */
+static void test_capture_order(void **state) {
+    (void)state;
+    int64_t d2[1] = {2};
+    buf then = {0}, other = {0}, g = {0}, n, vi, a[2];
+    n = node_msg("Identity", "", (const char *[]){"t", NULL}, (const char *[]){"o1", NULL}, NULL,
+                 0);
+    put_msg(&then, 1, &n);
+    vi = value_info("o1", 1, 1, d2);
+    put_msg(&then, 12, &vi);
+    n = node_msg("Identity", "", (const char *[]){"x", NULL}, (const char *[]){"o2", NULL}, NULL,
+                 0);
+    put_msg(&other, 1, &n);
+    vi = value_info("o2", 1, 1, d2);
+    put_msg(&other, 12, &vi);
+    n = node_msg("Relu", "relu", (const char *[]){"x", NULL}, (const char *[]){"a", NULL}, NULL, 0);
+    put_msg(&g, 1, &n);
+    n = node_msg("Neg", "neg", (const char *[]){"a", NULL}, (const char *[]){"t", NULL}, NULL, 0);
+    put_msg(&g, 1, &n);
+    a[0] = attr_graph("then_branch", &then);
+    a[1] = attr_graph("else_branch", &other);
+    n = node_msg("If", "if", (const char *[]){"cond", NULL}, (const char *[]){"y", NULL}, a, 2);
+    put_msg(&g, 1, &n);
+    vi = value_info("x", 1, 1, d2);
+    put_msg(&g, 11, &vi);
+    vi = value_info("cond", AF_DTYPE_BOOL, 0, NULL);
+    put_msg(&g, 11, &vi);
+    vi = value_info("y", 1, 1, d2);
+    put_msg(&g, 12, &vi);
+    buf mb = model_msg(&g, 13);
+    af_model *m;
+    af_error err;
+    assert_int_equal(load(&mb, &m, &err), AF_OK);
+    int neg = -1, iff = -1;
+    for (int i = 0; i < m->graph->nnodes; i++) {
+        if (!strcmp(m->graph->nodes[i]->name, "neg")) neg = i;
+        if (!strcmp(m->graph->nodes[i]->name, "if")) iff = i;
+    }
+    assert_true(neg >= 0 && iff > neg);
+    af_model_free(m);
+    free(mb.p);
+}
+
 /* ---- files: mmap, external data, .pb tensors, .npy --------------------------------------------
  */
 
@@ -1011,6 +1055,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_graph_errors),
         cmocka_unit_test(test_typed_tensors),
         cmocka_unit_test(test_subgraphs),
+        cmocka_unit_test(test_capture_order),
         cmocka_unit_test(test_load_file_and_external_data),
         cmocka_unit_test(test_tensor_pb),
         cmocka_unit_test(test_npy_roundtrip),

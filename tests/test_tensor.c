@@ -89,6 +89,8 @@ static const tcase cases[] = {
     {"slice 2-D axes and steps", "Slice", "", 13, 5, {{F32, 2, {3, 4}, {X12}}, T1(I64, 2, 0, 3),
      T1(I64, 2, BIG, 0), T1(I64, 2, 0, -1), T1(I64, 2, 2, -1)}, AF_OK,
      T2(F32, 2, 3, 3, 2, 1, 11, 10, 9)},
+    {"slice empty axis with negative step", "Slice", "", 13, 5, {EMPTY(F32), T1(I64, 1, I64MIN),
+     T1(I64, 1, 1), T1(I64, 1, 0), T1(I64, 1, -1)}, AF_OK, EMPTY(F32)},
     {"slice step 0", "Slice", "", 13, 5, {T1(F32, 2, 0, 1), T1(I64, 1, 0), T1(I64, 1, 2),
      T1(I64, 1, 0), T1(I64, 1, 0)}, AF_ERR_INVALID_MODEL, NONE},
     {"slice repeated axis", "Slice", "", 13, 4, {M23, T1(I64, 2, 0, 0), T1(I64, 2, 1, 1),

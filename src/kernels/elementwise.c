@@ -16,8 +16,6 @@
  */
 #include "kernels/kernel.h"
 
-#include <float.h>
-
 /* ---- dtypes and compute domains ----------------------------------------------------------- */
 
 #define EW_SINT(X) X(AF_DTYPE_INT8, int8_t) X(AF_DTYPE_INT16, int16_t) \
@@ -517,26 +515,16 @@ static void iter_next(ew_iter *it) {
 
 /* ---- shape helpers ------------------------------------------------------------------------ */
 
-/* Broadcast of in[0..count) (all present) into out's dims; rank -1 when a rank is unknown. */
-static af_status broadcast_all(const af_node *n, const af_tensor *const *in, int count,
-                               af_dtype dtype, af_tensor *out, af_error *err) {
-    af_tensor acc = {0};
-    af_tensor_type_copy(&acc, in[0]);
-    for (int k = 1; k < count && acc.rank >= 0; k++) {
-        af_tensor next = {0};
-        if (in[k]->rank < 0) {
-            acc.rank = -1;
-            break;
-        }
-        if (!af_broadcast_dims(&acc, in[k], &next)) {
-            char a[128], b[128];
-            return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
-                                "input shapes %s and %s do not broadcast",
-                                af_dims_str(&acc, a, sizeof a), af_dims_str(in[k], b, sizeof b));
-        }
-        af_tensor_type_copy(&acc, &next);
+/* acc = numpy broadcast of acc and t; rank -1 once either rank is unknown (compile time). */
+static af_status broadcast_into(const af_node *n, af_tensor *acc, const af_tensor *t,
+                                af_error *err) {
+    af_tensor next = {0};
+    if (!af_broadcast_dims(acc, t, &next)) {
+        char a[128], b[128];
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input shapes %s and %s do not broadcast",
+                            af_dims_str(acc, a, sizeof a), af_dims_str(t, b, sizeof b));
     }
-    af_tensor_set_type(out, dtype, acc.rank, acc.dims);
+    af_tensor_type_copy(acc, &next);
     return AF_OK;
 }
 
@@ -754,27 +742,22 @@ af_status ew_shape_binary(const af_node *n, const af_tensor *const *in, af_tenso
                               err);
     if (st == AF_OK) st = check_binary_inputs(n, &op, in, err);
     if (st != AF_OK) return st;
-    af_dtype dtype = op.to_bool ? AF_DTYPE_BOOL : in[0]->dtype;
-    if (n->nin == 1) {
-        af_tensor_set_type(&out[0], dtype, in[0]->rank, in[0]->dims);
-        return AF_OK;
-    }
-    af_tensor b;
-    const af_tensor *ops[2] = {in[0], &b};
-    st = n->nin == 2 ? legacy_view(n, in[0], in[1], &b, err) : AF_OK;
-    if (st != AF_OK) return st;
-    st = n->nin == 2 ? broadcast_all(n, ops, 2, dtype, out, err)
-                     : broadcast_all(n, in, n->nin, dtype, out, err);
+    af_tensor acc = {0}, second;
+    af_tensor_type_copy(&acc, in[0]);
+    if (n->nin >= 2) st = legacy_view(n, in[0], in[1], &second, err);
+    if (st == AF_OK && n->nin >= 2) st = broadcast_into(n, &acc, &second, err);
+    for (int k = 2; st == AF_OK && k < n->nin; k++) st = broadcast_into(n, &acc, in[k], err);
     if (st != AF_OK) return st;
     /* PRelu broadcasts the slope to x, never the other way. */
-    if (n->op == AF_OP_PRELU && out[0].rank >= 0 && in[0]->rank >= 0) {
-        bool same = out[0].rank == in[0]->rank;
-        for (int d = 0; same && d < out[0].rank; d++)
-            same = in[0]->dims[d] < 0 || out[0].dims[d] == in[0]->dims[d];
+    if (n->op == AF_OP_PRELU && acc.rank >= 0 && in[0]->rank >= 0) {
+        bool same = acc.rank == in[0]->rank;
+        for (int d = 0; same && d < acc.rank; d++)
+            same = in[0]->dims[d] < 0 || acc.dims[d] == in[0]->dims[d];
         if (!same)
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "slope does not broadcast to x");
-        af_tensor_set_type(&out[0], dtype, in[0]->rank, in[0]->dims);
+        af_tensor_type_copy(&acc, in[0]);
     }
+    af_tensor_set_type(&out[0], op.to_bool ? AF_DTYPE_BOOL : in[0]->dtype, acc.rank, acc.dims);
     return AF_OK;
 }
 
@@ -823,11 +806,10 @@ af_status ew_binary(const af_node *n, const af_tensor *const *in, af_tensor *out
     if (st == AF_OK) st = prepare_out(n, &out[0], err);
     if (st != AF_OK) return st;
 
-    af_tensor b;
-    const af_tensor *ops[2] = {in[0], n->nin == 2 ? &b : NULL};
-    if (n->nin == 2) st = legacy_view(n, in[0], in[1], &b, err);
+    af_tensor second; /* in[1] as opset < 7 broadcasting reads it */
+    if (n->nin >= 2) st = legacy_view(n, in[0], in[1], &second, err);
     for (int k = 0; st == AF_OK && k < n->nin; k++)
-        st = check_input(n, k == 1 && n->nin == 2 ? &b : in[k], &out[0], err);
+        st = check_input(n, k == 1 ? &second : in[k], &out[0], err);
     if (st != AF_OK) return st;
 
     /* Pow may mix a float with an integer: then it computes in double. */
@@ -839,10 +821,8 @@ af_status ew_binary(const af_node *n, const af_tensor *const *in, af_tensor *out
 
     if (n->nin == 1) {
         assign(dom, in[0], &out[0]);
-    } else if (n->nin == 2) {
-        apply2(&op, dom, ops[0], ops[1], &out[0]);
     } else {
-        apply2(&op, dom, in[0], in[1], &out[0]);
+        apply2(&op, dom, in[0], &second, &out[0]);
         for (int k = 2; k < n->nin; k++) apply2(&op, dom, &out[0], in[k], &out[0]);
     }
     if (n->op == AF_OP_MEAN) {
@@ -870,7 +850,12 @@ af_status ew_shape_where(const af_node *n, const af_tensor *const *in, af_tensor
                          af_error *err) {
     af_status st = check_where_inputs(n, in, err);
     if (st != AF_OK) return st;
-    return broadcast_all(n, in, 3, in[1]->dtype, out, err);
+    af_tensor acc = {0};
+    af_tensor_type_copy(&acc, in[0]);
+    st = broadcast_into(n, &acc, in[1], err);
+    if (st == AF_OK) st = broadcast_into(n, &acc, in[2], err);
+    if (st == AF_OK) af_tensor_set_type(&out[0], in[1]->dtype, acc.rank, acc.dims);
+    return st;
 }
 
 /* Copies whole elements, so it is exact for every fixed-size dtype. */
@@ -922,7 +907,7 @@ static af_status cast_target(const af_node *n, const af_tensor *const *in, af_dt
 
 af_status ew_shape_cast(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_error *err) {
-    af_dtype to;
+    af_dtype to = AF_DTYPE_UNDEFINED;
     af_status st = cast_target(n, in, &to, err);
     if (st != AF_OK) return st;
     af_tensor_set_type(&out[0], to, in[0]->rank, in[0]->dims);
@@ -934,7 +919,7 @@ af_status ew_shape_cast(const af_node *n, const af_tensor *const *in, af_tensor 
 af_status ew_cast(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                   af_error *err) {
     (void)x;
-    af_dtype to;
+    af_dtype to = AF_DTYPE_UNDEFINED;
     af_status st = cast_target(n, in, &to, err);
     if (st == AF_OK) st = prepare_out(n, &out[0], err);
     if (st == AF_OK) st = check_data(n, in[0], err);

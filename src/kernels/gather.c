@@ -69,7 +69,10 @@ static void scatter_one(af_tensor *out, int64_t o, const af_tensor *upd, int64_t
     }
     if (tn_is_float(out->dtype)) {
         double a = tn_getd(out, o), b = tn_getd(upd, u);
-        double v = r == RED_ADD ? a + b : r == RED_MUL ? a * b : r == RED_MAX ? fmax(a, b) : fmin(a, b);
+        double v = r == RED_ADD   ? a + b
+                   : r == RED_MUL ? a * b
+                   : r == RED_MAX ? fmax(a, b)
+                                  : fmin(a, b);
         tn_setd(out, o, v);
         return;
     }
@@ -127,6 +130,7 @@ static bool elements_offset(const af_tensor *x, const af_tensor *ix, int axis, c
 
 af_status tn_kernel_gather_elements(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                     af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     const af_tensor *x = in[0], *ix = in[1];
     int axis;
@@ -167,6 +171,7 @@ static bool same_dims(const af_tensor *a, const af_tensor *b) {
 
 af_status tn_kernel_scatter_elements(const af_node *n, const af_tensor *const *in,
                                      af_tensor *out, af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     const af_tensor *x = in[0], *ix = in[1], *up = in[2];
     int axis;
@@ -242,6 +247,7 @@ static bool nd_offset(const af_tensor *x, const af_tensor *ix, int first, int64_
 
 af_status tn_kernel_gather_nd(const af_node *n, const af_tensor *const *in, af_tensor *out,
                               af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     const af_tensor *x = in[0], *ix = in[1];
     size_t es;
@@ -275,6 +281,7 @@ af_status tn_kernel_gather_nd(const af_node *n, const af_tensor *const *in, af_t
 
 af_status tn_kernel_scatter_nd(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     const af_tensor *x = in[0], *ix = in[1], *up = in[2];
     size_t es;
@@ -353,6 +360,7 @@ af_status tn_shape_one_hot(const af_node *n, const af_tensor *const *in, af_tens
 
 af_status tn_kernel_one_hot(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     const af_tensor *ix = in[0], *v = in[2];
     int64_t depth;

@@ -1,7 +1,7 @@
 /* Reference kernels for matrix products and normalisations (ONNX opsets 7..17): Gemm, MatMul,
  * MatMulInteger, QLinearMatMul, BatchNormalization (inference), InstanceNormalization,
  * LayerNormalization, LpNormalization, LRN, MeanVarianceNormalization, Softmax, LogSoftmax,
- * Hardmax and Einsum; plus the helpers of nn_common.h.
+ * Hardmax and Det; plus the helpers of nn_common.h.
  *
  * Invariant: floating-point work is done in double and rounded once on store, so results do not
  * depend on summation order to float precision; integer products accumulate in 64-bit
@@ -440,8 +440,7 @@ af_status nn_shape_gemm(const af_node *n, const af_tensor *const *in, af_tensor 
 
 /* A copy of the 2-D tensor t, transposed when `trans`, so the core always sees row-major
  * [rows, cols]. Same dtype as t (so the core's dtype dispatch still applies). */
-static af_status gemm_operand(const af_node *n, const af_tensor *t, bool trans, af_tensor *dst,
-                              af_error *err) {
+static af_status gemm_operand(const af_tensor *t, bool trans, af_tensor *dst, af_error *err) {
     memset(dst, 0, sizeof(*dst));
     int64_t r = t->dims[0], c = t->dims[1];
     int64_t dims[2] = {trans ? c : r, trans ? r : c};
@@ -455,7 +454,6 @@ static af_status gemm_operand(const af_node *n, const af_tensor *t, bool trans, 
             int64_t to = trans ? j * r + i : i * c + j;
             memcpy((char *)dst->data + to * es, (const char *)t->data + (i * c + j) * es, es);
         }
-    (void)n;
     return AF_OK;
 }
 
@@ -485,9 +483,9 @@ af_status nn_kernel_gemm(const af_node *n, const af_tensor *const *in, af_tensor
         e.c_rs = cr == 1 ? 0 : cc;
         e.c_cs = cc == 1 ? 0 : 1;
     }
-    st = gemm_operand(n, a, ta, &at, err);
+    st = gemm_operand(a, ta, &at, err);
     if (st == AF_OK)
-        st = gemm_operand(n, b, tb, &bt, err);
+        st = gemm_operand(b, tb, &bt, err);
     if (st == AF_OK)
         st = mm_run(n, &g, &at, &bt, &e, err);
     af_tensor_release(&at);
@@ -520,8 +518,8 @@ static af_status q_vec(const af_node *n, const af_tensor *t, int64_t count, doub
 /* A float copy of A minus its zero point per row (zp has `rows` values, rows of `inner`
  * elements, repeating over batches), or B minus its zero point per column (zp has `inner`
  * values); stored as a DOUBLE tensor so mm_run takes the double core. */
-static af_status q_shifted(const af_node *n, const af_tensor *t, const double *zp, bool per_row,
-                           int64_t rows, int64_t inner, af_tensor *dst, af_error *err) {
+static af_status q_shifted(const af_tensor *t, const double *zp, bool per_row, int64_t rows,
+                           int64_t inner, af_tensor *dst, af_error *err) {
     memset(dst, 0, sizeof(*dst));
     af_tensor_set_type(dst, AF_DTYPE_DOUBLE, t->rank, t->dims);
     af_status st = af_tensor_alloc(dst, err);
@@ -533,7 +531,6 @@ static af_status q_shifted(const af_node *n, const af_tensor *t, const double *z
         int64_t z = inner <= 0 || rows <= 0 ? 0 : per_row ? (i / inner) % rows : (i % inner);
         d[i] = nn_get(t, i) - zp[z];
     }
-    (void)n;
     return AF_OK;
 }
 
@@ -586,9 +583,9 @@ static af_status qmm_run(const af_node *n, const af_tensor *const *in, const mm_
     if (st == AF_OK)
         st = q_vec(n, nn_in(n, in, bzi), g->n, 0.0, "b_zero_point", &bzp, err);
     if (st == AF_OK)
-        st = q_shifted(n, a, azp, true, g->m, g->k, &as, err);
+        st = q_shifted(a, azp, true, g->m, g->k, &as, err);
     if (st == AF_OK)
-        st = q_shifted(n, b, bzp, false, 1, g->n, &bs, err);
+        st = q_shifted(b, bzp, false, 1, g->n, &bs, err);
     if (st == AF_OK)
         st = mm_run(n, g, &as, &bs, e, err);
     free(azp);
@@ -1241,4 +1238,75 @@ af_status nn_kernel_hardmax(const af_node *n, const af_tensor *const *in, af_ten
                             af_exec *ex, af_error *err) {
     (void)ex;
     return smax_run(n, in, out, SMAX_HARD, err);
+}
+
+/* ---- Det --------------------------------------------------------------------------------------- */
+
+/* Determinant of each [M, M] matrix of X [..., M, M] by Gaussian elimination with partial
+ * pivoting, in double. */
+static af_status det_prepare(const af_node *n, const af_tensor *x, af_error *err) {
+    if (!x)
+        return nn_missing(n, "X", err);
+    if (!nn_is_float(x->dtype))
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "Det on %s", af_dtype_name(x->dtype));
+    if (x->rank >= 0 && (x->rank < 2 || (x->dims[x->rank - 1] >= 0 && x->dims[x->rank - 2] >= 0 &&
+                                         x->dims[x->rank - 1] != x->dims[x->rank - 2])))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "X must be [..., M, M]");
+    return AF_OK;
+}
+
+af_status nn_shape_det(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                       af_error *err) {
+    const af_tensor *x = nn_in(n, in, 0);
+    af_status st = det_prepare(n, x, err);
+    if (st == AF_OK)
+        af_tensor_set_type(&out[0], x->dtype, x->rank < 0 ? -1 : x->rank - 2, x->dims);
+    return st;
+}
+
+af_status nn_kernel_det(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                        af_exec *ex, af_error *err) {
+    (void)ex;
+    const af_tensor *x = nn_in(n, in, 0);
+    double *a = NULL;
+    af_status st = nn_inputs_ready(n, in, err);
+    if (st == AF_OK)
+        st = det_prepare(n, x, err);
+    if (st == AF_OK)
+        st = nn_check_out(n, &out[0], x->rank - 2, x->dims, err);
+    if (st == AF_OK)
+        st = nn_load(n, x, &a, err);
+    if (st != AF_OK)
+        return st;
+    int64_t m = x->dims[x->rank - 1], count = nn_numel(&out[0]);
+    for (int64_t b = 0; b < count; b++) {
+        double *mat = a + b * m * m, det = 1.0;
+        for (int64_t col = 0; col < m && det != 0.0; col++) {
+            int64_t piv = col;
+            for (int64_t r = col + 1; r < m; r++)
+                if (fabs(mat[r * m + col]) > fabs(mat[piv * m + col]))
+                    piv = r;
+            if (mat[piv * m + col] == 0.0) {
+                det = 0.0;
+                break;
+            }
+            if (piv != col) {
+                for (int64_t k = 0; k < m; k++) {
+                    double t = mat[col * m + k];
+                    mat[col * m + k] = mat[piv * m + k];
+                    mat[piv * m + k] = t;
+                }
+                det = -det;
+            }
+            det *= mat[col * m + col];
+            for (int64_t r = col + 1; r < m; r++) {
+                double f = mat[r * m + col] / mat[col * m + col];
+                for (int64_t k = col; k < m; k++)
+                    mat[r * m + k] -= f * mat[col * m + k];
+            }
+        }
+        nn_put(&out[0], b, det);
+    }
+    free(a);
+    return AF_OK;
 }

@@ -328,7 +328,7 @@ static void roi_out_type(const af_tensor *const *in, int64_t ph, int64_t pw, af_
 
 af_status nn_shape_max_roi_pool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                 af_error *err) {
-    int64_t ph, pw;
+    int64_t ph = 0, pw = 0;
     af_status st = roi_prepare(n, in, &ph, &pw, err);
     if (st == AF_OK)
         roi_out_type(in, ph, pw, &out[0]);
@@ -353,7 +353,7 @@ static void roi_bin(int64_t b, int64_t bins, int64_t start, int64_t size, int64_
 af_status nn_kernel_max_roi_pool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                  af_exec *ex, af_error *err) {
     (void)ex;
-    int64_t ph, pw;
+    int64_t ph = 0, pw = 0;
     af_status st = roi_prepare(n, in, &ph, &pw, err);
     if (st != AF_OK)
         return st;

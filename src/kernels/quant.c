@@ -68,7 +68,7 @@ static af_status quant_prepare(const af_node *n, const af_tensor *const *in, q_a
 af_status nn_shape_quantize(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_error *err) {
     q_axis qa;
-    af_dtype yt;
+    af_dtype yt = AF_DTYPE_UINT8;
     af_status st = quant_prepare(n, in, &qa, &yt, err);
     if (st == AF_OK) {
         af_tensor_type_copy(&out[0], in[0]);
@@ -97,7 +97,7 @@ af_status nn_kernel_quantize(const af_node *n, const af_tensor *const *in, af_te
                              af_exec *ex, af_error *err) {
     (void)ex;
     q_axis qa;
-    af_dtype yt;
+    af_dtype yt = AF_DTYPE_UINT8;
     af_status st = quant_prepare(n, in, &qa, &yt, err);
     if (st == AF_OK)
         st = q_ready(n, in, &out[0], err);

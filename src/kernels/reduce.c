@@ -88,7 +88,9 @@ af_status tn_shape_reduce(const af_node *n, const af_tensor *const *in, af_tenso
     return AF_OK;
 }
 
-typedef enum red_kind { K_SUM, K_MEAN, K_MAX, K_MIN, K_PROD, K_L1, K_L2, K_LOGSUM, K_LSE, K_SSQ } red_kind;
+typedef enum red_kind {
+    K_SUM, K_MEAN, K_MAX, K_MIN, K_PROD, K_L1, K_L2, K_LOGSUM, K_LSE, K_SSQ
+} red_kind;
 
 static red_kind reduce_kind(af_op op) {
     switch (op) {
@@ -136,7 +138,11 @@ static void red_int(red_state *s, int64_t o, int64_t v) {
     case K_MAX: if (v > *a) *a = v; break;
     case K_MIN: if (v < *a) *a = v; break;
     case K_PROD: *a = (int64_t)((uint64_t)*a * (uint64_t)v); break;
-    case K_L1: *a = (int64_t)((uint64_t)*a + (v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v)); break;
+    case K_L1: {
+        uint64_t mag = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+        *a = (int64_t)((uint64_t)*a + mag);
+        break;
+    }
     case K_SSQ: *a = (int64_t)((uint64_t)*a + (uint64_t)v * (uint64_t)v); break;
     default: *a = (int64_t)((uint64_t)*a + (uint64_t)v); break;
     }
@@ -170,6 +176,7 @@ static void reduce_strides(const af_tensor *x, const bool *red, int64_t *os) {
 
 af_status tn_kernel_reduce(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     const af_tensor *x = in[0];
     bool red[AF_MAX_RANK], noop, known;
@@ -272,6 +279,7 @@ af_status tn_shape_arg(const af_node *n, const af_tensor *const *in, af_tensor *
 
 af_status tn_kernel_arg(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     const af_tensor *x = in[0];
     int axis;
@@ -371,6 +379,7 @@ static int topk_cmp(void *p, int64_t a, int64_t b) {
 
 af_status tn_kernel_topk(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_exec *ex, af_error *err) {
+    TN_READY(n, out, n->nout, err);
     (void)ex;
     const af_tensor *x = in[0];
     int axis;
@@ -422,6 +431,7 @@ af_status tn_shape_cumsum(const af_node *n, const af_tensor *const *in, af_tenso
 
 af_status tn_kernel_cumsum(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     const af_tensor *x = in[0], *at = in[1];
     int64_t av;

@@ -319,6 +319,7 @@ static double sample(const af_tensor *x, const int64_t *xs, rz_taps *const *tp) 
 
 af_status tn_kernel_resize(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     const af_tensor *x = in[0];
     rz_params p;

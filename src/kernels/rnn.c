@@ -53,7 +53,7 @@ static double rnn_apply(const rnn_act *a, double x) {
     case FN_HARDSIGMOID: return nn_clamp(a->alpha * x + a->beta, 0.0, 1.0);
     case FN_ELU: return x >= 0 ? x : a->alpha * (exp(x) - 1.0);
     case FN_SOFTSIGN: return x / (1.0 + fabs(x));
-    case FN_SOFTPLUS: return log1p(exp(x));
+    case FN_SOFTPLUS: return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)); /* no overflow */
     }
     return x;
 }

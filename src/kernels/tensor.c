@@ -57,6 +57,7 @@ static af_status copy_all(const af_node *n, const af_tensor *x, af_tensor *out, 
 
 af_status tn_kernel_copy(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_exec *x, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)x;
     if (!tn_in(n, in, 0))
         return missing(n, "data", err);
@@ -236,6 +237,8 @@ af_status tn_shape_unsqueeze(const af_node *n, const af_tensor *const *in, af_te
     if (from_input) {
         if (!a)
             return missing(n, "axes", err);
+        if (a->rank > 1)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "axes must be 1-D");
         cnt = a->rank == 1 ? a->dims[0] : a->rank == 0 ? 1 : -1;
     } else {
         const int64_t *v;
@@ -317,6 +320,7 @@ af_status tn_shape_transpose(const af_node *n, const af_tensor *const *in, af_te
 
 af_status tn_kernel_transpose(const af_node *n, const af_tensor *const *in, af_tensor *out,
                               af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     const af_tensor *x = in[0];
     int perm[AF_MAX_RANK];
@@ -392,6 +396,7 @@ af_status tn_shape_concat(const af_node *n, const af_tensor *const *in, af_tenso
 
 af_status tn_kernel_concat(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     int axis;
     size_t es;
@@ -499,6 +504,7 @@ af_status tn_shape_split(const af_node *n, const af_tensor *const *in, af_tensor
 
 af_status tn_kernel_split(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_exec *ex, af_error *err) {
+    TN_READY(n, out, n->nout, err);
     (void)ex;
     const af_tensor *x = in[0];
     size_t es;
@@ -575,6 +581,11 @@ static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) {
 /* Resolve one axis: ONNX's clamping rules, then the element count. */
 static void slice_axis(int64_t dim, int64_t s, int64_t e, int64_t step, int64_t *start,
                        int64_t *count) {
+    if (dim == 0) { /* the clamping ranges below would be empty */
+        *start = 0;
+        *count = 0;
+        return;
+    }
     if (s < 0)
         s += dim;
     if (e < 0)
@@ -612,18 +623,15 @@ static af_status slice_plan_make(const af_node *n, const af_tensor *const *in,
         p->known[i] = x->dims[i] >= 0;
     }
     if (!ks || !ke || !ka || !ksp) {
-        /* Which axes change is unknown unless the axes are. */
+        /* Values not known yet: only the axes that a known axes list leaves alone keep their
+         * dims (without a list, every axis may be sliced). */
+        bool listed = ha && ka;
         for (int i = 0; i < x->rank; i++)
-            p->known[i] = false;
-        if (ka && ha)
-            for (int i = 0; i < x->rank; i++)
-                p->known[i] = x->dims[i] >= 0;
-        if (ka && ha) {
-            for (int i = 0; i < na; i++) {
-                int a;
-                if (af_axis(ax[i], x->rank, &a))
-                    p->known[a] = false;
-            }
+            p->known[i] = listed && x->dims[i] >= 0;
+        for (int i = 0; listed && i < na; i++) {
+            int a;
+            if (af_axis(ax[i], x->rank, &a))
+                p->known[a] = false;
         }
         return AF_OK;
     }
@@ -673,6 +681,7 @@ af_status tn_shape_slice(const af_node *n, const af_tensor *const *in, af_tensor
 
 af_status tn_kernel_slice(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     const af_tensor *x = in[0];
     slice_plan p;
@@ -735,6 +744,7 @@ af_status tn_shape_gather(const af_node *n, const af_tensor *const *in, af_tenso
 
 af_status tn_kernel_gather(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     const af_tensor *x = in[0], *ix = in[1];
     size_t es;
@@ -799,6 +809,7 @@ af_status tn_shape_expand(const af_node *n, const af_tensor *const *in, af_tenso
 
 af_status tn_kernel_expand(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     const af_tensor *x = in[0];
     size_t es;
@@ -845,6 +856,7 @@ af_status tn_shape_tile(const af_node *n, const af_tensor *const *in, af_tensor 
 
 af_status tn_kernel_tile(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     const af_tensor *x = in[0];
     size_t es;
@@ -934,8 +946,9 @@ af_status tn_shape_pad(const af_node *n, const af_tensor *const *in, af_tensor *
     }
     for (int i = 0; i < x->rank; i++) {
         int64_t d = x->dims[i];
-        if (d >= 0 && (!af_add_i64(d, pads[i], &d) || !af_add_i64(d, pads[i + x->rank], &d) ||
-                       d < 0))
+        /* A crop never exceeds the axis, so output coordinate - begin pad cannot overflow. */
+        if (d >= 0 && (pads[i] < -d || pads[i + x->rank] < -d || !af_add_i64(d, pads[i], &d) ||
+                       !af_add_i64(d, pads[i + x->rank], &d) || d < 0))
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "pads make axis %d negative", i);
         dims[i] = d;
     }
@@ -970,6 +983,7 @@ static int64_t pad_src(int64_t c, int64_t d, pad_mode mode) {
 
 af_status tn_kernel_pad(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     const af_tensor *x = in[0];
     int64_t pads[2 * AF_MAX_RANK];
@@ -1062,6 +1076,7 @@ af_status tn_shape_depth_to_space(const af_node *n, const af_tensor *const *in, 
 
 af_status tn_kernel_depth_to_space(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     const af_tensor *x = in[0];
     int64_t b;
@@ -1113,6 +1128,7 @@ af_status tn_shape_space_to_depth(const af_node *n, const af_tensor *const *in, 
 
 af_status tn_kernel_space_to_depth(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     const af_tensor *x = in[0];
     int64_t b;
@@ -1136,7 +1152,8 @@ static af_status revseq_axes(const af_node *n, const af_tensor *x, int *ba, int 
                              af_error *err) {
     int64_t b = af_attr_int(n, "batch_axis", 1), t = af_attr_int(n, "time_axis", 0);
     if ((b != 0 && b != 1) || (t != 0 && t != 1) || b == t)
-        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "batch_axis and time_axis must be 0 and 1");
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "batch_axis and time_axis must be 0 and 1");
     if (x->rank >= 0 && x->rank < 2)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input must have rank >= 2");
     *ba = (int)b;
@@ -1159,6 +1176,7 @@ af_status tn_shape_reverse_sequence(const af_node *n, const af_tensor *const *in
 
 af_status tn_kernel_reverse_sequence(const af_node *n, const af_tensor *const *in,
                                      af_tensor *out, af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     const af_tensor *x = in[0], *lens = in[1];
     int ba, ta;
@@ -1221,6 +1239,7 @@ af_status tn_shape_shape(const af_node *n, const af_tensor *const *in, af_tensor
 
 af_status tn_kernel_shape(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     (void)err;
     int64_t lo, hi;
@@ -1240,6 +1259,7 @@ af_status tn_shape_size(const af_node *n, const af_tensor *const *in, af_tensor 
 
 af_status tn_kernel_size(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     int64_t c = tn_numel(in[0]);
     if (c < 0)
@@ -1292,6 +1312,7 @@ af_status tn_shape_constant_of_shape(const af_node *n, const af_tensor *const *i
 
 af_status tn_kernel_constant_of_shape(const af_node *n, const af_tensor *const *in,
                                       af_tensor *out, af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     (void)in;
     const af_tensor *v;
@@ -1356,6 +1377,7 @@ af_status tn_shape_range(const af_node *n, const af_tensor *const *in, af_tensor
 
 af_status tn_kernel_range(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     int64_t cnt;
     af_status st = range_count(n, in[0], in[1], in[2], &cnt, err);
@@ -1397,6 +1419,7 @@ af_status tn_shape_eye_like(const af_node *n, const af_tensor *const *in, af_ten
 
 af_status tn_kernel_eye_like(const af_node *n, const af_tensor *const *in, af_tensor *out,
                              af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     (void)in;
     (void)err;
@@ -1427,6 +1450,7 @@ af_status tn_shape_trilu(const af_node *n, const af_tensor *const *in, af_tensor
 
 af_status tn_kernel_trilu(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
     (void)ex;
     const af_tensor *x = in[0], *kt = tn_in(n, in, 1);
     size_t es;

@@ -175,6 +175,14 @@ af_status tn_esize(const af_node *n, const af_tensor *t, size_t *es, af_error *e
     return AF_OK;
 }
 
+af_status tn_ready(const af_node *n, const af_tensor *out, int nout, af_error *err) {
+    for (int i = 0; i < nout; i++)
+        if (!out[i].data && (i == 0 || n->out == NULL || n->out[i]))
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                                "output %d: shape not inferable from the inputs", i);
+    return AF_OK;
+}
+
 af_status tn_out_alloc(const af_node *n, af_tensor *out, af_dtype dt, int rank,
                        const int64_t *dims, af_error *err) {
     if (out->data) {

@@ -40,6 +40,16 @@ bool tn_ints(const af_tensor *t, int64_t *v, int max, int *cnt);
 /* Element size of t's dtype; AF_ERR_UNSUPPORTED for strings and undefined types. */
 af_status tn_esize(const af_node *n, const af_tensor *t, size_t *es, af_error *err);
 
+/* AF_ERR_INVALID_MODEL unless out[0..nout) all have data: a kernel that does not allocate its
+ * outputs relies on the shape function having fixed every dim from the inputs. */
+af_status tn_ready(const af_node *n, const af_tensor *out, int nout, af_error *err);
+#define TN_READY(n, out, nout, err)                                                         \
+    do {                                                                                    \
+        af_status ready_ = tn_ready(n, out, nout, err);                                     \
+        if (ready_)                                                                         \
+            return ready_;                                                                  \
+    } while (0)
+
 /* Give out a type and data when the shape function could not (data-dependent shapes): uses the
  * already-allocated buffer when its shape matches, otherwise allocates. */
 af_status tn_out_alloc(const af_node *n, af_tensor *out, af_dtype dt, int rank,

@@ -183,12 +183,11 @@ static af_value *resolve(af_graph *g, const scope *s, const char *name) {
     return v;
 }
 
-/* A new value of g named `name`, which must not be declared in g yet. */
+/* A new value of g named `name`; callers have checked that g does not declare it yet, to say
+ * what is declared twice. */
 static af_status declare(const imp *c, af_graph *g, scope *s, const char *name, af_value **out,
                          af_error *err) {
     *out = NULL;
-    if (scope_get(s, name))
-        return file_fail(c, err, AF_ERR_INVALID_MODEL, "value '%s' produced twice", name);
     af_value *v = af_value_new(g, name);
     if (!v || !scope_put(s, v)) return nomem(c, err);
     *out = v;
@@ -698,6 +697,9 @@ static af_status read_attr(const imp *c, const node_rec *nr, af_graph *g, const 
                          "attribute '%s' refers to function attribute '%s' (functions are not "
                          "supported)",
                          at->name, ref);
+    if (type < 0 || type > AF_ATTR_TYPE_PROTOS)
+        return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "attribute '%s' has invalid type %lld",
+                         at->name, (long long)type);
     at->type = type ? (af_attr_type)type : infer_attr_type(present);
     switch (at->type) {
     case AF_ATTR_FLOAT:
@@ -739,9 +741,9 @@ static af_status read_attr(const imp *c, const node_rec *nr, af_graph *g, const 
                          "attribute '%s' has type %lld (sparse tensor or type proto), which is "
                          "not supported",
                          at->name, (long long)type);
-    default:
-        return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "attribute '%s' has invalid type %lld",
-                         at->name, (long long)at->type);
+    default: /* AF_ATTR_UNDEFINED: neither a type nor a value */
+        return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "attribute '%s' has no type",
+                         at->name);
     }
 }
 
