@@ -225,8 +225,9 @@ def build_bert(cfg, seed=0):
 
 
 def example_inputs(cfg, batch, seq, seed=0, pad=0):
-    """(input_ids, attention_mask), int64 [batch, seq], as a tokenizer pads a batch: the last
-    pad[b] positions of row b (`pad` is one int for all rows or a list per row) hold id 0, mask 0."""
+    """(input_ids, attention_mask), int64 [batch, seq], padded as a tokenizer pads a batch: the
+    last pad[b] positions of row b hold id 0 and mask 0 (`pad`: one int for all rows, or a list
+    with one per row)."""
     pads = [pad] * batch if isinstance(pad, int) else list(pad)
     if len(pads) != batch or not all(0 <= p < seq for p in pads):
         raise ValueError("pad needs one value in [0, seq) per row")

@@ -8,11 +8,12 @@ torchvision, and bert_base (sequence 128) from bench/bert.py. Batch 1 everywhere
 
 Invariant: no network access (torchvision weights=None, random weights from a fixed seed; biases
 and norm parameters are randomized too and BatchNorm statistics calibrated on random images, so
-activations stay O(1) as in a trained model), so two runs write the same files; every BatchNorm stays a BatchNormalization node; every file passes onnx.checker; no
-Identity nodes. Next to each DIR/NAME.onnx goes
-DIR/NAME.json with input/output names, dtypes and shapes, the opset, and the op_type histogram.
-Latency numbers do not depend on weight values, so random weights serve benchmarking as well as
-trained ones.
+activations stay O(1) as in a trained model), so two runs write the same files; every BatchNorm
+stays a BatchNormalization node; every file passes onnx.checker and has no Identity nodes (the
+exporter's mark of deduplicated equal weights, which trained models do not have). Next to each
+DIR/NAME.onnx goes DIR/NAME.json with input/output names, dtypes and shapes, the opset, and the
+op_type histogram. Latency numbers do not depend on weight values, so random weights serve
+benchmarking as well as trained ones.
 """
 
 import argparse
@@ -65,6 +66,8 @@ def export_one(name, out_dir, opset):
     proto = afx.export_onnx(model, args, path, in_names, out_names, opset=opset)
     seconds = time.monotonic() - t0
     hist = afx.op_histogram(proto)
+    if "Identity" in hist:
+        raise RuntimeError(f"{path}: {hist['Identity']} Identity nodes: some weights are equal")
     afx.write_io_json(proto, os.path.join(out_dir, name + ".json"),
                       {"model": name, "opset": opset, "seed": SEED, "ops": hist})
     print(f"{name}: {afx.file_mb(path):.1f} MB, {len(proto.graph.node)} nodes, "

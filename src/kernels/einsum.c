@@ -215,7 +215,10 @@ static bool es_type_ok(af_dtype t) {
 static af_status es_prepare(const af_node *n, const af_tensor *const *in, es_plan *p, bool *known,
                             af_error *err) {
     for (int i = 0; i < n->nin; i++)
-        if (in[i] && (!es_type_ok(in[i]->dtype) || in[i]->dtype != in[0]->dtype))
+        if (!in[i])
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing operand %d", i);
+    for (int i = 0; i < n->nin; i++)
+        if (!es_type_ok(in[i]->dtype) || in[i]->dtype != in[0]->dtype)
             return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "Einsum operand %d is %s", i,
                                 af_dtype_name(in[i]->dtype));
     return es_plan_make(n, in, p, known, err);

@@ -71,7 +71,8 @@ def image_input(size, batch=1, seed=SEED):
 def run_ok(af_bin, model, out_dir, inputs=None, input_shape=None):
     """Run the CLI, require success, return (stdout lines, process)."""
     proc = afc.run(af_bin, model, inputs=inputs, output_dir=out_dir, input_shape=input_shape)
-    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
+    assert proc.returncode == 0, \
+        f"exit {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
     return [ln for ln in proc.stdout.splitlines() if ln.strip()], proc
 
 
