@@ -201,48 +201,90 @@ static bool available_at_start(const af_graph *g, const af_value *v) {
     return v->graph != g || v->is_input || v->is_const || !v->producer;
 }
 
-af_status af_graph_toposort(af_graph *g, af_error *err) {
-    int n = g->nnodes;
-    if (n == 0) return AF_OK;
-    int *pending = calloc((size_t)n, sizeof(int));
-    af_node **order = calloc((size_t)n, sizeof(af_node *));
-    af_status st = AF_ERR_NOMEM;
-    if (!pending || !order) goto fail;
-    af_graph_renumber(g);
-    int head = 0, tail = 0;
-    for (int i = 0; i < n; i++) {
-        af_node *nd = g->nodes[i];
-        for (int k = 0; k < nd->nin; k++) {
-            af_value *v = nd->in[k];
-            if (v && !available_at_start(g, v) && v->producer->graph == g) pending[i]++;
-        }
-        if (!pending[i]) order[tail++] = nd;
-    }
-    while (head < tail) {
-        af_node *nd = order[head++];
-        for (int o = 0; o < nd->nout; o++) {
-            af_value *v = nd->out[o];
-            if (!v) continue;
-            for (int u = 0; u < v->nuses; u++) {
-                af_node *c = v->uses[u].node;
-                if (c->graph == g && --pending[c->id] == 0) order[tail++] = c;
+/* The k-th thing node n waits for in g: the producer of an input, then the producers of values
+ * its subgraphs capture (a body reading an outer value depends on it like an input). NULL when
+ * that slot needs nothing from g. */
+static const af_node *dep_at(const af_graph *g, const af_node *n, int k) {
+    const af_value *v = NULL;
+    if (k < n->nin) {
+        v = n->in[k];
+    } else {
+        k -= n->nin;
+        for (int a = 0; a < n->nattrs && !v; a++) {
+            const af_attr *at = &n->attrs[a];
+            int ng = at->g ? 1 : (at->graphs ? at->n : 0);
+            for (int s = 0; s < ng && !v; s++) {
+                const af_graph *sub = at->g ? at->g : at->graphs[s];
+                if (k < sub->ncaptures) v = sub->captures[k];
+                else k -= sub->ncaptures;
             }
         }
     }
-    if (tail < n) {
-        const af_node *bad = NULL;
-        for (int i = 0; i < n && !bad; i++)
-            if (pending[i]) bad = g->nodes[i];
-        st = af_node_fail(err, bad, AF_ERR_INVALID_MODEL,
-                          "graph has a cycle through this node");
-        goto fail;
+    if (!v || available_at_start(g, v) || v->producer->graph != g) return NULL;
+    return v->producer;
+}
+
+static int dep_count(const af_node *n) {
+    int c = n->nin;
+    for (int a = 0; a < n->nattrs; a++) {
+        const af_attr *at = &n->attrs[a];
+        int ng = at->g ? 1 : (at->graphs ? at->n : 0);
+        for (int s = 0; s < ng; s++) c += (at->g ? at->g : at->graphs[s])->ncaptures;
     }
-    memcpy(g->nodes, order, (size_t)n * sizeof(af_node *));
+    return c;
+}
+
+/* Depth-first, visiting nodes in their current order, so a graph that is already sorted keeps
+ * its order. Iterative: a deep chain must not exhaust the C stack. */
+af_status af_graph_toposort(af_graph *g, af_error *err) {
+    int n = g->nnodes;
+    if (n == 0) return AF_OK;
+    enum { NEW, OPEN, DONE };
+    unsigned char *state = calloc((size_t)n, 1);
+    int *stack = calloc((size_t)n, sizeof(int)), *next = calloc((size_t)n, sizeof(int));
+    af_node **order = calloc((size_t)n, sizeof(af_node *));
+    af_status st = AF_OK;
+    if (!state || !stack || !next || !order) {
+        st = af_fail(err, AF_ERR_NOMEM, "%s: out of memory sorting the graph", g->file);
+        goto done;
+    }
     af_graph_renumber(g);
-    st = AF_OK;
-fail:
-    if (st == AF_ERR_NOMEM) af_fail(err, st, "%s: out of memory sorting the graph", g->file);
-    free(pending);
+    int out = 0;
+    for (int root = 0; root < n && !st; root++) {
+        if (state[root] != NEW) continue;
+        int top = 0;
+        stack[top++] = root;
+        state[root] = OPEN;
+        while (top > 0) {
+            int cur = stack[top - 1];
+            const af_node *nd = g->nodes[cur];
+            if (next[cur] < dep_count(nd)) {
+                const af_node *d = dep_at(g, nd, next[cur]++);
+                if (!d) continue;
+                if (state[d->id] == OPEN) {
+                    st = af_node_fail(err, nd, AF_ERR_INVALID_MODEL,
+                                      "graph has a cycle through this node");
+                    break;
+                }
+                if (state[d->id] == NEW) {
+                    state[d->id] = OPEN;
+                    stack[top++] = d->id;
+                }
+                continue;
+            }
+            state[cur] = DONE;
+            order[out++] = g->nodes[cur];
+            top--;
+        }
+    }
+    if (!st) {
+        memcpy(g->nodes, order, (size_t)n * sizeof(af_node *));
+        af_graph_renumber(g);
+    }
+done:
+    free(state);
+    free(stack);
+    free(next);
     free(order);
     return st;
 }
@@ -262,9 +304,12 @@ af_status af_graph_verify(const af_graph *g, af_error *err) {
             if (!listed)
                 return af_node_fail(err, n, AF_ERR_INTERNAL, "input %d ('%s') misses its use", k,
                                     v->name);
-            if (!available_at_start(g, v) && (v->producer->graph != g || v->producer->id >= i))
+        }
+        for (int k = 0, nd = dep_count(n); k < nd; k++) {
+            const af_node *d = dep_at(g, n, k);
+            if (d && d->id >= i)
                 return af_node_fail(err, n, AF_ERR_INTERNAL,
-                                    "input '%s' is produced later (order broken)", v->name);
+                                    "reads a value of node '%s', which runs later", d->name);
         }
         for (int o = 0; o < n->nout; o++)
             if (n->out[o] && n->out[o]->producer != n)

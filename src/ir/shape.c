@@ -4,6 +4,7 @@
  * two is an error, since the model would fail at run time anyway. */
 #include "ir/ir.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static af_status merge(const af_node *n, af_value *v, const af_tensor *inferred, af_error *err) {
@@ -33,33 +34,36 @@ static af_status merge(const af_node *n, af_value *v, const af_tensor *inferred,
 }
 
 static af_status infer_node(af_node *n, af_error *err) {
-    const af_tensor *in[n->nin + 1];
-    af_tensor out[n->nout + 1];
-    memset(out, 0, sizeof out);
+    af_status st = AF_OK;
+    for (int a = 0; a < n->nattrs && !st; a++) {
+        af_attr *at = &n->attrs[a];
+        if (at->g) st = af_graph_infer_shapes(at->g, err);
+        for (int k = 0; at->graphs && k < at->n && !st; k++)
+            st = af_graph_infer_shapes(at->graphs[k], err);
+    }
+    if (st) return st;
+    /* On the heap: a node may have very many inputs or outputs. */
+    const af_tensor **in = calloc((size_t)n->nin + 1, sizeof(af_tensor *));
+    af_tensor *out = calloc((size_t)n->nout + 1, sizeof(af_tensor));
+    if (!in || !out) {
+        st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+        goto done;
+    }
     for (int i = 0; i < n->nin; i++) in[i] = n->in[i] ? &n->in[i]->type : NULL;
     for (int i = 0; i < n->nout; i++) out[i].rank = -1;
-    for (int a = 0; a < n->nattrs; a++) {
-        af_attr *at = &n->attrs[a];
-        if (at->g) {
-            af_status st = af_graph_infer_shapes(at->g, err);
-            if (st) return st;
-        }
-        for (int k = 0; at->graphs && k < at->n; k++) {
-            af_status st = af_graph_infer_shapes(at->graphs[k], err);
-            if (st) return st;
-        }
-    }
-    af_status st = af_ops[n->op].shape(n, in, out, err);
-    if (st) return st;
-    for (int o = 0; o < n->nout; o++) {
+    st = af_ops[n->op].shape(n, in, out, err);
+    for (int o = 0; o < n->nout && !st; o++) {
         if (!n->out[o]) continue;
         if (out[o].rank > AF_MAX_RANK)
-            return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "output rank %d exceeds %d",
-                                out[o].rank, AF_MAX_RANK);
-        st = merge(n, n->out[o], &out[o], err);
-        if (st) return st;
+            st = af_node_fail(err, n, AF_ERR_UNSUPPORTED, "output rank %d exceeds %d",
+                              out[o].rank, AF_MAX_RANK);
+        else
+            st = merge(n, n->out[o], &out[o], err);
     }
-    return AF_OK;
+done:
+    free(in);
+    free(out);
+    return st;
 }
 
 af_status af_graph_infer_shapes(af_graph *g, af_error *err) {

@@ -197,8 +197,9 @@ static af_status conv_run(const af_node *n, const conv_geom *g, const double *x,
     return AF_OK;
 }
 
-/* Per-channel vector [count] from an optional 1-D or scalar tensor: values minus nothing, or
- * the broadcast scalar. Used for bias (length M) and for per-channel quantization parameters. */
+/* A malloc'ed vector of `count` doubles from an optional tensor of `count` values or one value
+ * (broadcast); `dflt` when the tensor is omitted. Used for bias (length M) and for per-tensor or
+ * per-channel quantization parameters. The caller frees *out, also on failure. */
 static af_status conv_channel_vec(const af_node *n, const af_tensor *t, int64_t count,
                                   const char *what, double dflt, double **out, af_error *err) {
     *out = malloc((size_t)(count > 0 ? count : 1) * sizeof(double));

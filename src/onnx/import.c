@@ -70,7 +70,7 @@ enum { /* TensorShapeProto.Dimension */
     DIM_VALUE = 1, DIM_PARAM = 2
 };
 
-#define OPSET_MIN 7
+#define OPSET_MIN 1
 #define OPSET_MAX 17
 
 typedef struct imp {

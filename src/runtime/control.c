@@ -54,12 +54,12 @@ af_status cf_kernel_if(const af_node *n, const af_tensor *const *in, af_tensor *
     if (n->nin < 1 || !in[0] || af_tensor_numel(in[0]) != 1)
         return af_node_fail(err, n, AF_ERR_RUNTIME, "condition must be one element");
     const af_graph *b = graph_attr(n, scalar_true(in[0]) ? "then_branch" : "else_branch");
-    af_tensor res[n->nout + 1];
-    memset(res, 0, sizeof res);
+    af_tensor *res = calloc((size_t)n->nout + 1, sizeof(af_tensor));
+    if (!res) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     af_status st = af_exec_subgraph(x, b, NULL, 0, res, err);
-    if (st) return st;
-    for (int i = 0; i < n->nout; i++) put(&out[i], &res[i]);
-    return AF_OK;
+    for (int i = 0; i < n->nout && !st; i++) put(&out[i], &res[i]);
+    free(res);
+    return st;
 }
 
 /* ---- Loop -------------------------------------------------------------------------------- */

@@ -71,17 +71,22 @@ static bool dims_known(const af_tensor *t) {
 }
 
 static af_status run_node(af_exec *x, frame *f, const af_node *n, af_error *err) {
-    const af_tensor *in[n->nin + 1];
-    af_tensor out[n->nout + 1];
-    memset(out, 0, sizeof out);
-    for (int k = 0; k < n->nin; k++) {
+    /* On the heap: a node may have very many inputs or outputs. */
+    const af_tensor **in = calloc((size_t)n->nin + 1, sizeof(af_tensor *));
+    af_tensor *out = calloc((size_t)n->nout + 1, sizeof(af_tensor));
+    af_status st = AF_OK;
+    if (!in || !out) {
+        st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (int k = 0; k < n->nin && !st; k++) {
         in[k] = n->in[k] ? lookup(f, n->in[k]) : NULL;
         if (n->in[k] && (!in[k] || !in[k]->data))
-            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input '%s' has no value",
-                                n->in[k]->name);
+            st = af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input '%s' has no value",
+                              n->in[k]->name);
     }
     for (int o = 0; o < n->nout; o++) out[o].rank = -1;
-    af_status st = af_ops[n->op].shape(n, in, out, err);
+    if (!st) st = af_ops[n->op].shape(n, in, out, err);
     for (int o = 0; o < n->nout && !st; o++) {
         if (out[o].rank > AF_MAX_RANK)
             st = af_node_fail(err, n, AF_ERR_UNSUPPORTED, "output rank %d exceeds %d",
@@ -93,21 +98,20 @@ static af_status run_node(af_exec *x, frame *f, const af_node *n, af_error *err)
     }
     if (!st) st = af_ops[n->op].kernel(n, in, out, x, err);
     for (int o = 0; o < n->nout && !st; o++)
-        if (!out[o].data)
+        if (n->out[o] && !out[o].data)
             st = af_node_fail(err, n, AF_ERR_INTERNAL, "kernel left output %d unset", o);
-    if (st) {
-        for (int o = 0; o < n->nout; o++) af_tensor_release(&out[o]);
-        return st;
-    }
-    for (int o = 0; o < n->nout; o++) {
-        if (n->out[o]) {
+    for (int o = 0; out && o < n->nout; o++) {
+        if (!st && n->out[o]) {
             af_tensor_release(&f->vals[n->out[o]->id]);
             f->vals[n->out[o]->id] = out[o];
         } else {
             af_tensor_release(&out[o]);
         }
     }
-    return AF_OK;
+done:
+    free(in);
+    free(out);
+    return st;
 }
 
 static af_status run_frame(af_exec *x, frame *f, const af_tensor *const *inputs, int ninputs,
@@ -126,7 +130,6 @@ static af_status run_frame(af_exec *x, frame *f, const af_tensor *const *inputs,
     }
     for (int i = 0; i < g->nnodes; i++) count_reads(g, g->nodes[i], f->left, 1);
 
-    af_exec *saved = x;
     frame *outer = x->f;
     x->f = f;
     af_status st = AF_OK;
@@ -137,7 +140,7 @@ static af_status run_frame(af_exec *x, frame *f, const af_tensor *const *inputs,
         count_reads(g, n, f->left, -1);
         free_dead(f, n);
     }
-    saved->f = outer;
+    x->f = outer;
     int done = 0;
     for (; done < g->noutputs && !st; done++) {
         const af_value *v = g->outputs[done];

@@ -82,6 +82,11 @@ static af_status finish(af_model *m, const af_options *opt, af_session **out, af
         s->opt.input_shape = NULL; /* not owned */
         if (st) goto fail;
     }
+#ifndef NDEBUG
+    /* Debug builds check the IR's invariants after every stage that builds or changes it. */
+    st = af_graph_verify(m->graph, err);
+    if (st) goto fail;
+#endif
     *out = s;
     return AF_OK;
 fail:
