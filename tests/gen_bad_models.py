@@ -191,7 +191,7 @@ def cases():
          model(base_graph(inits=[tensor("w", FLOAT, [1 << 62, 1 << 62], raw=floats(1.0))])), None),
         ("unknown_op", "AF_ERR_UNSUPPORTED", "NoSuchOp",
          model(base_graph(nodes=[node("NoSuchOp", ["x", "w"], ["y"], "weird")])), None),
-        ("opset_6", "AF_ERR_UNSUPPORTED", "opset 6", model(base_graph(), opset=6), None),
+        ("opset_0", "AF_ERR_UNSUPPORTED", "opset 0", model(base_graph(), opset=0), None),
         ("opset_99", "AF_ERR_UNSUPPORTED", "opset 99", model(base_graph(), opset=99), None),
         ("type_mismatch", "AF_ERR_INVALID_MODEL", "raw_data",
          model(base_graph(inits=[tensor("w", FLOAT, [2], raw=struct.pack("<2q", 1, 2))])), None),

@@ -473,8 +473,8 @@ static void test_model_errors(void **state) {
         af_status code;
         const char *word;
     } cases[] = {
-        {{.opset = 6}, AF_ERR_UNSUPPORTED, "opset 6"},
-        {{.opset = 18}, AF_ERR_UNSUPPORTED, "7 to 17"},
+        {{.opset = -1}, AF_ERR_UNSUPPORTED, "opset -1"},
+        {{.opset = 18}, AF_ERR_UNSUPPORTED, "1 to 17"},
         {{.op2 = "FancyOp"}, AF_ERR_UNSUPPORTED, "FancyOp"},
         {{.in2 = "ghost"}, AF_ERR_INVALID_MODEL, "'ghost', which nothing produces"},
         {{.in2 = "m"}, AF_ERR_INVALID_MODEL, "cycle"},

@@ -1,5 +1,5 @@
-/* Tests of the signal and text reference kernels (mx_ group: DFT, STFT, the windows,
- * MelWeightMatrix, TfIdfVectorizer), table-driven: each row builds one node (op, attributes,
+/* Tests of the mx_ reference kernels (DFT, STFT, the windows, MelWeightMatrix, TfIdfVectorizer,
+ * and the optimizer steps Adagrad, Adam, Momentum), table-driven: each row builds one node (op, attributes,
  * opset), runs its shape function and reference kernel on small tensors, and checks the status
  * and, on success, the output dtype, dims and values. Expected values are worked out by hand
  * (or, for the mel matrix, taken from the ONNX suite). A second group checks compile-time shape
@@ -198,6 +198,59 @@ static const tcase cases[] = {
      9, 1, {T1(F32, 2, 1, 2)}, AF_ERR_UNSUPPORTED, NONE},
 };
 
+/* Optimizer steps (several outputs): R, T, then X's, G's and state tensors. */
+typedef struct tstep {
+    const char *name;
+    const char *op;
+    const char *attrs;
+    int nin;
+    tens in[8];
+    af_status expect;
+    int nout;
+    tens out[4];
+} tstep;
+
+static const tstep steps[] = {
+    /* g = 0.5*2 + 1 = 2, h = 1 + 4 = 5, r = 0.5 / (1 + 2*0.5) = 0.25 */
+    {"adagrad", "Adagrad", "norm_coefficient=0.5 decay_factor=0.5 epsilon=0.0", 5,
+     {T0(F32, 0.5), T0(I64, 2), T1(F32, 1, 2), T1(F32, 1, 1), T1(F32, 1, 1)}, AF_OK, 2,
+     {T1(F32, 1, 1.7763932022500211), T1(F32, 1, 5)}},
+    /* two tensors at once: X1 = [1], X2 = [0, 3] with g = G (no regularization) */
+    {"adagrad two tensors", "Adagrad", "epsilon=0.0", 8,
+     {T0(F64, 1), T0(I64, 0), T1(F64, 1, 1), T1(F64, 2, 0, 3), T1(F64, 1, 3), T1(F64, 2, 4, 0),
+      T1(F64, 1, 0), T1(F64, 2, 9, 16)},
+     AF_OK, 4, {T1(F64, 1, 0), T1(F64, 2, -0.8, 3), T1(F64, 1, 9), T1(F64, 2, 25, 16)}},
+    /* T = 0: no bias correction; m = 0.5*1 + 0.5*2 = 1.5, h = 0.75*4 + 0.25*4 = 4 */
+    {"adam first step", "Adam", "alpha=0.5 beta=0.75 epsilon=0.0", 6,
+     {T0(F32, 1), T0(I64, 0), T1(F32, 1, 3), T1(F32, 1, 2), T1(F32, 1, 1), T1(F32, 1, 4)}, AF_OK,
+     3, {T1(F32, 1, 2.25), T1(F32, 1, 1.5), T1(F32, 1, 4)}},
+    /* T = 1: rate = sqrt(1 - 0.75) / (1 - 0.5) = 1; then X scaled by 1 - post */
+    {"adam corrected", "Adam", "alpha=0.5 beta=0.75 epsilon=0.0 norm_coefficient_post=0.5", 6,
+     {T0(F32, 1), T0(I64, 1), T1(F32, 1, 3), T1(F32, 1, 2), T1(F32, 1, 1), T1(F32, 1, 4)}, AF_OK,
+     3, {T1(F32, 1, 1.125), T1(F32, 1, 1.5), T1(F32, 1, 4)}},
+    /* T = 0 takes the whole gradient: v = 0.5*2 + 1*(0.5*2 + 1) = 3 */
+    {"momentum standard", "Momentum", "alpha=0.5 beta=0.25 mode=standard norm_coefficient=0.5", 5,
+     {T0(F32, 0.5), T0(I64, 0), T1(F32, 1, 2), T1(F32, 1, 1), T1(F32, 1, 2)}, AF_OK, 2,
+     {T1(F32, 1, 0.5), T1(F32, 1, 3)}},
+    /* T = 1: v = 0.5*2 + 0.25*2 = 1.5; X - 0.5*(2 + 0.5*1.5) */
+    {"momentum nesterov", "Momentum", "alpha=0.5 beta=0.25 mode=nesterov norm_coefficient=0.5",
+     5, {T0(F32, 0.5), T0(I64, 1), T1(F32, 1, 2), T1(F32, 1, 1), T1(F32, 1, 2)}, AF_OK, 2,
+     {T1(F32, 1, 0.625), T1(F32, 1, 1.5)}},
+    {"momentum needs its attributes", "Momentum", "alpha=0.5 mode=standard", 5,
+     {T0(F32, 0.5), T0(I64, 0), T1(F32, 1, 2), T1(F32, 1, 1), T1(F32, 1, 2)},
+     AF_ERR_INVALID_MODEL, 2, {NONE, NONE}},
+    {"adagrad partial group", "Adagrad", "", 6,
+     {T0(F32, 1), T0(I64, 0), T1(F32, 1, 1), T1(F32, 1, 1), T1(F32, 1, 1), T1(F32, 1, 1)},
+     AF_ERR_INVALID_MODEL, 2, {NONE, NONE}},
+    {"adam state shape differs", "Adam", "", 6,
+     {T0(F32, 1), T0(I64, 0), T1(F32, 2, 1, 1), T1(F32, 2, 1, 1), T1(F32, 2, 1, 1),
+      T1(F32, 1, 1)},
+     AF_ERR_INVALID_MODEL, 3, {NONE, NONE, NONE}},
+    {"adagrad int32 count", "Adagrad", "", 5,
+     {T0(F32, 1), T0(I32, 0), T1(F32, 1, 1), T1(F32, 1, 1), T1(F32, 1, 1)},
+     AF_ERR_INVALID_MODEL, 2, {NONE, NONE}},
+};
+
 /* ---- helpers ------------------------------------------------------------------------------ */
 
 static int64_t tens_numel(const tens *s) {
@@ -259,18 +312,28 @@ static void parse_list(af_arena *a, af_attr *at, const char *val) {
     }
 }
 
-/* A one-node graph for `op` at `opset` with attributes parsed from `attrs`. */
-static af_node *make_node(af_arena *a, const char *op, const char *attrs, int opset, int nin) {
+/* The op table row named `op` (looked up directly: routing by domain is af_op_lookup's
+ * business, tested with the importer). */
+static af_op op_by_name(const char *op) {
+    for (int i = 0; i < AF_OP_COUNT; i++)
+        if (!strcmp(af_ops[i].name, op)) return (af_op)i;
+    return AF_OP_COUNT;
+}
+
+/* A one-node graph for `op` of `domain` at `opset` with attributes parsed from `attrs`. */
+static af_node *make_node(af_arena *a, const char *domain, const char *op, const char *attrs,
+                          int opset, int nin, int nout) {
     af_graph *g = af_graph_new(a, "test.onnx", NULL);
     assert_non_null(g);
     g->opsets = af_arena_calloc(a, 1, sizeof(af_opset));
     g->opsets[0].domain = "";
     g->opsets[0].version = opset;
     g->nopsets = 1;
-    af_op id = af_op_lookup("", op);
+    af_op id = op_by_name(op);
     assert_int_not_equal(id, AF_OP_COUNT);
-    af_node *n = af_node_new(g, id, "n0", nin, 1);
+    af_node *n = af_node_new(g, id, "n0", nin, nout);
     assert_non_null(n);
+    n->domain = domain;
     n->attrs = af_arena_calloc(a, 12, sizeof(af_attr));
     char buf[512];
     snprintf(buf, sizeof buf, "%s", attrs);
@@ -320,7 +383,7 @@ static void test_cases(void **state) {
     for (size_t c = 0; c < AF_COUNT(cases); c++) {
         const tcase *tc = &cases[c];
         af_arena *a = af_arena_new();
-        af_node *n = make_node(a, tc->op, tc->attrs, tc->opset, tc->nin);
+        af_node *n = make_node(a, "", tc->op, tc->attrs, tc->opset, tc->nin, 1);
         af_tensor *owned[5] = {NULL};
         const af_tensor *in[5] = {NULL};
         for (int k = 0; k < tc->nin; k++)
@@ -343,6 +406,33 @@ static void test_cases(void **state) {
     }
 }
 
+static void test_steps(void **state) {
+    (void)state;
+    for (size_t c = 0; c < AF_COUNT(steps); c++) {
+        const tstep *tc = &steps[c];
+        af_arena *a = af_arena_new();
+        af_node *n = make_node(a, "ai.onnx.preview.training", tc->op, tc->attrs, 17, tc->nin,
+                               tc->nout);
+        af_tensor *owned[8] = {NULL};
+        const af_tensor *in[8] = {NULL};
+        for (int k = 0; k < tc->nin; k++) in[k] = owned[k] = make(&tc->in[k]);
+        af_tensor out[4];
+        memset(out, 0, sizeof out);
+        for (int o = 0; o < 4; o++) out[o].rank = -1;
+        af_error err = {0};
+        af_status st = af_ops[n->op].shape(n, in, out, &err);
+        for (int o = 0; o < tc->nout && st == AF_OK; o++) st = af_tensor_alloc(&out[o], &err);
+        if (st == AF_OK) st = af_ops[n->op].kernel(n, in, out, NULL, &err);
+        if (st != tc->expect)
+            fail_msg("%s: status %d, expected %d (%s)", tc->name, st, tc->expect, err.message);
+        for (int o = 0; st == AF_OK && o < tc->nout; o++)
+            expect_tensor(tc->name, &out[o], &tc->out[o]);
+        for (int o = 0; o < 4; o++) af_tensor_release(&out[o]);
+        for (int k = 0; k < 8; k++) af_tensor_free(owned[k]);
+        af_arena_free(a);
+    }
+}
+
 /* Compile time: values unknown (data NULL) and dims -1 give -1 dims, not failures. */
 static void test_shapes_unknown(void **state) {
     (void)state;
@@ -356,14 +446,14 @@ static void test_shapes_unknown(void **state) {
     af_tensor unk = {.dtype = AF_DTYPE_FLOAT, .rank = -1};
     af_tensor text = {.dtype = AF_DTYPE_INT64, .rank = 2, .dims = {-1, 9}};
 
-    af_node *hann = make_node(a, "HannWindow", "output_datatype=11", 17, 1);
+    af_node *hann = make_node(a, "", "HannWindow", "output_datatype=11", 17, 1, 1);
     const af_tensor *in1[1] = {&size};
     assert_int_equal(af_ops[hann->op].shape(hann, in1, out, &err), AF_OK);
     assert_int_equal(out[0].dtype, AF_DTYPE_DOUBLE);
     assert_int_equal(out[0].rank, 1);
     assert_int_equal(out[0].dims[0], -1);
 
-    af_node *dft = make_node(a, "DFT", "axis=1 onesided=1", 17, 2);
+    af_node *dft = make_node(a, "", "DFT", "axis=1 onesided=1", 17, 2, 1);
     const af_tensor *in2[2] = {&sig, NULL};
     assert_int_equal(af_ops[dft->op].shape(dft, in2, out, &err), AF_OK);
     assert_int_equal(out[0].rank, 4);
@@ -377,7 +467,7 @@ static void test_shapes_unknown(void **state) {
     assert_int_equal(af_ops[dft->op].shape(dft, in4, out, &err), AF_OK);
     assert_int_equal(out[0].rank, -1);
 
-    af_node *stft = make_node(a, "STFT", "", 17, 3);
+    af_node *stft = make_node(a, "", "STFT", "", 17, 3, 1);
     const af_tensor *in5[3] = {&sig3, &size, &win}; /* frame_step unknown */
     assert_int_equal(af_ops[stft->op].shape(stft, in5, out, &err), AF_OK);
     assert_int_equal(out[0].rank, 4);
@@ -385,10 +475,10 @@ static void test_shapes_unknown(void **state) {
     assert_int_equal(out[0].dims[1], -1);
     assert_int_equal(out[0].dims[2], 9);
 
-    af_node *tfidf = make_node(a, "TfIdfVectorizer",
+    af_node *tfidf = make_node(a, "", "TfIdfVectorizer",
                                "pool_int64s=[4,5] ngram_counts=[0] ngram_indexes=[3,0] mode=TF"
                                " min_gram_length=1 max_gram_length=1 max_skip_count=0",
-                               9, 1);
+                               9, 1, 1);
     const af_tensor *in6[1] = {&text};
     assert_int_equal(af_ops[tfidf->op].shape(tfidf, in6, out, &err), AF_OK);
     assert_int_equal(out[0].dtype, AF_DTYPE_FLOAT);
@@ -406,7 +496,7 @@ static void test_kernel_rejects_bad_output(void **state) {
     tens ss = T0(I64, 8);
     af_tensor *size = make(&ss);
     const af_tensor *in[1] = {size};
-    af_node *hann = make_node(a, "HannWindow", "", 17, 1);
+    af_node *hann = make_node(a, "", "HannWindow", "", 17, 1, 1);
     af_tensor out[1];
     memset(out, 0, sizeof out);
     int64_t dims[1] = {4};
@@ -421,6 +511,7 @@ static void test_kernel_rejects_bad_output(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
+        cmocka_unit_test(test_steps),
         cmocka_unit_test(test_shapes_unknown),
         cmocka_unit_test(test_kernel_rejects_bad_output),
     };
