@@ -379,3 +379,44 @@ int af_attr_floats(const af_node *n, const char *name, const float **v) {
     *v = a->floats;
     return a->n;
 }
+
+const char *af_graph_unique_name(af_graph *g, const char *hint) {
+    char buf[256];
+    for (;;) {
+        snprintf(buf, sizeof buf, "%s_%d", hint, g->node_serial++);
+        bool taken = false;
+        for (const af_graph *s = g; s && !taken; s = s->parent)
+            for (int i = 0; i < s->nvalues && !taken; i++) taken = !strcmp(s->values[i]->name, buf);
+        if (!taken) return af_arena_strdup(g->arena, buf);
+    }
+}
+
+af_value *af_value_new_const(af_graph *g, const char *name, af_dtype dtype, int rank,
+                             const int64_t *dims) {
+    if (rank < 0 || rank > AF_MAX_RANK) return NULL;
+    af_value *v = af_value_new(g, name);
+    if (!v) return NULL;
+    v->type.dtype = dtype;
+    v->type.rank = rank;
+    for (int i = 0; i < rank; i++) v->type.dims[i] = dims[i];
+    int64_t n = af_tensor_numel(&v->type);
+    size_t bytes;
+    if (n < 0 || !af_mul_size((size_t)n, af_dtype_size(dtype), &bytes)) return NULL;
+    v->type.data = af_arena_alloc(g->arena, bytes);
+    if (!v->type.data) return NULL;
+    v->type.nbytes = bytes;
+    v->type.owns_data = 0; /* the arena owns it */
+    v->is_const = true;
+    return v;
+}
+
+af_attr *af_node_add_attr(af_node *n, const char *name, af_attr_type type) {
+    af_attr *a = af_arena_calloc(n->graph->arena, (size_t)n->nattrs + 1, sizeof(af_attr));
+    if (!a) return NULL;
+    if (n->nattrs) memcpy(a, n->attrs, (size_t)n->nattrs * sizeof(af_attr));
+    n->attrs = a;
+    af_attr *at = &a[n->nattrs++];
+    at->name = name;
+    at->type = type;
+    return at;
+}

@@ -63,8 +63,12 @@ typedef struct af_op_info {
 } af_op_info;
 
 extern const af_op_info af_ops[AF_OP_COUNT];
+/* autofusion's own op domain: canonical forms and fused ops (the last group of ops.def). */
+#define AF_DOMAIN "ai.autofusion"
 /* Op for an ONNX (domain, op_type); AF_OP_COUNT when unknown. */
 af_op af_op_lookup(const char *domain, const char *op_type);
+/* True for ops of AF_DOMAIN. */
+bool af_op_is_ours(af_op op);
 
 /* ---- attributes -------------------------------------------------------------------------- */
 
@@ -177,6 +181,14 @@ af_value *af_graph_find(af_graph *g, const char *name);
 af_node *af_node_new(af_graph *g, af_op op, const char *name, int nin, int nout);
 void af_node_set_input(af_node *n, int slot, af_value *v);
 void af_node_set_output(af_node *n, int slot, af_value *v);
+/* A constant value owning zeroed data of the given type, from g's arena (fill type.data). */
+af_value *af_value_new_const(af_graph *g, const char *name, af_dtype dtype, int rank,
+                             const int64_t *dims);
+/* A unique value name in g starting with `hint` (arena string). */
+const char *af_graph_unique_name(af_graph *g, const char *hint);
+/* Append an attribute to n (copying nothing: the caller fills the returned entry's fields with
+ * arena memory). NULL when out of memory. */
+af_attr *af_node_add_attr(af_node *n, const char *name, af_attr_type type);
 /* Point every use of `from` at `to`. */
 void af_value_replace_uses(af_value *from, af_value *to);
 /* Detach n from its inputs and outputs and drop it from g->nodes. */

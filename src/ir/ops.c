@@ -9,9 +9,18 @@ const af_op_info af_ops[AF_OP_COUNT] = {
 #undef AF_OP
 };
 
+/* The rows of the ai.onnx.preview.training domain (ops_misc.def). */
+static bool op_is_training(int op) {
+    return op == AF_OP_ADAGRAD || op == AF_OP_ADAM || op == AF_OP_MOMENTUM;
+}
+
 af_op af_op_lookup(const char *domain, const char *op_type) {
-    if (domain && *domain && strcmp(domain, "ai.onnx")) return AF_OP_COUNT;
-    for (int i = 0; i < AF_OP_COUNT; i++)
-        if (!strcmp(af_ops[i].name, op_type)) return (af_op)i;
+    bool ours = domain && !strcmp(domain, AF_DOMAIN);
+    bool training = domain && !strcmp(domain, "ai.onnx.preview.training");
+    if (!ours && !training && domain && *domain && strcmp(domain, "ai.onnx")) return AF_OP_COUNT;
+    for (int i = ours ? AF_OP_GELU : 0; i < (ours ? AF_OP_COUNT : AF_OP_GELU); i++)
+        if (!strcmp(af_ops[i].name, op_type) && op_is_training(i) == training) return (af_op)i;
     return AF_OP_COUNT;
 }
+
+bool af_op_is_ours(af_op op) { return op >= AF_OP_GELU && op < AF_OP_COUNT; }
