@@ -75,6 +75,14 @@ static void free_list(char **l, int n) {
     free(l);
 }
 
+/* Whether an snprintf into a path buffer of `size` bytes, which returned r, fit: a path that
+ * does not fit is reported as the case's failure instead of being opened truncated. */
+static bool path_fits(int r, size_t size, const char *dir) {
+    if (r >= 0 && (size_t)r < size) return true;
+    printf("    path too long under %s\n", dir);
+    return false;
+}
+
 static bool is_float(af_dtype t) {
     return t == AF_DTYPE_FLOAT || t == AF_DTYPE_DOUBLE || t == AF_DTYPE_FLOAT16 ||
            t == AF_DTYPE_BFLOAT16;
@@ -129,7 +137,10 @@ static bool run_set(af_session *s, const char *dir) {
     bool ok = true;
     af_error err;
     for (int i = 0; i < nfiles && ok; i++) {
-        snprintf(path, sizeof path, "%s/input_%d.pb", dir, i);
+        if (!path_fits(snprintf(path, sizeof path, "%s/input_%d.pb", dir, i), sizeof path, dir)) {
+            ok = false;
+            break;
+        }
         if (af_tensor_load_pb(path, &in[i], &pbnames[i], &err)) {
             printf("    %s\n", err.message);
             ok = false;
@@ -153,7 +164,10 @@ static bool run_set(af_session *s, const char *dir) {
     }
     for (int i = 0; ok && i < nout; i++) {
         af_tensor want = {0};
-        snprintf(path, sizeof path, "%s/output_%d.pb", dir, i);
+        if (!path_fits(snprintf(path, sizeof path, "%s/output_%d.pb", dir, i), sizeof path, dir)) {
+            ok = false;
+            break;
+        }
         if (af_tensor_load_pb(path, &want, NULL, &err)) {
             printf("    %s\n", err.message);
             ok = false;
@@ -180,7 +194,7 @@ static bool run_set(af_session *s, const char *dir) {
 
 static int run_case(const char *dir) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/model.onnx", dir);
+    if (!path_fits(snprintf(path, sizeof path, "%s/model.onnx", dir), sizeof path, dir)) return 1;
     af_session *s = NULL;
     af_error err;
     if (af_session_new(path, NULL, &s, &err)) {
@@ -191,8 +205,8 @@ static int run_case(const char *dir) {
     int nsets = list_dir(dir, "test_data_set_", &sets);
     bool ok = nsets > 0;
     for (int i = 0; i < nsets && ok; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, sets[i]);
-        ok = run_set(s, path);
+        ok = path_fits(snprintf(path, sizeof path, "%s/%s", dir, sets[i]), sizeof path, dir) &&
+             run_set(s, path);
     }
     free_list(sets, nsets);
     af_session_free(s);

@@ -1,104 +1,137 @@
 /* The autofusion command line (DESIGN.md section 1 is the contract).
- * Options are accepted as --a_b or --a-b, and --k=v or --k v. Every failure prints one line
- * naming the file and the reason, and exits non-zero. */
+ * One option table serves every command; options are accepted as --a_b or --a-b, and --k=v or
+ * --k v. Every failure prints one line naming the file and the reason and exits non-zero. */
 #include "autofusion.h"
 #include "onnx/onnx.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #define MAX_INPUTS 64
 
-typedef struct args {
+typedef struct cli {
     const char *model;
     const char *output_dir;
     const char *input_shape;
     const char *input_name[MAX_INPUTS];
     const char *input_file[MAX_INPUTS];
     int ninputs;
-    unsigned long seed;
-} args;
+    long seed;
+    long iterations, warmup, threads;
+    bool compare, json;
+} cli;
+
+typedef enum { FLAG, STR, INT, INPUT } opt_kind;
+enum { RUN = 1, BENCH = 2 };
+
+/* One row per option: name (with '_'), kind, where it goes, which commands take it. */
+static const struct opt {
+    const char *name;
+    opt_kind kind;
+    size_t offset;
+    int commands;
+    const char *help;
+} opts[] = {
+    {"input", INPUT, 0, RUN | BENCH, "NAME=FILE  .npy or TensorProto .pb (repeatable)"},
+    {"output_dir", STR, offsetof(cli, output_dir), RUN, "DIR  write each output as DIR/<name>.npy"},
+    {"input_shape", STR, offsetof(cli, input_shape), RUN | BENCH, "\"name:1,3,224,224;...\"  fix symbolic dims"},
+    {"seed", INT, offsetof(cli, seed), RUN | BENCH, "N  seed of random inputs (default 0)"},
+    {"iterations", INT, offsetof(cli, iterations), BENCH, "N  timed runs (default 50)"},
+    {"warmup", INT, offsetof(cli, warmup), BENCH, "N  untimed runs first (default 5)"},
+    {"threads", INT, offsetof(cli, threads), BENCH, "N  threads (default all cores)"},
+    {"compare", FLAG, offsetof(cli, compare), BENCH, "also time the unfused graph in the same process"},
+    {"json", FLAG, offsetof(cli, json), BENCH, "print one JSON object"},
+};
 
 static int usage(FILE *f) {
     fprintf(f,
-            "autofusion %s: operator-fusion compiler and runtime for ONNX models on CPUs\n"
-            "\n"
+            "autofusion %s: operator-fusion compiler and runtime for ONNX models on CPUs\n\n"
             "usage:\n"
-            "  autofusion run MODEL.onnx [--input NAME=FILE ...] [--output_dir DIR]\n"
-            "                 [--input_shape=\"name:1,3,224,224;...\"] [--seed N]\n"
-            "      FILE is .npy or an ONNX TensorProto (.pb); inputs not given get random data of\n"
-            "      the declared shape (symbolic dims are 1 unless --input_shape sets them).\n"
-            "      Each output is written as DIR/<name>.npy and summarised on one line.\n"
-            "  autofusion --version | --help\n",
+            "  autofusion run MODEL.onnx [options]     run once, print/write the outputs\n"
+            "  autofusion bench MODEL.onnx [options]   latency statistics (trtexec style)\n"
+            "  autofusion --version | --help\n\noptions:\n",
             AF_VERSION);
+    for (size_t i = 0; i < AF_COUNT(opts); i++)
+        fprintf(f, "  --%-12s %s%s%s\n", opts[i].name, opts[i].help,
+                opts[i].commands & RUN ? " [run]" : "", opts[i].commands & BENCH ? " [bench]" : "");
+    fprintf(f, "\nInputs not given get random data of the declared shape (symbolic dims 1).\n");
     return f == stderr ? 2 : 0;
 }
 
-/* "--input-shape" and "--input_shape" are the same option. */
-static bool opt_is(const char *arg, const char *name, const char **inline_val) {
-    if (arg[0] != '-' || arg[1] != '-') return false;
-    const char *a = arg + 2;
-    size_t i = 0;
-    for (; name[i]; i++) {
-        char c = a[i] == '-' ? '_' : a[i];
-        if (c != name[i]) return false;
+/* "--input-shape" and "--input_shape" are the same option; returns the inline value or "". */
+static const struct opt *find_opt(const char *arg, const char **inline_val) {
+    if (arg[0] != '-' || arg[1] != '-') return NULL;
+    for (size_t k = 0; k < AF_COUNT(opts); k++) {
+        const char *a = arg + 2, *name = opts[k].name;
+        size_t i = 0;
+        while (name[i] && (a[i] == name[i] || (a[i] == '-' && name[i] == '_'))) i++;
+        if (name[i]) continue;
+        if (a[i] == '=') *inline_val = a + i + 1;
+        else if (a[i] == 0) *inline_val = NULL;
+        else continue;
+        return &opts[k];
     }
-    if (a[i] == '=') {
-        *inline_val = a + i + 1;
-        return true;
-    }
-    if (a[i] == 0) {
-        *inline_val = NULL;
-        return true;
-    }
-    return false;
+    return NULL;
 }
 
-/* Value of an option: inline (--k=v) or the next argument (--k v). */
-static const char *opt_value(int argc, char **argv, int *i, const char *inline_val) {
-    if (inline_val) return inline_val;
-    if (*i + 1 < argc) return argv[++*i];
-    fprintf(stderr, "autofusion: option %s needs a value\n", argv[*i]);
-    exit(2);
-}
-
-static int parse_run(int argc, char **argv, args *a) {
+static int parse(int argc, char **argv, int command, cli *c) {
+    c->iterations = 50;
+    c->warmup = 5;
     for (int i = 2; i < argc; i++) {
         const char *v = NULL;
-        if (opt_is(argv[i], "input", &v)) {
-            const char *spec = opt_value(argc, argv, &i, v);
-            const char *eq = strrchr(spec, '=');
-            if (!eq || eq == spec || !eq[1]) {
-                fprintf(stderr, "autofusion: --input wants NAME=FILE, got '%s'\n", spec);
+        const struct opt *o = find_opt(argv[i], &v);
+        if (!o || !(o->commands & command)) {
+            if (argv[i][0] == '-') {
+                fprintf(stderr, "autofusion %s: unknown option '%s' (try --help)\n", argv[1], argv[i]);
                 return 2;
             }
-            if (a->ninputs == MAX_INPUTS) {
-                fprintf(stderr, "autofusion: too many --input options\n");
+            if (c->model) {
+                fprintf(stderr, "autofusion %s: unexpected argument '%s'\n", argv[1], argv[i]);
                 return 2;
             }
-            a->input_name[a->ninputs] = strndup(spec, (size_t)(eq - spec));
-            a->input_file[a->ninputs++] = eq + 1;
-        } else if (opt_is(argv[i], "output_dir", &v)) {
-            a->output_dir = opt_value(argc, argv, &i, v);
-        } else if (opt_is(argv[i], "input_shape", &v)) {
-            a->input_shape = opt_value(argc, argv, &i, v);
-        } else if (opt_is(argv[i], "seed", &v)) {
-            a->seed = strtoul(opt_value(argc, argv, &i, v), NULL, 10);
-        } else if (argv[i][0] == '-') {
-            fprintf(stderr, "autofusion run: unknown option '%s'\n", argv[i]);
-            return 2;
-        } else if (!a->model) {
-            a->model = argv[i];
+            c->model = argv[i];
+            continue;
+        }
+        if (o->kind == FLAG) {
+            *(bool *)((char *)c + o->offset) = true;
+            continue;
+        }
+        if (!v) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "autofusion: option --%s needs a value\n", o->name);
+                return 2;
+            }
+            v = argv[++i];
+        }
+        if (o->kind == STR) {
+            *(const char **)((char *)c + o->offset) = v;
+        } else if (o->kind == INT) {
+            char *end;
+            errno = 0;
+            long n = strtol(v, &end, 10);
+            if (errno || *end || end == v || n < 0) {
+                fprintf(stderr, "autofusion: --%s wants a non-negative integer, got '%s'\n", o->name, v);
+                return 2;
+            }
+            *(long *)((char *)c + o->offset) = n;
         } else {
-            fprintf(stderr, "autofusion run: unexpected argument '%s'\n", argv[i]);
-            return 2;
+            const char *eq = strrchr(v, '=');
+            if (!eq || eq == v || !eq[1] || c->ninputs == MAX_INPUTS) {
+                fprintf(stderr, "autofusion: --input wants NAME=FILE, got '%s'\n", v);
+                return 2;
+            }
+            c->input_name[c->ninputs] = strndup(v, (size_t)(eq - v));
+            c->input_file[c->ninputs++] = eq + 1;
         }
     }
-    if (!a->model) {
-        fprintf(stderr, "autofusion run: no model given\n");
+    if (!c->model) {
+        fprintf(stderr, "autofusion %s: no model given\n", argv[1]);
         return 2;
     }
     return 0;
@@ -107,11 +140,6 @@ static int parse_run(int argc, char **argv, args *a) {
 static bool ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
     return n >= m && !strcmp(s + n - m, suffix);
-}
-
-static af_status load_input(const char *path, af_tensor *t, af_error *err) {
-    if (ends_with(path, ".npy")) return af_tensor_load_npy(path, t, err);
-    return af_tensor_load_pb(path, t, NULL, err);
 }
 
 /* xorshift64*: reproducible random inputs without global state. */
@@ -146,6 +174,67 @@ static af_tensor *random_input(const af_tensor *type, uint64_t *state) {
     return t;
 }
 
+/* The inputs of one run: the files given, random data for the rest. */
+typedef struct inputs {
+    af_tensor *t[MAX_INPUTS];
+    const char *names[MAX_INPUTS];
+    int n;
+} inputs;
+
+static void inputs_free(inputs *in) {
+    for (int i = 0; i < in->n; i++) af_tensor_free(in->t[i]);
+    in->n = 0;
+}
+
+static int inputs_make(const cli *c, const af_session *s, inputs *in) {
+    af_error err;
+    uint64_t state = 0x9E3779B97F4A7C15ULL ^ (uint64_t)c->seed;
+    for (int i = 0; i < c->ninputs; i++) {
+        af_tensor *t = calloc(1, sizeof *t);
+        af_status st = !t ? af_fail(&err, AF_ERR_NOMEM, "out of memory")
+                       : ends_with(c->input_file[i], ".npy")
+                           ? af_tensor_load_npy(c->input_file[i], t, &err)
+                           : af_tensor_load_pb(c->input_file[i], t, NULL, &err);
+        if (st) {
+            free(t);
+            fprintf(stderr, "autofusion: %s\n", err.message);
+            return 1;
+        }
+        in->t[in->n] = t;
+        in->names[in->n++] = c->input_name[i];
+    }
+    int declared = af_session_input_count(s);
+    for (int k = 0; k < declared; k++) {
+        const char *name = af_session_input_name(s, k);
+        bool given = false;
+        for (int i = 0; i < c->ninputs; i++) given |= !strcmp(c->input_name[i], name);
+        if (given) continue;
+        af_tensor type;
+        af_session_input_type(s, k, &type);
+        if (in->n == MAX_INPUTS || !(in->t[in->n] = random_input(&type, &state))) {
+            fprintf(stderr, "autofusion: %s: cannot make random data for input '%s' (%s)\n",
+                    c->model, name, af_dtype_name(type.dtype));
+            return 1;
+        }
+        in->names[in->n++] = name;
+    }
+    return 0;
+}
+
+static af_session *open_session(const cli *c) {
+    af_options opt;
+    af_options_init(&opt);
+    opt.input_shape = c->input_shape;
+    opt.threads = (int)c->threads;
+    af_session *s = NULL;
+    af_error err;
+    if (af_session_new(c->model, &opt, &s, &err)) {
+        fprintf(stderr, "autofusion: %s\n", err.message);
+        return NULL;
+    }
+    return s;
+}
+
 static double tensor_sum(const af_tensor *t) {
     double s = 0;
     int64_t n = af_tensor_numel(t);
@@ -157,78 +246,50 @@ static double tensor_sum(const af_tensor *t) {
 static void output_path(char *buf, size_t len, const char *dir, const char *name) {
     size_t o = (size_t)snprintf(buf, len, "%s/", dir);
     for (const char *p = name; *p && o + 5 < len; p++) {
-        char c = *p;
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '_' || c == '.' || c == '-';
-        buf[o++] = ok ? c : '_';
+        char ch = *p;
+        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                  ch == '_' || ch == '.' || ch == '-';
+        buf[o++] = ok ? ch : '_';
     }
     snprintf(buf + o, len - o, ".npy");
 }
 
-static int cmd_run(int argc, char **argv) {
-    args a = {0};
-    int rc = parse_run(argc, argv, &a);
-    af_session *s = NULL;
-    af_tensor *in[MAX_INPUTS] = {0}, **out = NULL;
-    const char *names[MAX_INPUTS];
-    int nin = 0, nout = 0;
+static int run_once(af_session *s, const inputs *in, af_tensor **out) {
     af_error err;
-    if (rc) goto done;
-    rc = 1;
-    af_options opt;
-    af_options_init(&opt);
-    opt.input_shape = a.input_shape;
-    if (af_session_new(a.model, &opt, &s, &err)) {
+    if (af_session_run(s, in->names, (const af_tensor *const *)in->t, (size_t)in->n, out, &err)) {
         fprintf(stderr, "autofusion: %s\n", err.message);
-        goto done;
+        return 1;
     }
-    uint64_t state = 0x9E3779B97F4A7C15ULL ^ a.seed;
-    int declared = af_session_input_count(s);
-    if (declared > MAX_INPUTS) {
-        fprintf(stderr, "autofusion: %s: more than %d inputs\n", a.model, MAX_INPUTS);
-        goto done;
+    return 0;
+}
+
+static void outputs_free(af_tensor **out, int n) {
+    for (int i = 0; i < n; i++) {
+        af_tensor_free(out[i]);
+        out[i] = NULL;
     }
-    for (int i = 0; i < a.ninputs; i++) {
-        in[nin] = calloc(1, sizeof(af_tensor));
-        if (!in[nin] || load_input(a.input_file[i], in[nin], &err)) {
-            fprintf(stderr, "autofusion: %s\n", in[nin] ? err.message : "out of memory");
-            goto done;
-        }
-        names[nin++] = a.input_name[i];
-    }
-    for (int k = 0; k < declared; k++) {
-        const char *name = af_session_input_name(s, k);
-        bool given = false;
-        for (int i = 0; i < a.ninputs; i++) given |= !strcmp(a.input_name[i], name);
-        if (given) continue;
-        af_tensor type;
-        af_session_input_type(s, k, &type);
-        in[nin] = random_input(&type, &state);
-        if (!in[nin]) {
-            fprintf(stderr, "autofusion: %s: cannot make random data for input '%s' (%s)\n",
-                    a.model, name, af_dtype_name(type.dtype));
-            goto done;
-        }
-        names[nin++] = name;
-    }
+}
+
+static int cmd_run(const cli *c) {
+    inputs in = {0};
+    af_tensor **out = NULL;
+    int rc = 1, nout = 0;
+    af_error err;
+    af_session *s = open_session(c);
+    if (!s || inputs_make(c, s, &in)) goto done;
     nout = af_session_output_count(s);
     out = calloc((size_t)nout + 1, sizeof(af_tensor *));
-    if (!out || af_session_run(s, names, (const af_tensor *const *)in, (size_t)nin, out, &err)) {
-        fprintf(stderr, "autofusion: %s\n", out ? err.message : "out of memory");
-        goto done;
-    }
-    if (a.output_dir && mkdir(a.output_dir, 0777) && errno != EEXIST) {
-        fprintf(stderr, "autofusion: %s: cannot create directory: %s\n", a.output_dir,
-                strerror(errno));
+    if (!out || run_once(s, &in, out)) goto done;
+    if (c->output_dir && mkdir(c->output_dir, 0777) && errno != EEXIST) {
+        fprintf(stderr, "autofusion: %s: cannot create directory: %s\n", c->output_dir, strerror(errno));
         goto done;
     }
     for (int i = 0; i < nout; i++) {
         char dims[256], path[4096];
         printf("output %s shape %s dtype %s sum %.6g\n", af_session_output_name(s, i),
-               af_dims_str(out[i], dims, sizeof dims), af_dtype_name(out[i]->dtype),
-               tensor_sum(out[i]));
-        if (!a.output_dir) continue;
-        output_path(path, sizeof path, a.output_dir, af_session_output_name(s, i));
+               af_dims_str(out[i], dims, sizeof dims), af_dtype_name(out[i]->dtype), tensor_sum(out[i]));
+        if (!c->output_dir) continue;
+        output_path(path, sizeof path, c->output_dir, af_session_output_name(s, i));
         if (af_tensor_save_npy(path, out[i], &err)) {
             fprintf(stderr, "autofusion: %s\n", err.message);
             goto done;
@@ -236,14 +297,116 @@ static int cmd_run(int argc, char **argv) {
     }
     rc = 0;
 done:
-    for (int i = 0; out && i < nout; i++) af_tensor_free(out[i]);
+    if (out) outputs_free(out, nout);
     free(out);
-    for (int i = 0; i < nin; i++) {
-        if (in[i]) af_tensor_release(in[i]);
-        free(in[i]);
-    }
-    for (int i = 0; i < a.ninputs; i++) free((char *)a.input_name[i]);
+    inputs_free(&in);
     af_session_free(s);
+    return rc;
+}
+
+/* ---- bench --------------------------------------------------------------------------------- */
+
+typedef struct stats {
+    double min, median, mean, p90, p99, max, throughput;
+} stats;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile of sorted samples. */
+static double percentile(const double *v, long n, double p) {
+    long k = (long)ceil(p / 100.0 * (double)n) - 1;
+    return v[k < 0 ? 0 : (k >= n ? n - 1 : k)];
+}
+
+static int time_session(const cli *c, af_session *s, const inputs *in, stats *st) {
+    int nout = af_session_output_count(s);
+    af_tensor **out = calloc((size_t)nout + 1, sizeof(af_tensor *));
+    double *ms = calloc((size_t)c->iterations + 1, sizeof(double));
+    int rc = 1;
+    if (!out || !ms) goto done;
+    for (long i = 0; i < c->warmup; i++) {
+        if (run_once(s, in, out)) goto done;
+        outputs_free(out, nout);
+    }
+    double sum = 0;
+    for (long i = 0; i < c->iterations; i++) {
+        double t0 = now_ms();
+        if (run_once(s, in, out)) goto done;
+        ms[i] = now_ms() - t0;
+        sum += ms[i];
+        outputs_free(out, nout);
+    }
+    qsort(ms, (size_t)c->iterations, sizeof(double), cmp_double);
+    long n = c->iterations;
+    *st = (stats){ms[0], n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2, sum / (double)n,
+                  percentile(ms, n, 90), percentile(ms, n, 99), ms[n - 1], 1000.0 * (double)n / sum};
+    rc = 0;
+done:
+    if (out) outputs_free(out, nout);
+    free(out);
+    free(ms);
+    return rc;
+}
+
+static void print_stats(const char *label, const stats *s) {
+    printf("%-8s latency ms: min %.3f  median %.3f  mean %.3f  p90 %.3f  p99 %.3f  max %.3f"
+           "  throughput %.2f/s\n",
+           label, s->min, s->median, s->mean, s->p90, s->p99, s->max, s->throughput);
+}
+
+static void json_stats(const char *key, const stats *s) {
+    printf("\"%s\": {\"min_ms\": %.6f, \"median_ms\": %.6f, \"mean_ms\": %.6f, \"p90_ms\": %.6f, "
+           "\"p99_ms\": %.6f, \"max_ms\": %.6f, \"throughput\": %.6f}",
+           key, s->min, s->median, s->mean, s->p90, s->p99, s->max, s->throughput);
+}
+
+static int cmd_bench(const cli *c) {
+    if (c->iterations < 1) {
+        fprintf(stderr, "autofusion bench: --iterations must be at least 1\n");
+        return 2;
+    }
+    inputs in = {0};
+    stats fused, unfused;
+    int rc = 1;
+    af_session *s = open_session(c), *u = NULL;
+    if (!s || inputs_make(c, s, &in) || time_session(c, s, &in, &fused)) goto done;
+    if (c->compare) {
+        cli uc = *c;
+        (void)uc;
+        /* Until the fusion passes land, the unfused session is the same graph. */
+        if (!(u = open_session(c)) || time_session(c, u, &in, &unfused)) goto done;
+    }
+    if (c->json) {
+        printf("{\"model\": \"%s\", \"threads\": %ld, ", c->model, c->threads);
+        json_stats("fused", &fused);
+        if (c->compare) {
+            printf(", ");
+            json_stats("unfused", &unfused);
+            printf(", \"speedup\": %.4f", unfused.median / fused.median);
+        }
+        printf("}\n");
+    } else {
+        printf("%s: %ld iterations after %ld warm-up runs\n", c->model, c->iterations, c->warmup);
+        print_stats("fused", &fused);
+        if (c->compare) {
+            print_stats("unfused", &unfused);
+            printf("speedup (median unfused / fused): %.3fx\n", unfused.median / fused.median);
+        }
+    }
+    rc = 0;
+done:
+    inputs_free(&in);
+    af_session_free(s);
+    af_session_free(u);
     return rc;
 }
 
@@ -255,7 +418,14 @@ int main(int argc, char **argv) {
         printf("autofusion %s\n", AF_VERSION);
         return 0;
     }
-    if (!strcmp(cmd, "run")) return cmd_run(argc, argv);
-    fprintf(stderr, "autofusion: unknown command '%s' (try --help)\n", cmd);
-    return 2;
+    int command = !strcmp(cmd, "run") ? RUN : !strcmp(cmd, "bench") ? BENCH : 0;
+    if (!command) {
+        fprintf(stderr, "autofusion: unknown command '%s' (try --help)\n", cmd);
+        return 2;
+    }
+    cli c = {0};
+    int rc = parse(argc, argv, command, &c);
+    if (!rc) rc = command == RUN ? cmd_run(&c) : cmd_bench(&c);
+    for (int i = 0; i < c.ninputs; i++) free((char *)c.input_name[i]);
+    return rc;
 }

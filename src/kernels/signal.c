@@ -74,9 +74,10 @@ static af_status sig_float_input(const af_node *n, const af_tensor *t, const cha
     return AF_OK;
 }
 
-/* A 0/1 attribute. */
+/* A 0/1 attribute. *v is written on every path (the default on failure), like the inputs above. */
 static af_status sig_flag(const af_node *n, const char *name, int64_t dflt, bool *v,
                           af_error *err) {
+    *v = dflt == 1;
     int64_t i = af_attr_int(n, name, dflt);
     if (i != 0 && i != 1)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "%s must be 0 or 1, got %lld", name,
@@ -85,8 +86,10 @@ static af_status sig_flag(const af_node *n, const char *name, int64_t dflt, bool
     return AF_OK;
 }
 
-/* The output_datatype attribute of the generators: any numeric type but bool. */
+/* The output_datatype attribute of the generators: any numeric type but bool. *dt is written on
+ * every path (float on failure). */
 static af_status sig_out_dtype(const af_node *n, af_dtype *dt, af_error *err) {
+    *dt = AF_DTYPE_FLOAT;
     int64_t v = af_attr_int(n, "output_datatype", AF_DTYPE_FLOAT);
     if (v == AF_DTYPE_FLOAT || v == AF_DTYPE_DOUBLE || v == AF_DTYPE_FLOAT16 ||
         v == AF_DTYPE_BFLOAT16 || (v >= 0 && v <= AF_DTYPE_BFLOAT16 && nn_is_int((af_dtype)v))) {

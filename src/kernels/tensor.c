@@ -1148,8 +1148,12 @@ af_status tn_kernel_space_to_depth(const af_node *n, const af_tensor *const *in,
 
 /* ---- ReverseSequence --------------------------------------------------------------------- */
 
+/* The batch and time axes; *ba and *ta are written on every path (the ONNX defaults 1 and 0 on
+ * failure) so that callers never see them unset. */
 static af_status revseq_axes(const af_node *n, const af_tensor *x, int *ba, int *ta,
                              af_error *err) {
+    *ba = 1;
+    *ta = 0;
     int64_t b = af_attr_int(n, "batch_axis", 1), t = af_attr_int(n, "time_axis", 0);
     if ((b != 0 && b != 1) || (t != 0 && t != 1) || b == t)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,

@@ -103,9 +103,12 @@ af_status mx_shape_momentum(const af_node *n, const af_tensor *const *in, af_ten
     return train_shape(n, in, out, TRAIN_MOMENTUM, err);
 }
 
-/* The scalar inputs R and T, once the signature is checked. */
+/* The scalar inputs R and T, once the signature is checked. *r and *t are written on every path
+ * (0 on failure). */
 static af_status train_scalars(const af_node *n, const af_tensor *const *in, double *r,
                                int64_t *t, af_error *err) {
+    *r = 0.0;
+    *t = 0;
     if (nn_numel(in[0]) != 1 || nn_numel(in[1]) != 1 || !in[0]->data ||
         in[0]->nbytes < af_dtype_size(in[0]->dtype) || !in[1]->data ||
         in[1]->nbytes < sizeof(int64_t))

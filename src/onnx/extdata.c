@@ -110,9 +110,11 @@ static bool inside(const char *dir, const char *real) {
     return (n > 0 && dir[n - 1] == '/') || real[n] == '/';
 }
 
-/* Open, check and map the file at `full` (resolved to `real`), or find it in the cache. */
+/* Open, check and map the file at `full` (resolved to `real`), or find it in the cache. *out is
+ * NULL unless it succeeds. */
 static af_status open_file(af_model *m, const char *tname, const char *loc, const char *full,
                            const char *real, af_extfile **out, af_error *err) {
+    *out = NULL;
     for (af_extfile *e = m->ext; e; e = e->next) {
         if (!strcmp(e->real, real)) {
             *out = e;
