@@ -77,5 +77,7 @@ af_status af_epilogue_parse(const af_node *n, const af_tensor *const *in, const 
 /* Apply ep to the contiguous run y[0..len) of the output whose first element has multi-index
  * idx[0..ep->rank) (row-major order: the run may wrap across rows). */
 void af_epilogue_apply(const af_epilogue *ep, float *y, int64_t len, const int64_t *idx);
+/* The same for y[offset..offset+len) of the whole output y (the index is derived from offset). */
+void af_epilogue_apply_at(const af_epilogue *ep, float *y, int64_t offset, int64_t len);
 
 #endif

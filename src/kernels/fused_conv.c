@@ -1,0 +1,134 @@
+/* FusedConv: a Conv (1-D to 3-D, groups, dilations, strides, pads, auto_pad) whose every output
+ * row goes through the node's epilogue program before it is stored. Also the row convolution
+ * that ConvPoolFc shares (fused.h).
+ *
+ * Invariant: the output is written one row (n, m, od, oh, all ow) at a time, each row computed
+ * in a scratch buffer, finished by the epilogue, then stored once; no full-size temporary. */
+#include "kernels/fused.h"
+
+#include <stdlib.h>
+
+bool fk_has_data(const af_tensor *t) {
+    int64_t numel = t ? nn_numel(t) : -1;
+    size_t need;
+    if (numel < 0 || !af_mul_size((size_t)numel, af_dtype_size(t->dtype), &need))
+        return false;
+    return need == 0 || (t->data != NULL && t->nbytes >= need);
+}
+
+af_status fk_conv_setup(const af_node *n, const af_tensor *const *in, fk_conv *c, af_error *err) {
+    memset(c, 0, sizeof(*c));
+    const af_tensor *x = nn_in(n, in, 0), *wt = nn_in(n, in, 1), *b = nn_in(n, in, 2);
+    if (!x || !wt)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input X or W");
+    if (x->dtype != AF_DTYPE_FLOAT || wt->dtype != AF_DTYPE_FLOAT ||
+        (b && b->dtype != AF_DTYPE_FLOAT))
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "%s on %s (float32 only)", n->op_type,
+                            af_dtype_name(x->dtype));
+    if (!fk_has_data(x) || !fk_has_data(wt) || (b && !fk_has_data(b)))
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
+    /* Conv's own shape function checks ranks, groups, channels, kernel_shape and bias. */
+    const af_tensor *cin[3] = {x, wt, b};
+    af_status st = nn_shape_conv(n, cin, &c->y, err);
+    if (st != AF_OK)
+        return st;
+    if (c->y.rank < 3)
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "conv output rank unknown at run time");
+    int nsp = x->rank - 2;
+    int64_t k[NN_MAXSP];
+    for (int i = 0; i < nsp; i++)
+        k[i] = wt->dims[2 + i];
+    st = nn_window_init(n, x, k, nsp, false, &c->w, err);
+    if (st != AF_OK)
+        return st;
+    c->group = af_attr_int(n, "group", 1);
+    c->batch = x->dims[0];
+    c->cin = x->dims[1];
+    c->cout = wt->dims[0];
+    c->cg = wt->dims[1];
+    c->mg = c->cout / c->group;
+    c->row = c->w.out[NN_MAXSP - 1];
+    c->x = x->data;
+    c->wt = wt->data;
+    c->b = b ? b->data : NULL;
+    return AF_OK;
+}
+
+void fk_conv_row(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh, double *acc,
+                 float *row) {
+    const nn_window *w = &c->w;
+    const int64_t *in = w->in, *k = w->k;
+    int64_t grp = m / c->mg;
+    for (int64_t ow = 0; ow < c->row; ow++)
+        acc[ow] = 0.0;
+    for (int64_t cc = 0; cc < c->cg; cc++) {
+        int64_t ch = grp * c->cg + cc;
+        for (int64_t kd = 0; kd < k[0]; kd++) {
+            int64_t id = od * w->s[0] - w->pb[0] + kd * w->d[0];
+            if (id < 0 || id >= in[0])
+                continue;
+            for (int64_t kh = 0; kh < k[1]; kh++) {
+                int64_t ih = oh * w->s[1] - w->pb[1] + kh * w->d[1];
+                if (ih < 0 || ih >= in[1])
+                    continue;
+                const float *xrow = c->x + (((b * c->cin + ch) * in[0] + id) * in[1] + ih) * in[2];
+                const float *wrow = c->wt + (((m * c->cg + cc) * k[0] + kd) * k[1] + kh) * k[2];
+                for (int64_t kw = 0; kw < k[2]; kw++) {
+                    int64_t lo, hi;
+                    nn_window_range(w, 2, kw, &lo, &hi);
+                    double wv = wrow[kw];
+                    int64_t base = kw * w->d[2] - w->pb[2];
+                    for (int64_t ow = lo; ow < hi; ow++)
+                        acc[ow] += wv * xrow[ow * w->s[2] + base];
+                }
+            }
+        }
+    }
+    double bias = c->b ? c->b[m] : 0.0;
+    for (int64_t ow = 0; ow < c->row; ow++)
+        row[ow] = (float)(acc[ow] + bias);
+}
+
+af_status fk_shape_fused_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                              af_error *err) {
+    if (n->nout != 1)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "FusedConv has one output");
+    const af_tensor *x = nn_in(n, in, 0);
+    if (x && x->dtype != AF_DTYPE_FLOAT)
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "FusedConv on %s (float32 only)",
+                            af_dtype_name(x->dtype));
+    af_status st = nn_shape_conv(n, in, &out[0], err);
+    if (st != AF_OK)
+        return st;
+    return af_epilogue_validate(n, in, &out[0], err);
+}
+
+af_status fk_kernel_fused_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                               af_exec *ex, af_error *err) {
+    (void)ex;
+    fk_conv c;
+    af_epilogue ep;
+    af_status st = fk_conv_setup(n, in, &c, err);
+    if (st == AF_OK)
+        st = nn_check_out(n, &out[0], c.y.rank, c.y.dims, err);
+    if (st == AF_OK)
+        st = af_epilogue_parse(n, in, &out[0], &ep, err);
+    if (st != AF_OK)
+        return st;
+    double *acc = malloc((size_t)(c.row > 0 ? c.row : 1) * sizeof(double));
+    if (!acc)
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+    float *y = out[0].data;
+    const int64_t *o = c.w.out;
+    int64_t off = 0;
+    for (int64_t b = 0; b < c.batch; b++)
+        for (int64_t m = 0; m < c.cout; m++)
+            for (int64_t od = 0; od < o[0]; od++)
+                for (int64_t oh = 0; oh < o[1]; oh++) {
+                    fk_conv_row(&c, b, m, od, oh, acc, y + off);
+                    af_epilogue_apply_at(&ep, y, off, c.row);
+                    off += c.row;
+                }
+    free(acc);
+    return AF_OK;
+}

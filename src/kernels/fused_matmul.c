@@ -1,0 +1,238 @@
+/* FusedMatMul: Y = epilogue(alpha * op(LN(A)) x op(B) + bias) with numpy MatMul semantics
+ * (1-D operands promoted, batch dims broadcast), Gemm's trans_a / trans_b on the last two dims,
+ * an optional LayerNorm prologue over A's last dim (inputs 3 and 4, attr ln_epsilon) and a
+ * 1-D bias [N] (input 2).
+ *
+ * Invariant: A is read one row at a time into a row buffer (normalised there when the prologue
+ * is on: never a normalised copy of A); each output row is computed, finished by the epilogue
+ * and stored once. Every index is derived from shapes checked before the loops run. */
+#include "kernels/fused.h"
+
+#include <stdlib.h>
+
+/* Inputs and geometry of one FusedMatMul. Batch dims are the output's leading `nb` dims; A and
+ * B batch strides are 0 along broadcast dims. A is [.., M, K] (or [.., K, M] with trans_a),
+ * B [.., K, N] (or [.., N, K] with trans_b); 1-D operands have no M or N dim. */
+typedef struct fk_mm {
+    const af_tensor *a, *b, *bias, *lns, *lnb;
+    bool ta, tb, a1, b1; /* trans flags; A or B 1-D */
+    int64_t m, k, n;
+    int nb;
+    int64_t bdims[AF_MAX_RANK], astr[AF_MAX_RANK], bstr[AF_MAX_RANK];
+    int rank; /* output rank */
+    int64_t dims[AF_MAX_RANK];
+} fk_mm;
+
+static af_status mm_dim_mismatch(const af_node *n, const char *what, int64_t a, int64_t b,
+                                 af_error *err) {
+    return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "%s: %lld vs %lld", what, (long long)a,
+                        (long long)b);
+}
+
+/* Two dims that must agree (unknown -1 passes); *r gets the known one. */
+static bool mm_same(int64_t a, int64_t b, int64_t *r) {
+    *r = a >= 0 ? a : b;
+    return a < 0 || b < 0 || a == b;
+}
+
+/* A vector input (bias, ln_scale, ln_bias) of length `len` (unknown -1 passes). */
+static af_status mm_vec(const af_node *n, const af_tensor *t, const char *what, int64_t len,
+                        af_error *err) {
+    if (!t)
+        return AF_OK;
+    if (t->dtype != AF_DTYPE_FLOAT)
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "%s is %s (float32 only)", what,
+                            af_dtype_name(t->dtype));
+    if (t->rank >= 0 && t->rank != 1)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "%s must be 1-D", what);
+    if (t->rank == 1 && t->dims[0] >= 0 && len >= 0 && t->dims[0] != len)
+        return mm_dim_mismatch(n, what, t->dims[0], len, err);
+    return AF_OK;
+}
+
+/* Shapes, attributes and output type; works with unknown dims (then g->rank may be -1). */
+static af_status mm_setup(const af_node *n, const af_tensor *const *in, fk_mm *g, af_error *err) {
+    memset(g, 0, sizeof(*g));
+    g->a = nn_in(n, in, 0);
+    g->b = nn_in(n, in, 1);
+    g->bias = nn_in(n, in, 2);
+    g->lns = nn_in(n, in, 3);
+    g->lnb = nn_in(n, in, 4);
+    if (!g->a || !g->b)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input A or B");
+    if (n->nout != 1)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "FusedMatMul has one output");
+    if (g->a->dtype != AF_DTYPE_FLOAT || g->b->dtype != AF_DTYPE_FLOAT)
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "FusedMatMul on %s (float32 only)",
+                            af_dtype_name(g->a->dtype));
+    if (g->lnb && !g->lns)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "ln_bias without ln_scale");
+    g->ta = af_attr_int(n, "trans_a", 0) != 0;
+    g->tb = af_attr_int(n, "trans_b", 0) != 0;
+    g->rank = -1;
+    const af_tensor *a = g->a, *b = g->b;
+    if (a->rank == 0 || b->rank == 0)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "MatMul of a scalar");
+    if (g->lns && g->ta && a->rank > 1)
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "LayerNorm prologue with trans_a");
+    if (a->rank < 0 || b->rank < 0) {
+        af_status st = mm_vec(n, g->lns, "ln_scale", -1, err);
+        if (st == AF_OK)
+            st = mm_vec(n, g->lnb, "ln_bias", -1, err);
+        if (st == AF_OK)
+            st = mm_vec(n, g->bias, "bias", -1, err);
+        return st;
+    }
+    g->a1 = a->rank == 1;
+    g->b1 = b->rank == 1;
+    int ar = a->rank, br = b->rank;
+    int64_t ak, am, bk, bn;
+    if (g->a1) {
+        am = 1;
+        ak = a->dims[0];
+    } else {
+        am = a->dims[ar - (g->ta ? 1 : 2)];
+        ak = a->dims[ar - (g->ta ? 2 : 1)];
+    }
+    if (g->b1) {
+        bn = 1;
+        bk = b->dims[0];
+    } else {
+        bk = b->dims[br - (g->tb ? 1 : 2)];
+        bn = b->dims[br - (g->tb ? 2 : 1)];
+    }
+    if (!mm_same(ak, bk, &g->k))
+        return mm_dim_mismatch(n, "inner dims of A and B", ak, bk, err);
+    g->m = am;
+    g->n = bn;
+    /* Batch dims: numpy broadcast of A's and B's leading dims. */
+    int nba = g->a1 ? 0 : ar - 2, nbb = g->b1 ? 0 : br - 2;
+    g->nb = nba > nbb ? nba : nbb;
+    for (int i = 0; i < g->nb; i++) {
+        int ia = i - (g->nb - nba), ib = i - (g->nb - nbb);
+        int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+        int64_t d;
+        if (da == 1)
+            d = db;
+        else if (db == 1)
+            d = da;
+        else if (!mm_same(da, db, &d))
+            return mm_dim_mismatch(n, "batch dims of A and B", da, db, err);
+        g->bdims[i] = d;
+    }
+    g->rank = g->nb;
+    for (int i = 0; i < g->nb; i++)
+        g->dims[i] = g->bdims[i];
+    if (!g->a1)
+        g->dims[g->rank++] = g->m;
+    if (!g->b1)
+        g->dims[g->rank++] = g->n;
+    af_status st = mm_vec(n, g->lns, "ln_scale", ak, err);
+    if (st == AF_OK)
+        st = mm_vec(n, g->lnb, "ln_bias", ak, err);
+    if (st == AF_OK)
+        st = mm_vec(n, g->bias, "bias", g->n, err);
+    return st;
+}
+
+af_status fk_shape_fused_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                                af_error *err) {
+    fk_mm g;
+    af_status st = mm_setup(n, in, &g, err);
+    if (st != AF_OK)
+        return st;
+    af_tensor_set_type(&out[0], AF_DTYPE_FLOAT, g.rank, g.rank >= 0 ? g.dims : NULL);
+    return af_epilogue_validate(n, in, &out[0], err);
+}
+
+/* Batch strides (in elements) of an operand with `nbo` batch dims over the output batch dims;
+ * 0 along broadcast dims. `mat` is the size of one matrix. */
+static void mm_batch_strides(const fk_mm *g, const af_tensor *t, int nbo, int64_t mat,
+                             int64_t *str) {
+    int64_t s = mat;
+    for (int i = g->nb - 1; i >= 0; i--) {
+        int it = i - (g->nb - nbo);
+        if (it < 0) {
+            str[i] = 0;
+            continue;
+        }
+        str[i] = t->dims[it] == 1 ? 0 : s;
+        s *= t->dims[it];
+    }
+}
+
+/* Row m of batch entry A (offset aoff) into row[0..K), LayerNorm applied when enabled. */
+static void mm_load_row(const fk_mm *g, int64_t aoff, int64_t m, float eps, float *row) {
+    const float *a = (const float *)g->a->data + aoff;
+    for (int64_t kk = 0; kk < g->k; kk++)
+        row[kk] = g->ta ? a[kk * g->m + m] : a[m * g->k + kk];
+    if (!g->lns)
+        return;
+    double mean = 0.0, var = 0.0;
+    for (int64_t kk = 0; kk < g->k; kk++)
+        mean += row[kk];
+    mean /= (double)g->k;
+    for (int64_t kk = 0; kk < g->k; kk++)
+        var += (row[kk] - mean) * (row[kk] - mean);
+    var /= (double)g->k;
+    double inv = 1.0 / sqrt(var + (double)eps);
+    const float *sc = g->lns->data, *bi = g->lnb ? g->lnb->data : NULL;
+    for (int64_t kk = 0; kk < g->k; kk++)
+        row[kk] = (float)((row[kk] - mean) * inv * sc[kk] + (bi ? bi[kk] : 0.0));
+}
+
+af_status fk_kernel_fused_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                                 af_exec *ex, af_error *err) {
+    (void)ex;
+    fk_mm g;
+    af_epilogue ep;
+    af_status st = mm_setup(n, in, &g, err);
+    if (st != AF_OK)
+        return st;
+    if (g.rank < 0 || !fk_has_data(g.a) || !fk_has_data(g.b) ||
+        (g.bias && !fk_has_data(g.bias)) || (g.lns && !fk_has_data(g.lns)) ||
+        (g.lnb && !fk_has_data(g.lnb)))
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
+    st = nn_check_out(n, &out[0], g.rank, g.dims, err);
+    if (st == AF_OK)
+        st = af_epilogue_parse(n, in, &out[0], &ep, err);
+    if (st != AF_OK)
+        return st;
+    if (g.lns && g.k == 0)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "LayerNorm over an empty dim");
+    float alpha = af_attr_float(n, "alpha", 1.0f), eps = af_attr_float(n, "ln_epsilon", 1e-5f);
+    mm_batch_strides(&g, g.a, g.a1 ? 0 : g.a->rank - 2, g.m * g.k, g.astr);
+    mm_batch_strides(&g, g.b, g.b1 ? 0 : g.b->rank - 2, g.k * g.n, g.bstr);
+    float *row = malloc((size_t)(g.k > 0 ? g.k : 1) * sizeof(float));
+    if (!row)
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+    int64_t nbatch = 1;
+    for (int i = 0; i < g.nb; i++)
+        nbatch *= g.bdims[i]; /* the output's element count is known not to overflow */
+    const float *bd = g.b->data, *bias = g.bias ? g.bias->data : NULL;
+    float *y = out[0].data;
+    int64_t idx[AF_MAX_RANK] = {0};
+    for (int64_t bt = 0; bt < nbatch; bt++) {
+        int64_t aoff = 0, boff = 0, rest = bt;
+        for (int i = g.nb - 1; i >= 0; i--) {
+            idx[i] = rest % g.bdims[i];
+            rest /= g.bdims[i];
+            aoff += idx[i] * g.astr[i];
+            boff += idx[i] * g.bstr[i];
+        }
+        for (int64_t m = 0; m < g.m; m++) {
+            mm_load_row(&g, aoff, m, eps, row);
+            int64_t yoff = (bt * g.m + m) * g.n;
+            for (int64_t j = 0; j < g.n; j++) {
+                double acc = 0.0;
+                for (int64_t kk = 0; kk < g.k; kk++)
+                    acc += (double)row[kk] *
+                           bd[boff + (g.tb ? j * g.k + kk : kk * g.n + j)];
+                y[yoff + j] = (float)(alpha * acc + (bias ? bias[j] : 0.0));
+            }
+            af_epilogue_apply_at(&ep, y, yoff, g.n);
+        }
+    }
+    free(row);
+    return AF_OK;
+}

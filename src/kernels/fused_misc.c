@@ -1,0 +1,343 @@
+/* The other fused ops: FusedElementwise (the epilogue program over X), ConvPoolFc (conv +
+ * epilogue -> global average pool -> Gemm) and SqueezeExcite
+ * (Y = X * gate(conv1x1_2(act(conv1x1_1(GAP(X)))))).
+ *
+ * Invariant: none of them materialises an intermediate of the output's size: FusedElementwise
+ * works in place on Y row by row, ConvPoolFc reduces each conv output row as soon as it is
+ * computed, SqueezeExcite keeps only per-channel vectors. Values are rounded to float where the
+ * unfused chain would store a float tensor, so both agree closely. */
+#include "kernels/fused.h"
+
+#include <stdlib.h>
+
+/* ---- FusedElementwise ------------------------------------------------------------------------ */
+
+af_status fk_shape_fused_elementwise(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                                     af_error *err) {
+    const af_tensor *x = nn_in(n, in, 0);
+    if (!x || n->nout != 1)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "takes input X and one output");
+    if (x->dtype != AF_DTYPE_FLOAT)
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "FusedElementwise on %s (float32 only)",
+                            af_dtype_name(x->dtype));
+    af_tensor_type_copy(&out[0], x);
+    return af_epilogue_validate(n, in, &out[0], err);
+}
+
+af_status fk_kernel_fused_elementwise(const af_node *n, const af_tensor *const *in,
+                                      af_tensor *out, af_exec *ex, af_error *err) {
+    (void)ex;
+    af_epilogue ep;
+    af_tensor yt;
+    af_status st = fk_shape_fused_elementwise(n, in, &yt, err);
+    const af_tensor *x = in[0];
+    if (st == AF_OK && !fk_has_data(x))
+        st = af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
+    if (st == AF_OK)
+        st = nn_check_out(n, &out[0], x->rank, x->dims, err);
+    if (st == AF_OK)
+        st = af_epilogue_parse(n, in, &out[0], &ep, err);
+    if (st != AF_OK)
+        return st;
+    int64_t total = nn_numel(x);
+    int64_t row = x->rank > 0 ? x->dims[x->rank - 1] : 1;
+    float *y = out[0].data;
+    const float *xd = x->data;
+    for (int64_t off = 0; row > 0 && off < total; off += row) {
+        memcpy(y + off, xd + off, (size_t)row * sizeof(float));
+        af_epilogue_apply_at(&ep, y, off, row);
+    }
+    return AF_OK;
+}
+
+/* ---- ConvPoolFc ------------------------------------------------------------------------------ */
+
+/* Inputs 3 (Wfc) and 4 (Bfc) and the FC geometry: pooled [N, M] x Wfc -> [N, classes]. */
+typedef struct cpf_fc {
+    const af_tensor *w, *b;
+    bool tb;
+    int64_t classes;
+} cpf_fc;
+
+/* Check the FC weights against M conv channels (unknown -1 passes); set the output type. */
+static af_status cpf_fc_setup(const af_node *n, const af_tensor *const *in, const af_tensor *conv,
+                              cpf_fc *fc, af_tensor *y, af_error *err) {
+    fc->w = nn_in(n, in, 3);
+    fc->b = nn_in(n, in, 4);
+    fc->tb = af_attr_int(n, "fc_trans_b", 0) != 0;
+    fc->classes = -1;
+    if (!fc->w)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input Wfc");
+    if (fc->w->dtype != AF_DTYPE_FLOAT || (fc->b && fc->b->dtype != AF_DTYPE_FLOAT))
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "FC weights are not float32");
+    int64_t m = conv->rank >= 2 ? conv->dims[1] : -1;
+    int64_t batch = conv->rank >= 1 ? conv->dims[0] : -1;
+    if (fc->w->rank >= 0) {
+        if (fc->w->rank != 2)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "Wfc must be 2-D");
+        int64_t wk = fc->w->dims[fc->tb ? 1 : 0];
+        fc->classes = fc->w->dims[fc->tb ? 0 : 1];
+        if (wk >= 0 && m >= 0 && wk != m)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                                "Wfc expects %lld features but the conv has %lld channels",
+                                (long long)wk, (long long)m);
+    }
+    int64_t dims[2] = {batch, fc->classes};
+    af_tensor_set_type(y, AF_DTYPE_FLOAT, 2, dims);
+    if (fc->b) {
+        bool ok = fc->b->rank <= 2;
+        for (int i = 0; ok && fc->b->rank > 0 && i < fc->b->rank; i++) {
+            int64_t bd = fc->b->dims[i], yd = dims[2 - fc->b->rank + i];
+            ok = bd < 0 || yd < 0 || bd == 1 || bd == yd;
+        }
+        if (!ok)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                                "Bfc does not broadcast to [N, classes]");
+    }
+    return AF_OK;
+}
+
+af_status fk_shape_conv_pool_fc(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                                af_error *err) {
+    af_tensor conv;
+    cpf_fc fc;
+    if (n->nout != 1)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "ConvPoolFc has one output");
+    const af_tensor *x = nn_in(n, in, 0);
+    if (x && x->dtype != AF_DTYPE_FLOAT)
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "ConvPoolFc on %s (float32 only)",
+                            af_dtype_name(x->dtype));
+    af_status st = nn_shape_conv(n, in, &conv, err);
+    if (st == AF_OK)
+        st = af_epilogue_validate(n, in, &conv, err);
+    if (st == AF_OK)
+        st = cpf_fc_setup(n, in, &conv, &fc, &out[0], err);
+    return st;
+}
+
+/* Mean of every conv output channel (after the epilogue) for batch entry b into pooled[M]. */
+static void cpf_pool(const fk_conv *c, const af_epilogue *ep, int64_t b, double *acc, float *row,
+                     float *pooled) {
+    const int64_t *o = c->w.out;
+    int64_t per_channel = o[0] * o[1] * c->row;
+    for (int64_t m = 0; m < c->cout; m++) {
+        double sum = 0.0;
+        int64_t off = (b * c->cout + m) * per_channel;
+        for (int64_t od = 0; od < o[0]; od++)
+            for (int64_t oh = 0; oh < o[1]; oh++) {
+                int64_t idx[AF_MAX_RANK], rest = off;
+                for (int i = ep->rank - 1; i >= 0; i--) {
+                    idx[i] = rest % ep->dims[i];
+                    rest /= ep->dims[i];
+                }
+                fk_conv_row(c, b, m, od, oh, acc, row);
+                af_epilogue_apply(ep, row, c->row, idx);
+                for (int64_t ow = 0; ow < c->row; ow++)
+                    sum += row[ow];
+                off += c->row;
+            }
+        pooled[m] = (float)(sum / (double)per_channel);
+    }
+}
+
+af_status fk_kernel_conv_pool_fc(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                                 af_exec *ex, af_error *err) {
+    (void)ex;
+    fk_conv c;
+    cpf_fc fc;
+    af_epilogue ep;
+    af_tensor yt;
+    af_status st = fk_conv_setup(n, in, &c, err);
+    if (st == AF_OK)
+        st = af_epilogue_parse(n, in, &c.y, &ep, err);
+    if (st == AF_OK)
+        st = cpf_fc_setup(n, in, &c.y, &fc, &yt, err);
+    if (st == AF_OK && (!fk_has_data(fc.w) || (fc.b && !fk_has_data(fc.b))))
+        st = af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
+    if (st == AF_OK)
+        st = nn_check_out(n, &out[0], yt.rank, yt.dims, err);
+    if (st != AF_OK)
+        return st;
+    double *acc = malloc((size_t)(c.row > 0 ? c.row : 1) * sizeof(double));
+    float *row = malloc((size_t)(c.row > 0 ? c.row : 1) * sizeof(float));
+    float *pooled = malloc((size_t)(c.cout > 0 ? c.cout : 1) * sizeof(float));
+    if (!acc || !row || !pooled) {
+        free(acc);
+        free(row);
+        free(pooled);
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+    }
+    int64_t bstr[2] = {0, 0};
+    if (fc.b)
+        af_broadcast_strides(fc.b, &yt, bstr);
+    const float *w = fc.w->data, *bias = fc.b ? fc.b->data : NULL;
+    float *y = out[0].data;
+    for (int64_t b = 0; b < c.batch; b++) {
+        cpf_pool(&c, &ep, b, acc, row, pooled);
+        for (int64_t j = 0; j < fc.classes; j++) {
+            double sum = 0.0;
+            for (int64_t m = 0; m < c.cout; m++)
+                sum += (double)pooled[m] * w[fc.tb ? j * c.cout + m : m * fc.classes + j];
+            if (bias)
+                sum += bias[b * bstr[0] + j * bstr[1]];
+            y[b * fc.classes + j] = (float)sum;
+        }
+    }
+    free(acc);
+    free(row);
+    free(pooled);
+    return AF_OK;
+}
+
+/* ---- SqueezeExcite --------------------------------------------------------------------------- */
+
+/* One activation attribute pair ("act"/"act_params" or "gate"/"gate_params"). */
+typedef struct se_act {
+    af_ep_op op;
+    float p0, p1;
+} se_act;
+
+static af_status se_act_parse(const af_node *n, const char *name, const char *pname, bool gate,
+                              se_act *a, af_error *err) {
+    const int64_t *ops = NULL;
+    const float *ps = NULL;
+    int nops = af_attr_ints(n, name, &ops), nps = af_attr_floats(n, pname, &ps);
+    if (nops != 1)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "%s must hold one op", name);
+    if (nps >= 0 && nps != 2)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "%s must hold 2 floats", pname);
+    a->p0 = nps == 2 ? ps[0] : 0.0f;
+    a->p1 = nps == 2 ? ps[1] : 0.0f;
+    const char *why = af_ep_unary_check(ops[0], a->p0, a->p1);
+    if (!why && gate && ops[0] != AF_EP_SIGMOID && ops[0] != AF_EP_HARD_SIGMOID)
+        why = "the gate must be SIGMOID or HARD_SIGMOID";
+    if (!why && nps < 0 && (ops[0] == AF_EP_CLIP || ops[0] == AF_EP_LEAKY_RELU ||
+                            ops[0] == AF_EP_HARD_SIGMOID || ops[0] == AF_EP_ELU))
+        why = "parameters missing";
+    if (why)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "%s (op %lld): %s", name,
+                            (long long)ops[0], why);
+    a->op = (af_ep_op)ops[0];
+    return AF_OK;
+}
+
+/* A 1x1 conv weight [out, in, 1...] of X's rank (or 2-D [out, in]); unknown dims pass. */
+static af_status se_weight(const af_node *n, const af_tensor *w, const af_tensor *b, int xrank,
+                           int64_t want_in, int64_t *out_ch, const char *what, af_error *err) {
+    *out_ch = -1;
+    if (!w)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input %s", what);
+    if (w->dtype != AF_DTYPE_FLOAT || (b && b->dtype != AF_DTYPE_FLOAT))
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "%s is not float32", what);
+    if (w->rank < 0)
+        return AF_OK;
+    if (w->rank < 2 || (w->rank != 2 && xrank >= 0 && w->rank != xrank))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "%s has rank %d", what, w->rank);
+    for (int i = 2; i < w->rank; i++)
+        if (w->dims[i] >= 0 && w->dims[i] != 1)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "%s is not a 1x1 kernel", what);
+    if (w->dims[1] >= 0 && want_in >= 0 && w->dims[1] != want_in)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "%s has %lld input channels, not %lld",
+                            what, (long long)w->dims[1], (long long)want_in);
+    *out_ch = w->dims[0];
+    if (b && b->rank >= 0 &&
+        (b->rank != 1 || (b->dims[0] >= 0 && *out_ch >= 0 && b->dims[0] != *out_ch)))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "bias of %s must be 1-D [%lld]", what,
+                            (long long)*out_ch);
+    return AF_OK;
+}
+
+/* Shapes and attributes of a SqueezeExcite; *c and *cr get the channel counts (-1 unknown). */
+static af_status se_setup(const af_node *n, const af_tensor *const *in, se_act *act,
+                          se_act *gate, int64_t *c, int64_t *cr, af_error *err) {
+    const af_tensor *x = nn_in(n, in, 0);
+    if (!x || n->nout != 1)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "takes input X and one output");
+    if (x->dtype != AF_DTYPE_FLOAT)
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "SqueezeExcite on %s (float32 only)",
+                            af_dtype_name(x->dtype));
+    if (x->rank >= 0 && x->rank < 3)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "X must be [N, C, spatial...]");
+    af_status st = se_act_parse(n, "act", "act_params", false, act, err);
+    if (st == AF_OK)
+        st = se_act_parse(n, "gate", "gate_params", true, gate, err);
+    *c = x->rank >= 0 ? x->dims[1] : -1;
+    int64_t c2;
+    if (st == AF_OK)
+        st = se_weight(n, nn_in(n, in, 1), nn_in(n, in, 2), x->rank, *c, cr, "W1", err);
+    if (st == AF_OK)
+        st = se_weight(n, nn_in(n, in, 3), nn_in(n, in, 4), x->rank, *cr, &c2, "W2", err);
+    if (st == AF_OK && c2 >= 0 && *c >= 0 && c2 != *c)
+        st = af_node_fail(err, n, AF_ERR_INVALID_MODEL, "W2 has %lld output channels, X has %lld",
+                          (long long)c2, (long long)*c);
+    return st;
+}
+
+af_status fk_shape_squeeze_excite(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                                  af_error *err) {
+    se_act act, gate;
+    int64_t c, cr;
+    af_status st = se_setup(n, in, &act, &gate, &c, &cr, err);
+    if (st == AF_OK)
+        af_tensor_type_copy(&out[0], in[0]);
+    return st;
+}
+
+/* s_out[o] = act(b[o] + sum_i w[o, i] * s_in[i]) for a 1x1 conv on a [1, nin, 1...] input. */
+static void se_fc(const float *w, const float *b, const float *s_in, int64_t nin, int64_t nout,
+                  const se_act *a, float *s_out) {
+    for (int64_t o = 0; o < nout; o++) {
+        double sum = b ? b[o] : 0.0;
+        for (int64_t i = 0; i < nin; i++)
+            sum += (double)w[o * nin + i] * s_in[i];
+        s_out[o] = af_ep_unary(a->op, (float)sum, a->p0, a->p1);
+    }
+}
+
+af_status fk_kernel_squeeze_excite(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                                   af_exec *ex, af_error *err) {
+    (void)ex;
+    se_act act, gate;
+    int64_t c, cr;
+    af_status st = se_setup(n, in, &act, &gate, &c, &cr, err);
+    if (st != AF_OK)
+        return st;
+    const af_tensor *x = in[0], *w1 = in[1], *w2 = in[3];
+    const af_tensor *b1 = nn_in(n, in, 2), *b2 = nn_in(n, in, 4);
+    if (!fk_has_data(x) || !fk_has_data(w1) || !fk_has_data(w2) || (b1 && !fk_has_data(b1)) ||
+        (b2 && !fk_has_data(b2)) || cr < 0)
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
+    st = nn_check_out(n, &out[0], x->rank, x->dims, err);
+    if (st != AF_OK)
+        return st;
+    int64_t batch = x->dims[0], hw = nn_prod(x, 2, x->rank);
+    float *gap = malloc((size_t)(c > 0 ? c : 1) * sizeof(float));
+    float *mid = malloc((size_t)(cr > 0 ? cr : 1) * sizeof(float));
+    float *scale = malloc((size_t)(c > 0 ? c : 1) * sizeof(float));
+    if (!gap || !mid || !scale) {
+        free(gap);
+        free(mid);
+        free(scale);
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+    }
+    const float *xd = x->data;
+    float *y = out[0].data;
+    for (int64_t b = 0; b < batch; b++) {
+        const float *xb = xd + b * c * hw;
+        for (int64_t ch = 0; ch < c; ch++) {
+            double sum = 0.0;
+            for (int64_t p = 0; p < hw; p++)
+                sum += xb[ch * hw + p];
+            gap[ch] = (float)(hw > 0 ? sum / (double)hw : 0.0);
+        }
+        se_fc(w1->data, b1 ? b1->data : NULL, gap, c, cr, &act, mid);
+        se_fc(w2->data, b2 ? b2->data : NULL, mid, cr, c, &gate, scale);
+        for (int64_t ch = 0; ch < c; ch++)
+            for (int64_t p = 0; p < hw; p++)
+                y[(b * c + ch) * hw + p] = xb[ch * hw + p] * scale[ch];
+    }
+    free(gap);
+    free(mid);
+    free(scale);
+    return AF_OK;
+}
