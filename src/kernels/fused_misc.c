@@ -250,6 +250,7 @@ static af_status se_weight(const af_node *n, const af_tensor *w, const af_tensor
 /* Shapes and attributes of a SqueezeExcite; *c and *cr get the channel counts (-1 unknown). */
 static af_status se_setup(const af_node *n, const af_tensor *const *in, se_act *act,
                           se_act *gate, int64_t *c, int64_t *cr, af_error *err) {
+    *c = *cr = 0; /* set before any error return, so no caller reads them unset */
     const af_tensor *x = nn_in(n, in, 0);
     if (!x || n->nout != 1)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "takes input X and one output");
