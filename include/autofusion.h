@@ -85,13 +85,20 @@ typedef struct af_error {
     char message[1024];
 } af_error;
 
+/* Strings are borrowed for the duration of af_session_new only. */
 typedef struct af_options {
     int threads;             /* 0: all cores */
-    const char *input_shape; /* "name:1,3,224,224;name2:..." fixes symbolic dims; NULL: they are 1 */
+    const char *input_shape; /* "name:1,3,224,224;name2:..." fixes symbolic dims */
     int log_level;           /* 0 error .. 4 debug */
+    int no_fusion;           /* 1: run the graph as imported (same kernels, no passes) */
+    const char *disable_fusion;     /* "A,B": fusion rules to switch off ("ALL" for every one) */
+    const char *fusion_switch_file; /* ATC switch file: lines "Name:off", or JSON
+                                       {"Switch":{"GraphFusion":{"ALL":"off","X":"on"}}} */
 } af_options;
 
-/* Defaults: all cores, symbolic dims 1, errors only. */
+/* Defaults: all cores, fusion on, errors only. The environment also switches fusions off
+ * (AUTOFUSION_DISABLE_LIST, alias GE_FUSION_DISABLE_LIST) and prints the fusion report on
+ * stderr when a model is optimised (AUTOFUSION_FUSION_LOG=1, alias GE_GRAPH_FUSION_LOG=1). */
 void af_options_init(af_options *opt);
 
 /* Element size in bytes (0 for strings and undefined). */
@@ -107,7 +114,8 @@ void af_tensor_free(af_tensor *t);
 
 typedef struct af_session af_session;
 
-/* Load, check and prepare a model (.onnx). */
+/* Load, check and prepare a model: an .onnx file is imported and optimised (fused) unless
+ * opt->no_fusion; an .afm file (written by `autofusion compile`) is loaded as compiled. */
 af_status af_session_new(const char *path, const af_options *opt, af_session **out, af_error *err);
 /* Same from bytes in memory; `name` is used in messages. The bytes are copied. */
 af_status af_session_new_from_bytes(const void *bytes, size_t len, const char *name,
@@ -122,6 +130,11 @@ const char *af_session_output_name(const af_session *s, int i);
 /* Declared type and shape (dims as fixed by --input_shape; -1 where still unknown). */
 af_status af_session_input_type(const af_session *s, int i, af_tensor *type_out);
 af_status af_session_output_type(const af_session *s, int i, af_tensor *type_out);
+
+/* The fusion report of the optimisation that prepared the session (text in the seed's shape
+ * when json == 0, JSON otherwise); NULL when nothing was optimised (no_fusion, .afm). Borrowed:
+ * valid while the session lives. */
+const char *af_session_report(af_session *s, int json);
 
 /* Run the model. `inputs[i]` is bound to the graph input called `names[i]`; every graph input
  * without an initializer must be given. `outputs` has af_session_output_count() slots that

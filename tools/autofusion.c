@@ -2,7 +2,11 @@
  * One option table serves every command; options are accepted as --a_b or --a-b, and --k=v or
  * --k v. Every failure prints one line naming the file and the reason and exits non-zero. */
 #include "autofusion.h"
+#include "format/afm.h"
+#include "fusion/fusion.h"
+#include "onnx/export.h"
 #include "onnx/onnx.h"
+#include "runtime/session.h"
 
 #include <errno.h>
 #include <math.h>
@@ -23,12 +27,16 @@ typedef struct cli {
     const char *input_file[MAX_INPUTS];
     int ninputs;
     long seed;
-    long iterations, warmup, threads;
-    bool compare, json;
+    long iterations, warmup, threads, framework;
+    bool compare, json, no_fusion;
+    const char *output, *disable_fusion, *fusion_switch_file, *report, *log, *precision_mode;
+    const char *export_onnx;
+    char *command_line; /* the compile command as given (stored in the .afm) */
 } cli;
 
 typedef enum { FLAG, STR, INT, INPUT } opt_kind;
-enum { RUN = 1, BENCH = 2 };
+enum { RUN = 1, BENCH = 2, COMPILE = 4, REPORT = 8, INSPECT = 16 };
+#define LOADS (RUN | BENCH | COMPILE | REPORT) /* commands that prepare a model */
 
 /* One row per option: name (with '_'), kind, where it goes, which commands take it. */
 static const struct opt {
@@ -38,29 +46,58 @@ static const struct opt {
     int commands;
     const char *help;
 } opts[] = {
+    {"model", STR, offsetof(cli, model), COMPILE, "M.onnx  the model to compile"},
+    {"output", STR, offsetof(cli, output), COMPILE, "OUT  write OUT.afm"},
+    {"framework", INT, offsetof(cli, framework), COMPILE, "5  ONNX (ATC's number; the only one)"},
     {"input", INPUT, 0, RUN | BENCH, "NAME=FILE  .npy or TensorProto .pb (repeatable)"},
     {"output_dir", STR, offsetof(cli, output_dir), RUN, "DIR  write each output as DIR/<name>.npy"},
-    {"input_shape", STR, offsetof(cli, input_shape), RUN | BENCH, "\"name:1,3,224,224;...\"  fix symbolic dims"},
+    {"input_shape", STR, offsetof(cli, input_shape), LOADS, "\"name:1,3,224,224;...\"  fix symbolic dims"},
+    {"precision_mode", STR, offsetof(cli, precision_mode), COMPILE, "fp32  (bf16, fp16, mixed: not yet)"},
+    {"disable_fusion", STR, offsetof(cli, disable_fusion), LOADS, "A,B  switch fusion rules off"},
+    {"fusion_switch_file", STR, offsetof(cli, fusion_switch_file), LOADS, "F  ATC switch file (Name:off lines or JSON)"},
+    {"no_fusion", FLAG, offsetof(cli, no_fusion), RUN | BENCH, "run the unfused graph (same kernels)"},
+    {"report", STR, offsetof(cli, report), COMPILE, "F.json  write the fusion report as JSON"},
+    {"log", STR, offsetof(cli, log), COMPILE, "error|warning|info|debug  info prints the report"},
+    {"export_onnx", STR, offsetof(cli, export_onnx), COMPILE, "F.onnx  write the fused graph as ONNX (Netron)"},
     {"seed", INT, offsetof(cli, seed), RUN | BENCH, "N  seed of random inputs (default 0)"},
     {"iterations", INT, offsetof(cli, iterations), BENCH, "N  timed runs (default 50)"},
     {"warmup", INT, offsetof(cli, warmup), BENCH, "N  untimed runs first (default 5)"},
-    {"threads", INT, offsetof(cli, threads), BENCH, "N  threads (default all cores)"},
+    {"threads", INT, offsetof(cli, threads), BENCH | COMPILE, "N  threads (default all cores)"},
     {"compare", FLAG, offsetof(cli, compare), BENCH, "also time the unfused graph in the same process"},
-    {"json", FLAG, offsetof(cli, json), BENCH, "print one JSON object"},
+    {"json", FLAG, offsetof(cli, json), BENCH | REPORT, "print JSON"},
+};
+
+static const struct command {
+    const char *name;
+    int bit;
+    const char *args, *help;
+} commands[] = {
+    {"compile", COMPILE, "--model=M.onnx --output=OUT", "optimise and write OUT.afm, print the fusion report with --log=info"},
+    {"run", RUN, "MODEL", "run once (.onnx or .afm), print/write the outputs"},
+    {"bench", BENCH, "MODEL", "latency statistics (trtexec style), --compare: fused vs unfused"},
+    {"report", REPORT, "MODEL.onnx", "the fusion report without writing a model"},
+    {"inspect", INSPECT, "MODEL.afm", "header, command line, ops, fused ops, sizes"},
 };
 
 static int usage(FILE *f) {
-    fprintf(f,
-            "autofusion %s: operator-fusion compiler and runtime for ONNX models on CPUs\n\n"
-            "usage:\n"
-            "  autofusion run MODEL.onnx [options]     run once, print/write the outputs\n"
-            "  autofusion bench MODEL.onnx [options]   latency statistics (trtexec style)\n"
-            "  autofusion --version | --help\n\noptions:\n",
+    fprintf(f, "autofusion %s: operator-fusion compiler and runtime for ONNX models on CPUs\n\nusage:\n",
             AF_VERSION);
-    for (size_t i = 0; i < AF_COUNT(opts); i++)
-        fprintf(f, "  --%-12s %s%s%s\n", opts[i].name, opts[i].help,
-                opts[i].commands & RUN ? " [run]" : "", opts[i].commands & BENCH ? " [bench]" : "");
-    fprintf(f, "\nInputs not given get random data of the declared shape (symbolic dims 1).\n");
+    for (size_t i = 0; i < AF_COUNT(commands); i++)
+        fprintf(f, "  autofusion %-8s %-28s %s\n", commands[i].name, commands[i].args, commands[i].help);
+    fprintf(f, "  autofusion --list-fusions                     every fusion rule\n"
+               "  autofusion --version | --help\n\noptions:\n");
+    for (size_t i = 0; i < AF_COUNT(opts); i++) {
+        fprintf(f, "  --%-19s %s [", opts[i].name, opts[i].help);
+        for (size_t k = 0, first = 1; k < AF_COUNT(commands); k++)
+            if (opts[i].commands & commands[k].bit) {
+                fprintf(f, "%s%s", first ? "" : " ", commands[k].name);
+                first = 0;
+            }
+        fprintf(f, "]\n");
+    }
+    fprintf(f, "\nInputs not given get random data of the declared shape (symbolic dims 1).\n"
+               "Environment: AUTOFUSION_DISABLE_LIST=A,B (alias GE_FUSION_DISABLE_LIST) switches\n"
+               "fusions off; AUTOFUSION_FUSION_LOG=1 (alias GE_GRAPH_FUSION_LOG=1) prints the report.\n");
     return f == stderr ? 2 : 0;
 }
 
@@ -221,11 +258,14 @@ static int inputs_make(const cli *c, const af_session *s, inputs *in) {
     return 0;
 }
 
-static af_session *open_session(const cli *c) {
+static af_session *open_session(const cli *c, bool no_fusion) {
     af_options opt;
     af_options_init(&opt);
     opt.input_shape = c->input_shape;
     opt.threads = (int)c->threads;
+    opt.no_fusion = no_fusion;
+    opt.disable_fusion = c->disable_fusion;
+    opt.fusion_switch_file = c->fusion_switch_file;
     af_session *s = NULL;
     af_error err;
     if (af_session_new(c->model, &opt, &s, &err)) {
@@ -275,7 +315,7 @@ static int cmd_run(const cli *c) {
     af_tensor **out = NULL;
     int rc = 1, nout = 0;
     af_error err;
-    af_session *s = open_session(c);
+    af_session *s = open_session(c, c->no_fusion);
     if (!s || inputs_make(c, s, &in)) goto done;
     nout = af_session_output_count(s);
     out = calloc((size_t)nout + 1, sizeof(af_tensor *));
@@ -377,14 +417,11 @@ static int cmd_bench(const cli *c) {
     inputs in = {0};
     stats fused, unfused;
     int rc = 1;
-    af_session *s = open_session(c), *u = NULL;
+    af_session *s = open_session(c, c->no_fusion), *u = NULL;
     if (!s || inputs_make(c, s, &in) || time_session(c, s, &in, &fused)) goto done;
-    if (c->compare) {
-        cli uc = *c;
-        (void)uc;
-        /* Until the fusion passes land, the unfused session is the same graph. */
-        if (!(u = open_session(c)) || time_session(c, u, &in, &unfused)) goto done;
-    }
+    /* Same kernels, same executor, same inputs: only the passes differ. */
+    if (c->compare && (!(u = open_session(c, true)) || time_session(c, u, &in, &unfused)))
+        goto done;
     if (c->json) {
         printf("{\"model\": \"%s\", \"threads\": %ld, ", c->model, c->threads);
         json_stats("fused", &fused);
@@ -392,6 +429,8 @@ static int cmd_bench(const cli *c) {
             printf(", ");
             json_stats("unfused", &unfused);
             printf(", \"speedup\": %.4f", unfused.median / fused.median);
+            const af_fusion_report *r = af_session_fusion_report(s);
+            if (r && r->t_after > 0) printf(", \"estimated_speedup\": %.4f", r->t_before / r->t_after);
         }
         printf("}\n");
     } else {
@@ -400,6 +439,9 @@ static int cmd_bench(const cli *c) {
         if (c->compare) {
             print_stats("unfused", &unfused);
             printf("speedup (median unfused / fused): %.3fx\n", unfused.median / fused.median);
+            const af_fusion_report *r = af_session_fusion_report(s);
+            if (r && r->t_after > 0)
+                printf("estimated speedup (cost model): %.3fx\n", r->t_before / r->t_after);
         }
     }
     rc = 0;
@@ -410,6 +452,101 @@ done:
     return rc;
 }
 
+/* ---- compile, report, inspect ---------------------------------------------------------- */
+
+static bool log_info(const cli *c) {
+    return c->log && (!strcmp(c->log, "info") || !strcmp(c->log, "debug"));
+}
+
+static int check_compile_args(cli *c) {
+    static const char *logs[] = {"error", "warning", "info", "debug"};
+    if (c->framework && c->framework != 5) {
+        fprintf(stderr, "autofusion compile: --framework=%ld is not supported: 5 (ONNX) is the only one\n",
+                c->framework);
+        return 2;
+    }
+    if (c->precision_mode && strcmp(c->precision_mode, "fp32") && strcmp(c->precision_mode, "force_fp32") &&
+        strcmp(c->precision_mode, "must_keep_origin_dtype")) {
+        fprintf(stderr, "autofusion compile: --precision_mode=%s is not available in this version: fp32 only\n",
+                c->precision_mode);
+        return 2;
+    }
+    bool ok = !c->log;
+    for (size_t i = 0; i < AF_COUNT(logs) && !ok; i++) ok = !strcmp(c->log, logs[i]);
+    if (!ok) {
+        fprintf(stderr, "autofusion compile: --log must be error, warning, info or debug\n");
+        return 2;
+    }
+    if (!c->output) {
+        fprintf(stderr, "autofusion compile: --output=OUT is required\n");
+        return 2;
+    }
+    return 0;
+}
+
+static int cmd_compile(cli *c) {
+    int rc = check_compile_args(c);
+    if (rc) return rc;
+    af_session *s = open_session(c, false);
+    if (!s) return 1;
+    rc = 1;
+    af_error err;
+    char path[4096];
+    snprintf(path, sizeof path, "%s%s", c->output, ends_with(c->output, ".afm") ? "" : ".afm");
+    const char *json = af_session_report(s, 1), *text = af_session_report(s, 0);
+    af_afm_kv kv[] = {{"precision_mode", "fp32"}, {"fusion_report", json ? json : "{}"}};
+    af_afm_meta meta = {AF_VERSION, c->command_line, kv, (int)AF_COUNT(kv)};
+    if (log_info(c) && text) fputs(text, stdout);
+    if (c->report && (!json || af_fusion_report_write_json(af_session_fusion_report(s), c->report, &err))) {
+        fprintf(stderr, "autofusion: %s\n", json ? err.message : "out of memory");
+        goto done;
+    }
+    if (c->export_onnx && af_onnx_export(af_session_model(s)->graph, c->export_onnx, &err)) {
+        fprintf(stderr, "autofusion: %s\n", err.message);
+        goto done;
+    }
+    if (af_afm_save(path, af_session_model(s)->graph, &meta, &err)) {
+        fprintf(stderr, "autofusion: %s\n", err.message);
+        goto done;
+    }
+    printf("wrote %s\n", path);
+    rc = 0;
+done:
+    af_session_free(s);
+    return rc;
+}
+
+static int cmd_report(const cli *c) {
+    af_session *s = open_session(c, false);
+    if (!s) return 1;
+    const char *r = af_session_report(s, c->json);
+    if (r) fputs(r, stdout);
+    if (r && c->json) putchar('\n');
+    af_session_free(s);
+    return r ? 0 : 1;
+}
+
+static int cmd_inspect(const cli *c) {
+    af_error err;
+    if (af_afm_inspect(c->model, stdout, &err)) {
+        fprintf(stderr, "autofusion: %s\n", err.message);
+        return 1;
+    }
+    return 0;
+}
+
+/* The command line as typed, for the compiled file's header. */
+static char *join_args(int argc, char **argv) {
+    size_t len = 1;
+    for (int i = 0; i < argc; i++) len += strlen(argv[i]) + 1;
+    char *s = calloc(len, 1);
+    for (int i = 0; s && i < argc; i++) {
+        if (i) strcat(s, " ");
+        strcat(s, argv[i]);
+    }
+    return s;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return usage(stderr);
     const char *cmd = argv[1];
@@ -418,14 +555,30 @@ int main(int argc, char **argv) {
         printf("autofusion %s\n", AF_VERSION);
         return 0;
     }
-    int command = !strcmp(cmd, "run") ? RUN : !strcmp(cmd, "bench") ? BENCH : 0;
+    if (!strcmp(cmd, "--list-fusions") || !strcmp(cmd, "--list_fusions")) {
+        af_fusion_list(stdout);
+        return 0;
+    }
+    int command = 0;
+    for (size_t i = 0; i < AF_COUNT(commands); i++)
+        if (!strcmp(cmd, commands[i].name)) command = commands[i].bit;
     if (!command) {
         fprintf(stderr, "autofusion: unknown command '%s' (try --help)\n", cmd);
         return 2;
     }
     cli c = {0};
+    c.command_line = join_args(argc, argv);
     int rc = parse(argc, argv, command, &c);
-    if (!rc) rc = command == RUN ? cmd_run(&c) : cmd_bench(&c);
+    if (!rc) {
+        switch (command) {
+        case RUN: rc = cmd_run(&c); break;
+        case BENCH: rc = cmd_bench(&c); break;
+        case COMPILE: rc = cmd_compile(&c); break;
+        case REPORT: rc = cmd_report(&c); break;
+        default: rc = cmd_inspect(&c); break;
+        }
+    }
     for (int i = 0; i < c.ninputs; i++) free((char *)c.input_name[i]);
+    free(c.command_line);
     return rc;
 }

@@ -1,14 +1,20 @@
 /* The public session API (include/autofusion.h): load, describe, run.
  * A session owns its model; inputs are checked against the declared types before anything
  * runs, so a wrong dtype or shape is a clear error rather than a kernel failure. */
-#include "onnx/onnx.h"
+#include "format/afm.h"
+#include "fusion/fusion.h"
+#include "passes/passes.h"
 #include "runtime/exec.h"
+#include "runtime/session.h"
 
 #include <string.h>
 
 struct af_session {
     af_model *model;
     af_options opt;
+    bool fused;                 /* the optimisation pipeline ran (report is valid) */
+    af_fusion_report report;
+    char *report_text, *report_json; /* rendered on demand */
 };
 
 void af_options_init(af_options *opt) {
@@ -67,7 +73,30 @@ static af_status apply_input_shape(af_graph *g, const char *spec, af_error *err)
     return af_graph_infer_shapes(g, err);
 }
 
-static af_status finish(af_model *m, const af_options *opt, af_session **out, af_error *err) {
+/* The switches in force: --fusion_switch_file, then the environment, then --disable_fusion. */
+static af_status fusion_config(const af_options *o, af_fusion_config *cfg, af_error *err) {
+    af_fusion_config_init(cfg);
+    af_status st = AF_OK;
+    if (o->fusion_switch_file) st = af_fusion_switch_file(cfg, o->fusion_switch_file, err);
+    if (!st) st = af_fusion_config_env(cfg, err);
+    if (!st && o->disable_fusion)
+        st = af_fusion_disable_list(cfg, o->disable_fusion, "--disable_fusion", err);
+    return st;
+}
+
+static af_status optimize(af_session *s, af_error *err) {
+    af_fusion_config cfg;
+    af_status st = fusion_config(&s->opt, &cfg, err);
+    if (st) return st;
+    af_fusion_report_init(&s->report, s->model->path);
+    s->fused = true;
+    st = af_optimize(s->model->graph, &cfg, &s->report, err);
+    if (!st && af_fusion_log_requested()) af_fusion_report_print(&s->report, stderr);
+    return st;
+}
+
+static af_status finish(af_model *m, const af_options *opt, bool compiled, af_session **out,
+                        af_error *err) {
     af_session *s = calloc(1, sizeof *s);
     af_status st = AF_OK;
     if (!s) {
@@ -79,7 +108,6 @@ static af_status finish(af_model *m, const af_options *opt, af_session **out, af
     else af_options_init(&s->opt);
     if (s->opt.input_shape) {
         st = apply_input_shape(m->graph, s->opt.input_shape, err);
-        s->opt.input_shape = NULL; /* not owned */
         if (st) goto fail;
     }
 #ifndef NDEBUG
@@ -87,19 +115,33 @@ static af_status finish(af_model *m, const af_options *opt, af_session **out, af
     st = af_graph_verify(m->graph, err);
     if (st) goto fail;
 #endif
+    /* A compiled model is already optimised; --no_fusion runs the graph as imported. */
+    if (!compiled && !s->opt.no_fusion) {
+        st = optimize(s, err);
+        if (st) goto fail;
+    }
+    /* Borrowed strings are not kept past this call. */
+    s->opt.input_shape = s->opt.disable_fusion = s->opt.fusion_switch_file = NULL;
     *out = s;
     return AF_OK;
 fail:
+    if (s && s->fused) af_fusion_report_free(&s->report);
     free(s);
     af_model_free(m);
     return st;
 }
 
+static bool is_afm(const char *path) {
+    size_t n = strlen(path);
+    return n >= 4 && !strcmp(path + n - 4, ".afm");
+}
+
 af_status af_session_new(const char *path, const af_options *opt, af_session **out, af_error *err) {
     af_model *m = NULL;
     *out = NULL;
-    af_status st = af_model_load(path, &m, err);
-    return st ? st : finish(m, opt, out, err);
+    bool compiled = is_afm(path);
+    af_status st = compiled ? af_afm_load(path, &m, NULL, err) : af_model_load(path, &m, err);
+    return st ? st : finish(m, opt, compiled, out, err);
 }
 
 af_status af_session_new_from_bytes(const void *bytes, size_t len, const char *name,
@@ -107,11 +149,38 @@ af_status af_session_new_from_bytes(const void *bytes, size_t len, const char *n
     af_model *m = NULL;
     *out = NULL;
     af_status st = af_model_load_bytes(bytes, len, name, &m, err);
-    return st ? st : finish(m, opt, out, err);
+    return st ? st : finish(m, opt, false, out, err);
+}
+
+const char *af_session_report(af_session *s, int json) {
+    if (!s->fused) return NULL;
+    if (json) {
+        if (!s->report_json) s->report_json = af_fusion_report_json(&s->report);
+        return s->report_json;
+    }
+    if (!s->report_text) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        if (!f) return NULL;
+        af_fusion_report_print(&s->report, f);
+        fclose(f);
+        s->report_text = buf;
+    }
+    return s->report_text;
+}
+
+af_model *af_session_model(const af_session *s) { return s->model; }
+
+const af_fusion_report *af_session_fusion_report(const af_session *s) {
+    return s->fused ? &s->report : NULL;
 }
 
 void af_session_free(af_session *s) {
     if (!s) return;
+    if (s->fused) af_fusion_report_free(&s->report);
+    free(s->report_text);
+    free(s->report_json);
     af_model_free(s->model);
     free(s);
 }

@@ -1,0 +1,90 @@
+/* The compiled model file (.afm): an optimized IR graph, its constants and its metadata, written
+ * once by `autofusion compile` and mapped (read-only, zero copy) by every run.
+ *
+ * Layout (all integers little-endian; format version 1):
+ *
+ *   header    magic "AFM1\r\n\x1a\n", format version, header size, file size, section count,
+ *             a table of sections {kind, offset, size, xxHash64}, and the header's own xxHash64
+ *   STRINGS   every name and string attribute, deduplicated, each NUL-terminated
+ *   META      writer version, compile command line, key/value pairs
+ *   MODEL     ir_version, opset imports, graph count
+ *   GRAPHS    one record per graph (main first, then subgraphs in pre-order: a parent comes
+ *             before its children): name, parent, ranges of values, nodes, inputs, outputs
+ *   VALUES    fixed-size records: name, flags, dtype, rank, dims, dim_params, constant data
+ *   NODES     fixed-size records: name, op_type, domain, ranges of inputs, outputs, attributes
+ *   ATTRS     fixed-size records: name, type, scalar payload or the range of its list
+ *   REFS      u32 indices: node inputs/outputs and graph inputs/outputs (value indices),
+ *             string/tensor/graph lists of attributes
+ *   NUMS      u64 slots: INTS and FLOATS attribute payloads
+ *   TENSORS   type and data location of TENSOR/TENSORS attribute payloads
+ *   WEIGHTS   64-byte aligned; every constant's bytes start on a 64-byte boundary
+ *
+ * Loading maps the file, verifies every checksum, then decodes the structured sections into IR
+ * structs in the model's arena; constants (and strings) point into the mapping, which lives as
+ * long as the af_model. Every count, index, offset and length is checked against what the file
+ * holds, even when the checksums match (they protect against damage, not against a forger), so
+ * a truncated or altered file is an error "<file>: <section>: <reason>", never a crash.
+ */
+#ifndef AF_FORMAT_AFM_H
+#define AF_FORMAT_AFM_H
+
+#include "onnx/onnx.h"
+
+#include <stdio.h>
+
+#define AF_AFM_FORMAT_VERSION 1
+
+typedef struct af_afm_kv {
+    const char *key;
+    const char *value;
+} af_afm_kv;
+
+/* What a compiled file says about itself. */
+typedef struct af_afm_meta {
+    const char *version;      /* autofusion version of the writer (NULL on save: AF_VERSION) */
+    const char *command_line; /* the compile command line (NULL on save: none) */
+    const af_afm_kv *kv;      /* free-form pairs: precision mode, the fusion report JSON... */
+    int nkv;
+} af_afm_meta;
+
+/* Write the graph g (a main graph: g->parent == NULL, with its subgraphs and constants) and
+ * meta (may be NULL) to path. The file is written next to path under a temporary name and
+ * renamed into place, so a failed save never leaves a partial file behind. */
+af_status af_afm_save(const char *path, const af_graph *g, const af_afm_meta *meta,
+                      af_error *err);
+
+/* Load a compiled model. On success *out is a model whose graph runs like an imported one and
+ * is released with af_model_free (it owns the mapping of the file); ir_version and
+ * producer_name/producer_version ("autofusion", the writer's version) are filled. When meta_out
+ * is not NULL it receives the file's metadata; its strings and array are borrowed from *out.
+ * On error *out is NULL and nothing is left allocated. */
+af_status af_afm_load(const char *path, af_model **out, af_afm_meta *meta_out, af_error *err);
+
+/* One section of the file, as the header describes it. */
+typedef struct af_afm_section {
+    const char *name; /* "strings", "meta", ..., "weights" */
+    uint64_t offset, size;
+} af_afm_section;
+
+/* The header and metadata of a file, read without decoding its graph (every checksum is still
+ * verified, so the file is known to be intact). Release with af_afm_info_free. */
+typedef struct af_afm_info {
+    uint32_t format_version;
+    uint64_t file_size;
+    int nsections;
+    const af_afm_section *sections;
+    af_afm_meta meta;
+    /* private */
+    af_arena *arena;
+} af_afm_info;
+
+af_status af_afm_read_meta(const char *path, af_afm_info **out, af_error *err);
+void af_afm_info_free(af_afm_info *info);
+
+/* Print what `autofusion inspect` shows: header, writer version and command line, metadata,
+ * graph inputs and outputs, the op histogram, every fused op with its provenance (attributes
+ * "fusion_rule" and "fused_nodes"), the weights size (bytes of every constant) and the arena
+ * size (files of this format version carry no memory plan, and say so). */
+af_status af_afm_inspect(const char *path, FILE *out, af_error *err);
+
+#endif

@@ -1,0 +1,171 @@
+/* Epilogue programs for the rules: which nodes an epilogue can express (activations and the four
+ * broadcast arithmetic ops), appending them to a program, reading the program of an existing
+ * fused node and writing a program into a new node's inputs and attributes.
+ *
+ * Invariant: a step is appended only when the fused kernel computes exactly what the node did:
+ * its operand is a float32 value other than the chain value that broadcasts unidirectionally to
+ * the program's output, and every parameter is a compile-time constant. */
+#include "fusion/rule.h"
+
+#include <math.h>
+#include <string.h>
+
+void fu_epi_init(fu_epi *e) {
+    memset(e, 0, sizeof *e);
+}
+
+/* A float32 constant holding one element (any rank): its value. */
+static bool const_scalar(const af_value *v, float *out) {
+    if (!fu_is_const(v) || v->type.dtype != AF_DTYPE_FLOAT || af_tensor_numel(&v->type) != 1)
+        return false;
+    *out = ((const float *)v->type.data)[0];
+    return true;
+}
+
+/* Clip's bounds: attributes before opset 11, optional constant inputs from then on. */
+static bool clip_bounds(const af_node *n, float *lo, float *hi) {
+    *lo = -INFINITY;
+    *hi = INFINITY;
+    if (af_graph_opset(n->graph) < 11) {
+        *lo = af_attr_float(n, "min", -INFINITY);
+        *hi = af_attr_float(n, "max", INFINITY);
+        return true;
+    }
+    if (n->nin > 1 && n->in[1] && !const_scalar(n->in[1], lo)) return false;
+    if (n->nin > 2 && n->in[2] && !const_scalar(n->in[2], hi)) return false;
+    return n->nin <= 3;
+}
+
+bool fu_act_op(const af_node *n, int64_t *op, float *p0, float *p1) {
+    *p0 = *p1 = 0.0f;
+    if (n->nin < 1 || !n->in[0] || n->nout < 1 || !n->out[0]) return false;
+    switch (n->op) {
+    case AF_OP_RELU: *op = AF_EP_RELU; return n->nin == 1;
+    case AF_OP_SIGMOID: *op = AF_EP_SIGMOID; return n->nin == 1;
+    case AF_OP_HARD_SWISH: *op = AF_EP_HARD_SWISH; return n->nin == 1;
+    case AF_OP_TANH: *op = AF_EP_TANH; return n->nin == 1;
+    case AF_OP_SILU: *op = AF_EP_SILU; return n->nin == 1;
+    case AF_OP_CLIP: *op = AF_EP_CLIP; return clip_bounds(n, p0, p1);
+    case AF_OP_LEAKY_RELU:
+        *op = AF_EP_LEAKY_RELU;
+        *p0 = af_attr_float(n, "alpha", 0.01f);
+        return n->nin == 1;
+    case AF_OP_HARD_SIGMOID:
+        *op = AF_EP_HARD_SIGMOID;
+        *p0 = af_attr_float(n, "alpha", 0.2f);
+        *p1 = af_attr_float(n, "beta", 0.5f);
+        return n->nin == 1;
+    case AF_OP_ELU:
+        *op = AF_EP_ELU;
+        *p0 = af_attr_float(n, "alpha", 1.0f);
+        return n->nin == 1;
+    case AF_OP_GELU: {
+        const char *form = af_attr_str(n, "approximate", "none");
+        *op = AF_EP_GELU;
+        if (!strcmp(form, "tanh")) *p0 = 1.0f;
+        else if (strcmp(form, "none")) return false;
+        return n->nin == 1;
+    }
+    default: return false;
+    }
+}
+
+static int64_t binary_op(af_op op) {
+    switch (op) {
+    case AF_OP_ADD: return AF_EP_ADD;
+    case AF_OP_SUB: return AF_EP_SUB;
+    case AF_OP_MUL: return AF_EP_MUL;
+    case AF_OP_DIV: return AF_EP_DIV;
+    default: return 0;
+    }
+}
+
+const char *fu_epi_append(fu_epi *e, const af_node *n, const af_value *y, const af_tensor *out) {
+    if (e->n >= AF_EP_MAX_STEPS) return AF_NO_MATCH;
+    int k = e->n;
+    int64_t op;
+    float p0, p1;
+    if (fu_act_op(n, &op, &p0, &p1)) {
+        if (n->in[0] != y) return AF_NO_MATCH;
+        e->op[k] = op;
+        e->flags[k] = 0;
+        e->p0[k] = p0;
+        e->p1[k] = p1;
+        e->operand[k] = NULL;
+        e->n++;
+        return NULL;
+    }
+    op = binary_op(n->op);
+    if (!op || n->nin != 2 || !n->in[0] || !n->in[1] || n->nout < 1 || !n->out[0])
+        return AF_NO_MATCH;
+    int slot = n->in[0] == y ? 0 : 1;
+    af_value *t = n->in[1 - slot];
+    if (n->in[slot] != y || t == y) return AF_NO_MATCH;
+    if (!fu_is_f32(t) || !fu_is_f32(n->out[0])) return "dtype is not float32";
+    const char *why = fu_fits(&t->type, out);
+    if (why) return why;
+    if (!fu_same_shape(&n->out[0]->type, out)) return "broadcast does not fit the output";
+    e->op[k] = op;
+    e->flags[k] = slot == 1 && (op == AF_EP_SUB || op == AF_EP_DIV) ? AF_EP_REVERSED : 0;
+    e->p0[k] = e->p1[k] = 0.0f;
+    e->operand[k] = t;
+    e->n++;
+    return NULL;
+}
+
+const char *fu_epi_load(fu_epi *e, const af_node *fused, int first) {
+    fu_epi_init(e);
+    const int64_t *ops = NULL;
+    const float *ps = NULL;
+    int nops = af_attr_ints(fused, "epilogue", &ops);
+    int nps = af_attr_floats(fused, "epilogue_params", &ps);
+    if (nops < 0) return NULL;
+    if (nops % 3 || nops / 3 > AF_EP_MAX_STEPS || (nps >= 0 && nps != nops / 3 * 2))
+        return "fused op has a malformed epilogue";
+    for (int s = 0; s < nops / 3; s++) {
+        int64_t op = ops[3 * s], idx = ops[3 * s + 1], flags = ops[3 * s + 2];
+        e->op[s] = op;
+        e->flags[s] = flags;
+        e->p0[s] = nps > 0 ? ps[2 * s] : 0.0f;
+        e->p1[s] = nps > 0 ? ps[2 * s + 1] : 0.0f;
+        if (af_ep_is_binary(op)) {
+            if (idx < first || idx >= fused->nin || !fused->in[idx])
+                return "fused op has a malformed epilogue";
+            e->operand[s] = fused->in[idx];
+        } else if (!af_ep_is_unary(op) || af_ep_unary_check(op, e->p0[s], e->p1[s])) {
+            return "fused op has a malformed epilogue";
+        }
+    }
+    e->n = nops / 3;
+    return NULL;
+}
+
+int fu_epi_operands(const fu_epi *e) {
+    int c = 0;
+    for (int s = 0; s < e->n; s++) c += e->operand[s] != NULL;
+    return c;
+}
+
+af_status fu_epi_emit(af_node *dst, const fu_epi *e, int first, af_error *err) {
+    if (e->n == 0) return AF_OK;
+    int64_t ops[3 * AF_EP_MAX_STEPS];
+    float ps[2 * AF_EP_MAX_STEPS];
+    int slot = first;
+    for (int s = 0; s < e->n; s++) {
+        int64_t idx = -1;
+        if (e->operand[s]) {
+            AF_ASSERT(slot < dst->nin);
+            af_node_set_input(dst, slot, e->operand[s]);
+            idx = slot++;
+        }
+        ops[3 * s] = e->op[s];
+        ops[3 * s + 1] = idx;
+        ops[3 * s + 2] = e->flags[s];
+        ps[2 * s] = e->p0[s];
+        ps[2 * s + 1] = e->p1[s];
+    }
+    if (!fu_set_ints(dst, "epilogue", ops, 3 * e->n) ||
+        !fu_set_floats(dst, "epilogue_params", ps, 2 * e->n))
+        return af_node_fail(err, dst, AF_ERR_NOMEM, "out of memory");
+    return AF_OK;
+}

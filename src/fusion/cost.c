@@ -1,0 +1,416 @@
+/* The roofline cost model behind the report's estimated speedups: an op takes
+ * max(FLOPs / peak FMA rate, bytes moved / memory bandwidth), where bytes moved are its inputs
+ * (weights included) and outputs; a fused op moves only its own inputs and outputs, which is
+ * where fusion saves. The peak and the bandwidth are measured on this machine, one core, once
+ * (an FMA loop with independent accumulators for 20 ms; memcpy of a 64 MiB buffer for about
+ * 100 ms) and cached as JSON in $XDG_CACHE_HOME/autofusion/machine.json (else
+ * ~/.cache/autofusion/machine.json; $AUTOFUSION_MACHINE_FILE overrides the path).
+ *
+ * Invariant: every estimate comes from these two measured numbers and the graph's types; there
+ * is no constant speedup anywhere. Unknown dims count as 1 so that estimates stay finite. */
+#include "fusion/fusion.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- measuring ----------------------------------------------------------------------------- */
+
+/* One FMA loop: `iters` iterations of `flops_per_iter` FLOPs on independent accumulators. The
+ * x86-64 loops are inline assembly so that the measurement does not depend on how this file
+ * was optimised (a Debug build measures the same peak as a Release one). */
+typedef struct fma_loop {
+    const char *isa;
+    double flops_per_iter;
+    void (*run)(long iters);
+} fma_loop;
+
+#if defined(__x86_64__)
+static void fma_avx512(long iters) {
+    __asm__ volatile("vxorps %%xmm0, %%xmm0, %%xmm0\n\t"
+                     "vxorps %%xmm1, %%xmm1, %%xmm1\n\t"
+                     "vxorps %%xmm2, %%xmm2, %%xmm2\n\t"
+                     "vxorps %%xmm3, %%xmm3, %%xmm3\n\t"
+                     "vxorps %%xmm4, %%xmm4, %%xmm4\n\t"
+                     "vxorps %%xmm5, %%xmm5, %%xmm5\n\t"
+                     "vxorps %%xmm6, %%xmm6, %%xmm6\n\t"
+                     "vxorps %%xmm7, %%xmm7, %%xmm7\n\t"
+                     "vxorps %%xmm8, %%xmm8, %%xmm8\n\t"
+                     "vxorps %%xmm9, %%xmm9, %%xmm9\n\t"
+                     "vxorps %%xmm10, %%xmm10, %%xmm10\n\t"
+                     "vxorps %%xmm11, %%xmm11, %%xmm11\n\t"
+                     "vxorps %%xmm12, %%xmm12, %%xmm12\n\t"
+                     "vxorps %%xmm13, %%xmm13, %%xmm13\n\t"
+                     "1:\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm0\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm1\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm2\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm3\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm4\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm5\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm6\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm7\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm8\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm9\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm10\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm11\n\t"
+                     "dec %0\n\t"
+                     "jnz 1b\n\t"
+                     "vzeroupper"
+                     : "+r"(iters)
+                     :
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
+                       "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "cc");
+}
+
+static void fma_avx2(long iters) {
+    __asm__ volatile("vxorps %%xmm0, %%xmm0, %%xmm0\n\t"
+                     "vxorps %%xmm1, %%xmm1, %%xmm1\n\t"
+                     "vxorps %%xmm2, %%xmm2, %%xmm2\n\t"
+                     "vxorps %%xmm3, %%xmm3, %%xmm3\n\t"
+                     "vxorps %%xmm4, %%xmm4, %%xmm4\n\t"
+                     "vxorps %%xmm5, %%xmm5, %%xmm5\n\t"
+                     "vxorps %%xmm6, %%xmm6, %%xmm6\n\t"
+                     "vxorps %%xmm7, %%xmm7, %%xmm7\n\t"
+                     "vxorps %%xmm8, %%xmm8, %%xmm8\n\t"
+                     "vxorps %%xmm9, %%xmm9, %%xmm9\n\t"
+                     "vxorps %%xmm10, %%xmm10, %%xmm10\n\t"
+                     "vxorps %%xmm11, %%xmm11, %%xmm11\n\t"
+                     "vxorps %%xmm12, %%xmm12, %%xmm12\n\t"
+                     "vxorps %%xmm13, %%xmm13, %%xmm13\n\t"
+                     "1:\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm0\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm1\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm2\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm3\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm4\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm5\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm6\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm7\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm8\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm9\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm10\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm11\n\t"
+                     "dec %0\n\t"
+                     "jnz 1b\n\t"
+                     "vzeroupper"
+                     : "+r"(iters)
+                     :
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
+                       "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "cc");
+}
+
+/* Without FMA: 6 independent multiplies and 6 independent adds of 4 lanes per iteration. */
+static void fma_sse(long iters) {
+    __asm__ volatile("xorps %%xmm0, %%xmm0\n\t"
+                     "xorps %%xmm1, %%xmm1\n\t"
+                     "xorps %%xmm2, %%xmm2\n\t"
+                     "xorps %%xmm3, %%xmm3\n\t"
+                     "xorps %%xmm4, %%xmm4\n\t"
+                     "xorps %%xmm5, %%xmm5\n\t"
+                     "xorps %%xmm6, %%xmm6\n\t"
+                     "xorps %%xmm7, %%xmm7\n\t"
+                     "xorps %%xmm8, %%xmm8\n\t"
+                     "xorps %%xmm9, %%xmm9\n\t"
+                     "xorps %%xmm10, %%xmm10\n\t"
+                     "xorps %%xmm11, %%xmm11\n\t"
+                     "xorps %%xmm12, %%xmm12\n\t"
+                     "1:\n\t"
+                     "mulps %%xmm12, %%xmm0\n\t"
+                     "addps %%xmm12, %%xmm1\n\t"
+                     "mulps %%xmm12, %%xmm2\n\t"
+                     "addps %%xmm12, %%xmm3\n\t"
+                     "mulps %%xmm12, %%xmm4\n\t"
+                     "addps %%xmm12, %%xmm5\n\t"
+                     "mulps %%xmm12, %%xmm6\n\t"
+                     "addps %%xmm12, %%xmm7\n\t"
+                     "mulps %%xmm12, %%xmm8\n\t"
+                     "addps %%xmm12, %%xmm9\n\t"
+                     "mulps %%xmm12, %%xmm10\n\t"
+                     "addps %%xmm12, %%xmm11\n\t"
+                     "dec %0\n\t"
+                     "jnz 1b"
+                     : "+r"(iters)
+                     :
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
+                       "xmm9", "xmm10", "xmm11", "xmm12", "cc");
+}
+
+#else
+/* Portable fallback: 8 independent accumulators the compiler may keep in registers. */
+static volatile float fma_sink;
+static void fma_c(long iters) {
+    float a[8] = {0}, m = 1.0f, c = 1e-7f;
+    for (long i = 0; i < iters; i++)
+        for (int k = 0; k < 8; k++) a[k] = a[k] * m + c;
+    fma_sink = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+}
+#endif
+
+static fma_loop pick_loop(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return (fma_loop){"avx512", 12 * 16 * 2, fma_avx512};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return (fma_loop){"avx2", 12 * 8 * 2, fma_avx2};
+    return (fma_loop){"sse", 12 * 4, fma_sse};
+#else
+    return (fma_loop){"c", 8 * 2, fma_c};
+#endif
+}
+
+/* Best FLOP/s over a few runs of about 20 ms each. */
+static double measure_flops(fma_loop *l) {
+    long iters = 1 << 14;
+    double t = 0.0;
+    for (;;) {
+        double t0 = now();
+        l->run(iters);
+        t = now() - t0;
+        if (t >= 0.002 || iters > (1L << 40)) break;
+        iters *= 4;
+    }
+    long run = t > 0.0 ? (long)((double)iters * 0.02 / t) : iters;
+    if (run < 1) run = 1;
+    double best = 0.0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now();
+        l->run(run);
+        double dt = now() - t0;
+        if (dt > 0.0 && (double)run * l->flops_per_iter / dt > best)
+            best = (double)run * l->flops_per_iter / dt;
+    }
+    return best;
+}
+
+/* Best copy bandwidth (bytes read + written per second) over about 100 ms of memcpy. */
+static double measure_bandwidth(void) {
+    size_t size = (size_t)64 << 20;
+    char *a = NULL, *b = NULL;
+    while (size >= ((size_t)1 << 20)) {
+        a = malloc(size);
+        b = malloc(size);
+        if (a && b) break;
+        free(a);
+        free(b);
+        a = b = NULL;
+        size /= 2;
+    }
+    if (!a) return 1e9; /* no memory to measure with: a modest figure keeps estimates finite */
+    memset(a, 1, size);
+    memset(b, 2, size);
+    double best = 0.0, start = now();
+    for (int rep = 0; rep < 50 && (rep < 3 || now() - start < 0.1); rep++) {
+        double t0 = now();
+        memcpy(b, a, size);
+        double dt = now() - t0;
+        a[rep % size] = b[(rep * 7919) % size]; /* keep the copies observable */
+        if (dt > 0.0 && 2.0 * (double)size / dt > best) best = 2.0 * (double)size / dt;
+    }
+    free(a);
+    free(b);
+    return best > 0.0 ? best : 1e9;
+}
+
+/* ---- the cache file ------------------------------------------------------------------------ */
+
+const char *af_machine_path(char *buf, size_t len) {
+    const char *env = getenv("AUTOFUSION_MACHINE_FILE"), *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    int n;
+    if (env && *env) n = snprintf(buf, len, "%s", env);
+    else if (xdg && xdg[0] == '/') n = snprintf(buf, len, "%s/autofusion/machine.json", xdg);
+    else if (home && *home) n = snprintf(buf, len, "%s/.cache/autofusion/machine.json", home);
+    else return NULL;
+    return n > 0 && (size_t)n < len ? buf : NULL;
+}
+
+static bool sane(double v, double lo, double hi) {
+    return isfinite(v) && v >= lo && v <= hi;
+}
+
+static bool load(const char *path, af_machine *m) {
+    json_error_t e;
+    json_t *root = json_load_file(path, 0, &e);
+    if (!root) return false;
+    double gf = json_number_value(json_object_get(root, "peak_gflops"));
+    double bw = json_number_value(json_object_get(root, "bandwidth_gbs"));
+    const char *isa = json_string_value(json_object_get(root, "isa"));
+    bool ok = json_integer_value(json_object_get(root, "version")) == 1 &&
+              sane(gf, 0.01, 1e6) && sane(bw, 0.01, 1e5);
+    if (ok) {
+        m->flops = gf * 1e9;
+        m->bandwidth = bw * 1e9;
+        snprintf(m->isa, sizeof m->isa, "%s", isa ? isa : "?");
+    }
+    json_decref(root);
+    return ok;
+}
+
+/* mkdir -p of path's folder. */
+static void make_parents(const char *path) {
+    char dir[4096];
+    int n = snprintf(dir, sizeof dir, "%s", path);
+    if (n <= 0 || (size_t)n >= sizeof dir) return;
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(dir, 0700) != 0 && errno != EEXIST) return;
+        *p = '/';
+    }
+}
+
+/* Write atomically (temporary file, then rename); failures only mean the next run measures. */
+static void store(const char *path, const af_machine *m) {
+    json_t *root = json_pack("{s:i, s:f, s:f, s:s}", "version", 1, "peak_gflops", m->flops / 1e9,
+                             "bandwidth_gbs", m->bandwidth / 1e9, "isa", m->isa);
+    if (!root) return;
+    char tmp[4200];
+    int n = snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    if (n > 0 && (size_t)n < sizeof tmp) {
+        make_parents(path);
+        if (json_dump_file(root, tmp, JSON_INDENT(2)) == 0 && rename(tmp, path) != 0)
+            unlink(tmp);
+    }
+    json_decref(root);
+}
+
+af_status af_machine_calibrate(const char *path, af_machine *m, af_error *err) {
+    (void)err;
+    char buf[4096];
+    if (!path) path = af_machine_path(buf, sizeof buf);
+    memset(m, 0, sizeof *m);
+    if (path && load(path, m)) return AF_OK;
+    fma_loop l = pick_loop();
+    m->flops = measure_flops(&l);
+    if (!(m->flops > 0.0)) m->flops = 1e9;
+    m->bandwidth = measure_bandwidth();
+    snprintf(m->isa, sizeof m->isa, "%s", l.isa);
+    if (path) store(path, m);
+    return AF_OK;
+}
+
+static af_machine machine;
+static pthread_once_t machine_once = PTHREAD_ONCE_INIT;
+
+static void machine_init(void) {
+    af_machine_calibrate(NULL, &machine, NULL);
+}
+
+const af_machine *af_machine_get(void) {
+    pthread_once(&machine_once, machine_init);
+    return &machine;
+}
+
+/* ---- per-node estimates -------------------------------------------------------------------- */
+
+/* Element count with unknown dims as 1 (double: no overflow). */
+static double count(const af_tensor *t) {
+    double n = 1.0;
+    for (int i = 0; i < t->rank; i++) n *= t->dims[i] > 0 ? (double)t->dims[i] : 1.0;
+    return n;
+}
+
+static double value_bytes(const af_value *v) {
+    size_t es = af_dtype_size(v->type.dtype);
+    return count(&v->type) * (double)(es ? es : 4);
+}
+
+double af_cost_bytes(const af_node *n) {
+    double b = 0.0;
+    for (int i = 0; i < n->nin; i++) {
+        const af_value *v = n->in[i];
+        bool seen = false;
+        for (int k = 0; k < i && v && !seen; k++) seen = n->in[k] == v;
+        if (v && !seen) b += value_bytes(v);
+    }
+    for (int i = 0; i < n->nout; i++)
+        if (n->out[i]) b += value_bytes(n->out[i]);
+    return b;
+}
+
+static const af_tensor *in_type(const af_node *n, int i) {
+    return i < n->nin && n->in[i] ? &n->in[i]->type : NULL;
+}
+
+/* Product of dims [from, rank) of t. */
+static double tail(const af_tensor *t, int from) {
+    double p = 1.0;
+    for (int i = from; t && i < t->rank; i++) p *= t->dims[i] > 0 ? (double)t->dims[i] : 1.0;
+    return p;
+}
+
+/* Epilogue steps of a fused node. */
+static double steps(const af_node *n) {
+    const int64_t *v;
+    int c = af_attr_ints(n, "epilogue", &v);
+    return c > 0 ? c / 3 : 0;
+}
+
+double af_cost_flops(const af_node *n) {
+    const af_tensor *y = n->nout > 0 && n->out[0] ? &n->out[0]->type : NULL;
+    const af_tensor *a = in_type(n, 0), *b = in_type(n, 1);
+    double out = y ? count(y) : 1.0;
+    switch (n->op) {
+    case AF_OP_CONV:
+    case AF_OP_FUSED_CONV:
+        return 2.0 * out * tail(b, 1) + out * steps(n);
+    case AF_OP_CONV_TRANSPOSE:
+        return 2.0 * (a ? count(a) : 1.0) * tail(b, 1);
+    case AF_OP_MATMUL:
+    case AF_OP_GEMM:
+    case AF_OP_FUSED_MATMUL: {
+        bool ta = af_attr_int(n, "transA", 0) || af_attr_int(n, "trans_a", 0);
+        double k = 1.0;
+        if (a && a->rank >= 1) {
+            int64_t d = a->dims[ta && a->rank >= 2 ? a->rank - 2 : a->rank - 1];
+            k = d > 0 ? (double)d : 1.0;
+        }
+        return 2.0 * out * k + out * steps(n);
+    }
+    case AF_OP_BATCH_NORMALIZATION: return 2.0 * out;
+    case AF_OP_LAYER_NORMALIZATION: return 8.0 * out;
+    case AF_OP_SOFTMAX:
+    case AF_OP_LOG_SOFTMAX: return 5.0 * out;
+    case AF_OP_MAX_POOL:
+    case AF_OP_AVERAGE_POOL:
+    case AF_OP_LP_POOL: {
+        const int64_t *k;
+        int nk = af_attr_ints(n, "kernel_shape", &k);
+        double kk = 1.0;
+        for (int i = 0; i < nk; i++) kk *= k[i] > 0 ? (double)k[i] : 1.0;
+        return out * kk;
+    }
+    case AF_OP_GLOBAL_AVERAGE_POOL:
+    case AF_OP_GLOBAL_MAX_POOL:
+    case AF_OP_GLOBAL_LP_POOL:
+    case AF_OP_REDUCE_SUM:
+    case AF_OP_REDUCE_MEAN:
+    case AF_OP_REDUCE_MAX:
+    case AF_OP_REDUCE_MIN:
+    case AF_OP_REDUCE_PROD:
+    case AF_OP_REDUCE_SUM_SQUARE:
+    case AF_OP_REDUCE_LOG_SUM:
+    case AF_OP_REDUCE_LOG_SUM_EXP: return a ? count(a) : out;
+    case AF_OP_FUSED_ELEMENTWISE: return out * (steps(n) > 0 ? steps(n) : 1.0);
+    default: return out;
+    }
+}
+
+double af_cost_time(const af_machine *m, double flops, double bytes) {
+    double tc = m && m->flops > 0.0 ? flops / m->flops : 0.0;
+    double tm = m && m->bandwidth > 0.0 ? bytes / m->bandwidth : 0.0;
+    return tc > tm ? tc : tm;
+}

@@ -1,0 +1,579 @@
+/* The fusion engine: runs the rules of rules.def over a graph and its subgraphs, one rule at a
+ * time over the whole graph in table order; offers each node whose op is the rule's anchor to the
+ * rule's check, applies the standard guards to what it matched, records near misses, lets the
+ * rule's apply build the fused node(s) and commits them (validation, rewiring, topological
+ * position, provenance, cost accounting).
+ *
+ * Invariant: between two rewrites the graph is valid (af_graph_verify holds). fu_commit checks a
+ * fused node with its op's shape function and its place in the node order before it touches
+ * the graph, then rewires completely; a rule's check never changes the graph. */
+#include "fusion/rule.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef const char *(*fu_check_fn)(af_fusion_ctx *, af_node *, af_match *);
+typedef af_status (*fu_apply_fn)(af_fusion_ctx *, af_match *, af_error *);
+
+typedef struct fu_rule {
+    const char *name, *pattern, *conditions;
+    af_op anchor; /* AF_OP_COUNT: every node */
+    fu_check_fn check;
+    fu_apply_fn apply;
+} fu_rule;
+
+static const fu_rule rules[AF_RULE_COUNT] = {
+#define AF_RULE(id, name, pattern, anchor, check, apply, conditions)                             \
+    {name, pattern, conditions, anchor, check, apply},
+#include "fusion/rules.def"
+#undef AF_RULE
+};
+
+const char af_no_match[] = "no match";
+
+/* FLOPs of a fused node made during this run: the sum over the nodes it replaced, so that a
+ * later rule absorbing it (ConvPoolFc over a FusedConv) costs it as what it computes. */
+typedef struct fu_flops {
+    const af_node *node;
+    double flops;
+} fu_flops;
+
+struct af_fusion_ctx {
+    af_fusion_report *rep; /* NULL: no report, no costing */
+    const af_machine *mach;
+    int rule;
+    /* The match being applied. */
+    const char *declined;
+    double unfused, fused;
+    int commits;
+    fu_flops *fl;
+    int nfl, flcap;
+};
+
+const char *af_fusion_rule_name(int r) {
+    return r >= 0 && r < AF_RULE_COUNT ? rules[r].name : NULL;
+}
+
+const char *af_fusion_rule_pattern(int r) {
+    return r >= 0 && r < AF_RULE_COUNT ? rules[r].pattern : NULL;
+}
+
+const char *af_fusion_rule_conditions(int r) {
+    return r >= 0 && r < AF_RULE_COUNT ? rules[r].conditions : NULL;
+}
+
+/* ---- matching and guards ------------------------------------------------------------------- */
+
+bool fu_match_add(af_match *m, af_node *n) {
+    if (fu_match_index(m, n) >= 0) return true;
+    if (m->n >= AF_MATCH_MAX) return false;
+    m->node[m->n++] = n;
+    return true;
+}
+
+int fu_match_index(const af_match *m, const af_node *n) {
+    for (int i = 0; i < m->n; i++)
+        if (m->node[i] == n) return i;
+    return -1;
+}
+
+void fu_match_keep(af_match *m, const af_node *n) {
+    int i = fu_match_index(m, n);
+    if (i >= 0) m->keep |= (uint64_t)1 << i;
+}
+
+void fu_match_output(af_match *m, af_value *v) {
+    m->out[0] = v;
+    m->nout = 1;
+}
+
+bool fu_is_const(const af_value *v) {
+    if (!v || !v->is_const || v->is_input || !v->type.data) return false;
+    int64_t numel = af_tensor_numel(&v->type);
+    size_t need;
+    return numel >= 0 && af_mul_size((size_t)numel, af_dtype_size(v->type.dtype), &need) &&
+           v->type.nbytes >= need;
+}
+
+bool fu_is_f32(const af_value *v) {
+    return v && v->type.dtype == AF_DTYPE_FLOAT;
+}
+
+af_node *fu_sole_reader(const af_value *v) {
+    if (!v || v->nuses != 1) return NULL;
+    af_node *r = v->uses[0].node;
+    return r->graph == v->graph ? r : NULL;
+}
+
+/* Static reasons, so that checks never format. */
+static const char *consumers_reason(int n) {
+    static const char *const r[] = {
+        "output feeds 2 consumers", "output feeds 3 consumers", "output feeds 4 consumers",
+        "output feeds 5 consumers", "output feeds 6 consumers", "output feeds 7 consumers",
+        "output feeds 8 consumers"};
+    if (n >= 2 && n <= 8) return r[n - 2];
+    return n < 2 ? "output has no consumer" : "output feeds more than 8 consumers";
+}
+
+const char *fu_edge(const af_value *v) {
+    if (!v) return "intermediate is missing";
+    if (v->is_output) return "intermediate is a graph output";
+    if (v->nuses != 1) return consumers_reason(v->nuses);
+    if (v->uses[0].node->graph != v->graph) return "intermediate is read by a subgraph";
+    return NULL;
+}
+
+const char *fu_fits(const af_tensor *t, const af_tensor *out) {
+    if (t->rank < 0 || out->rank < 0) return "shape is not known";
+    for (int i = 0; i < out->rank; i++)
+        if (out->dims[i] < 0) return "shape is not known";
+    for (int i = 0; i < t->rank; i++)
+        if (t->dims[i] < 0) return "shape is not known";
+    if (t->rank > out->rank) return "broadcast does not fit the output";
+    for (int i = 0; i < t->rank; i++) {
+        int64_t td = t->dims[i], od = out->dims[out->rank - t->rank + i];
+        if (td != 1 && td != od) return "broadcast does not fit the output";
+    }
+    return NULL;
+}
+
+bool fu_same_shape(const af_tensor *a, const af_tensor *b) {
+    if (a->rank < 0 || a->rank != b->rank) return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->dims[i] < 0 || a->dims[i] != b->dims[i]) return false;
+    return true;
+}
+
+static bool is_pattern_output(const af_match *m, const af_value *v) {
+    for (int i = 0; i < m->nout; i++)
+        if (m->out[i] == v) return true;
+    return false;
+}
+
+/* The standard guards of rule.h over a match that check accepted; NULL or a reason. */
+static const char *guard(const af_match *m, const af_graph *g) {
+    if (m->n <= 0 || m->nout <= 0 || m->nout > AF_MATCH_OUT_MAX) return AF_NO_MATCH;
+    for (int i = 0; i < m->n; i++)
+        if (m->node[i]->graph != g) return "pattern crosses a subgraph boundary";
+    for (int i = 0; i < m->n; i++) {
+        if (m->keep >> i & 1) continue;
+        const af_node *n = m->node[i];
+        for (int o = 0; o < n->nout; o++) {
+            const af_value *v = n->out[o];
+            if (!v || is_pattern_output(m, v)) continue;
+            if (v->is_output) return "intermediate is a graph output";
+            for (int u = 0; u < v->nuses; u++)
+                if (fu_match_index(m, v->uses[u].node) < 0) return consumers_reason(v->nuses);
+        }
+    }
+    for (int i = 0; i < m->nout; i++) {
+        const af_value *v = m->out[i];
+        if (!v || !v->producer || fu_match_index(m, v->producer) < 0) return AF_NO_MATCH;
+        if (!fu_is_f32(v)) return "dtype is not float32";
+    }
+    const af_node *a = m->node[0];
+    if ((a->nin > 0 && a->in[0] && !fu_is_f32(a->in[0])) ||
+        (a->nout > 0 && a->out[0] && !fu_is_f32(a->out[0])))
+        return "dtype is not float32";
+    return NULL;
+}
+
+/* ---- building ------------------------------------------------------------------------------ */
+
+af_node *fu_node_new(af_graph *g, af_op op, const char *name, int nin) {
+    af_node *n = af_node_new(g, op, name, nin, 1);
+    if (n) n->domain = AF_DOMAIN;
+    return n;
+}
+
+static bool is_ours_attr(const char *name) {
+    return !strcmp(name, "epilogue") || !strcmp(name, "epilogue_params") ||
+           !strcmp(name, "fusion_rule") || !strcmp(name, "fused_nodes");
+}
+
+bool fu_copy_attrs(af_node *dst, const af_node *src) {
+    for (int i = 0; i < src->nattrs; i++) {
+        const af_attr *s = &src->attrs[i];
+        if (is_ours_attr(s->name) || af_node_attr(dst, s->name)) continue;
+        af_attr *d = af_node_add_attr(dst, s->name, s->type);
+        if (!d) return false;
+        *d = *s; /* same arena: the lists stay valid as long as the graph */
+    }
+    return true;
+}
+
+bool fu_set_int(af_node *n, const char *name, int64_t v) {
+    af_attr *a = af_node_add_attr(n, name, AF_ATTR_INT);
+    if (a) a->i = v;
+    return a != NULL;
+}
+
+bool fu_set_float(af_node *n, const char *name, float v) {
+    af_attr *a = af_node_add_attr(n, name, AF_ATTR_FLOAT);
+    if (a) a->f = v;
+    return a != NULL;
+}
+
+bool fu_set_ints(af_node *n, const char *name, const int64_t *v, int count) {
+    int64_t *copy = af_arena_calloc(n->graph->arena, (size_t)count + 1, sizeof(int64_t));
+    af_attr *a = copy ? af_node_add_attr(n, name, AF_ATTR_INTS) : NULL;
+    if (!a) return false;
+    memcpy(copy, v, (size_t)count * sizeof(int64_t));
+    a->ints = copy;
+    a->n = count;
+    return true;
+}
+
+bool fu_set_floats(af_node *n, const char *name, const float *v, int count) {
+    float *copy = af_arena_calloc(n->graph->arena, (size_t)count + 1, sizeof(float));
+    af_attr *a = copy ? af_node_add_attr(n, name, AF_ATTR_FLOATS) : NULL;
+    if (!a) return false;
+    memcpy(copy, v, (size_t)count * sizeof(float));
+    a->floats = copy;
+    a->n = count;
+    return true;
+}
+
+af_value *fu_const(af_graph *g, const char *hint, int rank, const int64_t *dims) {
+    const char *name = af_graph_unique_name(g, hint);
+    return name ? af_value_new_const(g, name, AF_DTYPE_FLOAT, rank, dims) : NULL;
+}
+
+/* ---- committing ---------------------------------------------------------------------------- */
+
+static double node_flops(const af_fusion_ctx *cx, const af_node *n) {
+    for (int i = 0; i < cx->nfl; i++)
+        if (cx->fl[i].node == n) return cx->fl[i].flops;
+    return af_cost_flops(n);
+}
+
+static double node_time(const af_fusion_ctx *cx, const af_node *n) {
+    return af_cost_time(cx->mach, node_flops(cx, n), af_cost_bytes(n));
+}
+
+/* NULL when the fused op's shape function accepts the node's inputs and gives out's type. */
+static const char *validate(const af_node *fused, const af_value *out) {
+    const af_tensor **in = calloc((size_t)fused->nin + 1, sizeof(af_tensor *));
+    if (!in) return "out of memory";
+    for (int i = 0; i < fused->nin; i++) in[i] = fused->in[i] ? &fused->in[i]->type : NULL;
+    af_tensor y;
+    memset(&y, 0, sizeof y);
+    y.rank = -1;
+    af_error e;
+    af_status st = af_ops[fused->op].shape(fused, in, &y, &e);
+    free(in);
+    if (st != AF_OK) return "the fused op rejects its inputs";
+    const af_tensor *t = &out->type;
+    if (y.dtype != AF_DTYPE_UNDEFINED && t->dtype != AF_DTYPE_UNDEFINED && y.dtype != t->dtype)
+        return "the fused op gives another dtype";
+    if (y.rank >= 0 && t->rank >= 0) {
+        if (y.rank != t->rank) return "the fused op gives another shape";
+        for (int i = 0; i < y.rank; i++)
+            if (y.dims[i] >= 0 && t->dims[i] >= 0 && y.dims[i] != t->dims[i])
+                return "the fused op gives another shape";
+    }
+    return NULL;
+}
+
+/* NULL when every input of fused exists before position `last` + 1 and none is produced by a
+ * node the rewrite removes. */
+static const char *check_inputs(const af_match *m, const af_node *fused, uint64_t removed,
+                                int last) {
+    const af_graph *g = fused->graph;
+    for (int i = 0; i < fused->nin; i++) {
+        const af_value *v = fused->in[i];
+        const af_node *p = v ? v->producer : NULL;
+        if (!p || p->graph != g || p == fused) continue;
+        int k = fu_match_index(m, p);
+        if ((k >= 0 && (removed >> k & 1)) || p->id > last)
+            return "fused op would read a value the pattern removes";
+    }
+    return NULL;
+}
+
+static bool append_str(af_arena *a, const char ***list, int *n, int *cap, const char *s) {
+    for (int i = 0; i < *n; i++)
+        if (!strcmp((*list)[i], s)) return true;
+    if (!af_arena_grow(a, (void **)list, cap, *n + 1, sizeof(char *))) return false;
+    (*list)[(*n)++] = s;
+    return true;
+}
+
+/* "fused_nodes": the original nodes behind every covered node, in graph order; "fusion_rule":
+ * the rules that built the covered fused nodes, then this one. */
+static bool provenance(const af_match *m, af_node *fused, uint64_t covers, const char *rule) {
+    af_arena *a = fused->graph->arena;
+    const char **names = NULL, **rl = NULL;
+    int nn = 0, ncap = 0, nr = 0, rcap = 0;
+    int order[AF_MATCH_MAX], no = 0;
+    for (int i = 0; i < m->n; i++) {
+        if (!(covers >> i & 1)) continue;
+        int k = no++;
+        for (; k > 0 && m->node[order[k - 1]]->id > m->node[i]->id; k--) order[k] = order[k - 1];
+        order[k] = i;
+    }
+    for (int j = 0; j < no; j++) {
+        const af_node *c = m->node[order[j]];
+        const af_attr *fn = af_node_attr(c, "fused_nodes");
+        if (fn && fn->type == AF_ATTR_STRINGS && fn->n > 0) {
+            for (int k = 0; k < fn->n; k++)
+                if (fn->strings[k] && !append_str(a, &names, &nn, &ncap, fn->strings[k]))
+                    return false;
+        } else if (!append_str(a, &names, &nn, &ncap, c->name)) {
+            return false;
+        }
+        const char *fr = af_attr_str(c, "fusion_rule", NULL);
+        while (fr && *fr) {
+            size_t len = strcspn(fr, ",");
+            char *tok = af_arena_strndup(a, fr, len);
+            if (!tok || (len && !append_str(a, &rl, &nr, &rcap, tok))) return false;
+            fr += len + (fr[len] == ',');
+        }
+    }
+    if (!append_str(a, &rl, &nr, &rcap, rule)) return false;
+    size_t len = 1;
+    for (int i = 0; i < nr; i++) len += strlen(rl[i]) + 1;
+    char *joined = af_arena_alloc(a, len);
+    if (!joined) return false;
+    for (int i = 0; i < nr; i++) {
+        if (i) strcat(joined, ",");
+        strcat(joined, rl[i]);
+    }
+    af_attr *at = af_node_add_attr(fused, "fusion_rule", AF_ATTR_STRING);
+    if (!at) return false;
+    at->s = joined;
+    at->slen = strlen(joined);
+    at = af_node_add_attr(fused, "fused_nodes", AF_ATTR_STRINGS);
+    if (!at) return false;
+    at->strings = names;
+    at->n = nn;
+    return true;
+}
+
+af_status fu_commit(af_fusion_ctx *cx, af_match *m, af_node *fused, af_value *out,
+                    uint64_t covers, af_error *err) {
+    af_graph *g = fused->graph;
+    AF_ASSERT(g->nnodes > 0 && g->nodes[g->nnodes - 1] == fused && !fused->out[0]);
+    covers &= fu_all(m);
+    uint64_t removed = covers & ~m->keep;
+    int last = -1;
+    for (int i = 0; i < m->n; i++)
+        if ((covers >> i & 1) && m->node[i]->id > last) last = m->node[i]->id;
+    const char *why = NULL;
+    if (last < 0 || !out) why = "nothing to fuse";
+    else if (!out->producer || out->producer->id != last)
+        why = "pattern output is not produced last";
+    if (!why) why = validate(fused, out);
+    if (!why) why = check_inputs(m, fused, removed, last);
+    if (why) {
+        af_node_remove(fused);
+        cx->declined = why;
+        return AF_OK;
+    }
+    const char *rule = m->report_as ? m->report_as : rules[cx->rule].name;
+    if (!provenance(m, fused, covers, rule))
+        return af_node_fail(err, fused, AF_ERR_NOMEM, "out of memory");
+    double flops = 0.0;
+    if (cx->mach) {
+        for (int i = 0; i < m->n; i++) {
+            if (!(covers >> i & 1)) continue;
+            flops += node_flops(cx, m->node[i]);
+            if (removed >> i & 1) cx->unfused += node_time(cx, m->node[i]);
+        }
+    }
+    af_node_set_output(fused, 0, out);
+    af_node_move_last_to(g, last + 1);
+    for (int i = 0; i < m->n; i++)
+        if (removed >> i & 1) af_node_remove(m->node[i]);
+    cx->commits++;
+    cx->declined = NULL;
+    if (cx->mach) {
+        if (!af_arena_grow(g->arena, (void **)&cx->fl, &cx->flcap, cx->nfl + 1, sizeof(fu_flops)))
+            return af_node_fail(err, fused, AF_ERR_NOMEM, "out of memory");
+        cx->fl[cx->nfl++] = (fu_flops){fused, flops};
+        cx->fused += af_cost_time(cx->mach, flops, af_cost_bytes(fused));
+    }
+    return AF_OK;
+}
+
+bool fu_declined(const af_fusion_ctx *cx) {
+    return cx->declined != NULL;
+}
+
+static bool alive(const af_node *n) {
+    const af_graph *g = n->graph;
+    return n->id >= 0 && n->id < g->nnodes && g->nodes[n->id] == n;
+}
+
+void fu_remove_if_dead(af_fusion_ctx *cx, af_node *n) {
+    if (!alive(n)) return;
+    for (int o = 0; o < n->nout; o++)
+        if (n->out[o] && (n->out[o]->nuses > 0 || n->out[o]->is_output)) return;
+    if (cx->mach) cx->unfused += node_time(cx, n);
+    af_node_remove(n);
+}
+
+/* ---- the walk ------------------------------------------------------------------------------ */
+
+static af_fusion_stat *stat_for(af_fusion_report *r, int rule, const char *name) {
+    for (int i = 0; i < r->nstats; i++)
+        if (r->stats[i].rule == rule && !strcmp(r->stats[i].fused_into, name)) return &r->stats[i];
+    if (r->nstats >= AF_FUSION_MAX_STATS) return NULL;
+    af_fusion_stat *s = &r->stats[r->nstats++];
+    memset(s, 0, sizeof *s);
+    s->rule = rule;
+    s->fused_into = name;
+    return s;
+}
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s ? s : "");
+    char *d = malloc(n + 1);
+    if (d) memcpy(d, s ? s : "", n + 1);
+    return d;
+}
+
+/* Note a near miss of the current rule at node `name` (op_type) in the report. */
+static af_status record_miss(af_fusion_ctx *cx, const char *name, const char *op_type,
+                             const char *reason, bool count, af_error *err) {
+    af_fusion_report *r = cx->rep;
+    if (!r) return AF_OK;
+    if (count) {
+        af_fusion_stat *s = stat_for(r, cx->rule, rules[cx->rule].name);
+        if (s) s->matched++;
+    }
+    if (r->nmisses == r->misses_cap) {
+        int cap = r->misses_cap ? r->misses_cap * 2 : 16;
+        af_fusion_miss *nm = realloc(r->misses, (size_t)cap * sizeof *nm);
+        if (!nm) return af_fail(err, AF_ERR_NOMEM, "out of memory recording a near miss");
+        r->misses = nm;
+        r->misses_cap = cap;
+    }
+    af_fusion_miss *mi = &r->misses[r->nmisses];
+    mi->rule = cx->rule;
+    mi->reason = reason;
+    mi->node = dup_str(name);
+    mi->op_type = dup_str(op_type);
+    if (!mi->node || !mi->op_type) {
+        free(mi->node);
+        free(mi->op_type);
+        return af_fail(err, AF_ERR_NOMEM, "out of memory recording a near miss");
+    }
+    r->nmisses++;
+    return AF_OK;
+}
+
+static void record_applied(af_fusion_ctx *cx, const char *name) {
+    if (!cx->rep) return;
+    af_fusion_stat *s = stat_for(cx->rep, cx->rule, name);
+    if (!s) return;
+    s->matched++;
+    s->applied++;
+    s->t_unfused += cx->unfused;
+    s->t_fused += cx->fused;
+}
+
+/* Offer every node of g that existed when the rule started to rule r. */
+static af_status run_rule(af_fusion_ctx *cx, af_graph *g, int r, af_error *err) {
+    const fu_rule *rule = &rules[r];
+    int count = g->nnodes;
+    if (count == 0) return AF_OK;
+    af_node **snap = malloc((size_t)count * sizeof *snap);
+    if (!snap) return af_fail(err, AF_ERR_NOMEM, "out of memory in the fusion engine");
+    memcpy(snap, g->nodes, (size_t)count * sizeof *snap);
+    af_match *m = malloc(sizeof *m);
+    af_status st = m ? AF_OK : af_fail(err, AF_ERR_NOMEM, "out of memory in the fusion engine");
+    cx->rule = r;
+    for (int i = 0; i < count && st == AF_OK; i++) {
+        af_node *n = snap[i];
+        if (!alive(n) || (rule->anchor != AF_OP_COUNT && n->op != rule->anchor)) continue;
+        memset(m, 0, sizeof *m);
+        const char *why = rule->check(cx, n, m);
+        if (why == AF_NO_MATCH) continue;
+        if (!why) why = guard(m, g);
+        if (why == AF_NO_MATCH) continue;
+        if (why) {
+            st = record_miss(cx, n->name, n->op_type, why, true, err);
+            continue;
+        }
+        /* The anchor may be gone after apply; keep what the report needs. */
+        const char *name = n->name, *op_type = n->op_type;
+        cx->declined = NULL;
+        cx->unfused = cx->fused = 0.0;
+        cx->commits = 0;
+        st = rule->apply(cx, m, err);
+        if (st != AF_OK) break;
+        if (cx->commits > 0) {
+            record_applied(cx, m->report_as ? m->report_as : rule->name);
+            if (m->partial) st = record_miss(cx, name, op_type, m->partial, false, err);
+        } else if (cx->declined) {
+            st = record_miss(cx, name, op_type, cx->declined, true, err);
+        }
+    }
+    free(m);
+    free(snap);
+    return st;
+}
+
+static af_status fuse_graph(af_fusion_ctx *cx, af_graph *g, const af_fusion_config *cfg,
+                            af_error *err) {
+    for (int i = 0; i < g->nnodes; i++) {
+        af_node *n = g->nodes[i];
+        for (int a = 0; a < n->nattrs; a++) {
+            af_attr *at = &n->attrs[a];
+            af_status st = at->g ? fuse_graph(cx, at->g, cfg, err) : AF_OK;
+            for (int k = 0; at->graphs && k < at->n && st == AF_OK; k++)
+                st = fuse_graph(cx, at->graphs[k], cfg, err);
+            if (st != AF_OK) return st;
+        }
+    }
+    for (int r = 0; r < AF_RULE_COUNT; r++) {
+        if (cfg && cfg->disabled[r]) continue;
+        af_status st = run_rule(cx, g, r, err);
+        if (st != AF_OK) return st;
+    }
+    return AF_OK;
+}
+
+/* Node count and estimated time of g and its subgraphs. */
+static void graph_totals(const af_fusion_ctx *cx, const af_graph *g, int *count, double *t) {
+    for (int i = 0; i < g->nnodes; i++) {
+        const af_node *n = g->nodes[i];
+        (*count)++;
+        *t += node_time(cx, n);
+        for (int a = 0; a < n->nattrs; a++) {
+            const af_attr *at = &n->attrs[a];
+            if (at->g) graph_totals(cx, at->g, count, t);
+            for (int k = 0; at->graphs && k < at->n; k++) graph_totals(cx, at->graphs[k], count, t);
+        }
+    }
+}
+
+af_status af_fuse(af_graph *g, const af_fusion_config *cfg, af_fusion_report *rep,
+                  af_error *err) {
+    af_fusion_ctx cx;
+    memset(&cx, 0, sizeof cx);
+    cx.rep = rep;
+    if (rep) {
+        cx.mach = af_machine_get();
+        rep->peak_gflops = cx.mach->flops / 1e9;
+        rep->bandwidth_gbs = cx.mach->bandwidth / 1e9;
+        if (cfg) rep->cfg = *cfg;
+        else af_fusion_config_init(&rep->cfg);
+        int count = 0;
+        double t = 0.0;
+        graph_totals(&cx, g, &count, &t);
+        if (rep->ops_before == 0) rep->ops_before = count;
+        rep->t_before = t;
+    }
+    af_status st = fuse_graph(&cx, g, cfg, err);
+    if (st == AF_OK) st = af_graph_infer_shapes(g, err);
+    if (st == AF_OK && rep) {
+        int count = 0;
+        double t = 0.0;
+        graph_totals(&cx, g, &count, &t);
+        rep->ops_after = count;
+        rep->t_after = t;
+    }
+    return st;
+}

@@ -1,0 +1,163 @@
+/* The fusion stage: the rule table (rules.def), the engine that applies it (af_fuse), the
+ * switches that turn rules off, the fusion report and the roofline cost model behind its
+ * estimated speedups. This header is what the pipeline and the CLI use; rule writers also read
+ * src/fusion/rule.h.
+ *
+ * Fused ops (domain "ai.autofusion", rows in src/ir/ops_fused.def, kernels src/kernels/fused*.c).
+ * Every fused node carries "fusion_rule" STRING (the rules that built it, comma-separated in the
+ * order they applied: a ready --disable_fusion value) and "fused_nodes" STRINGS (the names of the
+ * original nodes it replaces). Most carry an epilogue program ("epilogue" INTS, 3 per step
+ * {op, operand, flags}; "epilogue_params" FLOATS, 2 per step; see src/kernels/epilogue.h) whose
+ * operands are inputs of the fused node that broadcast unidirectionally to its output.
+ *   FusedConv        [X, W, B?, operands...]; every Conv attribute + epilogue. BatchNorm is
+ *                    already folded into W and B.
+ *   FusedMatMul      [A, B, bias?, ln_scale?, ln_bias?, operands...]; trans_a, trans_b, alpha,
+ *                    ln_epsilon (LayerNorm prologue over A's last dim, iff ln_scale is given)
+ *                    + epilogue. Y = epilogue(alpha * LN(A) x B + bias), numpy MatMul semantics.
+ *   FusedElementwise [X, operands...]; epilogue over X (output shaped like X).
+ *   ConvPoolFc       [X, Wc, Bc?, Wfc, Bfc?, operands...]; Conv attributes + epilogue (on the
+ *                    conv output) + fc_trans_b: Gemm(GlobalAveragePool(conv), Wfc) + Bfc.
+ *   SqueezeExcite    [X, W1, B1?, W2, B2?]; act/act_params, gate/gate_params (one epilogue op
+ *                    and its 2 params each): Y = X * gate(conv2(act(conv1(GAP(X))))).
+ * ("?" marks an optional input: the slot exists and holds NULL when omitted.)
+ *
+ * Ownership: a config is a plain value; a report owns copies of every string it holds and is
+ * released with af_fusion_report_free.
+ */
+#ifndef AF_FUSION_H
+#define AF_FUSION_H
+
+#include "ir/ir.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+/* ---- the rule table ------------------------------------------------------------------------ */
+
+typedef enum af_rule_id {
+#define AF_RULE(id, name, pattern, anchor, check, apply, conditions) AF_RULE_##id,
+#include "fusion/rules.def"
+#undef AF_RULE
+    AF_RULE_COUNT
+} af_rule_id;
+
+/* Name, pattern and conditions of rule r (static strings); NULL when r is out of range. */
+const char *af_fusion_rule_name(int r);
+const char *af_fusion_rule_pattern(int r);
+const char *af_fusion_rule_conditions(int r);
+/* Rule id of a name or alias ("MatMulBiasReluFusionOp" is MatMulBiasActFusionOp); -1 if none. */
+int af_fusion_rule_find(const char *name);
+/* `autofusion --list-fusions`: every rule with its pattern and conditions, in table order. */
+void af_fusion_list(FILE *f);
+
+/* ---- switches (switches.c) ----------------------------------------------------------------- */
+
+typedef struct af_fusion_config {
+    bool disabled[AF_RULE_COUNT];
+    const char *disabled_as[AF_RULE_COUNT]; /* the name as the user spelled it (static) */
+    const char *disabled_by[AF_RULE_COUNT]; /* where: "--disable_fusion", "AUTOFUSION_DISABLE_LIST",
+                                               "GE_FUSION_DISABLE_LIST", "--fusion_switch_file" */
+} af_fusion_config;
+
+/* Every rule on. The CLI then applies, in this order: af_fusion_switch_file (--fusion_switch_file),
+ * af_fusion_config_env (environment), af_fusion_disable_list (--disable_fusion): a later source
+ * can only add to what is off, except that a switch file's "X:on" turns X back on after its
+ * own "ALL:off". */
+void af_fusion_config_init(af_fusion_config *cfg);
+/* Turn off the rules named in `list` (comma- or space-separated; "ALL" is every rule), recording
+ * `source` (a static string) as the reason. An unknown name is AF_ERR_INVALID_ARG with a message
+ * that lists the valid names; cfg is then unchanged. */
+af_status af_fusion_disable_list(af_fusion_config *cfg, const char *list, const char *source,
+                                 af_error *err);
+/* AUTOFUSION_DISABLE_LIST, then its alias GE_FUSION_DISABLE_LIST, when set. */
+af_status af_fusion_config_env(af_fusion_config *cfg, af_error *err);
+/* ATC's switch file in either form: lines "Name:off" / "Name:on" ('#' comments, blank lines), or
+ * JSON {"Switch": {"GraphFusion": {"ALL": "off", "Name": "on"}}}. "ALL" applies first, then the
+ * named entries. Errors: AF_ERR_IO (unreadable), AF_ERR_PARSE (malformed), AF_ERR_INVALID_ARG
+ * (unknown name or a value other than on/off); cfg is unchanged on error. */
+af_status af_fusion_switch_file(af_fusion_config *cfg, const char *path, af_error *err);
+/* AUTOFUSION_FUSION_LOG (alias GE_GRAPH_FUSION_LOG) is set to something other than "" or "0". */
+bool af_fusion_log_requested(void);
+
+/* ---- the report (report.c) ------------------------------------------------------------------ */
+
+/* One line of the report: the matches of a rule counted under one name (a rule may report some
+ * matches under another name, as MatMulBiasActFusionOp does with MatMulBiasReluFusionOp). */
+typedef struct af_fusion_stat {
+    int rule;
+    const char *fused_into; /* static */
+    int matched;            /* match_times: applied + near misses (near misses count once, on
+                               the rule's own name) */
+    int applied;            /* effect_times */
+    double t_unfused, t_fused; /* estimated seconds of the replaced nodes / the fused nodes */
+} af_fusion_stat;
+
+/* The pattern was found at `node` but a condition refused it. */
+typedef struct af_fusion_miss {
+    int rule;
+    char *node;    /* node name (owned) */
+    char *op_type; /* owned */
+    const char *reason; /* static */
+} af_fusion_miss;
+
+#define AF_FUSION_MAX_STATS (2 * AF_RULE_COUNT)
+
+typedef struct af_fusion_report {
+    char *model; /* owned */
+    af_fusion_stat stats[AF_FUSION_MAX_STATS];
+    int nstats;
+    af_fusion_miss *misses;
+    int nmisses, misses_cap;
+    af_fusion_config cfg; /* copy of the switches in force (for the Disabled lines) */
+    int ops_before, ops_after; /* node counts, subgraphs included */
+    double t_before, t_after;  /* estimated seconds of the whole graph */
+    double peak_gflops, bandwidth_gbs; /* the machine the estimates are for */
+} af_fusion_report;
+
+/* Empty report for `model` (a name for the header line; may be NULL). */
+void af_fusion_report_init(af_fusion_report *r, const char *model);
+void af_fusion_report_free(af_fusion_report *r);
+/* The text report, every line prefixed "[AF] ". */
+void af_fusion_report_print(const af_fusion_report *r, FILE *f);
+/* The JSON report as a malloc'd string (free() it); NULL when out of memory. Keys: "model",
+ * "graph_fusion" {name: {pattern, match_times, effect_times, fused_into, estimated_speedup,
+ * near_misses [{node, op_type, reason}], disabled, disabled_by}}, "ops_before", "ops_after",
+ * "overall_estimated_speedup", "machine" {peak_gflops, bandwidth_gbs}. */
+char *af_fusion_report_json(const af_fusion_report *r);
+af_status af_fusion_report_write_json(const af_fusion_report *r, const char *path, af_error *err);
+/* Applied matches of rule r over all its names (handy for tests and summaries). */
+int af_fusion_report_applied(const af_fusion_report *r, int rule);
+
+/* ---- the engine (engine.c) ------------------------------------------------------------------ */
+
+/* Apply every enabled rule (cfg NULL: all) to g and its subgraphs, in table order, then re-infer
+ * shapes. rep (may be NULL) receives counts, near misses and cost estimates; af_fuse sets
+ * rep->ops_before only when it is still 0, so the caller may record the count of the graph as
+ * imported. On error the graph is still valid (each rewrite is complete or not started). */
+af_status af_fuse(af_graph *g, const af_fusion_config *cfg, af_fusion_report *rep,
+                  af_error *err);
+
+/* ---- the cost model (cost.c) ---------------------------------------------------------------- */
+
+/* One core's measured peak FMA rate and memory bandwidth. */
+typedef struct af_machine {
+    double flops;     /* float32 FLOP/s (an FMA counts 2) */
+    double bandwidth; /* bytes/s (read + write) */
+    char isa[16];     /* "avx512", "avx2", "sse", "c" */
+} af_machine;
+
+/* The machine file path: $AUTOFUSION_MACHINE_FILE, else $XDG_CACHE_HOME/autofusion/machine.json,
+ * else $HOME/.cache/autofusion/machine.json; NULL when none can be formed. */
+const char *af_machine_path(char *buf, size_t len);
+/* Load m from `path` (NULL: af_machine_path) when it holds a valid record, else measure (about
+ * 150 ms) and write the record there (creating the folder; a write failure is not an error). */
+af_status af_machine_calibrate(const char *path, af_machine *m, af_error *err);
+/* The process-wide machine: calibrated once on first use (thread-safe). */
+const af_machine *af_machine_get(void);
+/* Roofline inputs of one node from its input/output types (unknown dims count as 1). */
+double af_cost_flops(const af_node *n);
+double af_cost_bytes(const af_node *n);
+/* Estimated seconds: max(flops / peak, bytes / bandwidth). */
+double af_cost_time(const af_machine *m, double flops, double bytes);
+
+#endif

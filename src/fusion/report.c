@@ -1,0 +1,201 @@
+/* The fusion report, as text in the seed's shape and as JSON (ATC's fusion_result.json keys
+ * match_times/effect_times per pattern, plus ours), and the rule listing of --list-fusions.
+ *
+ * Invariant: a report owns every string it points to except the static rule names and reasons,
+ * so it outlives the model it describes. */
+#include "fusion/fusion.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+void af_fusion_report_init(af_fusion_report *r, const char *model) {
+    memset(r, 0, sizeof *r);
+    af_fusion_config_init(&r->cfg);
+    if (model) {
+        size_t n = strlen(model);
+        r->model = malloc(n + 1);
+        if (r->model) memcpy(r->model, model, n + 1);
+    }
+}
+
+void af_fusion_report_free(af_fusion_report *r) {
+    for (int i = 0; i < r->nmisses; i++) {
+        free(r->misses[i].node);
+        free(r->misses[i].op_type);
+    }
+    free(r->misses);
+    free(r->model);
+    memset(r, 0, sizeof *r);
+}
+
+int af_fusion_report_applied(const af_fusion_report *r, int rule) {
+    int n = 0;
+    for (int i = 0; i < r->nstats; i++)
+        if (r->stats[i].rule == rule) n += r->stats[i].applied;
+    return n;
+}
+
+static double ratio(double unfused, double fused) {
+    return fused > 0.0 ? unfused / fused : 1.0;
+}
+
+/* The pattern label: the name without its "FusionOp" suffix (ConvBNRelu, MatMulBiasRelu...). */
+static int label_len(const char *name) {
+    size_t n = strlen(name), s = strlen("FusionOp");
+    return (int)(n > s && !strcmp(name + n - s, "FusionOp") ? n - s : n);
+}
+
+static int misses_of(const af_fusion_report *r, int rule) {
+    int n = 0;
+    for (int i = 0; i < r->nmisses; i++) n += r->misses[i].rule == rule;
+    return n;
+}
+
+/* "Near misses: 2 (Conv /a: reason; Conv /b: reason) ..." for rule, at most 3 listed. */
+static void print_misses(const af_fusion_report *r, int rule, FILE *f) {
+    int total = misses_of(r, rule), shown = 0;
+    if (!total) return;
+    fprintf(f, "[AF]     Near misses: %d (", total);
+    for (int i = 0; i < r->nmisses && shown < 3; i++) {
+        const af_fusion_miss *m = &r->misses[i];
+        if (m->rule != rule) continue;
+        fprintf(f, "%s%s %s: %s", shown ? "; " : "", m->op_type, m->node, m->reason);
+        shown++;
+    }
+    fprintf(f, ")%s\n", total > shown ? " ..." : "");
+}
+
+void af_fusion_report_print(const af_fusion_report *r, FILE *f) {
+    fprintf(f, "[AF] Graph Fusion Report: %s\n", r->model ? r->model : "<model>");
+    for (int rule = 0; rule < AF_RULE_COUNT; rule++) {
+        bool any = false;
+        for (int i = 0; i < r->nstats; i++) {
+            const af_fusion_stat *s = &r->stats[i];
+            if (s->rule != rule || s->applied == 0) continue;
+            fprintf(f, "[AF]   Pattern: %-18.*s Matched: %-4d Fused into: %-26s Estimated speedup: "
+                    "%.2fx\n",
+                    label_len(s->fused_into), s->fused_into, s->applied, s->fused_into,
+                    ratio(s->t_unfused, s->t_fused));
+            any = true;
+        }
+        if (!any && misses_of(r, rule)) {
+            const char *name = af_fusion_rule_name(rule);
+            fprintf(f, "[AF]   Pattern: %-18.*s Matched: %-4d Fused into: %s\n", label_len(name),
+                    name, 0, name);
+        }
+        print_misses(r, rule, f);
+    }
+    for (int rule = 0; rule < AF_RULE_COUNT; rule++)
+        if (r->cfg.disabled[rule])
+            fprintf(f, "[AF]   Disabled: %s (%s)\n",
+                    r->cfg.disabled_as[rule] ? r->cfg.disabled_as[rule]
+                                             : af_fusion_rule_name(rule),
+                    r->cfg.disabled_by[rule] ? r->cfg.disabled_by[rule] : "switch");
+    fprintf(f, "[AF] Total operators before fusion: %d\n", r->ops_before);
+    fprintf(f, "[AF] Total operators after fusion: %d\n", r->ops_after);
+    fprintf(f, "[AF] Overall estimated speedup: %.2fx\n", ratio(r->t_before, r->t_after));
+}
+
+/* Two decimals, as the text shows. */
+static json_t *speedup(double unfused, double fused) {
+    return json_real((double)(long long)(ratio(unfused, fused) * 100.0 + 0.5) / 100.0);
+}
+
+/* One entry of "graph_fusion"; NULL when out of memory. */
+static json_t *pattern_json(const af_fusion_report *r, int rule, const char *name,
+                            const af_fusion_stat *s, bool primary) {
+    json_t *o = json_object(), *nm = json_array();
+    if (!o || !nm) {
+        json_decref(o);
+        json_decref(nm);
+        return NULL;
+    }
+    int fail = 0;
+    fail |= json_object_set_new(o, "pattern", json_string(af_fusion_rule_pattern(rule)));
+    fail |= json_object_set_new(o, "match_times", json_integer(s ? s->matched : 0));
+    fail |= json_object_set_new(o, "effect_times", json_integer(s ? s->applied : 0));
+    fail |= json_object_set_new(o, "fused_into", json_string(name));
+    fail |= json_object_set_new(o, "estimated_speedup",
+                                s && s->applied ? speedup(s->t_unfused, s->t_fused) : json_null());
+    for (int i = 0; primary && i < r->nmisses; i++) {
+        const af_fusion_miss *m = &r->misses[i];
+        if (m->rule != rule) continue;
+        json_t *e = json_pack("{s:s, s:s, s:s}", "node", m->node, "op_type", m->op_type,
+                              "reason", m->reason);
+        fail |= !e || json_array_append_new(nm, e);
+    }
+    fail |= json_object_set_new(o, "near_misses", nm);
+    fail |= json_object_set_new(o, "disabled", json_boolean(r->cfg.disabled[rule]));
+    if (r->cfg.disabled[rule])
+        fail |= json_object_set_new(o, "disabled_by", json_string(r->cfg.disabled_by[rule]
+                                                                      ? r->cfg.disabled_by[rule]
+                                                                      : "switch"));
+    if (fail) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+char *af_fusion_report_json(const af_fusion_report *r) {
+    json_t *root = json_object(), *gf = json_object();
+    char *out = NULL;
+    int fail = !root || !gf;
+    for (int rule = 0; rule < AF_RULE_COUNT && !fail; rule++) {
+        const char *name = af_fusion_rule_name(rule);
+        const af_fusion_stat *own = NULL;
+        for (int i = 0; i < r->nstats; i++)
+            if (r->stats[i].rule == rule && !strcmp(r->stats[i].fused_into, name))
+                own = &r->stats[i];
+        json_t *p = pattern_json(r, rule, name, own, true);
+        fail |= !p || json_object_set_new(gf, name, p);
+        for (int i = 0; i < r->nstats && !fail; i++) {
+            const af_fusion_stat *s = &r->stats[i];
+            if (s->rule != rule || s == own) continue;
+            p = pattern_json(r, rule, s->fused_into, s, false);
+            fail |= !p || json_object_set_new(gf, s->fused_into, p);
+        }
+    }
+    if (!fail) {
+        fail |= json_object_set_new(root, "model", json_string(r->model ? r->model : ""));
+        fail |= json_object_set_new(root, "graph_fusion", gf);
+        gf = NULL;
+        fail |= json_object_set_new(root, "ops_before", json_integer(r->ops_before));
+        fail |= json_object_set_new(root, "ops_after", json_integer(r->ops_after));
+        fail |= json_object_set_new(root, "overall_estimated_speedup",
+                                    speedup(r->t_before, r->t_after));
+        json_t *mach = json_pack("{s:f, s:f}", "peak_gflops", r->peak_gflops, "bandwidth_gbs",
+                                 r->bandwidth_gbs);
+        fail |= !mach || json_object_set_new(root, "machine", mach);
+    }
+    if (!fail) out = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(gf);
+    json_decref(root);
+    return out;
+}
+
+af_status af_fusion_report_write_json(const af_fusion_report *r, const char *path,
+                                      af_error *err) {
+    char *s = af_fusion_report_json(r);
+    if (!s) return af_fail(err, AF_ERR_NOMEM, "out of memory writing the fusion report");
+    FILE *f = fopen(path, "w");
+    af_status st = AF_OK;
+    if (!f) {
+        st = af_fail(err, AF_ERR_IO, "%s: cannot write the fusion report", path);
+    } else {
+        bool ok = fputs(s, f) >= 0 && fputc('\n', f) != EOF;
+        if (fclose(f) != 0 || !ok) st = af_fail(err, AF_ERR_IO, "%s: write failed", path);
+    }
+    free(s);
+    return st;
+}
+
+void af_fusion_list(FILE *f) {
+    for (int r = 0; r < AF_RULE_COUNT; r++) {
+        fprintf(f, "%s\n  pattern:    %s\n  conditions: %s\n", af_fusion_rule_name(r),
+                af_fusion_rule_pattern(r), af_fusion_rule_conditions(r));
+        if (r == AF_RULE_MATMUL_BIAS_ACT)
+            fprintf(f, "  alias:      MatMulBiasReluFusionOp\n");
+    }
+}

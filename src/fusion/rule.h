@@ -1,0 +1,175 @@
+/* The rule writer's API: what a rule's check and apply receive, and the engine's helpers for
+ * matching, guarding, building epilogue programs and committing a rewrite.
+ *
+ * A rule is one row of rules.def plus two functions in src/fusion/rules/<family>.c:
+ *   const char *check(af_fusion_ctx *cx, af_node *anchor, af_match *m)
+ *       Looks at the graph around `anchor` WITHOUT changing it and fills m: the nodes it covers
+ *       (anchor first), the pattern's output value(s) in m->out, and whatever apply needs in the
+ *       scratch fields. Returns NULL (fuse it), AF_NO_MATCH (the pattern is not here: nothing to
+ *       report) or a short static reason ("output feeds 2 consumers"): the pattern is here but a
+ *       condition refuses it, which the report lists as a near miss.
+ *   af_status apply(af_fusion_ctx *cx, af_match *m, af_error *err)
+ *       Builds the fused node(s) with fu_node_new and hands each to fu_commit. Fails only when
+ *       out of memory; a rewrite the fused op's shape function rejects is declined by fu_commit
+ *       (a near miss), never half done.
+ * Between the two the engine runs the standard guards on m, so rules need not repeat them:
+ *   - every covered node is in the anchor's graph;
+ *   - every output of a covered node that is not kept (m->keep) and not a pattern output
+ *     (m->out) is an intermediate: not a graph output and read only by covered nodes;
+ *   - the pattern outputs and the anchor's first input and output are float32.
+ * Rules check the rest (constants, shapes, broadcasts, attributes) with the helpers below;
+ * fu_edge and fu_fits give the standard reasons so that the report speaks one language.
+ */
+#ifndef AF_FUSION_RULE_H
+#define AF_FUSION_RULE_H
+
+#include "fusion/fusion.h"
+#include "kernels/epilogue.h"
+
+/* check's answer when the pattern is not present at the anchor (not a near miss). */
+extern const char af_no_match[];
+#define AF_NO_MATCH af_no_match
+
+#define AF_MATCH_MAX 64 /* nodes one match may cover (bits of af_match.keep) */
+#define AF_MATCH_OUT_MAX 8
+
+typedef struct af_fusion_ctx af_fusion_ctx;
+
+/* An epilogue program under construction: steps with their operand values. */
+typedef struct fu_epi {
+    int n;
+    int64_t op[AF_EP_MAX_STEPS];
+    int64_t flags[AF_EP_MAX_STEPS];
+    float p0[AF_EP_MAX_STEPS], p1[AF_EP_MAX_STEPS];
+    af_value *operand[AF_EP_MAX_STEPS]; /* binary steps; NULL for unary ones */
+} fu_epi;
+
+typedef struct af_match {
+    af_node *node[AF_MATCH_MAX]; /* covered nodes, anchor first */
+    int n;
+    uint64_t keep;               /* bit i: node[i] stays (something outside also reads it) */
+    af_value *out[AF_MATCH_OUT_MAX]; /* values read after the pattern */
+    int nout;
+    const char *report_as; /* count this match under another name (static); NULL: the rule's */
+    const char *partial;   /* a condition that stopped the match short of a bigger pattern
+                              (the report notes it as a near miss although something fused) */
+    /* Scratch from check to apply, free for the rule's use. */
+    fu_epi epi;
+    af_node *core;
+    af_value *val[8];
+    int64_t ival[8];
+    float fval[8];
+} af_match;
+
+/* Declarations of every rule's check and apply. */
+#define AF_RULE(id, name, pattern, anchor, check, apply, conditions)                             \
+    const char *check(af_fusion_ctx *, af_node *, af_match *);                                 \
+    af_status apply(af_fusion_ctx *, af_match *, af_error *);
+#include "fusion/rules.def"
+#undef AF_RULE
+
+/* ---- matching and guards (engine.c) ---------------------------------------------------------- */
+
+/* Add n to the covered nodes; false when the match is full (the rule then refuses). */
+bool fu_match_add(af_match *m, af_node *n);
+/* Index of n among the covered nodes, or -1. */
+int fu_match_index(const af_match *m, const af_node *n);
+/* Mark node n (covered) as kept: it stays in the graph for its other readers. */
+void fu_match_keep(af_match *m, const af_node *n);
+/* Set the single pattern output. */
+void fu_match_output(af_match *m, af_value *v);
+
+/* A constant whose value may be used at compile time: not an overridable graph input, data
+ * present and covering its known dims. */
+bool fu_is_const(const af_value *v);
+/* A float32 value (v may be NULL: false). */
+bool fu_is_f32(const af_value *v);
+/* The only node reading v, in v's graph; NULL when v has no reader or several. */
+af_node *fu_sole_reader(const af_value *v);
+/* The standard intermediate guard: NULL when v may disappear inside a fused op (one reader, not a
+ * graph output), else "intermediate is a graph output" / "output feeds N consumers". */
+const char *fu_edge(const af_value *v);
+/* The standard broadcast guard: NULL when `operand` broadcasts unidirectionally (numpy) to the
+ * type `out` with every dim known, else "broadcast does not fit the output" / "shape is not
+ * known". */
+const char *fu_fits(const af_tensor *operand, const af_tensor *out);
+/* Both types have the same rank and the same known dims. */
+bool fu_same_shape(const af_tensor *a, const af_tensor *b);
+
+/* ---- epilogue programs (chain.c) -------------------------------------------------------------- */
+
+void fu_epi_init(fu_epi *e);
+/* The epilogue op and parameters of an activation node (Relu, Clip with constant bounds,
+ * LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Silu, Gelu, Tanh, Elu); false for anything else. */
+bool fu_act_op(const af_node *n, int64_t *op, float *p0, float *p1);
+/* Append node n, which reads the chain value y (its other input, for a binary op, is the operand),
+ * as a step of a program whose output type is `out`. NULL when appended; AF_NO_MATCH when n is
+ * not an op an epilogue can express this way (or the program is full); else a reason (the operand
+ * does not fit the output, dtype...). */
+const char *fu_epi_append(fu_epi *e, const af_node *n, const af_value *y, const af_tensor *out);
+/* Load the program of an existing fused node: its operands are its inputs from `first` on. */
+const char *fu_epi_load(fu_epi *e, const af_node *fused, int first);
+/* Operand count (one input slot each, in step order). */
+int fu_epi_operands(const fu_epi *e);
+/* Write the program into dst: operands into inputs first.. (dst must have them), attributes
+ * "epilogue"/"epilogue_params" (none when the program is empty). */
+af_status fu_epi_emit(af_node *dst, const fu_epi *e, int first, af_error *err);
+
+/* ---- fused cores (core.c) --------------------------------------------------------------------- */
+
+/* The core of a FusedConv, FusedMatMul or FusedElementwise taken from a Conv, MatMul, Gemm or an
+ * existing fused node, with its epilogue program so far (rules append steps to c->epi). */
+typedef struct fu_core {
+    af_node *src;
+    af_op op;         /* AF_OP_FUSED_CONV, AF_OP_FUSED_MATMUL or AF_OP_FUSED_ELEMENTWISE */
+    int nfixed;       /* inputs before the epilogue operands: 3, 5 or 1 */
+    af_value *in[5];  /* those inputs (NULL: omitted) */
+    bool ln;          /* FusedMatMul: LayerNorm prologue (in[3], in[4]) with ln_epsilon */
+    float ln_epsilon;
+    float c_scale;    /* Gemm: beta, folded into a new constant C when not 1 */
+    int c_step;       /* Gemm: C's epilogue step, or -1 (C in the bias slot or absent) */
+    fu_epi epi;
+} fu_core;
+
+/* Is op one a core can be taken from? */
+bool fu_core_op(af_op op);
+/* Describe src's core without changing the graph: NULL, AF_NO_MATCH (src is not a core op) or a
+ * reason (a Gemm C that cannot be expressed, a malformed fused node). */
+const char *fu_core_init(fu_core *c, af_node *src);
+/* Make the fused node (appended to src's graph, output slot empty, ready for fu_commit): fixed
+ * inputs, src's attributes, trans/alpha for a Gemm, ln_epsilon, the epilogue. NULL when out of
+ * memory (err set). */
+af_node *fu_core_build(fu_core *c, const char *name, af_error *err);
+
+/* ---- building and committing (engine.c) ------------------------------------------------------- */
+
+/* A new node of our domain with nin inputs (all NULL) and one output slot, appended to g. */
+af_node *fu_node_new(af_graph *g, af_op op, const char *name, int nin);
+/* Copy src's attributes to dst, except the epilogue and provenance ones. */
+bool fu_copy_attrs(af_node *dst, const af_node *src);
+bool fu_set_int(af_node *n, const char *name, int64_t v);
+bool fu_set_float(af_node *n, const char *name, float v);
+bool fu_set_ints(af_node *n, const char *name, const int64_t *v, int count);
+bool fu_set_floats(af_node *n, const char *name, const float *v, int count);
+/* A new float32 constant named after hint (data zeroed, to be filled); NULL when out of memory. */
+af_value *fu_const(af_graph *g, const char *hint, int rank, const int64_t *dims);
+
+/* Put `fused` (built by fu_node_new, inputs set, output slot empty) in place of the covered nodes
+ * whose bits are set in `covers`: its shape function must accept the inputs and give `out`'s
+ * type, else the rewrite is declined (fused is removed, the graph untouched, the engine records a
+ * near miss). On success: fused produces `out`, sits right after the last covered node, carries
+ * the provenance attributes, and every covered node not kept is removed. Covered kept nodes count
+ * in fused_nodes but stay. Returns AF_OK in both cases; an error only when out of memory. */
+af_status fu_commit(af_fusion_ctx *cx, af_match *m, af_node *fused, af_value *out,
+                    uint64_t covers, af_error *err);
+/* True when the last fu_commit of this match was declined. */
+bool fu_declined(const af_fusion_ctx *cx);
+/* Remove n when nothing reads its outputs any more and none is a graph output (e.g. a kept
+ * LayerNorm whose readers all became fused). */
+void fu_remove_if_dead(af_fusion_ctx *cx, af_node *n);
+/* Every bit of a match of n nodes. */
+static inline uint64_t fu_all(const af_match *m) {
+    return m->n >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << m->n) - 1);
+}
+
+#endif

@@ -1,0 +1,366 @@
+/* The convolution rules:
+ *  ConvBNReluFusionOp    Conv [+ BatchNormalization] [+ Add] [+ activation] -> FusedConv, the BN
+ *                        folded into new weights and bias (inference semantics, any group and
+ *                        dilation), the Add and the activation as epilogue steps;
+ *  ConvPoolFcFusionOp    Conv|FusedConv -> GlobalAveragePool -> Flatten|Reshape|Squeeze to
+ *                        [N, C] -> Gemm|MatMul  ->  ConvPoolFc;
+ *  SqueezeExciteFusionOp GlobalAveragePool -> 1x1 Conv -> act -> 1x1 Conv -> Sigmoid|HardSigmoid
+ *                        -> Mul with the pooled tensor's input  ->  SqueezeExcite.
+ *
+ * Invariant: checks only read the graph; a check that accepts has verified every shape,
+ * constant and attribute its apply reads, so apply only allocates and rewires. */
+#include "fusion/rule.h"
+
+#include <math.h>
+#include <string.h>
+
+static af_value *input(const af_node *n, int i) {
+    return i < n->nin ? n->in[i] : NULL;
+}
+
+/* The first node reading v at input slot `slot` (-1: any slot) with op `op`; NULL if none. */
+static af_node *reader(const af_value *v, af_op op, int slot) {
+    for (int u = 0; v && u < v->nuses; u++) {
+        af_node *r = v->uses[u].node;
+        if (r->op == op && (slot < 0 || v->uses[u].slot == slot) && r->graph == v->graph) return r;
+    }
+    return NULL;
+}
+
+/* A float32 constant [n] (1-D). */
+static bool const_vec(const af_value *v, int64_t n) {
+    return fu_is_const(v) && fu_is_f32(v) && v->type.rank == 1 && v->type.dims[0] == n;
+}
+
+static bool all_known(const af_tensor *t) {
+    if (t->rank < 0) return false;
+    for (int i = 0; i < t->rank; i++)
+        if (t->dims[i] < 0) return false;
+    return true;
+}
+
+/* ---- ConvBNReluFusionOp -------------------------------------------------------------------- */
+
+/* Scratch use: m->core = the BatchNormalization (or NULL). */
+
+/* Can BN be folded into conv's weights? */
+static const char *bn_foldable(const af_node *conv, const af_node *bn) {
+    const af_value *w = input(conv, 1), *b = input(conv, 2);
+    if (bn->nin < 5) return "BatchNormalization lacks parameters";
+    if (af_attr_int(bn, "training_mode", 0) != 0) return "BatchNormalization is in training mode";
+    if (af_attr_int(bn, "spatial", 1) != 1) return "BatchNormalization is not spatial";
+    for (int o = 1; o < bn->nout; o++)
+        if (bn->out[o] && (bn->out[o]->nuses > 0 || bn->out[o]->is_output))
+            return "BatchNormalization statistics outputs are used";
+    if (!fu_is_const(w)) return "weights are not constant";
+    if (!fu_is_f32(w) || w->type.rank < 3 || w->type.dims[0] <= 0)
+        return "weights are not constant float32";
+    int64_t c = w->type.dims[0];
+    if (b && !const_vec(b, c)) return "bias is not constant";
+    for (int i = 1; i < 5; i++)
+        if (!const_vec(input(bn, i), c)) return "BatchNormalization parameters are not constant";
+    return NULL;
+}
+
+/* Does a reader of v start something this rule fuses? */
+static bool fusable_follower(const af_value *v) {
+    for (int u = 0; u < v->nuses; u++) {
+        const af_node *r = v->uses[u].node;
+        int64_t op;
+        float p0, p1;
+        if ((r->op == AF_OP_BATCH_NORMALIZATION && v->uses[u].slot == 0) || r->op == AF_OP_ADD ||
+            (fu_act_op(r, &op, &p0, &p1) && v->uses[u].slot == 0))
+            return true;
+    }
+    return false;
+}
+
+const char *fr_conv_check(af_fusion_ctx *cx, af_node *conv, af_match *m) {
+    (void)cx;
+    fu_core core;
+    af_value *y = conv->nout > 0 ? conv->out[0] : NULL;
+    if (!y || fu_core_init(&core, conv) || !fusable_follower(y)) return AF_NO_MATCH;
+    const char *why = fu_edge(y);
+    if (why) return why;
+    const af_tensor *out = &y->type;
+    fu_match_add(m, conv);
+    af_node *next = fu_sole_reader(y);
+    if (next->op == AF_OP_BATCH_NORMALIZATION) {
+        if (next->in[0] != y || !next->out[0]) return AF_NO_MATCH;
+        why = bn_foldable(conv, next);
+        if (why) return why;
+        fu_match_add(m, next);
+        m->core = next;
+        y = next->out[0];
+        next = fu_edge(y) ? NULL : fu_sole_reader(y);
+    }
+    if (next && next->op == AF_OP_ADD) {
+        why = fu_epi_append(&m->epi, next, y, out);
+        if (!why) {
+            fu_match_add(m, next);
+            y = next->out[0];
+            next = fu_edge(y) ? NULL : fu_sole_reader(y);
+        } else if (why != AF_NO_MATCH) {
+            if (m->n == 1) return why;
+            m->partial = why;
+            next = NULL;
+        }
+    }
+    int64_t op;
+    float p0, p1;
+    if (next && fu_act_op(next, &op, &p0, &p1) && !fu_epi_append(&m->epi, next, y, out)) {
+        fu_match_add(m, next);
+        y = next->out[0];
+    }
+    if (m->n == 1) return AF_NO_MATCH;
+    fu_match_output(m, y);
+    return NULL;
+}
+
+/* W' = W * s and B' = (B - mean) * s + beta with s = gamma / sqrt(var + eps), per output
+ * channel, in double. */
+static af_status fold_bn(af_node *conv, const af_node *bn, af_value **w_out, af_value **b_out,
+                         af_error *err) {
+    const af_value *w = conv->in[1], *b = input(conv, 2);
+    int64_t c = w->type.dims[0], numel = af_tensor_numel(&w->type), per = numel / c;
+    af_value *nw = fu_const(conv->graph, "bnfold_w", w->type.rank, w->type.dims);
+    af_value *nb = fu_const(conv->graph, "bnfold_b", 1, &c);
+    if (!nw || !nb) return af_node_fail(err, conv, AF_ERR_NOMEM, "out of memory");
+    const float *gamma = bn->in[1]->type.data, *beta = bn->in[2]->type.data;
+    const float *mean = bn->in[3]->type.data, *var = bn->in[4]->type.data;
+    const float *ws = w->type.data, *bs = b ? b->type.data : NULL;
+    float *wd = nw->type.data, *bd = nb->type.data;
+    double eps = af_attr_float(bn, "epsilon", 1e-5f);
+    for (int64_t o = 0; o < c; o++) {
+        double s = (double)gamma[o] / sqrt((double)var[o] + eps);
+        for (int64_t k = 0; k < per; k++) wd[o * per + k] = (float)((double)ws[o * per + k] * s);
+        bd[o] = (float)(((bs ? (double)bs[o] : 0.0) - mean[o]) * s + beta[o]);
+    }
+    *w_out = nw;
+    *b_out = nb;
+    return AF_OK;
+}
+
+af_status fr_conv_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
+    af_node *conv = m->node[0];
+    fu_core core;
+    fu_core_init(&core, conv);
+    if (m->core) {
+        af_status st = fold_bn(conv, m->core, &core.in[1], &core.in[2], err);
+        if (st != AF_OK) return st;
+    }
+    core.epi = m->epi;
+    af_node *f = fu_core_build(&core, conv->name, err);
+    if (!f) return err ? err->code : AF_ERR_NOMEM;
+    return fu_commit(cx, m, f, m->out[0], fu_all(m), err);
+}
+
+/* ---- ConvPoolFcFusionOp -------------------------------------------------------------------- */
+
+/* Scratch use: node[0] GAP, node[1] conv, node[2] flatten, node[3] FC. */
+
+/* pooled [N, C, 1...] -> f's output [N, C]. */
+static bool flattens(const af_node *f, const af_value *pooled) {
+    if (f->op != AF_OP_FLATTEN && f->op != AF_OP_RESHAPE && f->op != AF_OP_SQUEEZE) return false;
+    const af_tensor *p = &pooled->type, *o = f->nout > 0 && f->out[0] ? &f->out[0]->type : NULL;
+    if (!o || !all_known(p) || p->rank < 3 || !all_known(o) || o->rank != 2) return false;
+    for (int i = 2; i < p->rank; i++)
+        if (p->dims[i] != 1) return false;
+    return o->dims[0] == p->dims[0] && o->dims[1] == p->dims[1];
+}
+
+/* The flatten-like reader of pooled and the Gemm/MatMul reading its output as A. */
+static bool head_shape(const af_value *pooled, af_node **flat, af_node **fc) {
+    for (int u = 0; u < pooled->nuses; u++) {
+        af_node *f = pooled->uses[u].node;
+        if (f->graph != pooled->graph || pooled->uses[u].slot != 0 || !flattens(f, pooled))
+            continue;
+        af_node *g = reader(f->out[0], AF_OP_GEMM, 0);
+        if (!g) g = reader(f->out[0], AF_OP_MATMUL, 0);
+        if (g && g->nout > 0 && g->out[0]) {
+            *flat = f;
+            *fc = g;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The FC weights and bias: Gemm without transA; alpha and a scaled C need constants. */
+static const char *fc_ok(const af_node *fc) {
+    const af_value *w = input(fc, 1), *c = input(fc, 2);
+    if (!w || !fu_is_f32(w) || w->type.rank != 2) return "FC weights are not 2-D float32";
+    if (fc->op == AF_OP_MATMUL) return fc->nin == 2 ? NULL : AF_NO_MATCH;
+    if (af_attr_int(fc, "transA", 0) != 0) return "Gemm transposes A";
+    if (fc->nin > 3) return AF_NO_MATCH;
+    if (af_attr_float(fc, "alpha", 1.0f) != 1.0f && !fu_is_const(w))
+        return "Gemm scales weights that are not constant";
+    float beta = af_attr_float(fc, "beta", 1.0f);
+    if (c && beta != 0.0f) {
+        if (!fu_is_f32(c)) return "dtype is not float32";
+        if (beta != 1.0f && !fu_is_const(c)) return "Gemm scales a C that is not constant";
+        if (c->type.rank > 2) return "broadcast does not fit the output";
+        return fu_fits(&c->type, &fc->out[0]->type);
+    }
+    return NULL;
+}
+
+const char *fr_cpf_check(af_fusion_ctx *cx, af_node *gap, af_match *m) {
+    (void)cx;
+    af_value *x = input(gap, 0), *pooled = gap->nout > 0 ? gap->out[0] : NULL;
+    af_node *conv = x ? x->producer : NULL, *flat = NULL, *fc = NULL;
+    if (!conv || !pooled || conv->graph != gap->graph ||
+        (conv->op != AF_OP_CONV && conv->op != AF_OP_FUSED_CONV) || conv->out[0] != x ||
+        !head_shape(pooled, &flat, &fc))
+        return AF_NO_MATCH;
+    fu_core core;
+    const char *why = fu_core_init(&core, conv);
+    if (!why) why = fu_edge(x);
+    if (!why) why = fu_edge(pooled);
+    if (!why) why = fu_edge(flat->out[0]);
+    if (!why) why = fc_ok(fc);
+    if (why) return why;
+    fu_match_add(m, gap);
+    fu_match_add(m, conv);
+    fu_match_add(m, flat);
+    fu_match_add(m, fc);
+    fu_match_output(m, fc->out[0]);
+    return NULL;
+}
+
+/* Wfc scaled by alpha / C scaled by beta, as new constants when needed. */
+static af_value *scaled(af_node *fc, af_value *v, float s, const char *hint, af_error *err) {
+    if (s == 1.0f) return v;
+    af_value *nv = fu_const(fc->graph, hint, v->type.rank, v->type.dims);
+    if (!nv) {
+        af_node_fail(err, fc, AF_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    int64_t numel = af_tensor_numel(&v->type);
+    const float *src = v->type.data;
+    float *dst = nv->type.data;
+    for (int64_t i = 0; i < numel; i++) dst[i] = (float)((double)src[i] * s);
+    return nv;
+}
+
+af_status fr_cpf_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
+    af_node *conv = m->node[1], *fc = m->node[3];
+    fu_core core;
+    fu_core_init(&core, conv);
+    af_value *wfc = fc->in[1], *bfc = NULL;
+    bool gemm = fc->op == AF_OP_GEMM;
+    if (gemm) {
+        wfc = scaled(fc, wfc, af_attr_float(fc, "alpha", 1.0f), "fc_w_scaled", err);
+        float beta = af_attr_float(fc, "beta", 1.0f);
+        if (input(fc, 2) && beta != 0.0f) bfc = scaled(fc, fc->in[2], beta, "fc_b_scaled", err);
+        if (!wfc || (input(fc, 2) && beta != 0.0f && !bfc)) return err ? err->code : AF_ERR_NOMEM;
+    }
+    af_node *f = fu_node_new(conv->graph, AF_OP_CONV_POOL_FC, conv->name,
+                             5 + fu_epi_operands(&core.epi));
+    if (!f || !fu_copy_attrs(f, conv) ||
+        (gemm && af_attr_int(fc, "transB", 0) && !fu_set_int(f, "fc_trans_b", 1)))
+        return af_node_fail(err, conv, AF_ERR_NOMEM, "out of memory");
+    af_node_set_input(f, 0, core.in[0]);
+    af_node_set_input(f, 1, core.in[1]);
+    if (core.in[2]) af_node_set_input(f, 2, core.in[2]);
+    af_node_set_input(f, 3, wfc);
+    if (bfc) af_node_set_input(f, 4, bfc);
+    af_status st = fu_epi_emit(f, &core.epi, 5, err);
+    if (st != AF_OK) return st;
+    return fu_commit(cx, m, f, m->out[0], fu_all(m), err);
+}
+
+/* ---- SqueezeExciteFusionOp ----------------------------------------------------------------- */
+
+/* Scratch use: node[] = GAP, conv1, act, conv2, gate, Mul. */
+
+/* The first reader of v that is an epilogue activation (not a gate). */
+static af_node *act_reader(const af_value *v) {
+    for (int u = 0; v && u < v->nuses; u++) {
+        af_node *r = v->uses[u].node;
+        int64_t op;
+        float p0, p1;
+        if (r->graph == v->graph && fu_act_op(r, &op, &p0, &p1) && r->in[0] == v) return r;
+    }
+    return NULL;
+}
+
+static af_node *gate_reader(const af_value *v) {
+    af_node *g = reader(v, AF_OP_SIGMOID, 0);
+    return g ? g : reader(v, AF_OP_HARD_SIGMOID, 0);
+}
+
+/* The Mul of v with x (either order). */
+static af_node *mul_with(const af_value *v, const af_value *x) {
+    for (int u = 0; v && u < v->nuses; u++) {
+        af_node *r = v->uses[u].node;
+        if (r->op == AF_OP_MUL && r->nin == 2 && r->graph == v->graph &&
+            ((r->in[0] == v && r->in[1] == x) || (r->in[1] == v && r->in[0] == x)))
+            return r;
+    }
+    return NULL;
+}
+
+/* A 1x1 conv from `cin` to `cout` channels on an [N, cin, 1...] input, group 1, giving
+ * [N, cout, 1...]; cout < 0 takes W's. */
+static const char *pointwise(const af_node *conv, int64_t cin, int64_t cout, int rank) {
+    const af_value *w = input(conv, 1), *b = input(conv, 2), *y = conv->out[0];
+    if (!w || !y || conv->nin > 3) return AF_NO_MATCH;
+    if (af_attr_int(conv, "group", 1) != 1) return "excite conv has groups";
+    const af_tensor *wt = &w->type, *yt = &y->type;
+    if (!all_known(wt) || !all_known(yt) || wt->rank != rank || yt->rank != rank)
+        return "shape is not known";
+    if (wt->dims[1] != cin || (cout >= 0 && wt->dims[0] != cout))
+        return "excite convs do not match the channels";
+    for (int i = 2; i < rank; i++)
+        if (wt->dims[i] != 1 || yt->dims[i] != 1) return "excite conv is not 1x1 on the pooled map";
+    if (yt->dims[1] != wt->dims[0]) return "shape is not known";
+    if (b && !(fu_is_f32(b) && b->type.rank == 1 && b->type.dims[0] == wt->dims[0]))
+        return "excite conv bias is not 1-D";
+    return NULL;
+}
+
+const char *fr_se_check(af_fusion_ctx *cx, af_node *gap, af_match *m) {
+    (void)cx;
+    af_value *x = input(gap, 0), *pooled = gap->nout > 0 ? gap->out[0] : NULL;
+    af_node *c1 = reader(pooled, AF_OP_CONV, 0);
+    af_node *act = c1 ? act_reader(c1->out[0]) : NULL;
+    af_node *c2 = act ? reader(act->out[0], AF_OP_CONV, 0) : NULL;
+    af_node *gate = c2 ? gate_reader(c2->out[0]) : NULL;
+    af_node *mul = gate ? mul_with(gate->out[0], x) : NULL;
+    if (!x || !mul || !mul->out[0]) return AF_NO_MATCH;
+    const af_tensor *xt = &x->type;
+    if (!all_known(xt) || xt->rank < 3 || !fu_same_shape(&mul->out[0]->type, xt))
+        return "shape is not known";
+    const char *why = fu_edge(pooled);
+    if (!why) why = fu_edge(c1->out[0]);
+    if (!why) why = fu_edge(act->out[0]);
+    if (!why) why = fu_edge(c2->out[0]);
+    if (!why) why = fu_edge(gate->out[0]);
+    if (!why) why = pointwise(c1, xt->dims[1], -1, xt->rank);
+    if (!why) why = pointwise(c2, c1->in[1]->type.dims[0], xt->dims[1], xt->rank);
+    if (why) return why;
+    const af_node *nodes[6] = {gap, c1, act, c2, gate, mul};
+    for (int i = 0; i < 6; i++) fu_match_add(m, (af_node *)nodes[i]);
+    fu_match_output(m, mul->out[0]);
+    return NULL;
+}
+
+af_status fr_se_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
+    af_node *gap = m->node[0], *c1 = m->node[1], *act = m->node[2], *c2 = m->node[3];
+    af_node *gate = m->node[4];
+    int64_t aop, gop;
+    float ap[2], gp[2];
+    fu_act_op(act, &aop, &ap[0], &ap[1]);
+    fu_act_op(gate, &gop, &gp[0], &gp[1]);
+    af_node *f = fu_node_new(gap->graph, AF_OP_SQUEEZE_EXCITE, gap->name, 5);
+    if (!f || !fu_set_ints(f, "act", &aop, 1) || !fu_set_floats(f, "act_params", ap, 2) ||
+        !fu_set_ints(f, "gate", &gop, 1) || !fu_set_floats(f, "gate_params", gp, 2))
+        return af_node_fail(err, gap, AF_ERR_NOMEM, "out of memory");
+    af_node_set_input(f, 0, gap->in[0]);
+    af_node_set_input(f, 1, c1->in[1]);
+    if (input(c1, 2)) af_node_set_input(f, 2, c1->in[2]);
+    af_node_set_input(f, 3, c2->in[1]);
+    if (input(c2, 2)) af_node_set_input(f, 4, c2->in[2]);
+    return fu_commit(cx, m, f, m->out[0], fu_all(m), err);
+}

@@ -1,0 +1,99 @@
+/* ElementwiseFusionOp, the generic fuser that runs last: a chain of ops an epilogue can express
+ * (Add, Sub, Mul, Div with an operand that broadcasts to the output; the activations of
+ * fu_act_op) joins the epilogue of the Conv, MatMul, Gemm or fused op that produces its first
+ * input; a chain of two or more such ops with no such producer becomes one FusedElementwise.
+ *
+ * Invariant: the anchor is the first op of the chain; the chain grows only through values with a
+ * single reader that are not graph outputs, so nothing outside reads what disappears. */
+#include "fusion/rule.h"
+
+#include <string.h>
+
+/* Scratch use: m->core = the producer whose core takes the chain (NULL: FusedElementwise);
+ * m->epi = the whole program; m->val[0] = FusedElementwise's X. */
+
+/* Grow the chain after value y (the output of the last op taken) while the next op fits. */
+static af_value *extend(af_match *m, af_value *y, const af_tensor *out) {
+    while (!fu_edge(y)) {
+        af_node *next = fu_sole_reader(y);
+        if (!next || fu_epi_append(&m->epi, next, y, out) || !fu_match_add(m, next)) break;
+        y = next->out[0];
+    }
+    return y;
+}
+
+/* Attach to the producer of input slot `slot` of e: NULL, AF_NO_MATCH or a reason. A shared
+ * producer output is a near miss only when `report_edge` (the slot is e's main data path, not
+ * an operand such as a residual that other nodes also read). */
+static const char *attach(af_node *e, int slot, bool report_edge, af_match *m) {
+    af_value *y = slot < e->nin ? e->in[slot] : NULL;
+    af_node *p = y ? y->producer : NULL;
+    if (!p || p->graph != e->graph || !fu_core_op(p->op) || p->out[0] != y) return AF_NO_MATCH;
+    fu_core core;
+    const char *why = fu_core_init(&core, p);
+    if (!why && fu_edge(y)) why = report_edge ? fu_edge(y) : AF_NO_MATCH;
+    if (!why) why = fu_epi_append(&core.epi, e, y, &y->type);
+    if (why) return why;
+    m->epi = core.epi;
+    m->core = p;
+    fu_match_add(m, e);
+    fu_match_add(m, p);
+    fu_match_output(m, extend(m, e->out[0], &y->type));
+    return NULL;
+}
+
+const char *fr_ew_check(af_fusion_ctx *cx, af_node *e, af_match *m) {
+    (void)cx;
+    int64_t op;
+    float p0, p1;
+    bool act = fu_act_op(e, &op, &p0, &p1);
+    bool bin = (e->op == AF_OP_ADD || e->op == AF_OP_SUB || e->op == AF_OP_MUL ||
+                e->op == AF_OP_DIV) && e->nin == 2 && e->in[0] && e->in[1];
+    if ((!act && !bin) || e->nout < 1 || !e->out[0]) return AF_NO_MATCH;
+    /* The main data path of a binary op: the input shaped like the output when the other is
+     * not (a bias, a scale); none when both are (a residual Add). */
+    int main_slot = 0;
+    if (bin) {
+        bool s0 = fu_same_shape(&e->in[0]->type, &e->out[0]->type);
+        bool s1 = fu_same_shape(&e->in[1]->type, &e->out[0]->type);
+        main_slot = s0 && !s1 ? 0 : s1 && !s0 ? 1 : -1;
+    }
+    const char *refused = attach(e, 0, main_slot == 0, m);
+    if (!refused) return NULL;
+    if (bin) {
+        const char *why = attach(e, 1, main_slot == 1, m);
+        if (!why) return NULL;
+        if (refused == AF_NO_MATCH) refused = why;
+    }
+    /* No producer takes the chain: a FusedElementwise over X, the input shaped like the output. */
+    memset(m, 0, sizeof *m);
+    af_value *x = e->in[0];
+    if (bin && !fu_same_shape(&x->type, &e->out[0]->type)) x = e->in[1];
+    if (!fu_same_shape(&x->type, &e->out[0]->type) || fu_epi_append(&m->epi, e, x, &x->type))
+        return refused;
+    fu_match_add(m, e);
+    af_value *y = extend(m, e->out[0], &x->type);
+    if (m->n < 2) return refused;
+    m->val[0] = x;
+    if (refused != AF_NO_MATCH) m->partial = refused;
+    fu_match_output(m, y);
+    return NULL;
+}
+
+af_status fr_ew_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
+    af_node *e = m->node[0], *f;
+    if (m->core) {
+        fu_core core;
+        fu_core_init(&core, m->core);
+        core.epi = m->epi;
+        f = fu_core_build(&core, m->core->name, err);
+        if (!f) return err ? err->code : AF_ERR_NOMEM;
+    } else {
+        f = fu_node_new(e->graph, AF_OP_FUSED_ELEMENTWISE, e->name, 1 + fu_epi_operands(&m->epi));
+        if (!f) return af_node_fail(err, e, AF_ERR_NOMEM, "out of memory");
+        af_node_set_input(f, 0, m->val[0]);
+        af_status st = fu_epi_emit(f, &m->epi, 1, err);
+        if (st != AF_OK) return st;
+    }
+    return fu_commit(cx, m, f, m->out[0], fu_all(m), err);
+}

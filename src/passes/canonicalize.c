@@ -1,0 +1,512 @@
+/* Canonicalize: decomposed forms that exporters emit become one op each, so that the fuser and
+ * the kernels see a single form:
+ *   LayerNormalization(x, gamma, beta; axis=-1, epsilon)  from  ReduceMean, Sub, Pow 2 (or
+ *       Mul d*d), ReduceMean, Add eps, Sqrt, Div (or Mul by Reciprocal / Pow -0.5), [Mul gamma],
+ *       [Add beta]; absent gamma/beta become constants 1/0;
+ *   Gelu(x; approximate="none")   from  0.5*x*(1+Erf(x/sqrt2)), in the association orders
+ *       torch and Hugging Face emit;
+ *   Gelu(x; approximate="tanh")   from  0.5*x*(1+Tanh(sqrt(2/pi)*(x+0.044715*x^3)));
+ *   Silu(x)  from  x*Sigmoid(x);
+ *   HardSwish(x)  from  x*HardSigmoid(x; 1/6, 0.5)  and  x*Clip(x+3, 0, 6)/6.
+ * Existing LayerNormalization nodes get axis -1 when they normalise the last axis.
+ *
+ * Invariant: a rewrite fires only when every shape, constant, attribute and consumer it relies
+ * on checks out: each intermediate value has exactly the consumers the pattern expects (one,
+ * except LayerNorm's x - mean, read by the square and the division) and is no graph output;
+ * constants are true constants (never overridable inputs) of one element that cannot broaden
+ * the result's shape; reductions are over the last axis with keepdims. Otherwise the graph is
+ * left exactly as it was. The replacement writes the pattern's last value, so names of graph
+ * outputs survive.
+ */
+#include "passes/rewrite.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Constants as exporters write them (float32 roundings of the exact values) match within this
+ * relative tolerance; a genuinely different constant does not. */
+#define CONST_RTOL 1e-5
+
+/* The nodes a pattern matched, all replaced together. */
+#define MATCH_MAX 16
+typedef struct match {
+    af_node *nodes[MATCH_MAX];
+    int n;
+} match;
+
+static void take(match *m, af_node *n) {
+    AF_ASSERT(m->n < MATCH_MAX);
+    m->nodes[m->n++] = n;
+}
+
+/* ---- small matchers ------------------------------------------------------------------------ */
+
+static bool near(double v, double want) { return fabs(v - want) <= CONST_RTOL * fabs(want); }
+
+/* The canonical ops compute float32 and float64. */
+static bool float_value(const af_value *x) {
+    return x && (x->type.dtype == AF_DTYPE_FLOAT || x->type.dtype == AF_DTYPE_DOUBLE);
+}
+
+/* c is a one-element constant that, combined elementwise with x, leaves x's shape: its rank is
+ * not above x's (a [1,1,1] constant would turn a 2-D x into 3-D). Its value in *v. */
+static bool shape_safe_scalar(const af_value *c, const af_value *x, double *v) {
+    if (!pass_scalar(c, v)) return false;
+    return c->type.rank == 0 || (x->type.rank >= 0 && c->type.rank <= x->type.rank);
+}
+
+static bool scalar_is(const af_value *c, const af_value *x, double want) {
+    double v;
+    return c && shape_safe_scalar(c, x, &v) && near(v, want);
+}
+
+/* The other input of binary node b, one of whose inputs is v; NULL when neither is v. */
+static af_value *other_input(const af_node *b, const af_value *v) {
+    if (b->nin != 2 || !b->in[0] || !b->in[1]) return NULL;
+    if (b->in[0] == v) return b->in[1];
+    return b->in[1] == v ? b->in[0] : NULL;
+}
+
+/* The sole consumer of v when it is a one-output `op` node. */
+static af_node *next(const pass_scope *s, const af_value *v, af_op op) {
+    af_node *n = pass_sole_user(s, v);
+    return n && n->op == op && n->nout == 1 && n->out[0] ? n : NULL;
+}
+
+/* The producer of v when it is an `op` node whose only consumer is `user`. */
+static af_node *feeding(const pass_scope *s, const af_value *v, af_op op, const af_node *user) {
+    af_node *p = pass_producer(s, v, op);
+    return p && p->nout == 1 && pass_sole_user(s, v) == user ? p : NULL;
+}
+
+/* For a commutative node b = op(x, c) with constant c == want: x (else NULL). */
+static af_value *scaled_input(const af_node *b, double want) {
+    if (b->nin != 2 || !b->in[0] || !b->in[1]) return NULL;
+    if (scalar_is(b->in[1], b->in[0], want)) return b->in[0];
+    return scalar_is(b->in[0], b->in[1], want) ? b->in[1] : NULL;
+}
+
+/* ---- rewriting ----------------------------------------------------------------------------- */
+
+/* Replace the matched nodes by a new one-output node `op` reading x and writing y. */
+static af_status replace(pass_scope *s, const match *m, const af_node *anchor, af_op op,
+                         af_value *x, af_value *y, af_node **made, af_error *err) {
+    af_node *r = pass_node_new(s, op, anchor, 1, 1);
+    if (!r) return af_node_fail(err, anchor, AF_ERR_NOMEM, "out of memory canonicalizing");
+    af_status st = AF_OK;
+    for (int i = 0; i < m->n && !st; i++) st = pass_kill(s, m->nodes[i], err);
+    if (st) return st;
+    af_node_set_input(r, 0, x);
+    af_node_set_output(r, 0, y);
+    *made = r;
+    return AF_OK;
+}
+
+static af_status make_gelu(pass_scope *s, const match *m, const af_node *anchor, af_value *x,
+                           af_value *y, const char *approximate, bool *hit, af_error *err) {
+    af_node *r;
+    af_status st = replace(s, m, anchor, AF_OP_GELU, x, y, &r, err);
+    if (!st && !pass_attr_str(r, "approximate", approximate))
+        st = af_node_fail(err, anchor, AF_ERR_NOMEM, "out of memory canonicalizing");
+    *hit = !st;
+    return st;
+}
+
+/* ---- GELU ---------------------------------------------------------------------------------- */
+
+/* a = 1 + v (either order); v's only consumer is that Add. */
+static af_value *one_plus(const pass_scope *s, const af_value *v, const af_value *x, match *m) {
+    af_node *add = next(s, v, AF_OP_ADD);
+    if (!add || !scalar_is(other_input(add, v), x, 1.0)) return NULL;
+    take(m, add);
+    return add->out[0];
+}
+
+/* 0.5 * x * a, a = 1 + f(x), in the three association orders: (x*a)*0.5 (torch),
+ * (x*0.5)*a (Hugging Face), (a*0.5)*x. Returns the last node, or NULL. */
+static af_node *half_x_times(const pass_scope *s, const af_value *a, const af_value *x,
+                             match *m) {
+    af_node *m1 = a ? next(s, a, AF_OP_MUL) : NULL;
+    af_value *o = m1 ? other_input(m1, a) : NULL;
+    if (!o) return NULL;
+    take(m, m1);
+    if (o == x) {
+        af_node *m2 = next(s, m1->out[0], AF_OP_MUL);
+        if (!m2 || !scalar_is(other_input(m2, m1->out[0]), x, 0.5)) return NULL;
+        take(m, m2);
+        return m2;
+    }
+    af_node *h = feeding(s, o, AF_OP_MUL, m1);
+    if (h && scaled_input(h, 0.5) == x) {
+        take(m, h);
+        return m1;
+    }
+    if (!scalar_is(o, x, 0.5)) return NULL;
+    af_node *m2 = next(s, m1->out[0], AF_OP_MUL);
+    if (!m2 || other_input(m2, m1->out[0]) != x) return NULL;
+    take(m, m2);
+    return m2;
+}
+
+/* u = x / sqrt(2) or x * (1/sqrt(2)): x, else NULL. */
+static af_value *over_sqrt2(const pass_scope *s, const af_value *u, const af_node *erf,
+                            match *m) {
+    af_node *p = feeding(s, u, AF_OP_DIV, erf);
+    af_value *x = NULL;
+    if (p && p->nin == 2 && p->in[0] && scalar_is(p->in[1], p->in[0], M_SQRT2)) x = p->in[0];
+    if (!p && (p = feeding(s, u, AF_OP_MUL, erf))) x = scaled_input(p, M_SQRT1_2);
+    if (x) take(m, p);
+    return x;
+}
+
+static af_status gelu_erf(pass_scope *s, af_node *erf, bool *hit, af_error *err) {
+    match m = {0};
+    af_value *x = erf->nin == 1 && erf->nout == 1 ? over_sqrt2(s, erf->in[0], erf, &m) : NULL;
+    if (!float_value(x)) return AF_OK;
+    take(&m, erf);
+    af_node *last = half_x_times(s, one_plus(s, erf->out[0], x, &m), x, &m);
+    return last ? make_gelu(s, &m, erf, x, last->out[0], "none", hit, err) : AF_OK;
+}
+
+/* cube = x^3 as Pow(x, 3), x*(x*x) or (x*x)*x; its only consumer is `user`. */
+static bool is_cube(const pass_scope *s, const af_value *cube, const af_value *x,
+                    const af_node *user, match *m) {
+    af_node *p = feeding(s, cube, AF_OP_POW, user);
+    if (p) {
+        if (p->nin != 2 || p->in[0] != x || !scalar_is(p->in[1], x, 3.0)) return false;
+        take(m, p);
+        return true;
+    }
+    if (!(p = feeding(s, cube, AF_OP_MUL, user))) return false;
+    af_value *sq = other_input(p, x);
+    af_node *q = sq ? feeding(s, sq, AF_OP_MUL, p) : NULL;
+    if (!q || q->nin != 2 || q->in[0] != x || q->in[1] != x) return false;
+    take(m, p);
+    take(m, q);
+    return true;
+}
+
+/* w = x + 0.044715 * x^3 (either order in both): x, else NULL. */
+static af_value *cubic_inner(const pass_scope *s, const af_value *w, const af_node *user,
+                             match *m) {
+    af_node *add = feeding(s, w, AF_OP_ADD, user);
+    if (!add || add->nin != 2 || !add->in[0] || !add->in[1]) return NULL;
+    for (int side = 0; side < 2; side++) {
+        af_value *x = add->in[side], *k = add->in[1 - side];
+        af_node *mk = feeding(s, k, AF_OP_MUL, add);
+        match trial = *m;
+        if (!mk || x == k) continue;
+        af_value *cube = NULL;
+        for (int c = 0; c < 2 && !cube; c++)
+            if (mk->in[c] && scalar_is(mk->in[1 - c], x, 0.044715)) cube = mk->in[c];
+        if (!cube || !is_cube(s, cube, x, mk, &trial)) continue;
+        take(&trial, mk);
+        take(&trial, add);
+        *m = trial;
+        return x;
+    }
+    return NULL;
+}
+
+static af_status gelu_tanh(pass_scope *s, af_node *tanh_node, bool *hit, af_error *err) {
+    match m = {0};
+    if (tanh_node->nin != 1 || tanh_node->nout != 1 || !tanh_node->in[0]) return AF_OK;
+    af_node *scale = feeding(s, tanh_node->in[0], AF_OP_MUL, tanh_node);
+    if (!scale || scale->nin != 2) return AF_OK;
+    af_value *x = NULL;
+    for (int c = 0; c < 2 && !x; c++) {
+        const af_value *w = scale->in[1 - c];
+        double v;
+        if (w && scale->in[c] && pass_scalar(scale->in[c], &v) && near(v, sqrt(2.0 / M_PI)))
+            x = cubic_inner(s, w, scale, &m);
+    }
+    /* The scale constant is checked against x's rank only once x is known. */
+    if (!float_value(x) || !scaled_input(scale, sqrt(2.0 / M_PI))) return AF_OK;
+    take(&m, scale);
+    take(&m, tanh_node);
+    af_node *last = half_x_times(s, one_plus(s, tanh_node->out[0], x, &m), x, &m);
+    return last ? make_gelu(s, &m, tanh_node, x, last->out[0], "tanh", hit, err) : AF_OK;
+}
+
+/* ---- SiLU and HardSwish -------------------------------------------------------------------- */
+
+/* gate(x) * x: the Mul that multiplies the gate's output by x, else NULL. */
+static af_node *times_x(const pass_scope *s, const af_node *gate, const af_value *x) {
+    af_node *mul = next(s, gate->out[0], AF_OP_MUL);
+    return mul && other_input(mul, gate->out[0]) == x ? mul : NULL;
+}
+
+static af_status unary_rewrite(pass_scope *s, match *m, const af_node *anchor, af_op op,
+                               af_value *x, af_value *y, bool *hit, af_error *err) {
+    af_node *r;
+    af_status st = replace(s, m, anchor, op, x, y, &r, err);
+    *hit = !st;
+    return st;
+}
+
+static af_status silu(pass_scope *s, af_node *sig, bool *hit, af_error *err) {
+    match m = {0};
+    if (sig->nin != 1 || sig->nout != 1 || !float_value(sig->in[0])) return AF_OK;
+    af_node *mul = times_x(s, sig, sig->in[0]);
+    if (!mul) return AF_OK;
+    take(&m, sig);
+    take(&m, mul);
+    return unary_rewrite(s, &m, sig, AF_OP_SILU, sig->in[0], mul->out[0], hit, err);
+}
+
+static af_status hardswish_hs(pass_scope *s, af_node *hs, bool *hit, af_error *err) {
+    match m = {0};
+    if (hs->nin != 1 || hs->nout != 1 || !float_value(hs->in[0])) return AF_OK;
+    if (!near(af_attr_float(hs, "alpha", 0.2f), 1.0 / 6.0) ||
+        !near(af_attr_float(hs, "beta", 0.5f), 0.5))
+        return AF_OK;
+    af_node *mul = times_x(s, hs, hs->in[0]);
+    if (!mul) return AF_OK;
+    take(&m, hs);
+    take(&m, mul);
+    return unary_rewrite(s, &m, hs, AF_OP_HARD_SWISH, hs->in[0], mul->out[0], hit, err);
+}
+
+/* v / 6 or v * (1/6), v's only consumer: that node, else NULL. */
+static af_node *over_six(const pass_scope *s, const af_value *v, const af_value *x) {
+    af_node *d = next(s, v, AF_OP_DIV);
+    if (d) return d->nin == 2 && d->in[0] == v && scalar_is(d->in[1], x, 6.0) ? d : NULL;
+    d = next(s, v, AF_OP_MUL);
+    return d && scalar_is(other_input(d, v), x, 1.0 / 6.0) ? d : NULL;
+}
+
+/* x * Clip(x + 3, 0, 6) / 6, dividing before or after the multiplication by x. */
+static af_status hardswish_clip(pass_scope *s, af_node *clip, bool *hit, af_error *err) {
+    match m = {0};
+    double lo, hi;
+    if (clip->nin < 1 || !clip->in[0] || clip->nout != 1 || !af_node_clip_bounds(clip, &lo, &hi))
+        return AF_OK;
+    af_node *add = feeding(s, clip->in[0], AF_OP_ADD, clip);
+    af_value *x = add ? scaled_input(add, 3.0) : NULL;
+    if (!float_value(x) || lo != 0.0 || !near(hi, 6.0)) return AF_OK;
+    take(&m, add);
+    take(&m, clip);
+    af_node *last = NULL, *mid = times_x(s, clip, x);
+    if (mid) {
+        last = over_six(s, mid->out[0], x);
+    } else if ((mid = over_six(s, clip->out[0], x))) {
+        last = times_x(s, mid, x);
+    }
+    if (!last) return AF_OK;
+    take(&m, mid);
+    take(&m, last);
+    return unary_rewrite(s, &m, clip, AF_OP_HARD_SWISH, x, last->out[0], hit, err);
+}
+
+/* ---- LayerNorm ----------------------------------------------------------------------------- */
+
+/* Rows wider than this are left alone: the default scale and bias constants would be huge, and
+ * no real model normalises such rows. */
+#define LN_MAX_WIDTH ((int64_t)1 << 24)
+
+typedef struct ln_match {
+    match m;
+    af_value *x, *d, *gamma, *beta, *y;
+    af_node *square, *norm;
+    int rank;
+    int64_t width; /* x's last dim */
+    double eps;
+} ln_match;
+
+/* r reduces x's last axis only, keeping it as 1. */
+static bool reduces_last(const af_node *r, int rank) {
+    int64_t axis;
+    int count;
+    if (r->nin < 1 || !r->in[0] || r->nout != 1 || af_attr_int(r, "keepdims", 1) != 1)
+        return false;
+    return af_node_axes(r, &axis, 1, &count) && count == 1 &&
+           (axis == -1 || axis == (int64_t)rank - 1);
+}
+
+/* d = x - mean, mean = ReduceMean(x) over the last axis; d is read by the square and by the
+ * normalisation only (checked once both are found). */
+static bool ln_center(const pass_scope *s, af_node *mean, ln_match *l) {
+    af_value *x = mean->in[0];
+    if (!x || x->type.dtype != AF_DTYPE_FLOAT || x->type.rank < 1 || x->type.rank > AF_MAX_RANK)
+        return false;
+    l->x = x;
+    l->rank = x->type.rank;
+    l->width = x->type.dims[l->rank - 1];
+    if (l->width < 1 || l->width > LN_MAX_WIDTH || !reduces_last(mean, l->rank)) return false;
+    af_node *sub = next(s, mean->out[0], AF_OP_SUB);
+    if (!sub || sub->nin != 2 || sub->in[0] != x || sub->in[1] != mean->out[0]) return false;
+    l->d = sub->out[0];
+    take(&l->m, mean);
+    take(&l->m, sub);
+    return !pass_pinned(s, l->d);
+}
+
+/* The node squaring d: Pow(d, 2) or Mul(d, d). */
+static af_node *ln_square(const pass_scope *s, const ln_match *l) {
+    for (int u = 0; u < l->d->nuses; u++) {
+        af_node *n = l->d->uses[u].node;
+        if (n->graph != s->g || pass_dead(s, n) || n->nin != 2 || n->nout != 1) continue;
+        if (n->op == AF_OP_POW && n->in[0] == l->d && scalar_is(n->in[1], l->x, 2.0)) return n;
+        if (n->op == AF_OP_MUL && n->in[0] == l->d && n->in[1] == l->d) return n;
+    }
+    return NULL;
+}
+
+/* var = ReduceMean(d^2) over the last axis, then var + eps: returns that sum. */
+static af_value *ln_variance(const pass_scope *s, ln_match *l) {
+    af_node *sq = l->square = ln_square(s, l);
+    af_node *var = sq ? next(s, sq->out[0], AF_OP_REDUCE_MEAN) : NULL;
+    if (!var || var->in[0] != sq->out[0] || !reduces_last(var, l->rank)) return NULL;
+    af_node *add = next(s, var->out[0], AF_OP_ADD);
+    af_value *eps = add ? other_input(add, var->out[0]) : NULL;
+    if (!eps || !shape_safe_scalar(eps, l->x, &l->eps) || !isfinite(l->eps)) return NULL;
+    take(&l->m, sq);
+    take(&l->m, var);
+    take(&l->m, add);
+    return add->out[0];
+}
+
+/* d / sqrt(ve), d * reciprocal(sqrt(ve)), d * ve^-0.5 or d / ve^0.5: the last node. */
+static af_node *ln_normalise(const pass_scope *s, const af_value *ve, ln_match *l) {
+    af_node *u = pass_sole_user(s, ve), *r, *out = NULL;
+    if (!u || u->nin < 1 || u->in[0] != ve || u->nout != 1) return NULL;
+    bool root = u->op == AF_OP_SQRT ||
+                (u->op == AF_OP_POW && u->nin == 2 && scalar_is(u->in[1], l->x, 0.5));
+    bool inv_root = u->op == AF_OP_POW && u->nin == 2 && scalar_is(u->in[1], l->x, -0.5);
+    if (root && (r = next(s, u->out[0], AF_OP_DIV)) && r->nin == 2 && r->in[0] == l->d &&
+        r->in[1] == u->out[0])
+        out = r;
+    if (root && !out && (r = next(s, u->out[0], AF_OP_RECIPROCAL))) {
+        af_node *mul = next(s, r->out[0], AF_OP_MUL);
+        if (mul && other_input(mul, r->out[0]) == l->d) {
+            take(&l->m, r);
+            out = mul;
+        }
+    }
+    if (inv_root && (r = next(s, u->out[0], AF_OP_MUL)) && other_input(r, u->out[0]) == l->d)
+        out = r;
+    if (out) take(&l->m, u);
+    return out;
+}
+
+/* d feeds exactly the square (once, or twice for d*d) and the normalisation. */
+static bool ln_d_uses_ok(const ln_match *l) {
+    int want = l->square->op == AF_OP_MUL ? 3 : 2;
+    if (l->d->nuses != want) return false;
+    for (int u = 0; u < l->d->nuses; u++)
+        if (l->d->uses[u].node != l->square && l->d->uses[u].node != l->norm) return false;
+    return true;
+}
+
+/* gamma/beta: float32 [width], what LayerNormalization's Scale and B hold. */
+static bool ln_param_ok(const af_value *p, const ln_match *l) {
+    return p && p->type.dtype == AF_DTYPE_FLOAT && p->type.rank == 1 &&
+           p->type.dims[0] == l->width;
+}
+
+/* y = norm [* gamma] [+ beta]: the affine tail, each step taken only when it fits. */
+static void ln_affine(const pass_scope *s, ln_match *l) {
+    l->y = l->norm->out[0];
+    af_node *mul = next(s, l->y, AF_OP_MUL);
+    af_value *p = mul ? other_input(mul, l->y) : NULL;
+    if (ln_param_ok(p, l)) {
+        l->gamma = p;
+        take(&l->m, mul);
+        l->y = mul->out[0];
+    }
+    af_node *add = next(s, l->y, AF_OP_ADD);
+    p = add ? other_input(add, l->y) : NULL;
+    if (ln_param_ok(p, l)) {
+        l->beta = p;
+        take(&l->m, add);
+        l->y = add->out[0];
+    }
+}
+
+static bool ln_match_at(const pass_scope *s, af_node *mean, ln_match *l) {
+    if (!ln_center(s, mean, l)) return false;
+    af_value *ve = ln_variance(s, l);
+    l->norm = ve ? ln_normalise(s, ve, l) : NULL;
+    if (!l->norm || !ln_d_uses_ok(l)) return false;
+    take(&l->m, l->norm);
+    ln_affine(s, l);
+    return true;
+}
+
+/* A float32 [width] constant filled with v (LayerNormalization's default scale and bias). */
+static af_value *ln_fill(pass_scope *s, const ln_match *l, const char *hint, float v) {
+    const char *name = af_graph_unique_name(s->g, hint);
+    af_value *c = name ? af_value_new_const(s->g, name, AF_DTYPE_FLOAT, 1, &l->width) : NULL;
+    if (c)
+        for (int64_t i = 0; i < l->width; i++) ((float *)c->type.data)[i] = v;
+    return c;
+}
+
+static af_status layernorm(pass_scope *s, af_node *mean, bool *hit, af_error *err) {
+    ln_match l = {0};
+    if (!ln_match_at(s, mean, &l)) return AF_OK;
+    if (!l.gamma) l.gamma = ln_fill(s, &l, "layernorm_scale", 1.0f);
+    if (!l.beta) l.beta = ln_fill(s, &l, "layernorm_bias", 0.0f);
+    af_node *r = pass_node_new(s, AF_OP_LAYER_NORMALIZATION, mean, 3, 1);
+    if (!l.gamma || !l.beta || !r || !pass_attr_int(r, "axis", -1) ||
+        !pass_attr_float(r, "epsilon", (float)l.eps))
+        return af_node_fail(err, mean, AF_ERR_NOMEM, "out of memory canonicalizing");
+    af_status st = AF_OK;
+    for (int i = 0; i < l.m.n && !st; i++) st = pass_kill(s, l.m.nodes[i], err);
+    if (st) return st;
+    af_node_set_input(r, 0, l.x);
+    af_node_set_input(r, 1, l.gamma);
+    af_node_set_input(r, 2, l.beta);
+    af_node_set_output(r, 0, l.y);
+    *hit = true;
+    return AF_OK;
+}
+
+/* LayerNormalization over the last axis written as a positive axis: make it -1. */
+static void layernorm_axis(af_node *n) {
+    const af_value *x = n->nin > 0 ? n->in[0] : NULL;
+    if (!x || x->type.rank < 1) return;
+    for (int a = 0; a < n->nattrs; a++)
+        if (!strcmp(n->attrs[a].name, "axis") && n->attrs[a].type == AF_ATTR_INT &&
+            n->attrs[a].i == x->type.rank - 1)
+            n->attrs[a].i = -1;
+}
+
+/* ---- the walk ------------------------------------------------------------------------------ */
+
+static af_status rewrite_at(pass_scope *s, af_node *n, bool *hit, af_error *err) {
+    switch (n->op) {
+    case AF_OP_REDUCE_MEAN: return layernorm(s, n, hit, err);
+    case AF_OP_ERF: return gelu_erf(s, n, hit, err);
+    case AF_OP_TANH: return gelu_tanh(s, n, hit, err);
+    case AF_OP_SIGMOID: return silu(s, n, hit, err);
+    case AF_OP_HARD_SIGMOID: return hardswish_hs(s, n, hit, err);
+    case AF_OP_CLIP: return hardswish_clip(s, n, hit, err);
+    case AF_OP_LAYER_NORMALIZATION: layernorm_axis(n); return AF_OK;
+    default: return AF_OK;
+    }
+}
+
+/* Anchors are the graph's nodes as the walk starts; replacements are appended past them and
+ * put in place by one topological sort at the end. */
+static af_status canonicalize_graph(af_graph *g, af_error *err) {
+    af_status st = AF_OK;
+    for (int i = 0; i < g->nnodes && !st; i++) {
+        af_graph *sub;
+        for (int k = 0; !st && (sub = pass_subgraph(g->nodes[i], k)); k++)
+            st = canonicalize_graph(sub, err);
+    }
+    pass_scope s;
+    if (st || (st = pass_scope_open(&s, g, err))) return st;
+    bool hit = false;
+    for (int i = 0, n0 = g->nnodes; i < n0 && !st; i++)
+        if (!pass_dead(&s, g->nodes[i])) st = rewrite_at(&s, g->nodes[i], &hit, err);
+    pass_scope_sweep(&s);
+    pass_scope_close(&s);
+    return !st && hit ? af_graph_toposort(g, err) : st;
+}
+
+af_status af_pass_canonicalize(af_graph *g, af_error *err) {
+    af_status st = canonicalize_graph(g, err);
+    return st ? st : pass_fix_captures(g, err);
+}

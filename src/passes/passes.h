@@ -1,0 +1,48 @@
+/* The graph passes that run before and after fusion, and the pipeline that orders them.
+ *
+ * Every pass keeps the IR invariants of ir.h (af_graph_verify holds after it), keeps the names
+ * and order of graph outputs, computes the same outputs as the graph it was given (up to float
+ * rounding), and visits If/Loop/Scan bodies too. A pass never writes through the data of an
+ * existing constant: that memory may be a read-only mapping of the model file.
+ */
+#ifndef AF_PASSES_H
+#define AF_PASSES_H
+
+#include "ir/ir.h"
+
+struct af_fusion_config;
+struct af_fusion_report;
+
+/* Simplify (simplify.c, fold.c): constant folding, including Shape/Size of values whose dims
+ * are all known (so shape arithmetic disappears once shapes are static); removal of copies
+ * (Identity, inference-mode Dropout, Cast to the input's own type); removal of dead nodes.
+ * Repeats until nothing changes. */
+af_status af_pass_simplify(af_graph *g, af_error *err);
+
+/* Canonicalize (canonicalize.c): decomposed forms become one op each, so the fuser matches one
+ * form: LayerNormalization from ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div[/Mul/Add], Gelu
+ * (ai.autofusion) from its Erf and Tanh forms, Silu (ai.autofusion) from x*Sigmoid(x),
+ * HardSwish from x*HardSigmoid(x) and x*Clip(x+3,0,6)/6. A rewrite fires only when every
+ * shape, constant, attribute and consumer count it relies on checks out. */
+af_status af_pass_canonicalize(af_graph *g, af_error *err);
+
+/* The whole pipeline, in order (src/passes/pipeline.c). */
+af_status af_optimize(af_graph *g, const struct af_fusion_config *cfg,
+                      struct af_fusion_report *rep, af_error *err);
+
+/* ---- opset-independent readers (rewrite.c) --------------------------------------------------
+ * Kernels choose between an op's attribute form and its input form by the model's opset, so
+ * the passes leave those forms as they are and read them through these instead. */
+
+/* Clip's bounds: attributes "min"/"max" before opset 11, constant scalar inputs 1 and 2 from
+ * it. An absent bound is -inf / +inf. False when a bound is present but not a constant scalar. */
+bool af_node_clip_bounds(const af_node *n, double *lo, double *hi);
+
+/* The "axes" of a Reduce*, Squeeze or Unsqueeze node: the attribute up to the opset where it
+ * became input 1 (13 for ReduceSum, Squeeze and Unsqueeze, 18 for the other Reduce ops), that
+ * constant input from then on. Fills axes[0..*count) as written (not normalised); *count = -1
+ * when the node gives no axes. False for other ops, or axes that are not constant integers, or
+ * more than `max` of them. */
+bool af_node_axes(const af_node *n, int64_t *axes, int max, int *count);
+
+#endif

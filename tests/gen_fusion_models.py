@@ -1,0 +1,306 @@
+#!/usr/bin/python3
+"""Models for tests/test_fusion.c (the fusion engine and its built-in rules).
+
+    /usr/bin/python3 tests/gen_fusion_models.py OUT_DIR
+
+Writes OUT_DIR/NAME.onnx, small graphs built node by node with onnx.helper in the canonical
+forms the fusion stage sees (LayerNormalization, and Gelu/Silu of the ai.autofusion domain):
+  - per rule a positive case (ConvBNRelu with residual, depthwise/dilated, every activation;
+    MatMul/Gemm + bias + act, 2-D and batched; LayerNorm feeding two MatMuls and a residual;
+    ConvPoolFc over Flatten/Gemm and Reshape/MatMul; SqueezeExcite; elementwise chains);
+  - near misses: an intermediate with a second consumer, an intermediate that is a graph output,
+    weights that are graph inputs, an operand whose broadcast does not fit, float64.
+
+Invariant: deterministic (fixed seed); shapes fully known; only float32 except the dtype case.
+"""
+
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+OURS = "ai.autofusion"
+rng = np.random.default_rng(1234)
+
+
+class G:
+    """A graph under construction."""
+
+    def __init__(self, dtype=np.float32):
+        self.nodes, self.inits, self.inputs, self.outputs = [], [], [], []
+        self.n = 0
+        self.dtype = dtype
+        self.elem = TensorProto.DOUBLE if dtype == np.float64 else TensorProto.FLOAT
+
+    def name(self, hint):
+        self.n += 1
+        return f"{hint}{self.n}"
+
+    def const(self, shape, hint="w", scale=0.5, positive=False, value=None):
+        if value is None:
+            value = rng.standard_normal(shape) * scale
+            if positive:
+                value = np.abs(value) + 0.5
+        arr = np.asarray(value, dtype=self.dtype)
+        name = self.name(hint)
+        self.inits.append(numpy_helper.from_array(arr, name))
+        return name
+
+    def ints(self, values, hint="shape"):
+        name = self.name(hint)
+        self.inits.append(numpy_helper.from_array(np.asarray(values, dtype=np.int64), name))
+        return name
+
+    def input(self, name, shape):
+        self.inputs.append(helper.make_tensor_value_info(name, self.elem, shape))
+        return name
+
+    def output(self, name):
+        self.outputs.append(helper.make_tensor_value_info(name, self.elem, None))
+
+    def op(self, op_type, inputs, name=None, domain="", **attrs):
+        out = self.name(op_type.lower() + "_out")
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=name or self.name(op_type),
+                                           domain=domain, **attrs))
+        return out
+
+    def bn(self, x, c):
+        return self.op("BatchNormalization", [x, self.const([c], "gamma", positive=True),
+                                              self.const([c], "beta"), self.const([c], "mean"),
+                                              self.const([c], "var", positive=True)],
+                       epsilon=1e-3)
+
+    def save(self, path):
+        graph = helper.make_graph(self.nodes, os.path.basename(path), self.inputs, self.outputs,
+                                  self.inits)
+        opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid(OURS, 1)]
+        model = helper.make_model(graph, opset_imports=opsets, producer_name="gen_fusion_models")
+        onnx.save(model, path)
+
+
+def act(g, kind, x):
+    """One activation node of the given kind."""
+    if kind == "Clip":
+        return g.op("Clip", [x, g.const([], "lo", value=0.0), g.const([], "hi", value=6.0)])
+    if kind == "LeakyRelu":
+        return g.op("LeakyRelu", [x], alpha=0.1)
+    if kind == "HardSigmoid":
+        return g.op("HardSigmoid", [x], alpha=1.0 / 6.0, beta=0.5)
+    if kind == "Elu":
+        return g.op("Elu", [x], alpha=0.7)
+    if kind in ("Gelu", "Silu"):
+        return g.op(kind, [x], domain=OURS)
+    if kind == "GeluTanh":
+        return g.op("Gelu", [x], domain=OURS, approximate="tanh")
+    return g.op(kind, [x])
+
+
+def conv(g, x, cin, cout, k=3, bias=True, **attrs):
+    w = g.const([cout, cin // attrs.get("group", 1), k, k])
+    ins = [x, w] + ([g.const([cout], "b")] if bias else [])
+    attrs.setdefault("pads", [k // 2] * 4)
+    return g.op("Conv", ins, **attrs)
+
+
+def models():
+    m = {}
+
+    g = G()  # Conv + BN + Relu
+    y = g.op("Relu", [g.bn(conv(g, g.input("x", [1, 3, 8, 8]), 3, 4, name="conv0"), 4)])
+    g.output(y)
+    m["conv_bn_relu"] = g
+
+    g = G()  # the residual block: Conv + BN + Add(x) + Relu
+    x = g.input("x", [2, 4, 6, 6])
+    y = g.op("Relu", [g.op("Add", [g.bn(conv(g, x, 4, 4, bias=False), 4), x])])
+    g.output(y)
+    m["conv_bn_add_relu"] = g
+
+    g = G()  # depthwise, dilated, strided, with BN and Relu6
+    x = g.input("x", [1, 4, 9, 9])
+    y = act(g, "Clip", g.bn(conv(g, x, 4, 4, group=4, dilations=[2, 2], strides=[2, 2],
+                                 pads=[2, 2, 2, 2]), 4))
+    g.output(y)
+    m["conv_dw_dilated"] = g
+
+    g = G()  # every activation after a conv (no BN)
+    kinds = ["LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Silu", "Gelu",
+             "GeluTanh", "Relu", "Clip"]
+    y = g.input("x", [1, 3, 5, 5])
+    cin = 3
+    for kind in kinds:
+        y = act(g, kind, conv(g, y, cin, 4))
+        cin = 4
+    g.output(y)
+    m["conv_acts"] = g
+
+    g = G()  # MatMul + bias + Relu, 2-D
+    y = g.op("Relu", [g.op("Add", [g.op("MatMul", [g.input("x", [4, 16]), g.const([16, 8])]),
+                                   g.const([8], "b")])])
+    g.output(y)
+    m["matmul_bias_relu"] = g
+
+    g = G()  # batched A (torch's Linear on 3-D input) + bias written first + Gelu
+    y = act(g, "Gelu", g.op("Add", [g.const([32], "b"),
+                                    g.op("MatMul", [g.input("x", [2, 5, 16]), g.const([16, 32])])]))
+    g.output(y)
+    m["matmul_bias_gelu_3d"] = g
+
+    g = G()  # Gemm with transB, alpha, beta, C, then Sigmoid
+    y = g.op("Sigmoid", [g.op("Gemm", [g.input("a", [4, 16]), g.const([8, 16]), g.const([8], "c")],
+                              transB=1, alpha=0.5, beta=2.0)])
+    g.output(y)
+    m["gemm_sigmoid"] = g
+
+    g = G()  # MatMul + a [M, N] addend (epilogue Add, not the bias input)
+    y = g.op("Add", [g.op("MatMul", [g.input("x", [3, 8]), g.input("w", [8, 5])]),
+                     g.input("r", [3, 5])])
+    g.output(y)
+    m["matmul_add_residual"] = g
+
+    g = G()  # LayerNorm feeding two MatMuls (one with bias + Relu) and a residual Add
+    x = g.input("x", [2, 5, 16])
+    ln = g.op("LayerNormalization", [x, g.const([16], "s", positive=True), g.const([16], "lb")],
+              axis=-1, epsilon=1e-5)
+    y1 = g.op("Relu", [g.op("Add", [g.op("MatMul", [ln, g.const([16, 24])]), g.const([24], "b")])])
+    y2 = g.op("MatMul", [ln, g.const([16, 16])])
+    y3 = g.op("Add", [ln, x])
+    for y in (y1, y2, y3):
+        g.output(y)
+    m["layernorm_matmul"] = g
+
+    g = G()  # LayerNorm read by one Gemm only: the LayerNorm disappears
+    ln = g.op("LayerNormalization", [g.input("x", [6, 16]), g.const([16], "s", positive=True)],
+              epsilon=1e-5)
+    g.output(g.op("Gemm", [ln, g.const([16, 4]), g.const([4], "c")]))
+    m["layernorm_gemm"] = g
+
+    g = G()  # classification head: Conv+BN+Relu, GAP, Flatten, Gemm(transB)
+    x = g.input("x", [2, 3, 8, 8])
+    f = g.op("Relu", [g.bn(conv(g, x, 3, 6), 6)])
+    y = g.op("Gemm", [g.op("Flatten", [g.op("GlobalAveragePool", [f])]), g.const([10, 6]),
+                      g.const([10], "c")], transB=1)
+    g.output(y)
+    m["conv_pool_fc"] = g
+
+    g = G()  # head with a plain Conv, Reshape and MatMul
+    x = g.input("x", [1, 3, 6, 6])
+    shape = g.ints([1, 5])
+    p = g.op("GlobalAveragePool", [conv(g, x, 3, 5)])
+    y = g.op("MatMul", [g.op("Reshape", [p, shape]), g.const([5, 7])])
+    g.output(y)
+    m["conv_pool_matmul"] = g
+
+    for name, a, gate in (("squeeze_excite", "Relu", "Sigmoid"),
+                          ("squeeze_excite_hard", "Silu", "HardSigmoid")):
+        g = G()
+        x = g.input("x", [2, 8, 5, 5])
+        s = g.op("GlobalAveragePool", [x])
+        s = conv(g, s, 8, 2, k=1, pads=[0, 0, 0, 0])
+        s = conv(g, act(g, a, s), 2, 8, k=1, pads=[0, 0, 0, 0])
+        s = act(g, gate, s)
+        g.output(g.op("Mul", [s, x]))
+        m[name] = g
+
+    g = G()  # a chain with no producer to join: one FusedElementwise
+    x = g.input("x", [2, 3, 4])
+    y = g.op("Add", [x, g.const([4], "c")])
+    y = g.op("Mul", [y, g.const([3, 1], "d")])
+    y = g.op("Sigmoid", [y])
+    y = g.op("Sub", [g.const([], "e", value=1.5), y])
+    y = g.op("Div", [y, g.const([1, 1, 4], "f", positive=True)])
+    g.output(y)
+    m["ew_chain"] = g
+
+    g = G()  # MatMul + Mul(scalar) + Tanh: the elementwise rule lifts the MatMul
+    y = g.op("Tanh", [g.op("Mul", [g.op("MatMul", [g.input("a", [3, 8]), g.const([8, 5])]),
+                                   g.const([], "s", value=0.25)])])
+    g.output(y)
+    m["ew_matmul"] = g
+
+    g = G()  # FusedConv (Conv+Relu) extended by a per-channel Mul and a Sigmoid
+    x = g.input("x", [1, 3, 6, 6])
+    y = g.op("Relu", [conv(g, x, 3, 4)])
+    y = g.op("Sigmoid", [g.op("Mul", [y, g.const([4, 1, 1], "scale")])])
+    g.output(y)
+    m["ew_extend_conv"] = g
+
+    g = G()  # rules reach into If branches
+    x = g.input("x", [1, 3, 5, 5])
+    cond = "cond"
+    g.inputs.append(helper.make_tensor_value_info(cond, TensorProto.BOOL, []))
+    w = g.const([3, 3, 3, 3])
+    then_nodes = [helper.make_node("Conv", [x, w], ["t_conv"], name="then_conv", pads=[1] * 4),
+                  helper.make_node("Relu", ["t_conv"], ["t_out"], name="then_relu")]
+    else_nodes = [helper.make_node("Sigmoid", [x], ["e_out"], name="else_sigmoid")]
+    out_info = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 3, 5, 5])
+    then_g = helper.make_graph(then_nodes, "then", [], [out_info("t_out")])
+    else_g = helper.make_graph(else_nodes, "else", [], [out_info("e_out")])
+    g.nodes.append(helper.make_node("If", [cond], ["y"], name="if", then_branch=then_g,
+                                    else_branch=else_g))
+    g.output("y")
+    m["if_subgraph"] = g
+
+    # ---- near misses ----
+    g = G()  # the conv output has a second consumer
+    c = conv(g, g.input("x", [1, 3, 6, 6]), 3, 4, name="conv_shared")
+    g.output(g.op("Relu", [g.bn(c, 4)]))
+    g.output(g.op("Neg", [c]))
+    m["nm_two_consumers"] = g
+
+    g = G()  # the conv output is a graph output
+    c = conv(g, g.input("x", [1, 3, 6, 6]), 3, 4, name="conv_out")
+    g.output(g.op("Relu", [g.bn(c, 4)]))
+    g.output(c)
+    m["nm_graph_output"] = g
+
+    g = G()  # the conv weights are a graph input: BN cannot be folded
+    w = g.input("w", [4, 3, 3, 3])
+    c = g.op("Conv", [g.input("x", [1, 3, 6, 6]), w], name="conv_w_input", pads=[1, 1, 1, 1])
+    g.output(g.op("Relu", [g.bn(c, 4)]))
+    m["nm_nonconst_weights"] = g
+
+    g = G()  # the addend grows the conv output
+    c = conv(g, g.input("x", [1, 3, 4, 4]), 3, 2, name="conv_bcast")
+    g.output(g.op("Add", [c, g.input("r", [3, 1, 2, 4, 4])]))
+    m["nm_broadcast"] = g
+
+    g = G()  # the same for a MatMul's bias
+    y = g.op("Add", [g.op("MatMul", [g.input("x", [4, 16]), g.const([16, 8])], name="mm_bcast"),
+                     g.const([4, 1, 8], "t")])
+    g.output(y)
+    m["nm_broadcast_matmul"] = g
+
+    g = G(np.float64)  # float64 conv + Relu
+    c = conv(g, g.input("x", [1, 3, 6, 6]), 3, 4, name="conv_f64")
+    g.output(g.op("Relu", [c]))
+    m["nm_dtype"] = g
+
+    g = G()  # SE whose gate has a second reader
+    x = g.input("x", [1, 8, 4, 4])
+    s = conv(g, g.op("GlobalAveragePool", [x], name="gap_se"), 8, 2, k=1, pads=[0, 0, 0, 0])
+    s = g.op("Sigmoid", [conv(g, g.op("Relu", [s]), 2, 8, k=1, pads=[0, 0, 0, 0])])
+    g.output(g.op("Mul", [x, s]))
+    g.output(s)
+    m["nm_se_gate_output"] = g
+
+    g = G()  # LayerNorm over a middle axis
+    ln = g.op("LayerNormalization", [g.input("x", [2, 4, 16]),
+                                     g.const([4, 16], "s", positive=True)], name="ln_axis", axis=1)
+    g.output(g.op("MatMul", [ln, g.const([16, 3])]))
+    m["nm_ln_axis"] = g
+    return m
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    for name, g in models().items():
+        g.save(os.path.join(out, name + ".onnx"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,432 @@
+/* MultiHeadAttentionFusionOp and the FusedAttention kernel.
+ *
+ * Kernel: FusedAttention nodes built by hand (BERT's [B,S,E] rows, torchvision's packed
+ * [S,B,3E] read through column offsets, mixed row orders, cross attention over several key
+ * blocks, fully masked blocks and rows) against attention written out here in double from its
+ * definition; shape inference with unknown dims; hostile attributes and inputs refused with a
+ * status.
+ * Rule: the models of gen_attention_models.py (in $AF_ATTN_MODELS) imported twice, one copy fused
+ * with only this rule enabled: the exact FusedAttention count, a valid graph, the near miss's
+ * reason when it must not fire, and fused-vs-unfused outputs within rtol 1e-4. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "fusion/fusion.h"
+#include "kernels/kernel.h"
+#include "onnx/onnx.h"
+#include "passes/passes.h"
+#include "runtime/exec.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- hand-built FusedAttention nodes ------------------------------------------------------------ */
+
+typedef struct geom {
+    int64_t B, H, D, Sq, Sk;
+    int layout[4];     /* q, k, v, out: 0 [B,S,..], 1 [S,B,..] */
+    int64_t width[3];  /* last dim of q, k, v */
+    int64_t col[3];    /* first column of head 0 */
+    int out_rank;
+    bool merged;       /* mask against [B*H, Sq, Sk] */
+    float scale;
+} geom;
+
+static uint64_t rng_state = 42;
+static float rnd(void) {
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((double)(rng_state >> 11) / (double)(1ULL << 53) * 2.0 - 1.0);
+}
+
+static af_tensor *rand_tensor(int rank, const int64_t *dims) {
+    af_tensor *t = af_tensor_new(AF_DTYPE_FLOAT, rank, dims);
+    assert_non_null(t);
+    float *p = t->data;
+    for (int64_t i = 0; i < af_tensor_numel(t); i++) p[i] = rnd();
+    return t;
+}
+
+static void set_ints(af_node *n, const char *name, const int64_t *v, int count) {
+    af_attr *a = af_node_add_attr(n, name, AF_ATTR_INTS);
+    assert_non_null(a);
+    a->ints = af_arena_calloc(n->graph->arena, (size_t)count + 1, sizeof(int64_t));
+    memcpy(a->ints, v, sizeof(int64_t) * (size_t)count);
+    a->n = count;
+}
+
+static af_node *fa_node(af_arena *a, const geom *g, int nin) {
+    af_graph *gr = af_graph_new(a, "test_attention", NULL);
+    af_node *n = af_node_new(gr, AF_OP_FUSED_ATTENTION, "attn", nin, 1);
+    assert_non_null(n);
+    n->domain = AF_DOMAIN;
+    af_node_add_attr(n, "num_heads", AF_ATTR_INT)->i = g->H;
+    af_node_add_attr(n, "head_dim", AF_ATTR_INT)->i = g->D;
+    af_node_add_attr(n, "scale", AF_ATTR_FLOAT)->f = g->scale;
+    af_node_add_attr(n, "out_rank", AF_ATTR_INT)->i = g->out_rank;
+    af_node_add_attr(n, "heads_merged", AF_ATTR_INT)->i = g->merged;
+    int64_t lay[4] = {g->layout[0], g->layout[1], g->layout[2], g->layout[3]};
+    set_ints(n, "layout", lay, 4);
+    set_ints(n, "offsets", g->col, 3);
+    return n;
+}
+
+/* Rank-3 dims of q (i = 0) or k/v for the geometry's row order. */
+static void in_dims(const geom *g, int i, int64_t *d) {
+    int64_t S = i == 0 ? g->Sq : g->Sk;
+    d[0] = g->layout[i] ? S : g->B;
+    d[1] = g->layout[i] ? g->B : S;
+    d[2] = g->width[i];
+}
+
+/* x[b, s, h, d] of input i, from the definition of the layout. */
+static double at(const geom *g, const af_tensor *t, int i, int64_t b, int64_t s, int64_t h,
+                 int64_t d) {
+    int64_t row = g->layout[i] ? s * g->B + b : b * t->dims[1] + s;
+    return ((const float *)t->data)[row * g->width[i] + g->col[i] + h * g->D + d];
+}
+
+static double mask_at(const geom *g, const af_tensor *m, int64_t b, int64_t h, int64_t i,
+                      int64_t j) {
+    int64_t full[4] = {b, h, i, j}, merged[3] = {b * g->H + h, i, j};
+    const int64_t *idx = g->merged ? merged : full;
+    int trank = g->merged ? 3 : 4;
+    int64_t off = 0;
+    for (int a = 0; a < m->rank; a++) {
+        int64_t k = m->dims[a] == 1 ? 0 : idx[trank - m->rank + a];
+        off = off * m->dims[a] + k;
+    }
+    return ((const float *)m->data)[off];
+}
+
+/* Attention from its definition, in double: softmax over all keys at once. */
+static void reference(const geom *g, const af_tensor *const *in, const af_tensor *mask,
+                      double *out) {
+    int64_t E = g->H * g->D;
+    double *sc = malloc(sizeof(double) * (size_t)g->Sk);
+    assert_non_null(sc);
+    for (int64_t b = 0; b < g->B; b++)
+        for (int64_t h = 0; h < g->H; h++)
+            for (int64_t i = 0; i < g->Sq; i++) {
+                double mx = -INFINITY, sum = 0;
+                for (int64_t j = 0; j < g->Sk; j++) {
+                    double dot = 0;
+                    for (int64_t d = 0; d < g->D; d++)
+                        dot += at(g, in[0], 0, b, i, h, d) * at(g, in[1], 1, b, j, h, d);
+                    sc[j] = dot * g->scale + (mask ? mask_at(g, mask, b, h, i, j) : 0.0);
+                    if (sc[j] > mx) mx = sc[j];
+                }
+                for (int64_t j = 0; j < g->Sk; j++) sum += exp(sc[j] - mx);
+                int64_t row = g->layout[3] ? i * g->B + b : b * g->Sq + i;
+                for (int64_t d = 0; d < g->D; d++) {
+                    double acc = 0;
+                    for (int64_t j = 0; j < g->Sk; j++)
+                        acc += exp(sc[j] - mx) / sum * at(g, in[2], 2, b, j, h, d);
+                    out[row * E + h * g->D + d] = acc;
+                }
+            }
+    free(sc);
+}
+
+/* Shape function, allocation, kernel: as the executor runs a node. */
+static af_status run(af_node *n, const af_tensor *const *in, af_tensor *out, af_error *err) {
+    memset(out, 0, sizeof *out);
+    out->rank = -1;
+    af_status st = af_ops[n->op].shape(n, in, out, err);
+    if (st == AF_OK) st = af_tensor_alloc(out, err);
+    if (st == AF_OK) st = af_ops[n->op].kernel(n, in, out, NULL, err);
+    return st;
+}
+
+/* Run geometry g with fresh random q, k, v (q, k, v one packed tensor when `packed`) and an
+ * optional mask of mask_rank dims; compare with the reference. */
+static void check_geom(const geom *g, bool packed, int mask_rank, const int64_t *mask_dims,
+                       float mask_fill_inf_keys) {
+    af_arena *a = af_arena_new();
+    af_node *n = fa_node(a, g, mask_rank ? 4 : 3);
+    af_tensor *t[4] = {NULL, NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) {
+        int64_t d[3];
+        in_dims(g, i, d);
+        t[i] = packed && i ? t[0] : rand_tensor(3, d);
+    }
+    if (mask_rank) {
+        t[3] = rand_tensor(mask_rank, mask_dims);
+        /* Mask the first `mask_fill_inf_keys` keys with -inf in the last mask axis (which
+         * indexes keys when it is not 1). */
+        float *p = t[3]->data;
+        int64_t last = mask_dims[mask_rank - 1];
+        for (int64_t e = 0; e < af_tensor_numel(t[3]); e++)
+            if (last > 1 && e % last < (int64_t)mask_fill_inf_keys) p[e] = -INFINITY;
+    }
+    af_tensor y;
+    af_error err;
+    const af_tensor *in[4] = {t[0], t[1], t[2], t[3]};
+    assert_int_equal(run(n, in, &y, &err), AF_OK);
+    int64_t E = g->H * g->D, rows = g->B * g->Sq;
+    assert_int_equal(y.rank, g->out_rank);
+    assert_int_equal(af_tensor_numel(&y), rows * E);
+    if (g->out_rank == 3) {
+        assert_int_equal(y.dims[g->layout[3] ? 1 : 0], g->B);
+        assert_int_equal(y.dims[g->layout[3] ? 0 : 1], g->Sq);
+    }
+    double *want = malloc(sizeof(double) * (size_t)(rows * E));
+    assert_non_null(want);
+    reference(g, in, t[3], want);
+    const float *got = y.data;
+    for (int64_t i = 0; i < rows * E; i++) {
+        if (isnan(want[i])) {
+            assert_true(isnan(got[i]));
+            continue;
+        }
+        if (fabs(got[i] - want[i]) > 1e-5 + 1e-4 * fabs(want[i]))
+            fail_msg("element %lld: got %g, want %g", (long long)i, got[i], want[i]);
+    }
+    free(want);
+    af_tensor_release(&y);
+    for (int i = 0; i < 4; i++)
+        if (t[i] && !(packed && i && i < 3)) af_tensor_free(t[i]);
+    af_arena_free(a);
+}
+
+static void test_kernel_bert_layout(void **state) {
+    (void)state;
+    geom g = {.B = 2, .H = 2, .D = 4, .Sq = 5, .Sk = 5, .width = {8, 8, 8}, .out_rank = 3,
+              .scale = 0.5f};
+    int64_t md[4] = {2, 1, 1, 5};
+    check_geom(&g, false, 4, md, 0);
+    check_geom(&g, false, 0, NULL, 0);
+}
+
+static void test_kernel_vit_packed(void **state) {
+    (void)state;
+    /* [S, B, 3E] read in place by q, k and v; output rows s*B + b of [S*B, E]. */
+    geom g = {.B = 2, .H = 2, .D = 4, .Sq = 7, .Sk = 7, .layout = {1, 1, 1, 1},
+              .width = {24, 24, 24}, .col = {0, 8, 16}, .out_rank = 2, .merged = true,
+              .scale = 0.35f};
+    int64_t md[3] = {4, 1, 7};
+    check_geom(&g, true, 3, md, 0);
+    check_geom(&g, true, 0, NULL, 0);
+}
+
+static void test_kernel_cross_blocks(void **state) {
+    (void)state;
+    /* Several key blocks and a partial query tile; every row order mixed. */
+    geom g = {.B = 2, .H = 3, .D = 5, .Sq = 19, .Sk = 150, .layout = {1, 0, 1, 1},
+              .width = {15, 20, 17}, .col = {0, 5, 2}, .out_rank = 3, .scale = 0.7f};
+    int64_t md[2] = {19, 150};
+    check_geom(&g, false, 2, md, 0);
+    int64_t md1[1] = {150};
+    check_geom(&g, false, 1, md1, 0);
+}
+
+static void test_kernel_masked_blocks(void **state) {
+    (void)state;
+    /* The first key block is all -inf (the running max starts at -inf and must not poison the
+     * row); with every key masked a row is NaN, as the unfused Softmax gives. */
+    geom g = {.B = 1, .H = 2, .D = 3, .Sq = 9, .Sk = 130, .width = {6, 6, 6}, .out_rank = 3,
+              .scale = 1.0f};
+    int64_t md[4] = {1, 1, 9, 130};
+    check_geom(&g, false, 4, md, 70);
+    check_geom(&g, false, 4, md, 130);
+}
+
+static void test_shape_unknown_dims(void **state) {
+    (void)state;
+    af_arena *a = af_arena_new();
+    geom g = {.B = 2, .H = 2, .D = 4, .layout = {1, 1, 1, 0}, .width = {8, 8, 8},
+              .out_rank = 3, .scale = 1};
+    af_node *n = fa_node(a, &g, 3);
+    af_tensor q = {.dtype = AF_DTYPE_FLOAT, .rank = 3, .dims = {-1, 2, 8}};
+    af_tensor k = {.dtype = AF_DTYPE_FLOAT, .rank = 3, .dims = {-1, -1, 8}};
+    const af_tensor *in[3] = {&q, &k, &k};
+    af_tensor y = {.rank = -1};
+    af_error err;
+    assert_int_equal(af_ops[n->op].shape(n, in, &y, &err), AF_OK);
+    assert_int_equal(y.rank, 3);
+    assert_int_equal(y.dims[0], 2); /* out is batch-major: [B, Sq, E] */
+    assert_int_equal(y.dims[1], -1);
+    assert_int_equal(y.dims[2], 8);
+    af_arena_free(a);
+}
+
+/* Each hostile variant must fail with a status, never crash or read outside. */
+static void test_hostile(void **state) {
+    (void)state;
+    geom base = {.B = 2, .H = 2, .D = 4, .Sq = 5, .Sk = 5, .width = {8, 8, 8}, .out_rank = 3,
+                 .scale = 1};
+    for (int c = 0; c < 9; c++) {
+        af_arena *a = af_arena_new();
+        geom g = base;
+        if (c == 0) g.col[1] = 1;            /* columns past the width */
+        if (c == 1) g.H = INT64_MAX / 2;     /* H*D overflows */
+        if (c == 2) g.layout[2] = 2;         /* bad layout */
+        if (c == 3) g.out_rank = 4;
+        if (c == 4) g.D = 0;
+        af_node *n = fa_node(a, &g, c == 5 ? 4 : 3);
+        int64_t d[3];
+        in_dims(&base, 0, d);
+        af_tensor *q = rand_tensor(3, d), *k = rand_tensor(3, d), *m = NULL;
+        if (c == 5) {
+            int64_t md[4] = {2, 3, 1, 5}; /* 3 heads: does not broadcast to 2 */
+            m = rand_tensor(4, md);
+        }
+        if (c == 6) k->dims[1] = 4; /* v has 5 keys, k 4: dims disagree (data is larger) */
+        if (c == 7) k->dtype = AF_DTYPE_INT32;
+        if (c == 8) k->rank = 2, k->dims[1] = 40;
+        const af_tensor *in[4] = {q, k, q, m};
+        af_tensor y;
+        af_error err;
+        if (c == 6) in[2] = q;
+        assert_int_not_equal(run(n, in, &y, &err), AF_OK);
+        assert_non_null(strstr(err.message, "FusedAttention"));
+        af_tensor_release(&y);
+        af_tensor_free(q);
+        af_tensor_free(k);
+        af_tensor_free(m);
+        af_arena_free(a);
+    }
+}
+
+/* ---- the rule on models ---------------------------------------------------------------------- */
+
+typedef struct model_case {
+    const char *name;
+    int fused;          /* FusedAttention nodes expected */
+    const char *reason; /* substring of the near miss's reason, or NULL */
+} model_case;
+
+static const model_case cases[] = {
+    {"bert_block", 1, NULL},
+    {"bert_mul_swapped", 1, NULL},
+    {"vit_block", 1, NULL},
+    {"vit_mask", 1, NULL},
+    {"cross", 1, NULL},
+    {"bert2", 2, NULL},
+    {"vit2", 2, NULL},
+    {"nm_scores_output", 0, "graph output"},
+    {"nm_scores_reader", 0, "consumers"},
+    {"nm_shape_input", 0, "not constant"},
+    {"nm_perm", 0, "inner split"},
+    {"nm_mask_grows", 0, "broadcast"},
+    {"nm_double", 0, "float32"},
+};
+
+static const char *models_dir(void) {
+    const char *d = getenv("AF_ATTN_MODELS");
+    return d && *d ? d : "attention_models";
+}
+
+static af_model *load(const char *name) {
+    char path[1024];
+    af_model *m = NULL;
+    af_error err;
+    snprintf(path, sizeof path, "%s/%s.onnx", models_dir(), name);
+    if (af_model_load(path, &m, &err) != AF_OK) fail_msg("%s", err.message);
+    return m;
+}
+
+/* Run g on the case's saved inputs (NULL for a graph input without a file: its default). */
+static af_tensor *run_model(const char *name, const af_graph *g) {
+    af_tensor in[16];
+    const af_tensor *pin[16];
+    af_error err;
+    assert_true(g->ninputs <= 16);
+    for (int i = 0; i < g->ninputs; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s.in%d.npy", models_dir(), name, i);
+        memset(&in[i], 0, sizeof in[i]);
+        FILE *f = fopen(path, "rb");
+        pin[i] = NULL;
+        if (!f) continue;
+        fclose(f);
+        if (af_tensor_load_npy(path, &in[i], &err) != AF_OK) fail_msg("%s", err.message);
+        pin[i] = &in[i];
+    }
+    af_tensor *out = calloc((size_t)g->noutputs, sizeof *out);
+    assert_non_null(out);
+    if (af_exec_graph(g, pin, out, &err) != AF_OK) fail_msg("%s: %s", name, err.message);
+    for (int i = 0; i < g->ninputs; i++) af_tensor_release(&in[i]);
+    return out;
+}
+
+static int count_op(const af_graph *g, af_op op) {
+    int c = 0;
+    for (int i = 0; i < g->nnodes; i++) c += g->nodes[i]->op == op;
+    return c;
+}
+
+static void compare(const char *name, const af_tensor *want, const af_tensor *got, int n) {
+    for (int o = 0; o < n; o++) {
+        assert_int_equal(want[o].dtype, got[o].dtype);
+        assert_int_equal(af_tensor_numel(&want[o]), af_tensor_numel(&got[o]));
+        for (int64_t i = 0; i < af_tensor_numel(&want[o]); i++) {
+            double w = af_tensor_get_double(&want[o], i), h = af_tensor_get_double(&got[o], i);
+            if (fabs(w - h) > 1e-4 * fabs(w) + 1e-5)
+                fail_msg("%s output %d element %lld: fused %.9g, unfused %.9g", name, o,
+                         (long long)i, h, w);
+        }
+    }
+}
+
+static void free_outputs(af_tensor *t, int n) {
+    for (int i = 0; i < n; i++) af_tensor_release(&t[i]);
+    free(t);
+}
+
+static void test_rule_models(void **state) {
+    (void)state;
+    af_fusion_config cfg;
+    af_fusion_config_init(&cfg);
+    for (int r = 0; r < AF_RULE_COUNT; r++) cfg.disabled[r] = r != AF_RULE_MULTI_HEAD_ATTENTION;
+    for (size_t c = 0; c < AF_COUNT(cases); c++) {
+        const model_case *mc = &cases[c];
+        af_model *ref = load(mc->name), *fused = load(mc->name);
+        af_fusion_report rep;
+        af_error err;
+        af_fusion_report_init(&rep, mc->name);
+        /* As the pipeline does: simplify first (ViT's Slice bounds become constants). */
+        if (af_pass_simplify(fused->graph, &err) != AF_OK ||
+            af_fuse(fused->graph, &cfg, &rep, &err) != AF_OK)
+            fail_msg("%s", err.message);
+        if (af_graph_verify(fused->graph, &err) != AF_OK) fail_msg("%s", err.message);
+        int n = count_op(fused->graph, AF_OP_FUSED_ATTENTION);
+        if (n != mc->fused) fail_msg("%s: %d FusedAttention, want %d", mc->name, n, mc->fused);
+        assert_int_equal(af_fusion_report_applied(&rep, AF_RULE_MULTI_HEAD_ATTENTION), mc->fused);
+        if (mc->reason) {
+            bool seen = false;
+            for (int i = 0; i < rep.nmisses; i++)
+                seen |= rep.misses[i].rule == AF_RULE_MULTI_HEAD_ATTENTION &&
+                        strstr(rep.misses[i].reason, mc->reason) != NULL;
+            if (!seen)
+                fail_msg("%s: no near miss saying '%s' (%d misses%s%s)", mc->name, mc->reason,
+                         rep.nmisses, rep.nmisses ? ", first: " : "",
+                         rep.nmisses ? rep.misses[0].reason : "");
+        } else {
+            /* Nothing of the attention block is left: no Softmax in these models outside it. */
+            assert_int_equal(count_op(fused->graph, AF_OP_SOFTMAX), 0);
+        }
+        af_tensor *want = run_model(mc->name, ref->graph);
+        af_tensor *got = run_model(mc->name, fused->graph);
+        assert_int_equal(ref->graph->noutputs, fused->graph->noutputs);
+        compare(mc->name, want, got, ref->graph->noutputs);
+        free_outputs(want, ref->graph->noutputs);
+        free_outputs(got, fused->graph->noutputs);
+        af_fusion_report_free(&rep);
+        af_model_free(ref);
+        af_model_free(fused);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kernel_bert_layout),  cmocka_unit_test(test_kernel_vit_packed),
+        cmocka_unit_test(test_kernel_cross_blocks), cmocka_unit_test(test_kernel_masked_blocks),
+        cmocka_unit_test(test_shape_unknown_dims),  cmocka_unit_test(test_hostile),
+        cmocka_unit_test(test_rule_models),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,879 @@
+/* Pass unit tests (simplify, canonicalize): small graphs built with the IR API, each checked for
+ * the exact op counts after the pass and for the same outputs before and after it (both runs
+ * through the reference executor on the same random inputs, rtol 1e-5). Near-miss graphs must
+ * come out untouched.
+ *
+ * Also a driver for real models and the conformance data (not run by ctest):
+ *   test_passes --model=M.onnx [--count]                      op histograms before/after, and
+ *                                                            (without --count) optimized vs
+ *                                                            unoptimized outputs on random inputs
+ *   test_passes --suite=DIR [--filter=S] [-v]                 every DIR/<case>/model.onnx with
+ *                                                            its test_data_set_0, per case in a
+ *                                                            child process
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <math.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "onnx/onnx.h"
+#include "passes/passes.h"
+#include "runtime/exec.h"
+
+/* ---- graph building ------------------------------------------------------------------------ */
+
+typedef struct tg {
+    af_arena *a;
+    af_graph *g;
+} tg;
+
+static tg tg_new(int64_t opset) {
+    tg t = {af_arena_new(), NULL};
+    t.g = af_graph_new(t.a, "test.onnx", NULL);
+    t.g->opsets = af_arena_calloc(t.a, 1, sizeof(af_opset));
+    t.g->opsets[0] = (af_opset){"", opset};
+    t.g->nopsets = 1;
+    t.g->inputs = af_arena_calloc(t.a, 8, sizeof(af_value *));
+    t.g->outputs = af_arena_calloc(t.a, 8, sizeof(af_value *));
+    return t;
+}
+
+static af_value *input_in(af_graph *g, const char *name, af_dtype dt, int rank,
+                          const int64_t *dims) {
+    af_value *v = af_value_new(g, name);
+    v->type.dtype = dt;
+    v->type.rank = rank;
+    for (int i = 0; i < rank; i++) v->type.dims[i] = dims[i];
+    v->is_input = true;
+    g->inputs[g->ninputs++] = v;
+    return v;
+}
+
+static af_value *input(tg *t, const char *name, int rank, const int64_t *dims) {
+    return input_in(t->g, name, AF_DTYPE_FLOAT, rank, dims);
+}
+
+static void output_in(af_graph *g, af_value *v) {
+    if (v->graph == g) v->is_output = true;
+    g->outputs[g->noutputs++] = v;
+}
+
+static af_value *cst_in(af_graph *g, af_dtype dt, int rank, const int64_t *dims,
+                        const double *vals) {
+    af_value *v = af_value_new_const(g, af_graph_unique_name(g, "c"), dt, rank, dims);
+    for (int64_t i = 0; i < af_tensor_numel(&v->type); i++) {
+        if (dt == AF_DTYPE_FLOAT) ((float *)v->type.data)[i] = (float)vals[i];
+        else if (dt == AF_DTYPE_INT64) ((int64_t *)v->type.data)[i] = (int64_t)vals[i];
+        else if (dt == AF_DTYPE_BOOL) ((uint8_t *)v->type.data)[i] = vals[i] != 0;
+    }
+    return v;
+}
+
+/* A float scalar constant (rank 0). */
+static af_value *sc(tg *t, double v) { return cst_in(t->g, AF_DTYPE_FLOAT, 0, NULL, &v); }
+
+static af_value *ints(tg *t, int n, const double *v) {
+    int64_t d = n;
+    return cst_in(t->g, AF_DTYPE_INT64, 1, &d, v);
+}
+
+/* A node `op` of g reading in[0..nin), with nout fresh outputs; returns the node. */
+static af_node *mk_in(af_graph *g, const char *op, int nin, af_value *const *in, int nout) {
+    af_op id = af_op_lookup("", op);
+    if (id == AF_OP_COUNT) id = af_op_lookup(AF_DOMAIN, op);
+    assert_int_not_equal(id, AF_OP_COUNT);
+    af_node *n = af_node_new(g, id, NULL, nin, nout);
+    for (int i = 0; i < nin; i++) af_node_set_input(n, i, in[i]);
+    for (int o = 0; o < nout; o++) af_node_set_output(n, o, af_value_new(g, af_graph_unique_name(g, "v")));
+    return n;
+}
+
+static af_value *op1(tg *t, const char *op, af_value *a) {
+    return mk_in(t->g, op, 1, (af_value *[]){a}, 1)->out[0];
+}
+
+static af_value *op2(tg *t, const char *op, af_value *a, af_value *b) {
+    return mk_in(t->g, op, 2, (af_value *[]){a, b}, 1)->out[0];
+}
+
+static void attr_ints(af_node *n, const char *name, int count, const int64_t *v) {
+    af_attr *a = af_node_add_attr(n, name, AF_ATTR_INTS);
+    a->n = count;
+    a->ints = af_arena_calloc(n->graph->arena, (size_t)count, sizeof(int64_t));
+    memcpy(a->ints, v, (size_t)count * sizeof(int64_t));
+}
+
+static void attr_int(af_node *n, const char *name, int64_t v) {
+    af_node_add_attr(n, name, AF_ATTR_INT)->i = v;
+}
+
+static void attr_float(af_node *n, const char *name, float v) {
+    af_node_add_attr(n, name, AF_ATTR_FLOAT)->f = v;
+}
+
+static void finish_graph(af_graph *g) {
+    af_error err;
+    assert_int_equal(af_graph_toposort(g, &err), AF_OK);
+    if (af_graph_infer_shapes(g, &err)) fail_msg("%s", err.message);
+    assert_int_equal(af_graph_verify(g, &err), AF_OK);
+}
+
+/* ---- running and comparing ----------------------------------------------------------------- */
+
+static uint64_t rng_state = 42;
+
+static double rnd(void) {
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(rng_state >> 11) / (double)(1ULL << 53);
+}
+
+/* Inputs for g: floats in [-3, 3), integers 0/1, bools. Caller releases. */
+static af_tensor *make_inputs(const af_graph *g) {
+    af_tensor *in = calloc((size_t)g->ninputs + 1, sizeof(af_tensor));
+    for (int i = 0; i < g->ninputs; i++) {
+        const af_tensor *ty = &g->inputs[i]->type;
+        in[i].dtype = ty->dtype;
+        in[i].rank = ty->rank;
+        for (int k = 0; k < ty->rank; k++) in[i].dims[k] = ty->dims[k] < 0 ? 1 : ty->dims[k];
+        if (g->inputs[i]->is_const || af_tensor_alloc(&in[i], NULL)) continue;
+        for (int64_t k = 0; k < af_tensor_numel(&in[i]); k++) {
+            double v = rnd();
+            switch (ty->dtype) {
+            case AF_DTYPE_FLOAT: ((float *)in[i].data)[k] = (float)(6 * v - 3); break;
+            case AF_DTYPE_DOUBLE: ((double *)in[i].data)[k] = 6 * v - 3; break;
+            case AF_DTYPE_INT64: ((int64_t *)in[i].data)[k] = v < 0.5 ? 0 : 1; break;
+            case AF_DTYPE_INT32: ((int32_t *)in[i].data)[k] = v < 0.5 ? 0 : 1; break;
+            case AF_DTYPE_BOOL: ((uint8_t *)in[i].data)[k] = v < 0.5; break;
+            default: break;
+            }
+        }
+    }
+    return in;
+}
+
+static af_status run(const af_graph *g, const af_tensor *in, af_tensor *out, af_error *err) {
+    const af_tensor **bound = calloc((size_t)g->ninputs + 1, sizeof(af_tensor *));
+    for (int i = 0; i < g->ninputs; i++) bound[i] = in[i].data ? &in[i] : NULL;
+    af_status st = af_exec_graph(g, bound, out, err);
+    free(bound);
+    return st;
+}
+
+/* Worst |a-b| / (atol/rtol + |b|) over all elements, in units of rtol (<= 1 passes). */
+static double mismatch(const af_tensor *a, const af_tensor *b, double rtol, double atol) {
+    if (a->dtype != b->dtype || a->rank != b->rank) return INFINITY;
+    for (int i = 0; i < a->rank; i++)
+        if (a->dims[i] != b->dims[i]) return INFINITY;
+    double worst = 0;
+    int64_t n = af_tensor_numel(a);
+    bool fl = a->dtype == AF_DTYPE_FLOAT || a->dtype == AF_DTYPE_DOUBLE ||
+              a->dtype == AF_DTYPE_FLOAT16 || a->dtype == AF_DTYPE_BFLOAT16;
+    for (int64_t i = 0; i < n; i++) {
+        double x = af_tensor_get_double(a, i), y = af_tensor_get_double(b, i);
+        if (isnan(x) && isnan(y)) continue;
+        if (!fl) {
+            if (af_tensor_get_int(a, i) != af_tensor_get_int(b, i)) return INFINITY;
+            continue;
+        }
+        if (x == y) continue;
+        double e = fabs(x - y) / (atol + rtol * fabs(y));
+        if (!(e <= worst)) worst = e;
+    }
+    return worst;
+}
+
+static void release_all(af_tensor *t, int n) {
+    for (int i = 0; i < n; i++) af_tensor_release(&t[i]);
+    free(t);
+}
+
+typedef af_status (*pass_fn)(af_graph *, af_error *);
+
+/* Run g, apply the pass, verify, run again on the same inputs: outputs must agree. */
+static void check_pass(af_graph *g, pass_fn pass) {
+    af_error err;
+    af_tensor *in = make_inputs(g);
+    af_tensor *before = calloc((size_t)g->noutputs + 1, sizeof(af_tensor));
+    af_tensor *after = calloc((size_t)g->noutputs + 1, sizeof(af_tensor));
+    const char *names[8];
+    for (int i = 0; i < g->noutputs && i < 8; i++) names[i] = g->outputs[i]->name;
+    if (run(g, in, before, &err)) fail_msg("before: %s", err.message);
+    if (pass(g, &err)) fail_msg("pass: %s", err.message);
+    if (af_graph_verify(g, &err)) fail_msg("verify: %s", err.message);
+    for (int i = 0; i < g->noutputs && i < 8; i++) assert_string_equal(g->outputs[i]->name, names[i]);
+    if (run(g, in, after, &err)) fail_msg("after: %s", err.message);
+    for (int i = 0; i < g->noutputs; i++) {
+        double e = mismatch(&after[i], &before[i], 1e-5, 1e-6);
+        if (e > 1) fail_msg("output %d differs (%.3g x tolerance)", i, e);
+    }
+    release_all(in, g->ninputs);
+    release_all(before, g->noutputs);
+    release_all(after, g->noutputs);
+}
+
+static int count(const af_graph *g, const char *op) {
+    af_op id = af_op_lookup("", op);
+    if (id == AF_OP_COUNT) id = af_op_lookup(AF_DOMAIN, op);
+    int c = 0;
+    for (int i = 0; i < g->nnodes; i++) c += g->nodes[i]->op == id;
+    return c;
+}
+
+/* ---- simplify ------------------------------------------------------------------------------ */
+
+static const int64_t D23[] = {2, 3}, D234[] = {2, 3, 4};
+
+static void test_fold_arithmetic(void **state) {
+    (void)state;
+    tg t = tg_new(17);
+    af_value *x = input(&t, "x", 2, D23);
+    af_value *k = op2(&t, "Mul", sc(&t, 2), op1(&t, "Exp", sc(&t, 1)));
+    output_in(t.g, op2(&t, "Add", x, k));
+    finish_graph(t.g);
+    check_pass(t.g, af_pass_simplify);
+    assert_int_equal(t.g->nnodes, 1);
+    assert_int_equal(count(t.g, "Add"), 1);
+    assert_true(t.g->nodes[0]->in[1]->is_const);
+    af_arena_free(t.a);
+}
+
+/* x -> Shape -> Gather(2) -> Unsqueeze -> Concat([-1], .) -> Reshape(x, .): all but the
+ * Reshape fold once x's dims are known (the exported ViT's Slice arithmetic has this shape). */
+static af_graph *shape_chain(tg *t, const int64_t *dims) {
+    af_value *x = input(t, "x", 3, dims);
+    af_value *s = op1(t, "Shape", x);
+    af_value *idx = cst_in(t->g, AF_DTYPE_INT64, 0, NULL, (double[]){2});
+    af_value *g = mk_in(t->g, "Gather", 2, (af_value *[]){s, idx}, 1)->out[0];
+    af_value *zero = cst_in(t->g, AF_DTYPE_INT64, 0, NULL, (double[]){0});
+    af_value *u = op2(t, "Unsqueeze", op2(t, "Add", g, zero), ints(t, 1, (double[]){0}));
+    af_node *cat = mk_in(t->g, "Concat", 2, (af_value *[]){ints(t, 1, (double[]){-1}), u}, 1);
+    attr_int(cat, "axis", 0);
+    output_in(t->g, op2(t, "Reshape", x, cat->out[0]));
+    finish_graph(t->g);
+    return t->g;
+}
+
+static void test_fold_shape_chain(void **state) {
+    (void)state;
+    tg t = tg_new(17);
+    af_graph *g = shape_chain(&t, D234);
+    assert_int_equal(g->nnodes, 6);
+    check_pass(g, af_pass_simplify);
+    assert_int_equal(g->nnodes, 1);
+    assert_int_equal(count(g, "Reshape"), 1);
+    const af_value *shape = g->nodes[0]->in[1];
+    assert_true(shape->is_const);
+    assert_int_equal(((int64_t *)shape->type.data)[0], -1);
+    assert_int_equal(((int64_t *)shape->type.data)[1], 4);
+    assert_int_equal(g->outputs[0]->type.dims[0], 6); /* shapes inferred again */
+    af_arena_free(t.a);
+}
+
+static void test_shape_unknown_dims_stays(void **state) {
+    (void)state;
+    tg t = tg_new(17);
+    const int64_t dims[] = {-1, 3, 4};
+    af_graph *g = shape_chain(&t, dims);
+    af_error err;
+    assert_int_equal(af_pass_simplify(g, &err), AF_OK);
+    assert_int_equal(g->nnodes, 6);
+    assert_int_equal(count(g, "Shape"), 1);
+    af_arena_free(t.a);
+}
+
+/* An initializer that is also a graph input can be overridden: never folded. */
+static void test_overridable_default_not_folded(void **state) {
+    (void)state;
+    tg t = tg_new(17);
+    af_value *x = input(&t, "x", 2, D23);
+    af_value *w = cst_in(t.g, AF_DTYPE_FLOAT, 2, D23, (double[]){1, 2, 3, 4, 5, 6});
+    w->is_input = true;
+    t.g->inputs[t.g->ninputs++] = w;
+    output_in(t.g, op2(&t, "Add", x, op1(&t, "Neg", w)));
+    finish_graph(t.g);
+    check_pass(t.g, af_pass_simplify);
+    assert_int_equal(count(t.g, "Neg"), 1);
+    af_arena_free(t.a);
+}
+
+static void test_identity_and_dropout_removed(void **state) {
+    (void)state;
+    tg t = tg_new(17);
+    af_value *x = input(&t, "x", 2, D23);
+    af_value *a = op1(&t, "Identity", op1(&t, "Relu", x));
+    af_node *drop = mk_in(t.g, "Dropout", 1, (af_value *[]){a}, 2); /* mask unused */
+    output_in(t.g, op1(&t, "Neg", drop->out[0]));
+    finish_graph(t.g);
+    check_pass(t.g, af_pass_simplify);
+    assert_int_equal(t.g->nnodes, 2);
+    assert_int_equal(count(t.g, "Identity") + count(t.g, "Dropout"), 0);
+    af_arena_free(t.a);
+}
+
+/* Cast float->float is a copy; Cast float->int64 is not. */
+static void test_same_type_cast_removed(void **state) {
+    (void)state;
+    tg t = tg_new(17);
+    af_value *x = input(&t, "x", 2, D23);
+    af_node *same = mk_in(t.g, "Cast", 1, (af_value *[]){op1(&t, "Neg", x)}, 1);
+    attr_int(same, "to", AF_DTYPE_FLOAT);
+    af_node *other = mk_in(t.g, "Cast", 1, (af_value *[]){same->out[0]}, 1);
+    attr_int(other, "to", AF_DTYPE_INT64);
+    output_in(t.g, other->out[0]);
+    finish_graph(t.g);
+    check_pass(t.g, af_pass_simplify);
+    assert_int_equal(t.g->nnodes, 2);
+    assert_int_equal(count(t.g, "Cast"), 1);
+    af_arena_free(t.a);
+}
+
+/* Identity writing a graph output: its producer takes over the output's name. */
+static void test_identity_output_renamed(void **state) {
+    (void)state;
+    tg t = tg_new(17);
+    af_value *x = input(&t, "x", 2, D23);
+    af_value *r = op1(&t, "Relu", x);
+    af_value *y = op1(&t, "Identity", r);
+    af_value *z = op1(&t, "Neg", r);
+    output_in(t.g, y);
+    output_in(t.g, z);
+    finish_graph(t.g);
+    check_pass(t.g, af_pass_simplify);
+    assert_int_equal(t.g->nnodes, 2);
+    assert_int_equal(count(t.g, "Identity"), 0);
+    assert_ptr_equal(t.g->outputs[0], y);
+    assert_int_equal(y->producer->op, AF_OP_RELU);
+    assert_ptr_equal(z->producer->in[0], y);
+    af_arena_free(t.a);
+}
+
+/* Identity of a graph input into a graph output, and a Dropout whose mask is used or that
+ * trains: all stay. */
+static void test_copies_that_stay(void **state) {
+    (void)state;
+    tg t = tg_new(17);
+    af_value *x = input(&t, "x", 2, D23);
+    output_in(t.g, op1(&t, "Identity", x));
+    af_node *d1 = mk_in(t.g, "Dropout", 1, (af_value *[]){op1(&t, "Relu", x)}, 2);
+    output_in(t.g, d1->out[0]);
+    output_in(t.g, d1->out[1]);
+    double on = 1;
+    af_value *training = cst_in(t.g, AF_DTYPE_BOOL, 0, NULL, &on);
+    af_node *d2 = mk_in(t.g, "Dropout", 3, (af_value *[]){op1(&t, "Neg", x), sc(&t, 0.0), training}, 1);
+    output_in(t.g, d2->out[0]);
+    finish_graph(t.g);
+    check_pass(t.g, af_pass_simplify);
+    assert_int_equal(count(t.g, "Identity"), 1);
+    assert_int_equal(count(t.g, "Dropout"), 2);
+    af_arena_free(t.a);
+}
+
+static void test_dead_nodes_removed(void **state) {
+    (void)state;
+    tg t = tg_new(17);
+    af_value *x = input(&t, "x", 2, D23);
+    op1(&t, "Sqrt", op1(&t, "Exp", x)); /* read by nobody */
+    output_in(t.g, op1(&t, "Neg", x));
+    finish_graph(t.g);
+    check_pass(t.g, af_pass_simplify);
+    assert_int_equal(t.g->nnodes, 1);
+    assert_int_equal(count(t.g, "Neg"), 1);
+    af_arena_free(t.a);
+}
+
+/* If whose then-branch computes outer constants (folds inside the body) and whose else-branch
+ * copies an outer value through an Identity (an output: stays). Runs both ways. */
+static void test_subgraph_folded(void **state) {
+    (void)state;
+    for (int branch = 0; branch < 2; branch++) {
+        tg t = tg_new(17);
+        af_value *x = input(&t, "x", 2, D23);
+        af_value *cond = input_in(t.g, "cond", AF_DTYPE_BOOL, 0, NULL);
+        af_value *c1 = cst_in(t.g, AF_DTYPE_FLOAT, 2, D23, (double[]){1, 2, 3, 4, 5, 6});
+        af_value *nx = op1(&t, "Neg", x);
+        af_graph *then_g = af_graph_new(t.a, "test.onnx", t.g), *else_g = af_graph_new(t.a, "test.onnx", t.g);
+        then_g->outputs = af_arena_calloc(t.a, 1, sizeof(af_value *));
+        else_g->outputs = af_arena_calloc(t.a, 1, sizeof(af_value *));
+        af_value *c1in = af_graph_find(then_g, c1->name);
+        af_value *sum = mk_in(then_g, "Add", 2, (af_value *[]){c1in, c1in}, 1)->out[0];
+        output_in(then_g, mk_in(then_g, "Exp", 1, (af_value *[]){sum}, 1)->out[0]);
+        af_value *nxin = af_graph_find(else_g, nx->name);
+        output_in(else_g, mk_in(else_g, "Identity", 1, (af_value *[]){nxin}, 1)->out[0]);
+        af_node *n = mk_in(t.g, "If", 1, (af_value *[]){cond}, 1);
+        af_node_add_attr(n, "then_branch", AF_ATTR_GRAPH)->g = then_g;
+        af_node_add_attr(n, "else_branch", AF_ATTR_GRAPH)->g = else_g;
+        output_in(t.g, n->out[0]);
+        finish_graph(t.g);
+        rng_state = 7 + (uint64_t)branch;
+        check_pass(t.g, af_pass_simplify);
+        assert_int_equal(then_g->nnodes, 0);
+        assert_int_equal(then_g->ncaptures, 0); /* c1 is no longer read */
+        assert_int_equal(else_g->nnodes, 1);
+        assert_int_equal(t.g->nnodes, 2);
+        af_arena_free(t.a);
+    }
+}
+
+/* ---- canonicalize: LayerNorm --------------------------------------------------------------- */
+
+typedef struct ln_opts {
+    bool gamma, beta;
+    bool mul_square;     /* d*d instead of Pow(d, 2) */
+    bool reciprocal;     /* d * Reciprocal(Sqrt(.)) instead of Div */
+    int64_t mean_axis;   /* axis of the first ReduceMean */
+    bool mean_escapes;   /* the mean is also a graph output */
+    bool eps_input;      /* eps is a graph input */
+    double exponent;
+    bool gamma_2d;       /* gamma of shape [1, C] */
+} ln_opts;
+
+static const ln_opts LN_PLAIN = {true, true, false, false, -1, false, false, 2.0, false};
+
+/* The decomposed LayerNorm torch exports at opset 13, x [2,3,8]. */
+static af_graph *build_ln(tg *t, ln_opts o) {
+    const int64_t xd[] = {2, 3, 8}, c = 8, c2[] = {1, 8};
+    af_value *x = input(t, "x", 3, xd);
+    af_node *m1 = mk_in(t->g, "ReduceMean", 1, (af_value *[]){x}, 1);
+    attr_ints(m1, "axes", 1, &o.mean_axis);
+    af_value *d = op2(t, "Sub", x, m1->out[0]);
+    af_value *sq = o.mul_square ? op2(t, "Mul", d, d) : op2(t, "Pow", d, sc(t, o.exponent));
+    af_node *m2 = mk_in(t->g, "ReduceMean", 1, (af_value *[]){sq}, 1);
+    attr_ints(m2, "axes", 1, (int64_t[]){-1});
+    af_value *eps = o.eps_input ? input(t, "eps", 0, NULL) : sc(t, 1e-5);
+    af_value *sd = op1(t, "Sqrt", op2(t, "Add", m2->out[0], eps));
+    af_value *y = o.reciprocal ? op2(t, "Mul", d, op1(t, "Reciprocal", sd)) : op2(t, "Div", d, sd);
+    double gv[8], bv[8];
+    for (int i = 0; i < 8; i++) gv[i] = 0.5 + 0.1 * i, bv[i] = 0.05 * i - 0.2;
+    if (o.gamma) y = op2(t, "Mul", y, cst_in(t->g, AF_DTYPE_FLOAT, o.gamma_2d ? 2 : 1, o.gamma_2d ? c2 : &c, gv));
+    if (o.beta) y = op2(t, "Add", cst_in(t->g, AF_DTYPE_FLOAT, 1, &c, bv), y);
+    output_in(t->g, y);
+    if (o.mean_escapes) output_in(t->g, m1->out[0]);
+    finish_graph(t->g);
+    return t->g;
+}
+
+static void ln_case(ln_opts o, int want_ln, int want_nodes) {
+    tg t = tg_new(13);
+    af_graph *g = build_ln(&t, o);
+    check_pass(g, af_pass_canonicalize);
+    assert_int_equal(count(g, "LayerNormalization"), want_ln);
+    assert_int_equal(g->nnodes, want_nodes);
+    if (want_ln == 1 && want_nodes == 1) {
+        const af_node *n = g->nodes[0];
+        assert_int_equal(af_attr_int(n, "axis", 0), -1);
+        assert_float_equal(af_attr_float(n, "epsilon", 0), 1e-5f, 1e-12);
+        assert_int_equal(n->nin, 3);
+        assert_non_null(strstr(n->name, "LayerNormalization"));
+    }
+    af_arena_free(t.a);
+}
+
+static void test_layernorm(void **state) {
+    (void)state;
+    ln_case(LN_PLAIN, 1, 1);
+    ln_opts o = LN_PLAIN;
+    o.gamma = o.beta = false;
+    ln_case(o, 1, 1);
+    o = LN_PLAIN;
+    o.mul_square = o.reciprocal = true;
+    ln_case(o, 1, 1);
+    o = LN_PLAIN;
+    o.mean_axis = 2; /* rank 3: the last axis written positively */
+    ln_case(o, 1, 1);
+    o = LN_PLAIN;
+    o.gamma_2d = true; /* does not fit Scale: LN with ones, then the Mul and Add stay */
+    ln_case(o, 1, 3);
+}
+
+static void test_layernorm_near_misses(void **state) {
+    (void)state;
+    ln_opts o = LN_PLAIN;
+    o.mean_escapes = true;
+    ln_case(o, 0, 9);
+    o = LN_PLAIN;
+    o.eps_input = true;
+    ln_case(o, 0, 9);
+    o = LN_PLAIN;
+    o.mean_axis = 1;
+    ln_case(o, 0, 9);
+    o = LN_PLAIN;
+    o.exponent = 3.0;
+    ln_case(o, 0, 9);
+}
+
+/* keepdims=0 on the variance's mean, and the centered value read a third time. */
+static void test_layernorm_more_near_misses(void **state) {
+    (void)state;
+    for (int which = 0; which < 2; which++) {
+        tg t = tg_new(13);
+        af_graph *g = build_ln(&t, LN_PLAIN);
+        af_node *sub = NULL, *m2 = NULL;
+        for (int i = 0; i < g->nnodes; i++) {
+            if (g->nodes[i]->op == AF_OP_SUB) sub = g->nodes[i];
+            if (g->nodes[i]->op == AF_OP_REDUCE_MEAN) m2 = g->nodes[i];
+        }
+        if (which == 0) {
+            /* The graph no longer type-checks (Div of [2,3,8] by [2,3]), so it is not run:
+             * only the refusal is checked. */
+            attr_int(m2, "keepdims", 0);
+            af_error err;
+            assert_int_equal(af_pass_canonicalize(g, &err), AF_OK);
+            assert_int_equal(count(g, "LayerNormalization"), 0);
+        } else {
+            output_in(g, op1(&t, "Neg", sub->out[0]));
+            finish_graph(g);
+            check_pass(g, af_pass_canonicalize);
+            assert_int_equal(count(g, "LayerNormalization"), 0);
+        }
+        af_arena_free(t.a);
+    }
+}
+
+/* ---- canonicalize: GELU, SiLU, HardSwish ---------------------------------------------------- */
+
+typedef enum { GELU_TORCH, GELU_HF, GELU_HALF_FIRST } gelu_order;
+
+/* 0.5*x*a for a = 1 + f(x) in the given association order. */
+static af_value *half_x(tg *t, af_value *x, af_value *a, gelu_order order) {
+    switch (order) {
+    case GELU_TORCH: return op2(t, "Mul", op2(t, "Mul", x, a), sc(t, 0.5));
+    case GELU_HF: return op2(t, "Mul", op2(t, "Mul", x, sc(t, 0.5)), a);
+    default: return op2(t, "Mul", op2(t, "Mul", a, sc(t, 0.5)), x);
+    }
+}
+
+static af_value *gelu_erf_form(tg *t, af_value *x, gelu_order order, double root) {
+    af_value *e = op1(t, "Erf", op2(t, "Div", x, sc(t, root)));
+    return half_x(t, x, op2(t, "Add", e, sc(t, 1.0)), order);
+}
+
+static af_value *gelu_tanh_form(tg *t, af_value *x, bool pow) {
+    af_value *cube = pow ? op2(t, "Pow", x, sc(t, 3.0)) : op2(t, "Mul", x, op2(t, "Mul", x, x));
+    af_value *inner = op2(t, "Add", x, op2(t, "Mul", sc(t, 0.044715), cube));
+    af_value *th = op1(t, "Tanh", op2(t, "Mul", sc(t, 0.7978845608), inner));
+    return half_x(t, x, op2(t, "Add", sc(t, 1.0), th), GELU_TORCH);
+}
+
+static void act_case(af_graph *g, const char *op, int want_op, int want_nodes) {
+    check_pass(g, af_pass_canonicalize);
+    assert_int_equal(count(g, op), want_op);
+    assert_int_equal(g->nnodes, want_nodes);
+}
+
+static void test_gelu(void **state) {
+    (void)state;
+    for (int order = GELU_TORCH; order <= GELU_HALF_FIRST; order++) {
+        tg t = tg_new(13);
+        af_value *x = input(&t, "x", 2, D23);
+        output_in(t.g, gelu_erf_form(&t, x, (gelu_order)order, 1.4142135));
+        finish_graph(t.g);
+        act_case(t.g, "Gelu", 1, 1);
+        assert_string_equal(af_attr_str(t.g->nodes[0], "approximate", ""), "none");
+        assert_string_equal(t.g->nodes[0]->domain, AF_DOMAIN);
+        af_arena_free(t.a);
+    }
+    for (int pow = 0; pow < 2; pow++) {
+        tg t = tg_new(13);
+        af_value *x = input(&t, "x", 2, D23);
+        output_in(t.g, gelu_tanh_form(&t, x, pow));
+        finish_graph(t.g);
+        act_case(t.g, "Gelu", 1, 1);
+        assert_string_equal(af_attr_str(t.g->nodes[0], "approximate", ""), "tanh");
+        af_arena_free(t.a);
+    }
+}
+
+static void test_gelu_near_misses(void **state) {
+    (void)state;
+    /* Wrong constant: x / sqrt(3). */
+    tg t = tg_new(13);
+    af_value *x = input(&t, "x", 2, D23);
+    output_in(t.g, gelu_erf_form(&t, x, GELU_TORCH, 1.7320508));
+    finish_graph(t.g);
+    act_case(t.g, "Gelu", 0, 5);
+    af_arena_free(t.a);
+    /* The Erf's output is also a graph output. */
+    t = tg_new(13);
+    x = input(&t, "x", 2, D23);
+    af_value *e = op1(&t, "Erf", op2(&t, "Div", x, sc(&t, M_SQRT2)));
+    output_in(t.g, half_x(&t, x, op2(&t, "Add", e, sc(&t, 1.0)), GELU_TORCH));
+    output_in(t.g, e);
+    finish_graph(t.g);
+    act_case(t.g, "Gelu", 0, 5);
+    af_arena_free(t.a);
+    /* A [1,1,1] constant 0.5 would broadcast the 2-D x to 3-D. */
+    t = tg_new(13);
+    x = input(&t, "x", 2, D23);
+    e = op1(&t, "Erf", op2(&t, "Div", x, sc(&t, M_SQRT2)));
+    af_value *half = cst_in(t.g, AF_DTYPE_FLOAT, 3, (int64_t[]){1, 1, 1}, (double[]){0.5});
+    output_in(t.g, op2(&t, "Mul", op2(&t, "Mul", x, op2(&t, "Add", e, sc(&t, 1.0))), half));
+    finish_graph(t.g);
+    act_case(t.g, "Gelu", 0, 5);
+    af_arena_free(t.a);
+    /* The cube's x is another value. */
+    t = tg_new(13);
+    x = input(&t, "x", 2, D23);
+    af_value *z = input(&t, "z", 2, D23);
+    af_value *inner = op2(&t, "Add", x, op2(&t, "Mul", sc(&t, 0.044715), op2(&t, "Pow", z, sc(&t, 3))));
+    af_value *th = op1(&t, "Tanh", op2(&t, "Mul", sc(&t, 0.7978845608), inner));
+    output_in(t.g, half_x(&t, x, op2(&t, "Add", sc(&t, 1.0), th), GELU_TORCH));
+    finish_graph(t.g);
+    act_case(t.g, "Gelu", 0, 8);
+    af_arena_free(t.a);
+}
+
+static void test_silu(void **state) {
+    (void)state;
+    tg t = tg_new(13);
+    af_value *x = input(&t, "x", 2, D23);
+    output_in(t.g, op2(&t, "Mul", op1(&t, "Sigmoid", x), x));
+    af_value *z = input(&t, "z", 2, D23); /* near miss: sigmoid(x) * z */
+    output_in(t.g, op2(&t, "Mul", z, op1(&t, "Sigmoid", x)));
+    finish_graph(t.g);
+    act_case(t.g, "Silu", 1, 3);
+    assert_int_equal(count(t.g, "Sigmoid"), 1);
+    af_arena_free(t.a);
+}
+
+static void test_hardswish_hardsigmoid(void **state) {
+    (void)state;
+    tg t = tg_new(13);
+    af_value *x = input(&t, "x", 2, D23);
+    af_node *hs = mk_in(t.g, "HardSigmoid", 1, (af_value *[]){x}, 1);
+    attr_float(hs, "alpha", 1.0f / 6.0f);
+    output_in(t.g, op2(&t, "Mul", x, hs->out[0]));
+    af_node *hs2 = mk_in(t.g, "HardSigmoid", 1, (af_value *[]){x}, 1); /* alpha 0.2: no */
+    output_in(t.g, op2(&t, "Mul", x, hs2->out[0]));
+    finish_graph(t.g);
+    act_case(t.g, "HardSwish", 1, 3);
+    assert_int_equal(count(t.g, "HardSigmoid"), 1);
+    af_arena_free(t.a);
+}
+
+/* x * Clip(x+3, 0, 6) / 6, dividing after or before the product, Clip bounds as inputs
+ * (opset 13) or attributes (opset 10). */
+static void test_hardswish_clip(void **state) {
+    (void)state;
+    for (int form = 0; form < 4; form++) {
+        bool attrs = form >= 2, div_first = form & 1;
+        tg t = tg_new(attrs ? 10 : 13);
+        af_value *x = input(&t, "x", 2, D23);
+        af_value *a = op2(&t, "Add", x, sc(&t, 3));
+        af_node *clip = attrs ? mk_in(t.g, "Clip", 1, (af_value *[]){a}, 1)
+                              : mk_in(t.g, "Clip", 3, (af_value *[]){a, sc(&t, 0), sc(&t, 6)}, 1);
+        if (attrs) {
+            attr_float(clip, "min", 0);
+            attr_float(clip, "max", 6);
+        }
+        af_value *c = clip->out[0];
+        af_value *y = div_first ? op2(&t, "Mul", x, op2(&t, "Div", c, sc(&t, 6)))
+                                : op2(&t, "Mul", op2(&t, "Mul", c, x), sc(&t, 1.0 / 6.0));
+        output_in(t.g, y);
+        finish_graph(t.g);
+        act_case(t.g, "HardSwish", 1, 1);
+        af_arena_free(t.a);
+    }
+    /* Near miss: Clip(x+3, 0, 5). */
+    tg t = tg_new(13);
+    af_value *x = input(&t, "x", 2, D23);
+    af_value *a = op2(&t, "Add", x, sc(&t, 3));
+    af_value *c = mk_in(t.g, "Clip", 3, (af_value *[]){a, sc(&t, 0), sc(&t, 5)}, 1)->out[0];
+    output_in(t.g, op2(&t, "Div", op2(&t, "Mul", x, c), sc(&t, 6)));
+    finish_graph(t.g);
+    act_case(t.g, "HardSwish", 0, 4);
+    af_arena_free(t.a);
+}
+
+/* ---- driver: real models and the conformance data -------------------------------------------- */
+
+static void histogram(const char *title, const af_graph *g) {
+    int counts[AF_OP_COUNT] = {0};
+    for (int i = 0; i < g->nnodes; i++) counts[g->nodes[i]->op]++;
+    printf("%s: %d nodes:", title, g->nnodes);
+    for (int op = 0; op < AF_OP_COUNT; op++)
+        if (counts[op]) printf(" %s=%d", af_ops[op].name, counts[op]);
+    printf("\n");
+}
+
+static bool verbose; /* -v: node counts of every case */
+
+static af_status optimize(af_graph *g, af_error *err) {
+    af_status st = af_pass_simplify(g, err);
+    if (!st) st = af_pass_canonicalize(g, err);
+    if (!st) st = af_graph_verify(g, err);
+    return st;
+}
+
+/* Run g on `in`, optimize, run again. 0: the runs agree (rtol 1e-4) and match `want` when
+ * given (rtol 1e-3, atol 1e-5, the conformance runner's); 1: the passes broke something;
+ * 2: the unoptimized graph already fails or misses `want`, and the passes changed nothing. */
+static int compare_runs(af_graph *g, af_tensor *in, const af_tensor *want, bool show) {
+    af_error err;
+    int n = g->noutputs, bad = 0, nodes_before = g->nnodes;
+    af_tensor *base = calloc((size_t)n + 1, sizeof(af_tensor)), *opt = calloc((size_t)n + 1, sizeof(af_tensor));
+    if (show) histogram("before", g);
+    if (run(g, in, base, &err)) {
+        printf("unoptimized run fails: %s\n", err.message);
+        bad = 2;
+    } else if (optimize(g, &err)) {
+        printf("passes fail: %s\n", err.message);
+        bad = 1;
+    } else if (run(g, in, opt, &err)) {
+        printf("optimized run fails: %s\n", err.message);
+        bad = 1;
+    }
+    if (show && !bad) histogram("after", g);
+    if (verbose && !bad) printf("%d -> %d nodes\n", nodes_before, g->nnodes);
+    for (int i = 0; i < n && bad != 1 && !(bad == 2 && !opt[i].data); i++) {
+        double e = mismatch(&opt[i], &base[i], 1e-4, 1e-6);
+        double wb = want ? mismatch(&base[i], &want[i], 1e-3, 1e-5) : 0;
+        double wo = want ? mismatch(&opt[i], &want[i], 1e-3, 1e-5) : 0;
+        if (show || e > 1 || wo > 1)
+            printf("output %s: optimized vs unoptimized %.3g x tol", g->outputs[i]->name, e);
+        if (want && (show || e > 1 || wo > 1)) printf(", vs expected %.3g x tol", wo);
+        if (show || e > 1 || wo > 1) printf("\n");
+        if (e > 1 || (wo > 1 && wb <= 1)) bad = 1;
+        else if (wb > 1) bad = 2;
+    }
+    release_all(base, n);
+    release_all(opt, n);
+    return bad;
+}
+
+/* --model: histograms and (unless count_only) optimized vs unoptimized outputs. */
+static int drive_model(const char *path, bool count_only) {
+    af_model *m;
+    af_error err;
+    if (af_model_load(path, &m, &err)) {
+        printf("%s\n", err.message);
+        return 1;
+    }
+    int bad = 0;
+    if (count_only) {
+        histogram("before", m->graph);
+        bad = optimize(m->graph, &err) != AF_OK;
+        if (bad) printf("passes fail: %s\n", err.message);
+        else histogram("after", m->graph);
+    } else {
+        af_tensor *in = make_inputs(m->graph);
+        bad = compare_runs(m->graph, in, NULL, true);
+        release_all(in, m->graph->ninputs);
+    }
+    af_model_free(m);
+    return bad;
+}
+
+/* One conformance case: its model and test_data_set_0 (inputs bound by name, else in order). */
+static int drive_case(const char *dir) {
+    char path[4096];
+    af_model *m;
+    af_error err;
+    if (snprintf(path, sizeof path, "%s/model.onnx", dir) >= (int)sizeof path) return 3;
+    if (af_model_load(path, &m, &err)) return 3; /* not importable: not ours to judge */
+    af_graph *g = m->graph;
+    af_tensor *in = calloc((size_t)g->ninputs + 1, sizeof(af_tensor));
+    af_tensor *want = calloc((size_t)g->noutputs + 1, sizeof(af_tensor));
+    int bad = 0;
+    for (int i = 0; i < 64 && !bad; i++) {
+        af_tensor t;
+        char *name = NULL;
+        if (snprintf(path, sizeof path, "%s/test_data_set_0/input_%d.pb", dir, i) >=
+                (int)sizeof path ||
+            access(path, R_OK))
+            break;
+        if (af_tensor_load_pb(path, &t, &name, &err)) bad = 3;
+        int k = i;
+        for (int j = 0; name && j < g->ninputs; j++)
+            if (!strcmp(g->inputs[j]->name, name)) k = j;
+        if (!bad && k < g->ninputs) in[k] = t;
+        else af_tensor_release(&t);
+        free(name);
+    }
+    for (int i = 0; i < g->noutputs && !bad; i++) {
+        if (snprintf(path, sizeof path, "%s/test_data_set_0/output_%d.pb", dir, i) >=
+                (int)sizeof path ||
+            af_tensor_load_pb(path, &want[i], NULL, &err))
+            bad = 3;
+    }
+    if (!bad) bad = compare_runs(g, in, want, false);
+    release_all(in, g->ninputs);
+    release_all(want, g->noutputs);
+    af_model_free(m);
+    return bad;
+}
+
+static int drive_suite(const char *root, const char *filter) {
+    DIR *d = opendir(root);
+    if (!d) {
+        printf("cannot open %s\n", root);
+        return 1;
+    }
+    int tally[5] = {0};
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.' || (filter && !strstr(e->d_name, filter))) continue;
+        char dir[2048];
+        if (snprintf(dir, sizeof dir, "%s/%s", root, e->d_name) >= (int)sizeof dir) continue;
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            alarm(120);
+            int r = drive_case(dir);
+            fflush(stdout);
+            _exit(r);
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        int r = WIFEXITED(status) ? WEXITSTATUS(status) : 4;
+        if (r > 4) r = 4;
+        tally[r]++;
+        if (r == 1 || r == 4 || verbose)
+            printf("%s %s%s\n", r == 1 || r == 4 ? "FAIL" : "case", e->d_name,
+                   r == 4 ? " (crash/timeout)" : "");
+    }
+    closedir(d);
+    printf("%s: %d same, %d differ or fail after the passes, %d fail unoptimized too, "
+           "%d not loadable, %d crashed\n",
+           root, tally[0], tally[1], tally[2], tally[3], tally[4]);
+    return tally[1] + tally[4] > 0;
+}
+
+int main(int argc, char **argv) {
+    const char *filter = NULL;
+    bool count_only = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strncmp(argv[i], "--filter=", 9)) filter = argv[i] + 9;
+        verbose |= !strcmp(argv[i], "-v");
+        count_only |= !strcmp(argv[i], "--count");
+    }
+    for (int i = 1; i < argc; i++) {
+        if (!strncmp(argv[i], "--model=", 8)) return drive_model(argv[i] + 8, count_only);
+        if (!strncmp(argv[i], "--suite=", 8)) return drive_suite(argv[i] + 8, filter);
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fold_arithmetic),
+        cmocka_unit_test(test_fold_shape_chain),
+        cmocka_unit_test(test_shape_unknown_dims_stays),
+        cmocka_unit_test(test_overridable_default_not_folded),
+        cmocka_unit_test(test_identity_and_dropout_removed),
+        cmocka_unit_test(test_same_type_cast_removed),
+        cmocka_unit_test(test_identity_output_renamed),
+        cmocka_unit_test(test_copies_that_stay),
+        cmocka_unit_test(test_dead_nodes_removed),
+        cmocka_unit_test(test_subgraph_folded),
+        cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_layernorm_near_misses),
+        cmocka_unit_test(test_layernorm_more_near_misses),
+        cmocka_unit_test(test_gelu),
+        cmocka_unit_test(test_gelu_near_misses),
+        cmocka_unit_test(test_silu),
+        cmocka_unit_test(test_hardswish_hardsigmoid),
+        cmocka_unit_test(test_hardswish_clip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
