@@ -10,7 +10,8 @@ Writes OUT_DIR/NAME.onnx and, for each graph input i that needs a value, OUT_DIR
     the batch, read from a packed [S, B, 3E] QKV through constant Slices, q scaled before QK^T,
     output [S*B, E]; cross attention with more keys than one kernel block;
   - near misses the rule must refuse: scores with a second reader, scores as a graph output, a
-    reshape shape that is an overridable input, a wrong perm, a mask that grows the scores, float64;
+    reshape shape that is an overridable input, a wrong perm, a mask that grows the scores, a mask
+    added before the scale, float64;
   - the 2-layer BERT of bench/bert.py and a 2-layer torchvision ViT, as torch exports them.
 
 Invariant: deterministic (fixed seeds); every file passes onnx.checker.
@@ -81,7 +82,7 @@ def rnd(rng, shape, dtype=np.float32):
 
 def bert_block(out_dir, model_name, *, scale="div", swap=False, zero_shape=False,
                k_perm=(0, 2, 3, 1), scores_out=False, scores_reader=False, shape_input=False,
-               mask_shape=None, B=2, S=5, H=2, D=4, dtype=np.float32):
+               mask_shape=None, mask_first=False, B=2, S=5, H=2, D=4, dtype=np.float32):
     """x -> q/k/v Linear -> Reshape [B,S,H,D] -> Transpose -> QK^T -> scale -> + mask -> Softmax
     -> x V -> Transpose -> Reshape [B,S,E], as BERT exports it (with knobs for the variants)."""
     rng = np.random.default_rng(len(model_name))
@@ -109,13 +110,16 @@ def bert_block(out_dir, model_name, *, scale="div", swap=False, zero_shape=False
         r = b.op("Reshape", [y, shape])
         heads[role] = b.op("Transpose", [r], perm=list(k_perm if role == "k" else (0, 2, 1, 3)))
     s = b.op("MatMul", [heads["q"], heads["k"]])
+    if mask_first:
+        s = b.op("Add", [s, mask])
     if scale == "div":
         s = b.op("Div", [s, b.const(np.array(np.sqrt(D), dtype), "sqrt_d")])
     else:
         c = b.const(np.array(1.0 / np.sqrt(D), dtype), "inv_sqrt_d")
         s = b.op("Mul", [c, s] if swap else [s, c])
     scores = s
-    s = b.op("Add", [mask, s] if swap else [s, mask])
+    if not mask_first:
+        s = b.op("Add", [mask, s] if swap else [s, mask])
     p = b.op("Softmax", [s], axis=-1)
     o = b.op("MatMul", [p, heads["v"]])
     o = b.op("Transpose", [o], perm=[0, 2, 1, 3])
@@ -220,6 +224,7 @@ def main():
     bert_block(out, "nm_perm", k_perm=(0, 2, 1, 3), S=4, D=4)
     bert_block(out, "nm_mask_grows", B=1, mask_shape=(3, 1, 1, 5), zero_shape=True)
     bert_block(out, "nm_double", dtype=np.float64)
+    bert_block(out, "nm_mask_scaled", mask_first=True)
     torch_models(out)
 
 

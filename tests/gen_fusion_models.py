@@ -279,6 +279,28 @@ def models():
     g.output(g.op("Relu", [c]))
     m["nm_dtype"] = g
 
+    g = G()  # the MatMul output also feeds something else
+    mm = g.op("MatMul", [g.input("x", [4, 16]), g.const([16, 8])], name="mm_shared")
+    g.output(g.op("Add", [mm, g.const([8], "b")]))
+    g.output(g.op("Neg", [mm]))
+    m["nm_matmul_two_consumers"] = g
+
+    g = G(np.float64)  # float64 MatMul + bias
+    mm = g.op("MatMul", [g.input("x", [4, 16]), g.const([16, 8])], name="mm_f64")
+    g.output(g.op("Add", [mm, g.const([8], "b")]))
+    m["nm_matmul_dtype"] = g
+
+    g = G()  # the pooled features are also a graph output
+    p = g.op("GlobalAveragePool", [conv(g, g.input("x", [1, 3, 6, 6]), 3, 5)], name="gap_out")
+    g.output(g.op("Gemm", [g.op("Flatten", [p]), g.const([5, 7])]))
+    g.output(p)
+    m["nm_cpf_graph_output"] = g
+
+    g = G()  # a Mul after a MatMul whose operand grows the output
+    mm = g.op("MatMul", [g.input("x", [3, 5]), g.const([5, 5])])
+    g.output(g.op("Mul", [mm, g.const([2, 3, 5], "t")], name="mul_bcast"))
+    m["nm_ew_broadcast"] = g
+
     g = G()  # SE whose gate has a second reader
     x = g.input("x", [1, 8, 4, 4])
     s = conv(g, g.op("GlobalAveragePool", [x], name="gap_se"), 8, 2, k=1, pads=[0, 0, 0, 0])

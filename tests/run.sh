@@ -11,5 +11,5 @@ cmake --build build -j"$jobs"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DAF_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 CC=clang-14 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DAF_FUZZ=ON >/dev/null
-cmake --build build-fuzz -j"$jobs" --target fuzz_import
+cmake --build build-fuzz -j"$jobs" --target fuzz_import fuzz_compile
 ctest --test-dir build --output-on-failure -j"$jobs"

@@ -18,7 +18,6 @@
 #include "format/afm.h"
 #include "onnx/export.h"
 #include "passes/passes.h"
-#include "fusion/fusion.h"
 #include "runtime/exec.h"
 
 #include <dirent.h>
@@ -46,7 +45,7 @@ static const char *tmp_path(const char *name) {
     return p;
 }
 
-/* ---- building graphs ----------------------------------------------------------------------- */
+/* ---- building graphs ------------------------------------------------------------------------- */
 
 static uint32_t rng = 12345;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -91,7 +90,8 @@ static af_value *konst(af_graph *g, const char *name, int rank, const int64_t *d
     af_value *v = af_value_new_const(g, name, AF_DTYPE_FLOAT, rank, dims);
     assert_non_null(v);
     float *p = v->type.data;
-    for (size_t i = 0; i < v->type.nbytes / 4; i++) p[i] = positive ? 0.5f + fabsf(frand()) : frand();
+    for (size_t i = 0; i < v->type.nbytes / 4; i++)
+        p[i] = positive ? 0.5f + fabsf(frand()) : frand();
     return v;
 }
 
@@ -167,8 +167,9 @@ static af_graph *conv_net(af_arena *a) {
     af_node *c1 = add_node(g, "", "Conv", "conv1", 3, in1, 1);
     attr_ints(c1, "kernel_shape", 2, (int64_t[]){3, 3});
     attr_ints(c1, "pads", 4, (int64_t[]){1, 1, 1, 1});
-    af_value *in2[] = {c1->out[0], konst(g, "bn_scale", 1, cd, false), konst(g, "bn_bias", 1, cd, false),
-                       konst(g, "bn_mean", 1, cd, false), konst(g, "bn_var", 1, cd, true)};
+    af_value *in2[] = {c1->out[0], konst(g, "bn_scale", 1, cd, false),
+                       konst(g, "bn_bias", 1, cd, false), konst(g, "bn_mean", 1, cd, false),
+                       konst(g, "bn_var", 1, cd, true)};
     af_node *bn = add_node(g, "", "BatchNormalization", "bn1", 5, in2, 1);
     attr_float(bn, "epsilon", 1e-5f);
     af_node *r1 = add_node(g, "", "Relu", "relu1", 1, bn->out, 1);
@@ -183,7 +184,8 @@ static af_graph *conv_net(af_arena *a) {
     af_node *gap = add_node(g, "", "GlobalAveragePool", "gap", 1, r2->out, 1);
     af_node *fl = add_node(g, "", "Flatten", "flatten", 1, gap->out, 1);
     attr_int(fl, "axis", 1);
-    af_value *in5[] = {fl->out[0], konst(g, "fc_w", 2, fcd, false), konst(g, "fc_b", 1, fbd, false)};
+    af_value *in5[] = {fl->out[0], konst(g, "fc_w", 2, fcd, false),
+                       konst(g, "fc_b", 1, fbd, false)};
     af_node *fc = add_node(g, "", "Gemm", "fc", 3, in5, 1);
     attr_int(fc, "transB", 1);
     add_output(g, fc->out[0]);
@@ -261,7 +263,7 @@ static af_graph *attr_net(af_arena *a) {
     return g;
 }
 
-/* ---- comparing graphs and runs (no cmocka asserts: also used in forked children) ------------ */
+/* ---- comparing graphs and runs (no cmocka asserts: also used in forked children) ------------- */
 
 #define WHY(...) (snprintf(why, whylen, __VA_ARGS__), false)
 
@@ -355,7 +357,8 @@ static bool same_graph(const af_graph *a, const af_graph *b, char *why, size_t w
             !same_tensor(&x->type, &y->type, x->is_const))
             return WHY("value %d '%s' differs", i, x->name);
         for (int d = 0; d < x->type.rank; d++)
-            if (!same_str(x->dim_param[d], y->dim_param[d])) return WHY("value '%s': dim_param", x->name);
+            if (!same_str(x->dim_param[d], y->dim_param[d]))
+                return WHY("value '%s': dim_param", x->name);
         if (x->producer && (!y->producer || x->producer->id != y->producer->id ||
                             x->producer_slot != y->producer_slot))
             return WHY("value '%s': producer differs", x->name);
@@ -370,9 +373,11 @@ static bool same_graph(const af_graph *a, const af_graph *b, char *why, size_t w
             x->nin != y->nin || x->nout != y->nout || x->nattrs != y->nattrs)
             return WHY("node %d '%s' differs", i, x->name);
         for (int k = 0; k < x->nin; k++)
-            if (!same_value(x->in[k], y->in[k])) return WHY("node '%s' input %d differs", x->name, k);
+            if (!same_value(x->in[k], y->in[k]))
+                return WHY("node '%s' input %d differs", x->name, k);
         for (int k = 0; k < x->nout; k++)
-            if (!same_value(x->out[k], y->out[k])) return WHY("node '%s' output %d differs", x->name, k);
+            if (!same_value(x->out[k], y->out[k]))
+                return WHY("node '%s' output %d differs", x->name, k);
         for (int k = 0; k < x->nattrs; k++)
             if (!same_attr(&x->attrs[k], &y->attrs[k], why, whylen)) return false;
     }
@@ -380,7 +385,8 @@ static bool same_graph(const af_graph *a, const af_graph *b, char *why, size_t w
      * leave a capture nothing reads any more). */
     for (int i = 0; i < b->ncaptures; i++) {
         bool found = false;
-        for (int k = 0; k < a->ncaptures && !found; k++) found = same_value(a->captures[k], b->captures[i]);
+        for (int k = 0; k < a->ncaptures && !found; k++)
+            found = same_value(a->captures[k], b->captures[i]);
         if (!found) return WHY("graph '%s': capture '%s' is new", b->name, b->captures[i]->name);
     }
     return true;
@@ -431,7 +437,8 @@ static void check_round_trip(const af_graph *g, const af_tensor *const *inputs, 
     if (af_afm_load(path, &m, &meta, &err)) fail_msg("%s", err.message);
     assert_string_equal(meta.version, AF_VERSION);
     if (!same_graph(g, m->graph, why, sizeof why)) fail_msg("%s: %s", name, why);
-    af_tensor *a = calloc((size_t)g->noutputs, sizeof *a), *b = calloc((size_t)g->noutputs, sizeof *b);
+    af_tensor *a = calloc((size_t)g->noutputs, sizeof *a),
+              *b = calloc((size_t)g->noutputs, sizeof *b);
     if (run(g, inputs, a, &err)) fail_msg("original: %s", err.message);
     if (run(m->graph, inputs, b, &err)) fail_msg("loaded: %s", err.message);
     if (!same_outputs(a, b, g->noutputs, why, sizeof why)) fail_msg("%s: %s", name, why);
@@ -442,14 +449,8 @@ static void check_round_trip(const af_graph *g, const af_tensor *const *inputs, 
     af_model_free(m);
 }
 
-/* The passes of af_optimize, in its order (src/passes/pipeline.c). */
-static af_status optimize(af_graph *g, af_error *err) {
-    af_status st = af_pass_simplify(g, err);
-    if (!st) st = af_pass_canonicalize(g, err);
-    if (!st) st = af_fuse(g, NULL, NULL, err);
-    if (!st) st = af_pass_simplify(g, err);
-    return st;
-}
+/* The compile pipeline, every rule on. */
+static af_status optimize(af_graph *g, af_error *err) { return af_optimize(g, NULL, NULL, err); }
 
 static int count_op(const af_graph *g, const char *op) {
     int c = 0;
@@ -501,7 +502,7 @@ static void test_attr_kinds_round_trip(void **state) {
     af_arena_free(a);
 }
 
-/* ---- every conformance model ---------------------------------------------------------------- */
+/* ---- every conformance model ----------------------------------------------------------------- */
 
 static const char *suites[] = {"node", "pytorch-converted", "pytorch-operator", "simple"};
 #define DATA "/usr/share/libonnx-testdata/data"
@@ -575,8 +576,47 @@ static int conformance_case(const char *dir, const char *id, int fd, bool optimi
     return 0;
 }
 
+/* Children running at once, each one case. */
+#define JOBS 8
+
+typedef struct job {
+    pid_t pid;
+    int fd; /* read end of the child's "the original ran" pipe */
+    char id[1040];
+} job;
+
+typedef struct tally {
+    int passed, failed, unrun;
+} tally;
+
+/* Wait for one child and count its result. */
+static void reap(job *jobs, int *njobs, tally *t, bool optimized) {
+    int status = 0;
+    pid_t pid = wait(&status);
+    assert_true(pid > 0);
+    int k = 0;
+    while (k < *njobs && jobs[k].pid != pid) k++;
+    assert_true(k < *njobs);
+    char c;
+    bool ran = read(jobs[k].fd, &c, 1) == 1; /* written before the child exits, if at all */
+    close(jobs[k].fd);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        t->passed++;
+    } else if (!ran) {
+        t->unrun++;
+    } else {
+        t->failed++;
+        fprintf(stderr, "FAIL %s%s (%s %d)\n", jobs[k].id, optimized ? " (optimized)" : "",
+                WIFSIGNALED(status) ? "signal" : "exit",
+                WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    }
+    jobs[k] = jobs[--*njobs];
+}
+
 static void conformance_round_trips(bool optimized) {
-    int passed = 0, failed = 0, unrun = 0;
+    tally t = {0};
+    job jobs[JOBS];
+    int njobs = 0;
     if (access(DATA, R_OK)) skip();
     for (size_t s = 0; s < AF_COUNT(suites); s++) {
         char sdir[1024];
@@ -586,42 +626,32 @@ static void conformance_round_trips(bool optimized) {
         struct dirent *e;
         while ((e = readdir(d))) {
             if (strncmp(e->d_name, "test_", 5)) continue;
-            char dir[2048], id[1024];
+            if (njobs == JOBS) reap(jobs, &njobs, &t, optimized);
+            job *j = &jobs[njobs];
+            char dir[2048];
             snprintf(dir, sizeof dir, "%s/%s", sdir, e->d_name);
-            snprintf(id, sizeof id, "%s/%s", suites[s], e->d_name);
+            snprintf(j->id, sizeof j->id, "%s/%s", suites[s], e->d_name);
             int fds[2];
             assert_int_equal(pipe(fds), 0);
             fflush(NULL);
-            pid_t pid = fork();
-            assert_true(pid >= 0);
-            if (pid == 0) {
+            j->pid = fork();
+            assert_true(j->pid >= 0);
+            if (j->pid == 0) {
                 close(fds[0]);
                 alarm(120);
-                _exit(conformance_case(dir, id, fds[1], optimized));
+                _exit(conformance_case(dir, j->id, fds[1], optimized));
             }
             close(fds[1]);
-            char c;
-            bool ran = read(fds[0], &c, 1) == 1;
-            close(fds[0]);
-            int status = 0;
-            waitpid(pid, &status, 0);
-            if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-                passed++;
-            } else if (!ran) {
-                unrun++;
-            } else {
-                failed++;
-                fprintf(stderr, "FAIL %s%s (%s %d)\n", id, optimized ? " (optimized)" : "",
-                        WIFSIGNALED(status) ? "signal" : "exit",
-                        WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-            }
+            j->fd = fds[0];
+            njobs++;
         }
         closedir(d);
     }
+    while (njobs > 0) reap(jobs, &njobs, &t, optimized);
     printf("conformance round trips%s: %d identical, %d differ, %d not runnable before saving\n",
-           optimized ? " (optimized)" : "", passed, failed, unrun);
-    assert_int_equal(failed, 0);
-    assert_true(passed > 900);
+           optimized ? " (optimized)" : "", t.passed, t.failed, t.unrun);
+    assert_int_equal(t.failed, 0);
+    assert_true(t.passed > 900);
 }
 
 static void test_conformance_round_trips(void **state) {
@@ -737,7 +767,8 @@ static int try_forged(const char *path) {
     af_error err;
     af_status st = af_afm_load(path, &m, NULL, &err);
     if (st) {
-        if (strncmp(err.message, path, strlen(path))) fail_msg("message without the path: %s", err.message);
+        if (strncmp(err.message, path, strlen(path)))
+            fail_msg("message without the path: %s", err.message);
         assert_null(m);
         return 0;
     }
@@ -878,13 +909,14 @@ static void test_bad_files(void **state) {
     af_arena_free(a);
 }
 
-/* ---- metadata and inspect ------------------------------------------------------------------- */
+/* ---- metadata and inspect -------------------------------------------------------------------- */
 
 static void test_meta_and_inspect(void **state) {
     (void)state;
     af_arena *a = af_arena_new();
     af_graph *g = attr_net(a);
-    af_afm_kv kv[] = {{"precision_mode", "fp32"}, {"fusion_report", "{\"model\": \"attrnet\",\n \"x\": 1}"}};
+    af_afm_kv kv[] = {{"precision_mode", "fp32"},
+                      {"fusion_report", "{\"model\": \"attrnet\",\n \"x\": 1}"}};
     af_afm_meta meta = {NULL, "autofusion compile --model=attrnet.onnx --output=attrs", kv, 2};
     af_error err;
     const char *path = tmp_path("meta.afm");
@@ -931,7 +963,7 @@ static void test_meta_and_inspect(void **state) {
     af_arena_free(a);
 }
 
-/* ---- ONNX export ------------------------------------------------------------------------------ */
+/* ---- ONNX export ----------------------------------------------------------------------------- */
 
 static bool have_onnx(void) {
     static int have = -1;
@@ -963,7 +995,8 @@ static void check_export(af_graph *g, const af_tensor *const *inputs, const char
         assert_int_equal(m->graph->nodes[i]->op, g->nodes[i]->op);
         assert_int_equal(m->graph->nodes[i]->nattrs, g->nodes[i]->nattrs);
     }
-    af_tensor *a = calloc((size_t)g->noutputs, sizeof *a), *b = calloc((size_t)g->noutputs, sizeof *b);
+    af_tensor *a = calloc((size_t)g->noutputs, sizeof *a),
+              *b = calloc((size_t)g->noutputs, sizeof *b);
     char why[256];
     if (run(g, inputs, a, &err)) fail_msg("original: %s", err.message);
     if (run(m->graph, inputs, b, &err)) fail_msg("re-imported: %s", err.message);
@@ -1014,7 +1047,7 @@ static void test_export(void **state) {
     af_arena_free(a);
 }
 
-/* ---- setup ------------------------------------------------------------------------------------ */
+/* ---- setup ----------------------------------------------------------------------------------- */
 
 static int setup(void **state) {
     (void)state;

@@ -313,6 +313,7 @@ static const model_case cases[] = {
     {"nm_perm", 0, "inner split"},
     {"nm_mask_grows", 0, "broadcast"},
     {"nm_double", 0, "float32"},
+    {"nm_mask_scaled", 0, "before the scale"},
 };
 
 static const char *models_dir(void) {

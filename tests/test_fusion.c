@@ -283,6 +283,14 @@ static const near_miss misses[] = {
      AF_OP_SQUEEZE_EXCITE, false},
     {"nm_ln_axis", AF_RULE_LAYER_NORM_MATMUL, "ln_axis", "normalisation axis is not the last",
      AF_OP_FUSED_MATMUL, true},
+    {"nm_matmul_two_consumers", AF_RULE_MATMUL_BIAS_ACT, "mm_shared", "output feeds 2 consumers",
+     AF_OP_FUSED_MATMUL, true},
+    {"nm_matmul_dtype", AF_RULE_MATMUL_BIAS_ACT, "mm_f64", "dtype is not float32",
+     AF_OP_FUSED_MATMUL, true},
+    {"nm_cpf_graph_output", AF_RULE_CONV_POOL_FC, "gap_out", "intermediate is a graph output",
+     AF_OP_CONV_POOL_FC, true},
+    {"nm_ew_broadcast", AF_RULE_ELEMENTWISE, "mul_bcast", "broadcast does not fit the output",
+     AF_OP_FUSED_MATMUL, true},
 };
 
 static void test_near_misses(void **state) {

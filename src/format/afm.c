@@ -56,7 +56,7 @@ enum { OPSET_REC = 16 };   /* u32 domain, u32 0, i64 version */
 enum { MODEL_FIXED = 16 }; /* i64 ir_version, u32 nopsets, u32 0 */
 enum { META_FIXED = 16 };  /* u32 version, u32 command_line, u32 nkv, u32 0; then {key, value} */
 
-/* ---- little-endian bytes ------------------------------------------------------------------- */
+/* ---- little-endian bytes --------------------------------------------------------------------- */
 
 static uint32_t get32(const uint8_t *p) {
     uint32_t v;
@@ -162,7 +162,8 @@ static af_status wfail(const writer *w, af_error *err, af_status code, const cha
 static uint64_t hash_bytes(const void *p, size_t n) { return XXH64(p, n, 0); }
 
 static bool str_equal(const writer *w, uint32_t id, const char *s, size_t len) {
-    uint32_t a = get32(w->str_offs.p + 4 * (size_t)id), b = get32(w->str_offs.p + 4 * (size_t)id + 4);
+    uint32_t a = get32(w->str_offs.p + 4 * (size_t)id),
+             b = get32(w->str_offs.p + 4 * (size_t)id + 4);
     return b - a == len + 1 && memcmp(w->str_blob.p + a, s, len) == 0;
 }
 
@@ -324,7 +325,8 @@ static af_status number_values(writer *w, af_error *err) {
             const af_value *v = g->outputs[k];
             int vg = v ? graph_index(w, v->graph) : -1;
             if (vg < 0 || v->id < 0 || v->id >= v->graph->nvalues)
-                return wfail(w, err, AF_ERR_INTERNAL, "graph output %d is not a value of the graph", k);
+                return wfail(w, err, AF_ERR_INTERNAL, "graph output %d is not a value of the graph",
+                             k);
             w->remap[w->orig_base[vg] + (uint32_t)v->id] = 1;
         }
     }
@@ -350,7 +352,8 @@ static void put_tensor(writer *w, wbuf *b, const af_tensor *t, bool with_data) {
     if (!r) return;
     set32(r, (uint32_t)t->dtype);
     set32(r + 4, (uint32_t)t->rank);
-    for (int i = 0; i < AF_MAX_RANK; i++) set64(r + 8 + 8 * i, (uint64_t)(i < t->rank ? t->dims[i] : 0));
+    for (int i = 0; i < AF_MAX_RANK; i++)
+        set64(r + 8 + 8 * i, (uint64_t)(i < t->rank ? t->dims[i] : 0));
     set64(r + 72, off);
     set64(r + 80, nbytes);
 }
@@ -404,7 +407,9 @@ static af_status write_attr(writer *w, const af_node *n, const af_attr *at, af_e
     wbuf *refs = &w->sec[SEC_REFS], *nums = &w->sec[SEC_NUMS];
     uint32_t count = 0, ref = 0, fbits = 0;
     int64_t i = 0;
-    if (at->n < 0) return af_node_fail(err, n, AF_ERR_INTERNAL, "attribute '%s' has a negative count", at->name);
+    if (at->n < 0)
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "attribute '%s' has a negative count",
+                            at->name);
     switch (at->type) {
     case AF_ATTR_FLOAT:
         memcpy(&fbits, &at->f, 4);
@@ -416,7 +421,8 @@ static af_status write_attr(writer *w, const af_node *n, const af_attr *at, af_e
         ref = str_id_len(w, at->s ? at->s : "", at->s ? at->slen : 0);
         break;
     case AF_ATTR_TENSOR: {
-        if (!at->t) return af_node_fail(err, n, AF_ERR_INTERNAL, "attribute '%s' has no tensor", at->name);
+        if (!at->t)
+            return af_node_fail(err, n, AF_ERR_INTERNAL, "attribute '%s' has no tensor", at->name);
         af_status st = check_data(w, at->name, at->t, err);
         if (st) return st;
         ref = (uint32_t)(w->sec[SEC_TENSORS].n / TENSOR_REC);
@@ -425,7 +431,8 @@ static af_status write_attr(writer *w, const af_node *n, const af_attr *at, af_e
     }
     case AF_ATTR_GRAPH: {
         int gi = at->g ? graph_index(w, at->g) : -1;
-        if (gi < 0) return af_node_fail(err, n, AF_ERR_INTERNAL, "attribute '%s' has no graph", at->name);
+        if (gi < 0)
+            return af_node_fail(err, n, AF_ERR_INTERNAL, "attribute '%s' has no graph", at->name);
         ref = (uint32_t)gi;
         break;
     }
@@ -456,7 +463,9 @@ static af_status write_attr(writer *w, const af_node *n, const af_attr *at, af_e
                 if (!st) put_tensor(w, &w->sec[SEC_TENSORS], at->tensors[k], true);
             } else {
                 int gi = graph_index(w, at->graphs[k]);
-                if (gi < 0) st = af_node_fail(err, n, AF_ERR_INTERNAL, "attribute '%s': graph %d unknown", at->name, k);
+                if (gi < 0)
+                    st = af_node_fail(err, n, AF_ERR_INTERNAL, "attribute '%s': graph %d unknown",
+                                      at->name, k);
                 ids[k] = (uint32_t)gi;
             }
         }
@@ -535,9 +544,18 @@ static af_status write_graphs(writer *w, af_error *err) {
         uint32_t name = str_id(w, g->name);
         uint8_t *r = wb_grow(&w->sec[SEC_GRAPHS], GRAPH_REC);
         if (!r) continue;
-        uint32_t f[] = {name, w->graph_parent[gi], w->value_base[gi], w->nkept[gi],
-                        nnodes, (uint32_t)g->nnodes, in_first, (uint32_t)g->ninputs, out_first,
-                        (uint32_t)g->noutputs, (uint32_t)(g->node_serial > 0 ? g->node_serial : 0), 0};
+        uint32_t f[] = {name,
+                        w->graph_parent[gi],
+                        w->value_base[gi],
+                        w->nkept[gi],
+                        nnodes,
+                        (uint32_t)g->nnodes,
+                        in_first,
+                        (uint32_t)g->ninputs,
+                        out_first,
+                        (uint32_t)g->noutputs,
+                        (uint32_t)(g->node_serial > 0 ? g->node_serial : 0),
+                        0};
         for (size_t k = 0; k < AF_COUNT(f); k++) set32(r + 4 * k, f[k]);
         nnodes += (uint32_t)g->nnodes;
     }
@@ -720,7 +738,9 @@ af_status af_afm_save(const char *path, const af_graph *g, const af_afm_meta *me
             oom |= w.sec[s].oom;
             if (w.sec[s].n / 4 >= NONE) oom = true; /* indices are u32 */
         }
-        if (oom) st = wfail(&w, err, AF_ERR_NOMEM, "out of memory, or the graph is too large for the format");
+        if (oom)
+            st = wfail(&w, err, AF_ERR_NOMEM,
+                       "out of memory, or the graph is too large for the format");
     }
     if (!st) st = write_out(&w, err);
     writer_free(&w);
@@ -787,7 +807,7 @@ static af_status map_file(loader *L, const char *path, af_error *err) {
         st = BAD(-1, "not a compiled model: %lld bytes is shorter than the header (%d bytes)",
                  (long long)sb.st_size, HDR_SIZE);
     if (!st) {
-        void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
         if (map == MAP_FAILED) st = lfail(L, err, AF_ERR_IO, -1, "cannot map: %s", strerror(errno));
         else {
             L->base = map;
@@ -829,7 +849,8 @@ static af_status check_header(loader *L, af_error *err) {
             return BAD(s, "offset %llu and size %llu do not fit the file (%zu bytes) in order",
                        (unsigned long long)off, (unsigned long long)size, L->len);
         for (uint64_t i = end; i < off; i++) /* padding is zero: no byte goes unchecked */
-            if (L->base[i]) return BAD(s, "nonzero padding byte at offset %llu", (unsigned long long)i);
+            if (L->base[i])
+                return BAD(s, "nonzero padding byte at offset %llu", (unsigned long long)i);
         L->sec[s] = (section){L->base + off, size};
         L->sec_off[s] = off;
         end = off + size;
@@ -856,7 +877,8 @@ static af_status count_records(const loader *L, int s, uint64_t fixed, uint64_t 
 
 static af_status check_strings(loader *L, af_error *err) {
     const section *s = &L->sec[SEC_STRINGS];
-    if (s->size < 8) return BAD(SEC_STRINGS, "%llu bytes is too short", (unsigned long long)s->size);
+    if (s->size < 8)
+        return BAD(SEC_STRINGS, "%llu bytes is too short", (unsigned long long)s->size);
     L->nstr = get32(s->p);
     uint64_t table = 8 + 4 * ((uint64_t)L->nstr + 1);
     if (table > s->size)
@@ -877,7 +899,8 @@ static af_status check_strings(loader *L, af_error *err) {
         prev = next;
     }
     if (prev != blob)
-        return BAD(SEC_STRINGS, "%llu bytes follow the last string", (unsigned long long)(blob - prev));
+        return BAD(SEC_STRINGS, "%llu bytes follow the last string",
+                   (unsigned long long)(blob - prev));
     return AF_OK;
 }
 
@@ -966,9 +989,9 @@ static af_status read_tensor(const loader *L, int sec, const uint8_t *r, bool wi
                    (unsigned long long)nbytes, need);
     const section *w = &L->sec[SEC_WEIGHTS];
     if (off % WEIGHT_ALIGN || off > w->size || nbytes > w->size - off)
-        return BAD(sec, "%s: bytes %llu..+%llu are not 64-byte aligned inside the weights (%llu bytes)",
-                   what, (unsigned long long)off, (unsigned long long)nbytes,
-                   (unsigned long long)w->size);
+        return BAD(
+            sec, "%s: bytes %llu..+%llu are not 64-byte aligned inside the weights (%llu bytes)",
+            what, (unsigned long long)off, (unsigned long long)nbytes, (unsigned long long)w->size);
     t->nbytes = (size_t)nbytes;
     /* Read-only mapping (see onnx.h). An empty constant still gets a valid pointer. */
     t->data = (void *)(w->p + off);
@@ -1001,8 +1024,9 @@ static af_status read_model(loader *L, af_model *m, af_opset **opsets, int *nops
     return st;
 }
 
-/* Create every graph with its values. Graphs come in pre-order (a subgraph right after the
- * graph or sibling before it), which lets build_nodes record captures in one pass. */
+/* Create every graph with its values. Graphs come in pre-order (each graph is followed by its
+ * subgraphs, each of those by its own, before the graph's next sibling), which lets
+ * build_nodes record captures in one pass. */
 static af_status build_graphs(loader *L, af_model *m, af_opset *opsets, int nopsets,
                               af_error *err) {
     const section *gs = &L->sec[SEC_GRAPHS], *vs = &L->sec[SEC_VALUES];
@@ -1441,7 +1465,7 @@ af_status af_afm_load(const char *path, af_model **out, af_afm_meta *meta_out, a
     return AF_OK;
 }
 
-/* ---- metadata and inspect ------------------------------------------------------------------ */
+/* ---- metadata and inspect -------------------------------------------------------------------- */
 
 af_status af_afm_read_meta(const char *path, af_afm_info **out, af_error *err) {
     loader L = {0};
@@ -1454,14 +1478,16 @@ af_status af_afm_read_meta(const char *path, af_afm_info **out, af_error *err) {
     }
     L.a = info->arena;
     const char *file = af_arena_strdup(info->arena, path);
-    af_status st = file ? map_file(&L, file, err) : af_fail(err, AF_ERR_NOMEM, "%s: out of memory", path);
+    af_status st =
+        file ? map_file(&L, file, err) : af_fail(err, AF_ERR_NOMEM, "%s: out of memory", path);
     if (!st) st = check_header(&L, err);
     if (!st) st = check_strings(&L, err);
     if (!st) st = read_meta(&L, &info->meta, err);
     af_afm_section *secs = st ? NULL : af_arena_calloc(info->arena, NSEC, sizeof *secs);
     if (!st && !secs) st = nomem(&L, err);
     if (!st) {
-        for (int s = 0; s < NSEC; s++) secs[s] = (af_afm_section){SEC_NAME[s], L.sec_off[s], L.sec[s].size};
+        for (int s = 0; s < NSEC; s++)
+            secs[s] = (af_afm_section){SEC_NAME[s], L.sec_off[s], L.sec[s].size};
         info->sections = secs;
         info->nsections = NSEC;
         info->format_version = L.version;
@@ -1546,22 +1572,36 @@ static bool gather(stats *s, const af_graph *g) {
     return true;
 }
 
+/* Text from the file, with control characters shown as '?': a hostile name must not drive the
+ * terminal. */
+static void put_text(FILE *out, const char *s) {
+    for (; *s; s++) fputc((unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s, out);
+}
+
 static void print_fused(FILE *out, const af_graph *g) {
     for (int i = 0; i < g->nnodes; i++) {
         const af_node *n = g->nodes[i];
-        const af_attr *rule = af_node_attr(n, "fusion_rule"), *from = af_node_attr(n, "fused_nodes");
+        const af_attr *rule = af_node_attr(n, "fusion_rule"),
+                      *from = af_node_attr(n, "fused_nodes");
         if (rule && rule->type == AF_ATTR_STRING) {
-            fprintf(out, "    %s (%s) by %s", n->name, n->op_type, rule->s);
+            fputs("    ", out);
+            put_text(out, n->name);
+            fprintf(out, " (%s) by ", n->op_type);
+            put_text(out, rule->s);
             if (from && from->type == AF_ATTR_STRINGS) {
                 fprintf(out, ", from %d node%s:", from->n, from->n == 1 ? "" : "s");
-                for (int k = 0; k < from->n; k++) fprintf(out, " %s", from->strings[k]);
+                for (int k = 0; k < from->n; k++) {
+                    fputc(' ', out);
+                    put_text(out, from->strings[k]);
+                }
             }
             fputc('\n', out);
         }
         for (int a = 0; a < n->nattrs; a++) {
             const af_attr *at = &n->attrs[a];
             if (at->type == AF_ATTR_GRAPH) print_fused(out, at->g);
-            for (int k = 0; at->type == AF_ATTR_GRAPHS && k < at->n; k++) print_fused(out, at->graphs[k]);
+            for (int k = 0; at->type == AF_ATTR_GRAPHS && k < at->n; k++)
+                print_fused(out, at->graphs[k]);
         }
     }
 }
@@ -1570,17 +1610,27 @@ static void print_values(FILE *out, const char *title, af_value *const *vs, int 
     fprintf(out, "%s:\n", title);
     for (int i = 0; i < n; i++) {
         char dims[256];
-        fprintf(out, "    %s %s%s\n", vs[i]->name, af_dtype_name(vs[i]->type.dtype),
+        fputs("    ", out);
+        put_text(out, vs[i]->name);
+        fprintf(out, " %s%s\n", af_dtype_name(vs[i]->type.dtype),
                 af_dims_str(&vs[i]->type, dims, sizeof dims));
     }
 }
 
-/* A short form of a metadata value: the first line, at most 100 characters. */
+static bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+/* A short form of a metadata value (a report in JSON is long): at most 80 characters, each run
+ * of white space shown as one space, other control characters as '?'. */
 static void print_short(FILE *out, const char *s) {
-    size_t len = strcspn(s, "\n"), full = strlen(s);
-    if (len > 100) len = 100;
-    fprintf(out, "%.*s", (int)len, s);
-    if (len < full) fprintf(out, " ... (%zu bytes)", full);
+    size_t full = strlen(s), shown = 0;
+    const char *p = s;
+    for (; *p && shown < 80; p++) {
+        if (is_space(*p) && p > s && is_space(p[-1])) continue;
+        unsigned char c = (unsigned char)*p;
+        fputc(is_space(*p) ? ' ' : c < 0x20 || c == 0x7f ? '?' : c, out);
+        shown++;
+    }
+    if (*p) fprintf(out, " ... (%zu bytes)", full);
 }
 
 af_status af_afm_inspect(const char *path, FILE *out, af_error *err) {
@@ -1594,10 +1644,15 @@ af_status af_afm_inspect(const char *path, FILE *out, af_error *err) {
     if (st) goto done;
     fprintf(out, "%s: autofusion compiled model, format version %u, %llu bytes, checksums OK\n",
             path, info->format_version, (unsigned long long)info->file_size);
-    fprintf(out, "written by: autofusion %s\n", meta.version);
-    fprintf(out, "command line: %s\n", *meta.command_line ? meta.command_line : "(none recorded)");
+    fputs("written by: autofusion ", out);
+    put_text(out, meta.version);
+    fputs("\ncommand line: ", out);
+    put_text(out, *meta.command_line ? meta.command_line : "(none recorded)");
+    fputc('\n', out);
     for (int i = 0; i < meta.nkv; i++) {
-        fprintf(out, "meta %s: ", meta.kv[i].key);
+        fputs("meta ", out);
+        put_text(out, meta.kv[i].key);
+        fputs(": ", out);
         print_short(out, meta.kv[i].value);
         fputc('\n', out);
     }
@@ -1608,9 +1663,11 @@ af_status af_afm_inspect(const char *path, FILE *out, af_error *err) {
                 (unsigned long long)info->sections[i].size);
     const af_graph *g = m->graph;
     fprintf(out, "opsets:");
-    for (int i = 0; i < g->nopsets; i++)
-        fprintf(out, " %s %lld", *g->opsets[i].domain ? g->opsets[i].domain : "ai.onnx",
-                (long long)g->opsets[i].version);
+    for (int i = 0; i < g->nopsets; i++) {
+        fputc(' ', out);
+        put_text(out, *g->opsets[i].domain ? g->opsets[i].domain : "ai.onnx");
+        fprintf(out, " %lld", (long long)g->opsets[i].version);
+    }
     fputc('\n', out);
     print_values(out, "inputs", g->inputs, g->ninputs);
     print_values(out, "outputs", g->outputs, g->noutputs);

@@ -48,8 +48,10 @@ typedef struct af_afm_meta {
 } af_afm_meta;
 
 /* Write the graph g (a main graph: g->parent == NULL, with its subgraphs and constants) and
- * meta (may be NULL) to path. The file is written next to path under a temporary name and
- * renamed into place, so a failed save never leaves a partial file behind. */
+ * meta (may be NULL) to path. Values that nothing produces, reads or returns (constants a pass
+ * replaced) are left out; everything else keeps its name, type, order and attributes. The file
+ * is written next to path under a temporary name and renamed into place, so a failed save never
+ * leaves a partial file behind. */
 af_status af_afm_save(const char *path, const af_graph *g, const af_afm_meta *meta,
                       af_error *err);
 

@@ -19,6 +19,7 @@
  *                    conv output) + fc_trans_b: Gemm(GlobalAveragePool(conv), Wfc) + Bfc.
  *   SqueezeExcite    [X, W1, B1?, W2, B2?]; act/act_params, gate/gate_params (one epilogue op
  *                    and its 2 params each): Y = X * gate(conv2(act(conv1(GAP(X))))).
+ *   FusedAttention   [q, k, v, mask?]; see src/kernels/attention.c.
  * ("?" marks an optional input: the slot exists and holds NULL when omitted.)
  *
  * Ownership: a config is a plain value; a report owns copies of every string it holds and is
@@ -127,6 +128,8 @@ char *af_fusion_report_json(const af_fusion_report *r);
 af_status af_fusion_report_write_json(const af_fusion_report *r, const char *path, af_error *err);
 /* Applied matches of rule r over all its names (handy for tests and summaries). */
 int af_fusion_report_applied(const af_fusion_report *r, int rule);
+/* Overall estimated speedup: t_before / t_after (1 when nothing was estimated). */
+double af_fusion_report_speedup(const af_fusion_report *r);
 
 /* ---- the engine (engine.c) ------------------------------------------------------------------ */
 

@@ -40,6 +40,10 @@ static double ratio(double unfused, double fused) {
     return fused > 0.0 ? unfused / fused : 1.0;
 }
 
+double af_fusion_report_speedup(const af_fusion_report *r) {
+    return ratio(r->t_before, r->t_after);
+}
+
 /* The pattern label: the name without its "FusionOp" suffix (ConvBNRelu, MatMulBiasRelu...). */
 static int label_len(const char *name) {
     size_t n = strlen(name), s = strlen("FusionOp");

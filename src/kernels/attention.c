@@ -118,32 +118,39 @@ static af_status fa_geom_of(const af_node *n, const af_tensor *const *in, fa_geo
     return AF_OK;
 }
 
-/* Right-aligned broadcast strides of the mask over [B, H, Sq, Sk] (elements); false when the
- * mask does not broadcast to it unidirectionally. With heads_merged the mask is aligned to
- * [B*H, Sq, Sk] and its first axis indexes b*H + h. */
-static bool fa_mask_strides(const af_tensor *m, const fa_geom *g, int64_t st[4]) {
-    int64_t BH = g->B * g->H;
-    int64_t full[4] = {g->B, g->H, g->Sq, g->Sk};
-    int64_t merged[3] = {BH, g->Sq, g->Sk};
+/* Does the mask broadcast (unidirectionally, right-aligned) to the scores [B, H, Sq, Sk], or to
+ * [B*H, Sq, Sk] with heads_merged? Dims only: also safe on compile-time types. */
+static bool fa_mask_fits(const af_tensor *m, const fa_geom *g) {
+    int64_t BH;
+    if (!af_mul_i64(g->B, g->H, &BH)) return false;
+    int64_t full[4] = {g->B, g->H, g->Sq, g->Sk}, merged[3] = {BH, g->Sq, g->Sk};
     const int64_t *target = g->heads_merged ? merged : full;
     int trank = g->heads_merged ? 3 : 4;
-    int64_t ms[AF_MAX_RANK], ts[4] = {0, 0, 0, 0};
     if (m->rank > trank) return false;
-    af_strides(m, ms);
     for (int i = 0; i < m->rank; i++) {
-        int ti = trank - m->rank + i;
-        if (m->dims[i] == target[ti]) ts[ti] = ms[i];
-        else if (m->dims[i] != 1) return false;
+        int64_t d = m->dims[i], t = target[trank - m->rank + i];
+        if (d != 1 && d != t) return false;
     }
+    return true;
+}
+
+/* Element strides of the mask over (b, h, i, j), 0 along broadcast axes; the mask fits and
+ * holds data (so its strides and b*H + h index stay within its element count). With
+ * heads_merged its first axis indexes b*H + h. */
+static void fa_mask_strides(const af_tensor *m, const fa_geom *g, int64_t st[4]) {
+    int trank = g->heads_merged ? 3 : 4;
+    int64_t ms[AF_MAX_RANK], ts[4] = {0, 0, 0, 0};
+    af_strides(m, ms);
+    for (int i = 0; i < m->rank; i++)
+        if (m->dims[i] != 1) ts[trank - m->rank + i] = ms[i];
     if (g->heads_merged) {
-        st[0] = ts[0] * g->H; /* index b*H + h */
+        st[0] = ts[0] * g->H;
         st[1] = ts[0];
         st[2] = ts[1];
         st[3] = ts[2];
     } else {
         memcpy(st, ts, sizeof ts);
     }
-    return true;
 }
 
 af_status fa_shape_attention(const af_node *n, const af_tensor *const *in, af_tensor *out,
@@ -158,6 +165,10 @@ af_status fa_shape_attention(const af_node *n, const af_tensor *const *in, af_te
     if (m && m->rank > (g.heads_merged ? 3 : 4))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "mask rank %d exceeds the scores'",
                             m->rank);
+    bool known = m && g.B >= 0 && g.Sq >= 0 && g.Sk >= 0;
+    for (int i = 0; known && i < m->rank; i++) known = m->dims[i] >= 0;
+    if (known && !fa_mask_fits(m, &g))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "mask does not broadcast to the scores");
     int64_t dims[3];
     if (g.out_rank == 3) {
         dims[g.layout[3] ? 1 : 0] = g.B;
@@ -255,13 +266,14 @@ af_status fa_kernel_attention(const af_node *n, const af_tensor *const *in, af_t
     const af_tensor *m = n->nin > 3 ? in[3] : NULL;
     int64_t mst[4] = {0, 0, 0, 0};
     if (m) {
-        if (m->dtype != AF_DTYPE_FLOAT || !fa_mask_strides(m, &g, mst))
+        if (m->dtype != AF_DTYPE_FLOAT || !fa_mask_fits(m, &g))
             return af_node_fail(err, n, AF_ERR_RUNTIME,
                                 "mask does not broadcast to the scores [%lld, %lld, %lld, %lld]",
                                 (long long)g.B, (long long)g.H, (long long)g.Sq,
                                 (long long)g.Sk);
         if (!m->data && af_tensor_numel(m) != 0)
             return af_node_fail(err, n, AF_ERR_INTERNAL, "mask has no data");
+        fa_mask_strides(m, &g, mst);
     }
     af_tensor *y = &out[0];
     int64_t rows, total;

@@ -38,7 +38,7 @@ enum { WIRE_VARINT = 0, WIRE_LEN = 2, WIRE_FIXED32 = 5 };
 #define MAX_PROTO ((size_t)INT32_MAX) /* protobuf messages stop at 2 GiB */
 #define LEN_ROOM 10                   /* the longest varint */
 
-/* ---- the wire writer ------------------------------------------------------------------------ */
+/* ---- the wire writer ------------------------------------------------------------------------- */
 
 typedef struct pbw {
     uint8_t *p;
@@ -125,7 +125,7 @@ static void pb_end(pbw *b, size_t mark) {
     b->n -= LEN_ROOM - k;
 }
 
-/* ---- model pieces --------------------------------------------------------------------------- */
+/* ---- model pieces ---------------------------------------------------------------------------- */
 
 typedef struct exporter {
     const char *path;
@@ -229,8 +229,8 @@ static af_status write_attr(exporter *x, const af_node *n, const af_attr *at, af
         for (int k = 0; k < at->n && !st; k++) st = write_graph(x, ATTR_GRAPHS, at->graphs[k], err);
         break;
     default:
-        st = af_node_fail(err, n, AF_ERR_UNSUPPORTED, "attribute '%s' of type %d cannot be exported",
-                          at->name, (int)at->type);
+        st = af_node_fail(err, n, AF_ERR_UNSUPPORTED,
+                          "attribute '%s' of type %d cannot be exported", at->name, (int)at->type);
     }
     pb_end(&x->b, m);
     return st;
@@ -379,7 +379,8 @@ static af_status save(const exporter *x, af_error *err) {
     }
     af_status st = AF_OK;
     if (!ok) {
-        st = af_fail(err, AF_ERR_IO, "%s: cannot write: %s", x->path, strerror(saved ? saved : EIO));
+        st =
+            af_fail(err, AF_ERR_IO, "%s: cannot write: %s", x->path, strerror(saved ? saved : EIO));
         unlink(tmp);
     }
     free(tmp);

@@ -3,7 +3,8 @@
  *
  * Our ops are written in domain "ai.autofusion" (opset version 1, imported only when used) with
  * their attributes, so fused ops show their provenance ("fusion_rule", "fused_nodes") and their
- * epilogue; constants become initializers (raw_data); values with a known type get a
+ * epilogue; constants become initializers (raw_data; constants that nothing reads or returns,
+ * such as weights a pass replaced, are left out); values with a known type get a
  * ValueInfoProto (graph inputs and outputs always, intermediates in value_info). Our importer
  * reads the file back into an equivalent graph.
  */

@@ -27,6 +27,7 @@
  * MatMul -> [scale/mask] -> Softmax -> MatMul structure at all. */
 #include "fusion/rule.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -357,10 +358,19 @@ static bool present(const af_node *s) {
     for (int i = 0; i < s->out[0]->nuses; i++)
         pv |= s->out[0]->uses[i].node->op == AF_OP_MATMUL && s->out[0]->uses[i].slot == 0;
     if (!pv) return false;
-    af_node *p = producer(s->in[0], g);
-    int side;
-    if (p && (side = score_side(p, g)) >= 0) return true;
-    return reaches_matmul(s->in[0], g);
+    const af_value *v = s->in[0];
+    bool added = false;
+    for (int step = 0; step < FA_MAX_CHAIN; step++) {
+        af_node *p = producer(v, g);
+        int side;
+        if (!p) return false;
+        if (p->op == AF_OP_MATMUL) return true;
+        if (scale_like(p, &v)) continue;
+        if (added || (side = score_side(p, g)) < 0) return false;
+        added = true;
+        v = p->in[side];
+    }
+    return false;
 }
 
 /* Back from the Softmax input to the QK MatMul: [Add mask] after any scalar scales. */
@@ -537,7 +547,7 @@ static const char *match_at(af_node *s, fa_match *m) {
     if ((why = place_input(m, &m->in[0], m->Sq)) || (why = place_input(m, &m->in[1], m->Sk)) ||
         (why = place_input(m, &m->in[2], m->Sk)))
         return why;
-    if (!isfinite((float)m->scale) || (float)m->scale == 0.0f)
+    if (!(fabs(m->scale) <= FLT_MAX) || (float)m->scale == 0.0f)
         return "scale is not a finite nonzero float";
     if ((why = walk_output(m))) return why;
     /* Each covered node once, and every input of the fused node made outside the pattern. The

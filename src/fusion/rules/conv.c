@@ -12,6 +12,7 @@
 #include "fusion/rule.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static af_value *input(const af_node *n, int i) {
@@ -123,8 +124,11 @@ static af_status fold_bn(af_node *conv, const af_node *bn, af_value **w_out, af_
                          af_error *err) {
     const af_value *w = conv->in[1], *b = input(conv, 2);
     int64_t c = w->type.dims[0], numel = af_tensor_numel(&w->type), per = numel / c;
-    af_value *nw = fu_const(conv->graph, "bnfold_w", w->type.rank, w->type.dims);
-    af_value *nb = fu_const(conv->graph, "bnfold_b", 1, &c);
+    char hint[200];
+    snprintf(hint, sizeof hint, "%.180s_bnfold", w->name);
+    af_value *nw = fu_const(conv->graph, hint, w->type.rank, w->type.dims);
+    snprintf(hint, sizeof hint, "%.180s_bnfold_bias", conv->name);
+    af_value *nb = fu_const(conv->graph, hint, 1, &c);
     if (!nw || !nb) return af_node_fail(err, conv, AF_ERR_NOMEM, "out of memory");
     const float *gamma = bn->in[1]->type.data, *beta = bn->in[2]->type.data;
     const float *mean = bn->in[3]->type.data, *var = bn->in[4]->type.data;
