@@ -7,6 +7,8 @@
  *   test_passes --model=M.onnx [--count]                      op histograms before/after, and
  *                                                            (without --count) optimized vs
  *                                                            unoptimized outputs on random inputs
+ * Exit status of the drivers: 0 same, 1 the passes broke something, 2 the unoptimized graph
+ * fails already, 3 the model does not load.
  *   test_passes --suite=DIR [--filter=S] [-v]                 every DIR/<case>/model.onnx with
  *                                                            its test_data_set_0, per case in a
  *                                                            child process
@@ -751,7 +753,7 @@ static int drive_model(const char *path, bool count_only) {
     af_error err;
     if (af_model_load(path, &m, &err)) {
         printf("%s\n", err.message);
-        return 1;
+        return 3;
     }
     int bad = 0;
     if (count_only) {
