@@ -91,7 +91,8 @@ static af_node *mk_in(af_graph *g, const char *op, int nin, af_value *const *in,
     assert_int_not_equal(id, AF_OP_COUNT);
     af_node *n = af_node_new(g, id, NULL, nin, nout);
     for (int i = 0; i < nin; i++) af_node_set_input(n, i, in[i]);
-    for (int o = 0; o < nout; o++) af_node_set_output(n, o, af_value_new(g, af_graph_unique_name(g, "v")));
+    for (int o = 0; o < nout; o++)
+        af_node_set_output(n, o, af_value_new(g, af_graph_unique_name(g, "v")));
     return n;
 }
 
@@ -207,7 +208,8 @@ static void check_pass(af_graph *g, pass_fn pass) {
     if (run(g, in, before, &err)) fail_msg("before: %s", err.message);
     if (pass(g, &err)) fail_msg("pass: %s", err.message);
     if (af_graph_verify(g, &err)) fail_msg("verify: %s", err.message);
-    for (int i = 0; i < g->noutputs && i < 8; i++) assert_string_equal(g->outputs[i]->name, names[i]);
+    for (int i = 0; i < g->noutputs && i < 8; i++)
+        assert_string_equal(g->outputs[i]->name, names[i]);
     if (run(g, in, after, &err)) fail_msg("after: %s", err.message);
     for (int i = 0; i < g->noutputs; i++) {
         double e = mismatch(&after[i], &before[i], 1e-5, 1e-6);
@@ -366,7 +368,8 @@ static void test_copies_that_stay(void **state) {
     output_in(t.g, d1->out[1]);
     double on = 1;
     af_value *training = cst_in(t.g, AF_DTYPE_BOOL, 0, NULL, &on);
-    af_node *d2 = mk_in(t.g, "Dropout", 3, (af_value *[]){op1(&t, "Neg", x), sc(&t, 0.0), training}, 1);
+    af_value *nx = op1(&t, "Neg", x);
+    af_node *d2 = mk_in(t.g, "Dropout", 3, (af_value *[]){nx, sc(&t, 0.0), training}, 1);
     output_in(t.g, d2->out[0]);
     finish_graph(t.g);
     check_pass(t.g, af_pass_simplify);
@@ -398,7 +401,8 @@ static void test_subgraph_folded(void **state) {
         af_value *cond = input_in(t.g, "cond", AF_DTYPE_BOOL, 0, NULL);
         af_value *c1 = cst_in(t.g, AF_DTYPE_FLOAT, 2, D23, (double[]){1, 2, 3, 4, 5, 6});
         af_value *nx = op1(&t, "Neg", x);
-        af_graph *then_g = af_graph_new(t.a, "test.onnx", t.g), *else_g = af_graph_new(t.a, "test.onnx", t.g);
+        af_graph *then_g = af_graph_new(t.a, "test.onnx", t.g);
+        af_graph *else_g = af_graph_new(t.a, "test.onnx", t.g);
         then_g->outputs = af_arena_calloc(t.a, 1, sizeof(af_value *));
         else_g->outputs = af_arena_calloc(t.a, 1, sizeof(af_value *));
         af_value *c1in = af_graph_find(then_g, c1->name);
@@ -451,7 +455,9 @@ static af_graph *build_ln(tg *t, ln_opts o) {
     af_value *y = o.reciprocal ? op2(t, "Mul", d, op1(t, "Reciprocal", sd)) : op2(t, "Div", d, sd);
     double gv[8], bv[8];
     for (int i = 0; i < 8; i++) gv[i] = 0.5 + 0.1 * i, bv[i] = 0.05 * i - 0.2;
-    if (o.gamma) y = op2(t, "Mul", y, cst_in(t->g, AF_DTYPE_FLOAT, o.gamma_2d ? 2 : 1, o.gamma_2d ? c2 : &c, gv));
+    if (o.gamma)
+        y = op2(t, "Mul", y,
+                cst_in(t->g, AF_DTYPE_FLOAT, o.gamma_2d ? 2 : 1, o.gamma_2d ? c2 : &c, gv));
     if (o.beta) y = op2(t, "Add", cst_in(t->g, AF_DTYPE_FLOAT, 1, &c, bv), y);
     output_in(t->g, y);
     if (o.mean_escapes) output_in(t->g, m1->out[0]);
@@ -621,7 +627,8 @@ static void test_gelu_near_misses(void **state) {
     t = tg_new(13);
     x = input(&t, "x", 2, D23);
     af_value *z = input(&t, "z", 2, D23);
-    af_value *inner = op2(&t, "Add", x, op2(&t, "Mul", sc(&t, 0.044715), op2(&t, "Pow", z, sc(&t, 3))));
+    af_value *cube = op2(&t, "Pow", z, sc(&t, 3));
+    af_value *inner = op2(&t, "Add", x, op2(&t, "Mul", sc(&t, 0.044715), cube));
     af_value *th = op1(&t, "Tanh", op2(&t, "Mul", sc(&t, 0.7978845608), inner));
     output_in(t.g, half_x(&t, x, op2(&t, "Add", sc(&t, 1.0), th), GELU_TORCH));
     finish_graph(t.g);
@@ -717,7 +724,8 @@ static af_status optimize(af_graph *g, af_error *err) {
 static int compare_runs(af_graph *g, af_tensor *in, const af_tensor *want, bool show) {
     af_error err;
     int n = g->noutputs, bad = 0, nodes_before = g->nnodes;
-    af_tensor *base = calloc((size_t)n + 1, sizeof(af_tensor)), *opt = calloc((size_t)n + 1, sizeof(af_tensor));
+    af_tensor *base = calloc((size_t)n + 1, sizeof(af_tensor));
+    af_tensor *opt = calloc((size_t)n + 1, sizeof(af_tensor));
     if (show) histogram("before", g);
     if (run(g, in, base, &err)) {
         printf("unoptimized run fails: %s\n", err.message);

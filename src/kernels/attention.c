@@ -21,7 +21,7 @@
 
 #include <stdlib.h>
 
-enum { FA_TQ = 8, FA_TK = 64 }; /* query rows per tile, keys per score block */
+enum { FA_TQ = 16, FA_TK = 64 }; /* query rows per tile, keys per score block */
 
 /* Where one head row of a tensor lives: element (b, s, h, d) is at
  * ((order ? s * B + b : b * S + s) * width + col + h * D + d). */
@@ -192,17 +192,13 @@ static const float *fa_row(const fa_view *v, int64_t B, int64_t S, int64_t b, in
     return v->data + r * v->width + v->col + h * D;
 }
 
-static float fa_dot(const float *a, const float *b, int64_t n) {
-    float acc = 0.0f;
-    for (int64_t i = 0; i < n; i++) acc += a[i] * b[i];
-    return acc;
-}
-
 /* One (batch, head, query tile of rows [s0, s0+tq)): online softmax over key blocks.
- * acc holds tq x D running (unnormalised) outputs; mx/sum the running row max and exp sum. */
+ * acc holds tq x D running (unnormalised) outputs; mx/sum the running row max and exp sum;
+ * kt is D x FA_TK scratch for the key block, transposed so that the score loop runs along the
+ * keys (contiguous, vectorisable) while each score still sums its D products in order. */
 static void fa_tile(const fa_geom *g, const fa_view *q, const fa_view *k, const fa_view *v,
                     const float *mask, const int64_t *mst, float *out, int64_t b, int64_t h,
-                    int64_t s0, int64_t tq, float *acc) {
+                    int64_t s0, int64_t tq, float *acc, float *kt) {
     const int64_t D = g->D;
     float scores[FA_TQ][FA_TK], mx[FA_TQ], sum[FA_TQ];
     const float *qrow[FA_TQ];
@@ -214,15 +210,25 @@ static void fa_tile(const fa_geom *g, const fa_view *q, const fa_view *k, const 
     }
     for (int64_t j0 = 0; j0 < g->Sk; j0 += FA_TK) {
         int64_t tk = g->Sk - j0 < FA_TK ? g->Sk - j0 : FA_TK;
+        for (int64_t j = 0; j < tk; j++) {
+            const float *krow = fa_row(k, g->B, g->Sk, b, j0 + j, h, D);
+            for (int64_t d = 0; d < D; d++) kt[d * FA_TK + j] = krow[d];
+        }
         for (int64_t i = 0; i < tq; i++) {
+            float *sc = scores[i];
+            for (int64_t j = 0; j < tk; j++) sc[j] = 0.0f;
+            for (int64_t d = 0; d < D; d++) {
+                float qd = qrow[i][d];
+                const float *kd = kt + d * FA_TK;
+                for (int64_t j = 0; j < tk; j++) sc[j] += qd * kd[j];
+            }
             float bmax = -INFINITY;
             for (int64_t j = 0; j < tk; j++) {
-                const float *krow = fa_row(k, g->B, g->Sk, b, j0 + j, h, D);
-                float sc = fa_dot(qrow[i], krow, D) * g->scale;
+                float x = sc[j] * g->scale;
                 if (mask)
-                    sc += mask[b * mst[0] + h * mst[1] + (s0 + i) * mst[2] + (j0 + j) * mst[3]];
-                scores[i][j] = sc;
-                if (sc > bmax) bmax = sc;
+                    x += mask[b * mst[0] + h * mst[1] + (s0 + i) * mst[2] + (j0 + j) * mst[3]];
+                sc[j] = x;
+                if (x > bmax) bmax = x;
             }
             /* A block of -inf (masked) scores adds nothing; skipping it keeps exp(-inf - -inf)
              * from turning the row into NaN before a later block brings a finite max. */
@@ -236,7 +242,7 @@ static void fa_tile(const fa_geom *g, const fa_view *q, const fa_view *k, const 
             }
             mx[i] = nmax;
             for (int64_t j = 0; j < tk; j++) {
-                float p = expf(scores[i][j] - nmax);
+                float p = expf(sc[j] - nmax);
                 const float *vrow = fa_row(v, g->B, g->Sk, b, j0 + j, h, D);
                 sum[i] += p;
                 for (int64_t d = 0; d < D; d++) a[d] += p * vrow[d];
@@ -293,20 +299,24 @@ af_status fa_kernel_attention(const af_node *n, const af_tensor *const *in, af_t
         views[i].col = g.offsets[i];
         views[i].order = g.layout[i];
     }
-    size_t accn;
-    float *acc = NULL;
+    size_t accn, ktn;
+    float *acc = NULL, *kt = NULL;
     if (!af_mul_size((size_t)FA_TQ, (size_t)g.D, &accn) ||
-        !(acc = malloc(accn * sizeof(float))))
+        !af_mul_size((size_t)FA_TK, (size_t)g.D, &ktn) ||
+        !(acc = malloc(accn * sizeof(float))) || !(kt = malloc(ktn * sizeof(float)))) {
+        free(acc);
         return af_node_fail(err, n, AF_ERR_NOMEM, "no memory for a %d x %lld tile", FA_TQ,
                             (long long)g.D);
+    }
     const float *mask = m ? m->data : NULL;
     for (int64_t b = 0; b < g.B; b++)
         for (int64_t h = 0; h < g.H; h++)
             for (int64_t s0 = 0; s0 < g.Sq; s0 += FA_TQ) {
                 int64_t tq = g.Sq - s0 < FA_TQ ? g.Sq - s0 : FA_TQ;
                 fa_tile(&g, &views[0], &views[1], &views[2], mask, mst, y->data, b, h, s0, tq,
-                        acc);
+                        acc, kt);
             }
+    free(kt);
     free(acc);
     return AF_OK;
 }

@@ -173,49 +173,108 @@ af_status af_epilogue_parse(const af_node *n, const af_tensor *const *in, const 
     return ep_check(n, in, y, ep, err);
 }
 
-static float ep_binary(af_ep_op op, float a, float b) {
+/* y[j] = y[j] (op) b[j * bs] (or b (op) y with `rev`) for j < len. One loop per op and per
+ * kind of stride (0: one operand value for the run, 1: contiguous, else strided) so that the
+ * common cases compile to straight, vectorisable loops. */
+#define EP_RUN(expr)                                                                              \
+    do {                                                                                          \
+        if (bs == 0) {                                                                            \
+            float bv = b[0];                                                                      \
+            for (int64_t j = 0; j < len; j++) {                                                   \
+                float yv = y[j];                                                                  \
+                y[j] = (expr);                                                                    \
+            }                                                                                     \
+        } else if (bs == 1) {                                                                     \
+            for (int64_t j = 0; j < len; j++) {                                                   \
+                float yv = y[j], bv = b[j];                                                       \
+                y[j] = (expr);                                                                    \
+            }                                                                                     \
+        } else {                                                                                  \
+            for (int64_t j = 0; j < len; j++) {                                                   \
+                float yv = y[j], bv = b[j * bs];                                                  \
+                y[j] = (expr);                                                                    \
+            }                                                                                     \
+        }                                                                                         \
+    } while (0)
+
+static void ep_binary_run(af_ep_op op, bool rev, float *y, int64_t len, const float *b,
+                          int64_t bs) {
     switch (op) {
-    case AF_EP_ADD: return a + b;
-    case AF_EP_SUB: return a - b;
-    case AF_EP_MUL: return a * b;
-    default: return a / b;
+    case AF_EP_ADD: EP_RUN(rev ? bv + yv : yv + bv); break;
+    case AF_EP_SUB: EP_RUN(rev ? bv - yv : yv - bv); break;
+    case AF_EP_MUL: EP_RUN(rev ? bv * yv : yv * bv); break;
+    default: EP_RUN(rev ? bv / yv : yv / bv); break;
     }
 }
 
-/* One binary step over the run: walks the multi-index with a carry so that the operand offset
- * follows the broadcast strides. */
+#undef EP_RUN
+
+/* One binary step over the run, split into segments along the output's last dim: inside a
+ * segment the operand advances by one fixed stride; between segments the multi-index carries
+ * into the outer dims and the operand offset follows the broadcast strides. */
 static void ep_apply_binary(const af_epilogue *ep, const af_ep_step *st, float *y, int64_t len,
                             const int64_t *idx) {
     int r = ep->rank;
+    if (r == 0) { /* scalar output: the run is at most one element, the operand a scalar */
+        ep_binary_run(st->op, st->reversed, y, len, st->operand, 0);
+        return;
+    }
     int64_t cur[AF_MAX_RANK], off = 0;
     for (int i = 0; i < r; i++) {
         cur[i] = idx[i];
         off += idx[i] * st->strides[i];
     }
-    for (int64_t j = 0; j < len; j++) {
-        float b = st->operand[off];
-        y[j] = st->reversed ? ep_binary(st->op, b, y[j]) : ep_binary(st->op, y[j], b);
-        /* Advance the multi-index by one element. */
-        for (int i = r - 1; i >= 0; i--) {
-            cur[i]++;
-            off += st->strides[i];
-            if (cur[i] < ep->dims[i])
-                break;
+    int64_t last = ep->dims[r - 1], ls = st->strides[r - 1];
+    for (int64_t j = 0; j < len;) {
+        int64_t seg = last - cur[r - 1];
+        if (seg > len - j)
+            seg = len - j;
+        if (seg <= 0)
+            break; /* the run went past the output's end: callers never ask for that */
+        ep_binary_run(st->op, st->reversed, y + j, seg, st->operand + off, ls);
+        j += seg;
+        cur[r - 1] += seg;
+        off += seg * ls;
+        /* Carry into the outer dims when the segment ended its row. */
+        for (int i = r - 1; i > 0 && cur[i] >= ep->dims[i]; i--) {
             off -= cur[i] * st->strides[i];
             cur[i] = 0;
+            cur[i - 1]++;
+            off += st->strides[i - 1];
         }
+    }
+}
+
+/* One unary step over the run: the cheap piecewise ops inline, the rest through af_ep_unary. */
+static void ep_apply_unary(const af_ep_step *st, float *y, int64_t len) {
+    float p0 = st->p0, p1 = st->p1;
+    switch (st->op) {
+    case AF_EP_RELU:
+        for (int64_t j = 0; j < len; j++)
+            y[j] = y[j] > 0.0f ? y[j] : 0.0f;
+        break;
+    case AF_EP_CLIP:
+        for (int64_t j = 0; j < len; j++)
+            y[j] = y[j] < p0 ? p0 : (y[j] > p1 ? p1 : y[j]);
+        break;
+    case AF_EP_LEAKY_RELU:
+        for (int64_t j = 0; j < len; j++)
+            y[j] = y[j] < 0.0f ? p0 * y[j] : y[j];
+        break;
+    default:
+        for (int64_t j = 0; j < len; j++)
+            y[j] = af_ep_unary(st->op, y[j], p0, p1);
+        break;
     }
 }
 
 void af_epilogue_apply(const af_epilogue *ep, float *y, int64_t len, const int64_t *idx) {
     for (int s = 0; s < ep->nsteps; s++) {
         const af_ep_step *st = &ep->steps[s];
-        if (st->operand) {
+        if (st->operand)
             ep_apply_binary(ep, st, y, len, idx);
-            continue;
-        }
-        for (int64_t j = 0; j < len; j++)
-            y[j] = af_ep_unary(st->op, y[j], st->p0, st->p1);
+        else
+            ep_apply_unary(st, y, len);
     }
 }
 

@@ -51,14 +51,37 @@ af_status fk_conv_setup(const af_node *n, const af_tensor *const *in, fk_conv *c
     c->x = x->data;
     c->wt = wt->data;
     c->b = b ? b->data : NULL;
+    /* The valid output columns of each kernel column depend on nothing else: computed once
+     * here rather than in the innermost loops. */
+    int64_t kw = c->w.k[NN_MAXSP - 1];
+    size_t rb, kb;
+    if (!af_mul_size((size_t)(c->row > 0 ? c->row : 1), sizeof(double), &rb) ||
+        !af_mul_size((size_t)(kw > 0 ? kw : 1), sizeof(int64_t), &kb))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "convolution too large");
+    c->acc = malloc(rb);
+    c->kw_lo = malloc(kb);
+    c->kw_hi = malloc(kb);
+    if (!c->acc || !c->kw_lo || !c->kw_hi)
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < kw; i++)
+        nn_window_range(&c->w, NN_MAXSP - 1, i, &c->kw_lo[i], &c->kw_hi[i]);
     return AF_OK;
 }
 
-void fk_conv_row(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh, double *acc,
-                 float *row) {
+void fk_conv_release(fk_conv *c) {
+    free(c->acc);
+    free(c->kw_lo);
+    free(c->kw_hi);
+    c->acc = NULL;
+    c->kw_lo = c->kw_hi = NULL;
+}
+
+void fk_conv_row(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh, float *row) {
     const nn_window *w = &c->w;
     const int64_t *in = w->in, *k = w->k;
+    const int64_t sw = w->s[2], dw = w->d[2], pw = w->pb[2];
     int64_t grp = m / c->mg;
+    double *acc = c->acc;
     for (int64_t ow = 0; ow < c->row; ow++)
         acc[ow] = 0.0;
     for (int64_t cc = 0; cc < c->cg; cc++) {
@@ -74,12 +97,15 @@ void fk_conv_row(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh,
                 const float *xrow = c->x + (((b * c->cin + ch) * in[0] + id) * in[1] + ih) * in[2];
                 const float *wrow = c->wt + (((m * c->cg + cc) * k[0] + kd) * k[1] + kh) * k[2];
                 for (int64_t kw = 0; kw < k[2]; kw++) {
-                    int64_t lo, hi;
-                    nn_window_range(w, 2, kw, &lo, &hi);
+                    int64_t lo = c->kw_lo[kw], hi = c->kw_hi[kw], base = kw * dw - pw;
                     double wv = wrow[kw];
-                    int64_t base = kw * w->d[2] - w->pb[2];
-                    for (int64_t ow = lo; ow < hi; ow++)
-                        acc[ow] += wv * xrow[ow * w->s[2] + base];
+                    /* Stride 1 reads X contiguously: its own loop vectorises. */
+                    if (sw == 1)
+                        for (int64_t ow = lo; ow < hi; ow++)
+                            acc[ow] += wv * xrow[ow + base];
+                    else
+                        for (int64_t ow = lo; ow < hi; ow++)
+                            acc[ow] += wv * xrow[ow * sw + base];
                 }
             }
         }
@@ -113,11 +139,10 @@ af_status fk_kernel_fused_conv(const af_node *n, const af_tensor *const *in, af_
         st = nn_check_out(n, &out[0], c.y.rank, c.y.dims, err);
     if (st == AF_OK)
         st = af_epilogue_parse(n, in, &out[0], &ep, err);
-    if (st != AF_OK)
+    if (st != AF_OK) {
+        fk_conv_release(&c);
         return st;
-    double *acc = malloc((size_t)(c.row > 0 ? c.row : 1) * sizeof(double));
-    if (!acc)
-        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+    }
     float *y = out[0].data;
     const int64_t *o = c.w.out;
     int64_t off = 0;
@@ -125,10 +150,10 @@ af_status fk_kernel_fused_conv(const af_node *n, const af_tensor *const *in, af_
         for (int64_t m = 0; m < c.cout; m++)
             for (int64_t od = 0; od < o[0]; od++)
                 for (int64_t oh = 0; oh < o[1]; oh++) {
-                    fk_conv_row(&c, b, m, od, oh, acc, y + off);
+                    fk_conv_row(&c, b, m, od, oh, y + off);
                     af_epilogue_apply_at(&ep, y, off, c.row);
                     off += c.row;
                 }
-    free(acc);
+    fk_conv_release(&c);
     return AF_OK;
 }

@@ -4,8 +4,10 @@
  * 1-D bias [N] (input 2).
  *
  * Invariant: A is read one row at a time into a row buffer (normalised there when the prologue
- * is on: never a normalised copy of A); each output row is computed, finished by the epilogue
- * and stored once. Every index is derived from shapes checked before the loops run. */
+ * is on: never a normalised copy of A); each output row is computed in i-k-j order (a double
+ * accumulator per column, B walked along its rows; a trans_b B is transposed once per distinct
+ * matrix into scratch), finished by the epilogue and stored once. Every index is derived from
+ * shapes checked before the loops run. */
 #include "kernels/fused.h"
 
 #include <stdlib.h>
@@ -181,6 +183,53 @@ static void mm_load_row(const fk_mm *g, int64_t aoff, int64_t m, float eps, floa
         row[kk] = (float)((row[kk] - mean) * inv * sc[kk] + (bi ? bi[kk] : 0.0));
 }
 
+/* B's matrix at offset boff as row-major [K, N] floats: B itself, or (trans_b) its transpose
+ * written into bt, so the core always walks B's rows contiguously. */
+static const float *mm_b_rows(const fk_mm *g, int64_t boff, bool transpose, float *bt) {
+    const float *b = (const float *)g->b->data + boff;
+    if (!transpose)
+        return b;
+    for (int64_t j = 0; j < g->n; j++)
+        for (int64_t kk = 0; kk < g->k; kk++)
+            bt[kk * g->n + j] = b[j * g->k + kk];
+    return bt;
+}
+
+/* Output tiles: MM_MR rows by up to MM_NT columns. Each B element loaded feeds MM_MR rows, and
+ * the tile's accumulators (MM_MR * MM_NT doubles, 8 KiB) stay in L1 while B streams by. */
+enum { MM_MR = 4, MM_NT = 256 };
+
+/* The tile of rows[0..mr) (A's rows, already loaded) and columns [j0, j0+nt): y[r][j] =
+ * alpha * sum_k rows[r][k] * B[k, j] + bias[j], summed in k order in a double per element (the
+ * unfused MatMul's i-k-j order and precision). y points at the tile's first row; rows are g->n
+ * apart. */
+static void mm_tile(const fk_mm *g, const float *const *rows, int64_t mr, const float *b,
+                    int64_t j0, int64_t nt, const float *bias, double alpha, float *y) {
+    double acc[MM_MR][MM_NT];
+    int64_t nn = g->n;
+    for (int64_t r = 0; r < MM_MR; r++)
+        for (int64_t j = 0; j < nt; j++)
+            acc[r][j] = 0.0;
+    for (int64_t kk = 0; kk < g->k; kk++) {
+        const float *brow = b + kk * nn + j0;
+        /* Rows past mr repeat the last row: the same work as a full tile, never stored. */
+        double a0 = rows[0][kk], a1 = rows[mr > 1 ? 1 : 0][kk];
+        double a2 = rows[mr > 2 ? 2 : 0][kk], a3 = rows[mr > 3 ? 3 : 0][kk];
+        for (int64_t j = 0; j < nt; j++) {
+            double bv = brow[j];
+            acc[0][j] += a0 * bv;
+            acc[1][j] += a1 * bv;
+            acc[2][j] += a2 * bv;
+            acc[3][j] += a3 * bv;
+        }
+    }
+    for (int64_t r = 0; r < mr; r++) {
+        float *yr = y + r * nn + j0;
+        for (int64_t j = 0; j < nt; j++)
+            yr[j] = (float)(alpha * acc[r][j] + (bias ? bias[j0 + j] : 0.0));
+    }
+}
+
 af_status fk_kernel_fused_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                  af_exec *ex, af_error *err) {
     (void)ex;
@@ -203,36 +252,57 @@ af_status fk_kernel_fused_matmul(const af_node *n, const af_tensor *const *in, a
     float alpha = af_attr_float(n, "alpha", 1.0f), eps = af_attr_float(n, "ln_epsilon", 1e-5f);
     mm_batch_strides(&g, g.a, g.a1 ? 0 : g.a->rank - 2, g.m * g.k, g.astr);
     mm_batch_strides(&g, g.b, g.b1 ? 0 : g.b->rank - 2, g.k * g.n, g.bstr);
-    float *row = malloc((size_t)(g.k > 0 ? g.k : 1) * sizeof(float));
-    if (!row)
+    /* A transposed [N, K] B of one row or one column is already [K, N] in memory. */
+    bool transpose = g.tb && g.n > 1 && g.k > 1;
+    size_t kn = 0; /* B holds K*N elements per matrix, so this product fits */
+    if (transpose && !af_mul_size((size_t)g.k, (size_t)g.n, &kn))
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "B's size overflows");
+    size_t rowsz;
+    if (!af_mul_size((size_t)(g.k > 0 ? g.k : 1), MM_MR * sizeof(float), &rowsz))
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "A's rows overflow");
+    float *rowbuf = malloc(rowsz);
+    float *bt = transpose ? malloc(kn * sizeof(float)) : NULL;
+    if (!rowbuf || (transpose && !bt)) {
+        free(rowbuf);
+        free(bt);
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+    }
+    const float *rows[MM_MR];
+    for (int r = 0; r < MM_MR; r++)
+        rows[r] = rowbuf + (size_t)r * (size_t)(g.k > 0 ? g.k : 1);
     int64_t nbatch = 1;
     for (int i = 0; i < g.nb; i++)
         nbatch *= g.bdims[i]; /* the output's element count is known not to overflow */
-    const float *bd = g.b->data, *bias = g.bias ? g.bias->data : NULL;
+    const float *bias = g.bias ? g.bias->data : NULL, *bmat = NULL;
     float *y = out[0].data;
-    int64_t idx[AF_MAX_RANK] = {0};
-    for (int64_t bt = 0; bt < nbatch; bt++) {
-        int64_t aoff = 0, boff = 0, rest = bt;
+    int64_t idx[AF_MAX_RANK] = {0}, last_boff = -1;
+    for (int64_t step = 0; step < nbatch; step++) {
+        int64_t aoff = 0, boff = 0, rest = step;
         for (int i = g.nb - 1; i >= 0; i--) {
             idx[i] = rest % g.bdims[i];
             rest /= g.bdims[i];
             aoff += idx[i] * g.astr[i];
             boff += idx[i] * g.bstr[i];
         }
-        for (int64_t m = 0; m < g.m; m++) {
-            mm_load_row(&g, aoff, m, eps, row);
-            int64_t yoff = (bt * g.m + m) * g.n;
-            for (int64_t j = 0; j < g.n; j++) {
-                double acc = 0.0;
-                for (int64_t kk = 0; kk < g.k; kk++)
-                    acc += (double)row[kk] *
-                           bd[boff + (g.tb ? j * g.k + kk : kk * g.n + j)];
-                y[yoff + j] = (float)(alpha * acc + (bias ? bias[j] : 0.0));
+        /* A broadcast B (e.g. one weight for every batch entry) is transposed once. */
+        if (boff != last_boff) {
+            bmat = mm_b_rows(&g, boff, transpose, bt);
+            last_boff = boff;
+        }
+        for (int64_t m0 = 0; m0 < g.m; m0 += MM_MR) {
+            int64_t mr = g.m - m0 < MM_MR ? g.m - m0 : MM_MR;
+            for (int64_t r = 0; r < mr; r++)
+                mm_load_row(&g, aoff, m0 + r, eps, (float *)rows[r]);
+            int64_t yoff = (step * g.m + m0) * g.n;
+            for (int64_t j0 = 0; j0 < g.n; j0 += MM_NT) {
+                int64_t nt = g.n - j0 < MM_NT ? g.n - j0 : MM_NT;
+                mm_tile(&g, rows, mr, bmat, j0, nt, bias, alpha, y + yoff);
+                for (int64_t r = 0; r < mr; r++)
+                    af_epilogue_apply_at(&ep, y, yoff + r * g.n + j0, nt);
             }
-            af_epilogue_apply_at(&ep, y, yoff, g.n);
         }
     }
-    free(row);
+    free(rowbuf);
+    free(bt);
     return AF_OK;
 }

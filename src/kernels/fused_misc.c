@@ -3,8 +3,8 @@
  * (Y = X * gate(conv1x1_2(act(conv1x1_1(GAP(X)))))).
  *
  * Invariant: none of them materialises an intermediate of the output's size: FusedElementwise
- * works in place on Y row by row, ConvPoolFc reduces each conv output row as soon as it is
- * computed, SqueezeExcite keeps only per-channel vectors. Values are rounded to float where the
+ * works in place on Y one cache-sized run at a time, ConvPoolFc reduces each conv output row as
+ * soon as it is computed, SqueezeExcite keeps only per-channel vectors. Values are rounded to float where the
  * unfused chain would store a float tensor, so both agree closely. */
 #include "kernels/fused.h"
 
@@ -39,13 +39,16 @@ af_status fk_kernel_fused_elementwise(const af_node *n, const af_tensor *const *
         st = af_epilogue_parse(n, in, &out[0], &ep, err);
     if (st != AF_OK)
         return st;
+    /* Fixed-size runs (they may wrap across rows) stay in cache between the copy and the
+     * epilogue, whatever the shape: short rows cost no per-row overhead. */
+    enum { RUN = 4096 };
     int64_t total = nn_numel(x);
-    int64_t row = x->rank > 0 ? x->dims[x->rank - 1] : 1;
     float *y = out[0].data;
     const float *xd = x->data;
-    for (int64_t off = 0; row > 0 && off < total; off += row) {
-        memcpy(y + off, xd + off, (size_t)row * sizeof(float));
-        af_epilogue_apply_at(&ep, y, off, row);
+    for (int64_t off = 0; off < total; off += RUN) {
+        int64_t len = total - off < RUN ? total - off : RUN;
+        memcpy(y + off, xd + off, (size_t)len * sizeof(float));
+        af_epilogue_apply_at(&ep, y, off, len);
     }
     return AF_OK;
 }
@@ -116,7 +119,7 @@ af_status fk_shape_conv_pool_fc(const af_node *n, const af_tensor *const *in, af
 }
 
 /* Mean of every conv output channel (after the epilogue) for batch entry b into pooled[M]. */
-static void cpf_pool(const fk_conv *c, const af_epilogue *ep, int64_t b, double *acc, float *row,
+static void cpf_pool(const fk_conv *c, const af_epilogue *ep, int64_t b, float *row,
                      float *pooled) {
     const int64_t *o = c->w.out;
     int64_t per_channel = o[0] * o[1] * c->row;
@@ -130,13 +133,37 @@ static void cpf_pool(const fk_conv *c, const af_epilogue *ep, int64_t b, double 
                     idx[i] = rest % ep->dims[i];
                     rest /= ep->dims[i];
                 }
-                fk_conv_row(c, b, m, od, oh, acc, row);
+                fk_conv_row(c, b, m, od, oh, row);
                 af_epilogue_apply(ep, row, c->row, idx);
                 for (int64_t ow = 0; ow < c->row; ow++)
                     sum += row[ow];
                 off += c->row;
             }
         pooled[m] = (float)(sum / (double)per_channel);
+    }
+}
+
+/* acc[j] = sum_m pooled[m] * Wfc(m, j) for every class j: a dot product along Wfc's rows when
+ * it is [classes, M] (fc_trans_b), else i-k-j over its [M, classes] rows; both read Wfc
+ * contiguously. */
+static void cpf_fc_row(const cpf_fc *fc, int64_t mch, const float *pooled, double *acc) {
+    const float *w = fc->w->data;
+    int64_t cls = fc->classes;
+    if (fc->tb) {
+        for (int64_t j = 0; j < cls; j++) {
+            double sum = 0.0;
+            for (int64_t m = 0; m < mch; m++)
+                sum += (double)pooled[m] * w[j * mch + m];
+            acc[j] = sum;
+        }
+        return;
+    }
+    for (int64_t j = 0; j < cls; j++)
+        acc[j] = 0.0;
+    for (int64_t m = 0; m < mch; m++) {
+        double pv = pooled[m];
+        for (int64_t j = 0; j < cls; j++)
+            acc[j] += pv * w[m * cls + j];
     }
 }
 
@@ -156,36 +183,36 @@ af_status fk_kernel_conv_pool_fc(const af_node *n, const af_tensor *const *in, a
         st = af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
     if (st == AF_OK)
         st = nn_check_out(n, &out[0], yt.rank, yt.dims, err);
-    if (st != AF_OK)
+    if (st != AF_OK) {
+        fk_conv_release(&c);
         return st;
-    double *acc = malloc((size_t)(c.row > 0 ? c.row : 1) * sizeof(double));
+    }
     float *row = malloc((size_t)(c.row > 0 ? c.row : 1) * sizeof(float));
     float *pooled = malloc((size_t)(c.cout > 0 ? c.cout : 1) * sizeof(float));
-    if (!acc || !row || !pooled) {
-        free(acc);
+    double *acc = malloc((size_t)(fc.classes > 0 ? fc.classes : 1) * sizeof(double));
+    if (!row || !pooled || !acc) {
+        fk_conv_release(&c);
         free(row);
         free(pooled);
+        free(acc);
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     }
     int64_t bstr[2] = {0, 0};
     if (fc.b)
         af_broadcast_strides(fc.b, &yt, bstr);
-    const float *w = fc.w->data, *bias = fc.b ? fc.b->data : NULL;
+    const float *bias = fc.b ? fc.b->data : NULL;
     float *y = out[0].data;
     for (int64_t b = 0; b < c.batch; b++) {
-        cpf_pool(&c, &ep, b, acc, row, pooled);
-        for (int64_t j = 0; j < fc.classes; j++) {
-            double sum = 0.0;
-            for (int64_t m = 0; m < c.cout; m++)
-                sum += (double)pooled[m] * w[fc.tb ? j * c.cout + m : m * fc.classes + j];
-            if (bias)
-                sum += bias[b * bstr[0] + j * bstr[1]];
-            y[b * fc.classes + j] = (float)sum;
-        }
+        cpf_pool(&c, &ep, b, row, pooled);
+        cpf_fc_row(&fc, c.cout, pooled, acc);
+        for (int64_t j = 0; j < fc.classes; j++)
+            y[b * fc.classes + j] =
+                (float)(acc[j] + (bias ? bias[b * bstr[0] + j * bstr[1]] : 0.0));
     }
-    free(acc);
+    fk_conv_release(&c);
     free(row);
     free(pooled);
+    free(acc);
     return AF_OK;
 }
 

@@ -5,8 +5,9 @@
  * static shapes, the Shape->Gather->Concat->Reshape arithmetic of exported models disappears.
  *
  * Invariant: folding never changes what the graph computes. Control flow is not folded (its
- * kernels need an executor frame); anything a kernel refuses, or that would be too large to
- * store or too slow to precompute, stays a node and runs (or fails) at run time as before.
+ * kernels need an executor frame), nor are sampling ops; anything a kernel refuses, or that
+ * would be too large to store or too slow to precompute, stays a node and runs (or fails) at
+ * run time as before.
  */
 #include "passes/rewrite.h"
 
@@ -30,8 +31,16 @@ static bool dims_known(const af_tensor *t) {
     return true;
 }
 
+/* ONNX's sampling ops draw new values on every run; matched by name so that a row added to the
+ * op table later is covered without touching this file. */
+static bool random_op(af_op op) {
+    const char *name = af_ops[op].name;
+    return !strncmp(name, "Random", 6) || !strcmp(name, "Bernoulli") ||
+           !strcmp(name, "Multinomial");
+}
+
 static bool foldable_op(const af_node *n) {
-    if (n->op >= AF_OP_COUNT || n->nout < 1) return false;
+    if (n->op >= AF_OP_COUNT || n->nout < 1 || random_op(n->op)) return false;
     if (n->op == AF_OP_IF || n->op == AF_OP_LOOP || n->op == AF_OP_SCAN) return false;
     return pass_subgraph(n, 0) == NULL;
 }
