@@ -6,10 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
 jobs=$(nproc)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DAF_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DAF_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$jobs"
-CC=clang-14 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DAF_FUZZ=ON >/dev/null
+CC=clang-14 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DAF_FUZZ=ON -DAF_WERROR=ON >/dev/null
 cmake --build build-fuzz -j"$jobs" --target fuzz_import fuzz_compile
 ctest --test-dir build --output-on-failure -j"$jobs"

@@ -76,6 +76,43 @@ void fk_conv_release(fk_conv *c) {
     c->kw_lo = c->kw_hi = NULL;
 }
 
+/* The channel sum of a 1x1x1 kernel for output row (b, m, od, oh) into acc: four channels
+ * share one pass over the row, each output still adding its products in channel order (the
+ * order of the general loop). Input rows outside X (padding) contribute nothing. */
+static void conv_row_pointwise(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh,
+                               double *acc) {
+    const nn_window *w = &c->w;
+    const int64_t *in = w->in;
+    int64_t id = od * w->s[0] - w->pb[0], ih = oh * w->s[1] - w->pb[1];
+    if (id < 0 || id >= in[0] || ih < 0 || ih >= in[1])
+        return;
+    const int64_t sw = w->s[2], base = -w->pb[2], lo = c->kw_lo[0], hi = c->kw_hi[0];
+    const int64_t plane = in[0] * in[1] * in[2];
+    const float *x = c->x + ((b * c->cin + (m / c->mg) * c->cg) * in[0] + id) * in[1] * in[2] +
+                     ih * in[2];
+    const float *wm = c->wt + m * c->cg;
+    int64_t cc = 0;
+    for (; cc + 4 <= c->cg; cc += 4) {
+        const float *x0 = x + cc * plane, *x1 = x0 + plane, *x2 = x1 + plane, *x3 = x2 + plane;
+        double w0 = wm[cc], w1 = wm[cc + 1], w2 = wm[cc + 2], w3 = wm[cc + 3];
+        for (int64_t ow = lo; ow < hi; ow++) {
+            int64_t i = ow * sw + base;
+            double t = acc[ow];
+            t += w0 * x0[i];
+            t += w1 * x1[i];
+            t += w2 * x2[i];
+            t += w3 * x3[i];
+            acc[ow] = t;
+        }
+    }
+    for (; cc < c->cg; cc++) {
+        const float *xc = x + cc * plane;
+        double wv = wm[cc];
+        for (int64_t ow = lo; ow < hi; ow++)
+            acc[ow] += wv * xc[ow * sw + base];
+    }
+}
+
 void fk_conv_row(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh, float *row) {
     const nn_window *w = &c->w;
     const int64_t *in = w->in, *k = w->k;
@@ -84,6 +121,10 @@ void fk_conv_row(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh,
     double *acc = c->acc;
     for (int64_t ow = 0; ow < c->row; ow++)
         acc[ow] = 0.0;
+    if (k[0] == 1 && k[1] == 1 && k[2] == 1) {
+        conv_row_pointwise(c, b, m, od, oh, acc);
+        goto finish;
+    }
     for (int64_t cc = 0; cc < c->cg; cc++) {
         int64_t ch = grp * c->cg + cc;
         for (int64_t kd = 0; kd < k[0]; kd++) {
@@ -110,6 +151,7 @@ void fk_conv_row(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh,
             }
         }
     }
+finish:;
     double bias = c->b ? c->b[m] : 0.0;
     for (int64_t ow = 0; ow < c->row; ow++)
         row[ow] = (float)(acc[ow] + bias);

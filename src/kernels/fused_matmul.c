@@ -195,39 +195,39 @@ static const float *mm_b_rows(const fk_mm *g, int64_t boff, bool transpose, floa
     return bt;
 }
 
-/* Output tiles: MM_MR rows by up to MM_NT columns. Each B element loaded feeds MM_MR rows, and
- * the tile's accumulators (MM_MR * MM_NT doubles, 8 KiB) stay in L1 while B streams by. */
-enum { MM_MR = 4, MM_NT = 256 };
-
-/* The tile of rows[0..mr) (A's rows, already loaded) and columns [j0, j0+nt): y[r][j] =
- * alpha * sum_k rows[r][k] * B[k, j] + bias[j], summed in k order in a double per element (the
- * unfused MatMul's i-k-j order and precision). y points at the tile's first row; rows are g->n
- * apart. */
-static void mm_tile(const fk_mm *g, const float *const *rows, int64_t mr, const float *b,
-                    int64_t j0, int64_t nt, const float *bias, double alpha, float *y) {
-    double acc[MM_MR][MM_NT];
-    int64_t nn = g->n;
-    for (int64_t r = 0; r < MM_MR; r++)
-        for (int64_t j = 0; j < nt; j++)
-            acc[r][j] = 0.0;
-    for (int64_t kk = 0; kk < g->k; kk++) {
-        const float *brow = b + kk * nn + j0;
-        /* Rows past mr repeat the last row: the same work as a full tile, never stored. */
-        double a0 = rows[0][kk], a1 = rows[mr > 1 ? 1 : 0][kk];
-        double a2 = rows[mr > 2 ? 2 : 0][kk], a3 = rows[mr > 3 ? 3 : 0][kk];
-        for (int64_t j = 0; j < nt; j++) {
-            double bv = brow[j];
-            acc[0][j] += a0 * bv;
-            acc[1][j] += a1 * bv;
-            acc[2][j] += a2 * bv;
-            acc[3][j] += a3 * bv;
+/* One output row: y[j] = alpha * sum_k row[k] * B[k, j] + bias[j], in the i-k-j order of the
+ * unfused MatMul (a double accumulator per column, B read along its rows, the products added in
+ * k order, so both give the same bits). Four k steps share one pass over the accumulators:
+ * each acc[j] is loaded and stored once per four products instead of once per product. */
+static void mm_row(const fk_mm *g, const float *row, const float *b, const float *bias,
+                   double alpha, double *acc, float *y) {
+    int64_t nn = g->n, kk = 0;
+    for (int64_t j = 0; j < nn; j++)
+        acc[j] = 0.0;
+    for (; kk + 4 <= g->k; kk += 4) {
+        double a0 = row[kk], a1 = row[kk + 1], a2 = row[kk + 2], a3 = row[kk + 3];
+        const float *b0 = b + kk * nn, *b1 = b0 + nn, *b2 = b1 + nn, *b3 = b2 + nn;
+        for (int64_t j = 0; j < nn; j++) {
+            double t = acc[j];
+            t += a0 * b0[j];
+            t += a1 * b1[j];
+            t += a2 * b2[j];
+            t += a3 * b3[j];
+            acc[j] = t;
         }
     }
-    for (int64_t r = 0; r < mr; r++) {
-        float *yr = y + r * nn + j0;
-        for (int64_t j = 0; j < nt; j++)
-            yr[j] = (float)(alpha * acc[r][j] + (bias ? bias[j0 + j] : 0.0));
+    for (; kk < g->k; kk++) {
+        double av = row[kk];
+        const float *brow = b + kk * nn;
+        for (int64_t j = 0; j < nn; j++)
+            acc[j] += av * brow[j];
     }
+    if (bias)
+        for (int64_t j = 0; j < nn; j++)
+            y[j] = (float)(alpha * acc[j] + bias[j]);
+    else
+        for (int64_t j = 0; j < nn; j++)
+            y[j] = (float)(alpha * acc[j]);
 }
 
 af_status fk_kernel_fused_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
@@ -257,19 +257,15 @@ af_status fk_kernel_fused_matmul(const af_node *n, const af_tensor *const *in, a
     size_t kn = 0; /* B holds K*N elements per matrix, so this product fits */
     if (transpose && !af_mul_size((size_t)g.k, (size_t)g.n, &kn))
         return af_node_fail(err, n, AF_ERR_INTERNAL, "B's size overflows");
-    size_t rowsz;
-    if (!af_mul_size((size_t)(g.k > 0 ? g.k : 1), MM_MR * sizeof(float), &rowsz))
-        return af_node_fail(err, n, AF_ERR_INTERNAL, "A's rows overflow");
-    float *rowbuf = malloc(rowsz);
+    float *row = malloc((size_t)(g.k > 0 ? g.k : 1) * sizeof(float));
+    double *acc = malloc((size_t)(g.n > 0 ? g.n : 1) * sizeof(double));
     float *bt = transpose ? malloc(kn * sizeof(float)) : NULL;
-    if (!rowbuf || (transpose && !bt)) {
-        free(rowbuf);
+    if (!row || !acc || (transpose && !bt)) {
+        free(row);
+        free(acc);
         free(bt);
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     }
-    const float *rows[MM_MR];
-    for (int r = 0; r < MM_MR; r++)
-        rows[r] = rowbuf + (size_t)r * (size_t)(g.k > 0 ? g.k : 1);
     int64_t nbatch = 1;
     for (int i = 0; i < g.nb; i++)
         nbatch *= g.bdims[i]; /* the output's element count is known not to overflow */
@@ -289,20 +285,15 @@ af_status fk_kernel_fused_matmul(const af_node *n, const af_tensor *const *in, a
             bmat = mm_b_rows(&g, boff, transpose, bt);
             last_boff = boff;
         }
-        for (int64_t m0 = 0; m0 < g.m; m0 += MM_MR) {
-            int64_t mr = g.m - m0 < MM_MR ? g.m - m0 : MM_MR;
-            for (int64_t r = 0; r < mr; r++)
-                mm_load_row(&g, aoff, m0 + r, eps, (float *)rows[r]);
-            int64_t yoff = (step * g.m + m0) * g.n;
-            for (int64_t j0 = 0; j0 < g.n; j0 += MM_NT) {
-                int64_t nt = g.n - j0 < MM_NT ? g.n - j0 : MM_NT;
-                mm_tile(&g, rows, mr, bmat, j0, nt, bias, alpha, y + yoff);
-                for (int64_t r = 0; r < mr; r++)
-                    af_epilogue_apply_at(&ep, y, yoff + r * g.n + j0, nt);
-            }
+        for (int64_t m = 0; m < g.m; m++) {
+            int64_t yoff = (step * g.m + m) * g.n;
+            mm_load_row(&g, aoff, m, eps, row);
+            mm_row(&g, row, bmat, bias, alpha, acc, y + yoff);
+            af_epilogue_apply_at(&ep, y, yoff, g.n);
         }
     }
-    free(rowbuf);
+    free(row);
+    free(acc);
     free(bt);
     return AF_OK;
 }

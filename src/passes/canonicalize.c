@@ -104,7 +104,7 @@ static af_status replace(pass_scope *s, const match *m, const af_node *anchor, a
 
 static af_status make_gelu(pass_scope *s, const match *m, const af_node *anchor, af_value *x,
                            af_value *y, const char *approximate, bool *hit, af_error *err) {
-    af_node *r;
+    af_node *r = NULL;
     af_status st = replace(s, m, anchor, AF_OP_GELU, x, y, &r, err);
     if (!st && !pass_attr_str(r, "approximate", approximate))
         st = af_node_fail(err, anchor, AF_ERR_NOMEM, "out of memory canonicalizing");

@@ -385,8 +385,18 @@ class Checker:
                 placed[o.label()].append(u.rsplit("/", 1)[-1])
         where = "; ".join(f"in {lbl}: {' '.join(us)}" for lbl, us in placed.items())
         want = f" (a {'/'.join(op_types)})" if op_types else ""
-        self.problems.append(f"{what} not in one fused op{want}: "
-                             + (f"UNFUSED: {' '.join(unfused)}; " if unfused else "") + where)
+        msg = f"{what} not in one fused op{want}: " + "; ".join(
+            ([f"in no fused_nodes: {' '.join(unfused)}"] if unfused else []) + [where] * bool(where))
+        if self.level == "original":
+            # Say where the canonical node that replaced a group went, so a provenance gap is
+            # told apart from a missing fusion.
+            for p in parts:
+                cname = None if isinstance(p, str) else self.canonical_name(p)
+                if cname is not None and set(p.names) & set(unfused):
+                    owners = ", ".join(o.label() for o in self.b.owners.get(cname, []))
+                    msg += (f" [canonicalize replaced {p.kind} group {p.names[-1]} by {cname}, "
+                            f"which is in: {owners or 'no fused op'}]")
+        self.problems.append(msg)
         return None
 
     def none_left(self, *op_types):
@@ -544,8 +554,9 @@ def check_transformer(c):
             if not other and cnode.output[0] not in b.canon.outputs:
                 c.problems.append(f"LayerNorm {cname} stays although only MatMuls read it")
             kept += 1
-    print(f"{b.name}: {len(lns)} LayerNorms fused as MatMul prologue; {kept} of them also stay as "
-          "a LayerNormalization node for a residual / graph output")
+    if c.level == "canonical":
+        print(f"{b.name}: {len(lns)} LayerNorms, {kept} of them also kept as a LayerNormalization "
+              "node for a residual / graph output")
 
     gelus = find_gelus(g)
     if len(gelus) != TRANSFORMER["gelu"]:
