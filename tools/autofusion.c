@@ -414,6 +414,11 @@ static int cmd_bench(const cli *c) {
         fprintf(stderr, "autofusion bench: --iterations must be at least 1\n");
         return 2;
     }
+    if (c->compare && ends_with(c->model, ".afm")) {
+        fprintf(stderr, "autofusion bench: %s is already fused; --compare needs the .onnx model\n",
+                c->model);
+        return 2;
+    }
     inputs in = {0};
     stats fused, unfused;
     int rc = 1;

@@ -76,25 +76,15 @@ void fk_conv_release(fk_conv *c) {
     c->kw_lo = c->kw_hi = NULL;
 }
 
-/* The channel sum of a 1x1x1 kernel for output row (b, m, od, oh) into acc: four channels
- * share one pass over the row, each output still adding its products in channel order (the
- * order of the general loop). Input rows outside X (padding) contribute nothing. */
-static void conv_row_pointwise(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh,
-                               double *acc) {
-    const nn_window *w = &c->w;
-    const int64_t *in = w->in;
-    int64_t id = od * w->s[0] - w->pb[0], ih = oh * w->s[1] - w->pb[1];
-    if (id < 0 || id >= in[0] || ih < 0 || ih >= in[1])
-        return;
-    const int64_t sw = w->s[2], base = -w->pb[2], lo = c->kw_lo[0], hi = c->kw_hi[0];
-    const int64_t plane = in[0] * in[1] * in[2];
-    const float *x = c->x + ((b * c->cin + (m / c->mg) * c->cg) * in[0] + id) * in[1] * in[2] +
-                     ih * in[2];
-    const float *wm = c->wt + m * c->cg;
+/* acc[ow] += sum over channels cc < cg of w[cc] * x[cc * plane + ow * sw + base] for ow in
+ * [lo, hi): four channels share one pass over the row, each output still adding its products in
+ * channel order. Inlined twice, with sw == 1 a constant in one copy, so that copy vectorises. */
+static inline void pw_accumulate(const float *x, int64_t plane, const float *w, int64_t cg,
+                                 int64_t lo, int64_t hi, int64_t sw, int64_t base, double *acc) {
     int64_t cc = 0;
-    for (; cc + 4 <= c->cg; cc += 4) {
+    for (; cc + 4 <= cg; cc += 4) {
         const float *x0 = x + cc * plane, *x1 = x0 + plane, *x2 = x1 + plane, *x3 = x2 + plane;
-        double w0 = wm[cc], w1 = wm[cc + 1], w2 = wm[cc + 2], w3 = wm[cc + 3];
+        double w0 = w[cc], w1 = w[cc + 1], w2 = w[cc + 2], w3 = w[cc + 3];
         for (int64_t ow = lo; ow < hi; ow++) {
             int64_t i = ow * sw + base;
             double t = acc[ow];
@@ -105,26 +95,42 @@ static void conv_row_pointwise(const fk_conv *c, int64_t b, int64_t m, int64_t o
             acc[ow] = t;
         }
     }
-    for (; cc < c->cg; cc++) {
+    for (; cc < cg; cc++) {
         const float *xc = x + cc * plane;
-        double wv = wm[cc];
+        double wv = w[cc];
         for (int64_t ow = lo; ow < hi; ow++)
             acc[ow] += wv * xc[ow * sw + base];
     }
 }
 
-void fk_conv_row(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh, float *row) {
+/* A 1x1x1 kernel (pointwise conv) for output row (b, m, od, oh) into acc: only a channel sum,
+ * over one input row per channel. A row outside X (padding) contributes nothing. */
+static void conv_row_pointwise(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh,
+                               double *acc) {
+    const nn_window *w = &c->w;
+    const int64_t *in = w->in;
+    int64_t id = od * w->s[0] - w->pb[0], ih = oh * w->s[1] - w->pb[1];
+    if (id < 0 || id >= in[0] || ih < 0 || ih >= in[1])
+        return;
+    const int64_t sw = w->s[2], base = -w->pb[2], lo = c->kw_lo[0], hi = c->kw_hi[0];
+    const int64_t plane = in[0] * in[1] * in[2];
+    const float *x =
+        c->x + (((b * c->cin + (m / c->mg) * c->cg) * in[0] + id) * in[1] + ih) * in[2];
+    const float *wm = c->wt + m * c->cg;
+    if (sw == 1)
+        pw_accumulate(x, plane, wm, c->cg, lo, hi, 1, base, acc);
+    else
+        pw_accumulate(x, plane, wm, c->cg, lo, hi, sw, base, acc);
+}
+
+/* Any kernel: the loop nest of the unfused Conv (conv.c) for output row (b, m, od, oh) into
+ * acc, with each kernel column's valid output range looked up instead of recomputed. */
+static void conv_row_general(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh,
+                             double *acc) {
     const nn_window *w = &c->w;
     const int64_t *in = w->in, *k = w->k;
     const int64_t sw = w->s[2], dw = w->d[2], pw = w->pb[2];
     int64_t grp = m / c->mg;
-    double *acc = c->acc;
-    for (int64_t ow = 0; ow < c->row; ow++)
-        acc[ow] = 0.0;
-    if (k[0] == 1 && k[1] == 1 && k[2] == 1) {
-        conv_row_pointwise(c, b, m, od, oh, acc);
-        goto finish;
-    }
     for (int64_t cc = 0; cc < c->cg; cc++) {
         int64_t ch = grp * c->cg + cc;
         for (int64_t kd = 0; kd < k[0]; kd++) {
@@ -151,7 +157,17 @@ void fk_conv_row(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh,
             }
         }
     }
-finish:;
+}
+
+void fk_conv_row(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh, float *row) {
+    const int64_t *k = c->w.k;
+    double *acc = c->acc;
+    for (int64_t ow = 0; ow < c->row; ow++)
+        acc[ow] = 0.0;
+    if (k[0] == 1 && k[1] == 1 && k[2] == 1)
+        conv_row_pointwise(c, b, m, od, oh, acc);
+    else
+        conv_row_general(c, b, m, od, oh, acc);
     double bias = c->b ? c->b[m] : 0.0;
     for (int64_t ow = 0; ow < c->row; ow++)
         row[ow] = (float)(acc[ow] + bias);
