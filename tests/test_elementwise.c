@@ -9,17 +9,8 @@
 
 #include "kernels/kernel.h"
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-/* A small tensor literal: dtype, rank, dims, values in row-major order (as doubles). */
-typedef struct tens {
-    af_dtype t; /* AF_DTYPE_UNDEFINED: an omitted input / no second output */
-    int rank;
-    int64_t dims[4];
-    double v[24];
-} tens;
+#define TENS_MAXV 24
+#include "test_util.h"
 
 typedef struct tcase {
     const char *name;
@@ -32,26 +23,15 @@ typedef struct tcase {
     tens out[2];
 } tcase;
 
-#define F32 AF_DTYPE_FLOAT
-#define F64 AF_DTYPE_DOUBLE
 #define F16 AF_DTYPE_FLOAT16
 #define BF16 AF_DTYPE_BFLOAT16
 #define I8 AF_DTYPE_INT8
 #define I16 AF_DTYPE_INT16
-#define I32 AF_DTYPE_INT32
-#define I64 AF_DTYPE_INT64
 #define U8 AF_DTYPE_UINT8
 #define U16 AF_DTYPE_UINT16
 #define U32 AF_DTYPE_UINT32
 #define U64 AF_DTYPE_UINT64
-#define BOOL AF_DTYPE_BOOL
-#define T0(t, x) {t, 0, {0}, {x}}
-#define T1(t, a, ...) {t, 1, {a}, {__VA_ARGS__}}
-#define T2(t, a, b, ...) {t, 2, {a, b}, {__VA_ARGS__}}
-#define T3(t, a, b, c, ...) {t, 3, {a, b, c}, {__VA_ARGS__}}
-#define NONE {AF_DTYPE_UNDEFINED, 0, {0}, {0}}
 #define INF INFINITY
-#define I64MIN (-9223372036854775807.0 - 1.0)
 
 static const tcase cases[] = {
     /* unary math on floats */
@@ -271,96 +251,11 @@ static const tcase cases[] = {
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-static int64_t tens_numel(const tens *s) {
-    int64_t n = 1;
-    for (int d = 0; d < s->rank; d++) n *= s->dims[d];
-    return n;
-}
-
-static void set(af_tensor *t, int64_t i, double v) {
-    void *p = t->data;
-    switch (t->dtype) {
-    case AF_DTYPE_FLOAT: ((float *)p)[i] = (float)v; break;
-    case AF_DTYPE_DOUBLE: ((double *)p)[i] = v; break;
-    case AF_DTYPE_FLOAT16: ((uint16_t *)p)[i] = af_float_to_half((float)v); break;
-    case AF_DTYPE_BFLOAT16: ((uint16_t *)p)[i] = af_float_to_bf16((float)v); break;
-    case AF_DTYPE_BOOL: ((uint8_t *)p)[i] = v != 0; break;
-    case AF_DTYPE_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
-    case AF_DTYPE_INT16: ((int16_t *)p)[i] = (int16_t)v; break;
-    case AF_DTYPE_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
-    case AF_DTYPE_INT64: ((int64_t *)p)[i] = (int64_t)v; break;
-    case AF_DTYPE_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
-    case AF_DTYPE_UINT16: ((uint16_t *)p)[i] = (uint16_t)v; break;
-    case AF_DTYPE_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
-    case AF_DTYPE_UINT64: ((uint64_t *)p)[i] = (uint64_t)v; break;
-    default: fail_msg("dtype %d not handled by the test", t->dtype);
-    }
-}
-
-static double get(const af_tensor *t, int64_t i) {
-    const void *p = t->data;
-    switch (t->dtype) {
-    case AF_DTYPE_FLOAT: return ((const float *)p)[i];
-    case AF_DTYPE_DOUBLE: return ((const double *)p)[i];
-    case AF_DTYPE_FLOAT16: return af_half_to_float(((const uint16_t *)p)[i]);
-    case AF_DTYPE_BFLOAT16: return af_bf16_to_float(((const uint16_t *)p)[i]);
-    case AF_DTYPE_BOOL: return ((const uint8_t *)p)[i];
-    case AF_DTYPE_INT8: return ((const int8_t *)p)[i];
-    case AF_DTYPE_INT16: return ((const int16_t *)p)[i];
-    case AF_DTYPE_INT32: return ((const int32_t *)p)[i];
-    case AF_DTYPE_INT64: return (double)((const int64_t *)p)[i];
-    case AF_DTYPE_UINT8: return ((const uint8_t *)p)[i];
-    case AF_DTYPE_UINT16: return ((const uint16_t *)p)[i];
-    case AF_DTYPE_UINT32: return ((const uint32_t *)p)[i];
-    case AF_DTYPE_UINT64: return (double)((const uint64_t *)p)[i];
-    default: fail_msg("dtype %d not handled by the test", t->dtype);
-    }
-    return 0;
-}
-
-static af_tensor *make(const tens *s) {
-    af_tensor *t = af_tensor_new(s->t, s->rank, s->dims);
-    assert_non_null(t);
-    for (int64_t i = 0; i < tens_numel(s); i++) set(t, i, s->v[i]);
-    return t;
-}
-
 /* A one-node graph for `op` at `opset` with attributes parsed from `attrs`. */
 static af_node *make_node(af_arena *a, const char *op, const char *attrs, int opset, int nin,
                           int nout) {
-    af_graph *g = af_graph_new(a, "test.onnx", NULL);
-    assert_non_null(g);
-    g->opsets = af_arena_calloc(a, 1, sizeof(af_opset));
-    g->opsets[0].domain = "";
-    g->opsets[0].version = opset;
-    g->nopsets = 1;
-    af_op id = af_op_lookup("", op);
-    assert_int_not_equal(id, AF_OP_COUNT);
-    af_node *n = af_node_new(g, id, "n0", nin, nout);
-    assert_non_null(n);
-    n->attrs = af_arena_calloc(a, 8, sizeof(af_attr));
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", attrs);
-    for (char *save = NULL, *tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
-        char *eq = strchr(tok, '=');
-        assert_non_null(eq);
-        assert_true(n->nattrs < 8);
-        *eq = '\0';
-        af_attr *at = &n->attrs[n->nattrs++];
-        at->name = af_arena_strdup(a, tok);
-        const char *val = eq + 1;
-        if (strchr(val, '.')) {
-            at->type = AF_ATTR_FLOAT;
-            at->f = strtof(val, NULL);
-        } else if (strspn(val, "-0123456789") == strlen(val)) {
-            at->type = AF_ATTR_INT;
-            at->i = strtoll(val, NULL, 10);
-        } else {
-            at->type = AF_ATTR_STRING;
-            at->s = af_arena_strdup(a, val);
-            at->slen = strlen(val);
-        }
-    }
+    af_node *n = tu_node(a, af_op_lookup("", op), opset, nin, nout, 8);
+    tu_attrs(a, n, attrs, 8, tu_parse_scalar);
     return n;
 }
 
@@ -370,7 +265,7 @@ static void expect_tensor(const char *name, const af_tensor *got, const tens *wa
     for (int d = 0; d < want->rank; d++)
         if (got->dims[d] != want->dims[d]) fail_msg("%s: dim %d differs", name, d);
     for (int64_t i = 0; i < tens_numel(want); i++) {
-        double g = get(got, i), w = want->v[i];
+        double g = tens_get(got, i), w = want->v[i];
         bool ok = isnan(w) ? isnan(g) : (g == w || fabs(g - w) <= 1e-6 * fmax(1.0, fabs(w)));
         if (!ok) fail_msg("%s: element %lld is %.17g, expected %.17g", name, (long long)i, g, w);
     }
@@ -388,14 +283,12 @@ static void test_cases(void **state) {
         af_tensor *owned[3] = {NULL, NULL, NULL};
         const af_tensor *in[3] = {NULL, NULL, NULL};
         for (int k = 0; k < tc->nin; k++)
-            if (tc->in[k].t != AF_DTYPE_UNDEFINED) in[k] = owned[k] = make(&tc->in[k]);
+            if (tc->in[k].t != AF_DTYPE_UNDEFINED) in[k] = owned[k] = tens_make(&tc->in[k]);
         af_tensor out[2];
         memset(out, 0, sizeof out);
         out[0].rank = out[1].rank = -1;
         af_error err = {0};
-        af_status st = af_ops[n->op].shape(n, in, out, &err);
-        for (int o = 0; o < nout && st == AF_OK; o++) st = af_tensor_alloc(&out[o], &err);
-        if (st == AF_OK) st = af_ops[n->op].kernel(n, in, out, NULL, &err);
+        af_status st = tu_run(n, in, out, nout, &err);
         if (st != tc->expect)
             fail_msg("%s: status %d, expected %d (%s)", tc->name, st, tc->expect, err.message);
         if (st != AF_OK && !strstr(err.message, "'n0'"))
@@ -464,7 +357,7 @@ static void test_legacy_broadcast(void **state) {
     af_arena *a = af_arena_new();
     af_error err;
     tens xs = T3(F32, 2, 3, 1, 1, 2, 3, 4, 5, 6), bs = T1(F32, 3, 10, 20, 30);
-    af_tensor *x = make(&xs), *b = make(&bs);
+    af_tensor *x = tens_make(&xs), *b = tens_make(&bs);
     const af_tensor *in[2] = {x, b};
     af_tensor out[1];
 
@@ -479,7 +372,7 @@ static void test_legacy_broadcast(void **state) {
 
     af_node *prelu = make_node(a, "PRelu", "", 6, 2, 1);
     tens ns = T3(F32, 1, 3, 1, -1, -1, -1);
-    af_tensor *neg = make(&ns);
+    af_tensor *neg = tens_make(&ns);
     const af_tensor *pin[2] = {neg, b};
     memset(out, 0, sizeof out);
     assert_int_equal(ew_shape_binary(prelu, pin, out, &err), AF_OK);
@@ -502,7 +395,7 @@ static void test_kernel_rejects_bad_buffers(void **state) {
     af_arena *a = af_arena_new();
     af_error err;
     tens xs = T1(F32, 4, 1, 2, 3, 4), ys = T1(F32, 3, 1, 2, 3);
-    af_tensor *x = make(&xs), *y = make(&ys);
+    af_tensor *x = tens_make(&xs), *y = tens_make(&ys);
     af_node *add = make_node(a, "Add", "", 14, 2, 1);
     const af_tensor *in[2] = {x, y};
     af_tensor out[1];

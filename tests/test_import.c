@@ -112,6 +112,13 @@ static buf value_info(const char *name, int elem, int rank, const int64_t *dims)
     return vi;
 }
 
+/* Appends a value_info for `name` to message g as field `num` (11 input, 12 output). */
+static void put_value_info(buf *g, int num, const char *name, int elem, int rank,
+                           const int64_t *dims) {
+    buf vi = value_info(name, elem, rank, dims);
+    put_msg(g, num, &vi);
+}
+
 /* A node; `ins` and `outs` are NULL-terminated; attrs (may be NULL) are appended and freed. */
 static buf node_msg(const char *op, const char *name, const char *const *ins,
                     const char *const *outs, buf *attrs, int nattrs) {
@@ -173,7 +180,7 @@ static buf small_model(variant v) {
     int wt = v.w_dtype ? v.w_dtype : AF_DTYPE_FLOAT;
     const void *wraw = wt == AF_DTYPE_FLOAT16 ? (const void *)halves : (const void *)wf;
     size_t wbytes = v.w_bytes ? v.w_bytes : (wt == AF_DTYPE_FLOAT16 ? 12 : 24);
-    buf g = {0}, n, t, vi, attr = attr_float("value_float", 2.0f);
+    buf g = {0}, n, t, attr = attr_float("value_float", 2.0f);
     n = node_msg("Constant", "const_two", (const char *[]){NULL}, (const char *[]){"two", NULL},
                  &attr, 1);
     put_msg(&g, 1, &n);
@@ -188,14 +195,11 @@ static buf small_model(variant v) {
     put_str(&g, 2, "small");
     t = tensor_msg("w", wt, 2, wd, wraw, wbytes);
     put_msg(&g, 5, &t);
-    vi = value_info("x", v.x_elem ? v.x_elem : AF_DTYPE_FLOAT, 2, xd);
-    put_msg(&g, 11, &vi);
+    put_value_info(&g, 11, "x", v.x_elem ? v.x_elem : AF_DTYPE_FLOAT, 2, xd);
     if (v.w_is_input) {
-        vi = value_info("w", AF_DTYPE_FLOAT, 2, wd);
-        put_msg(&g, 11, &vi);
+        put_value_info(&g, 11, "w", AF_DTYPE_FLOAT, 2, wd);
     }
-    vi = value_info("y", v.x_elem ? v.x_elem : AF_DTYPE_FLOAT, 2, yd);
-    put_msg(&g, 12, &vi);
+    put_value_info(&g, 12, "y", v.x_elem ? v.x_elem : AF_DTYPE_FLOAT, 2, yd);
     buf m = model_msg(&g, v.opset ? v.opset : 13);
     if (v.extra_bytes) {
         put_int(&m, 1000, 7);
@@ -505,7 +509,7 @@ static void expect_graph_fail(buf *g, af_status code, const char *word) {
 static void test_graph_errors(void **state) {
     (void)state;
     int64_t d1[1] = {1};
-    buf g, n, vi, a, t;
+    buf g, n, a, t;
 
     /* the same output from two nodes */
     g = (buf){0};
@@ -513,18 +517,14 @@ static void test_graph_errors(void **state) {
     put_msg(&g, 1, &n);
     n = node_msg("Neg", "b", (const char *[]){"x", NULL}, (const char *[]){"y", NULL}, NULL, 0);
     put_msg(&g, 1, &n);
-    vi = value_info("x", 1, 1, d1);
-    put_msg(&g, 11, &vi);
-    vi = value_info("y", 1, 1, d1);
-    put_msg(&g, 12, &vi);
+    put_value_info(&g, 11, "x", 1, 1, d1);
+    put_value_info(&g, 12, "y", 1, 1, d1);
     expect_graph_fail(&g, AF_ERR_INVALID_MODEL, "node 'b' (Neg): value 'y' produced twice");
 
     /* a graph output nothing produces */
     g = (buf){0};
-    vi = value_info("x", 1, 1, d1);
-    put_msg(&g, 11, &vi);
-    vi = value_info("nope", 1, 1, d1);
-    put_msg(&g, 12, &vi);
+    put_value_info(&g, 11, "x", 1, 1, d1);
+    put_value_info(&g, 12, "nope", 1, 1, d1);
     expect_graph_fail(&g, AF_ERR_INVALID_MODEL, "'nope' is not produced");
 
     /* Constant with a string value */
@@ -535,8 +535,7 @@ static void test_graph_errors(void **state) {
     put_str(&a, 4, "hello");
     n = node_msg("Constant", "k", (const char *[]){NULL}, (const char *[]){"y", NULL}, &a, 1);
     put_msg(&g, 1, &n);
-    vi = value_info("y", 1, 1, d1);
-    put_msg(&g, 12, &vi);
+    put_value_info(&g, 12, "y", 1, 1, d1);
     expect_graph_fail(&g, AF_ERR_UNSUPPORTED, "node 'k' (Constant): attribute 'value_string'");
 
     /* an attribute referring to a function's attribute */
@@ -548,10 +547,8 @@ static void test_graph_errors(void **state) {
     n = node_msg("LeakyRelu", "lr", (const char *[]){"x", NULL}, (const char *[]){"y", NULL}, &a,
                  1);
     put_msg(&g, 1, &n);
-    vi = value_info("x", 1, 1, d1);
-    put_msg(&g, 11, &vi);
-    vi = value_info("y", 1, 1, d1);
-    put_msg(&g, 12, &vi);
+    put_value_info(&g, 11, "x", 1, 1, d1);
+    put_value_info(&g, 12, "y", 1, 1, d1);
     expect_graph_fail(&g, AF_ERR_UNSUPPORTED, "functions are not supported");
 
     /* an attribute given twice */
@@ -560,10 +557,8 @@ static void test_graph_errors(void **state) {
     n = node_msg("LeakyRelu", "lr", (const char *[]){"x", NULL}, (const char *[]){"y", NULL}, two,
                  2);
     put_msg(&g, 1, &n);
-    vi = value_info("x", 1, 1, d1);
-    put_msg(&g, 11, &vi);
-    vi = value_info("y", 1, 1, d1);
-    put_msg(&g, 12, &vi);
+    put_value_info(&g, 11, "x", 1, 1, d1);
+    put_value_info(&g, 12, "y", 1, 1, d1);
     expect_graph_fail(&g, AF_ERR_INVALID_MODEL, "'alpha' given twice");
 
     /* external data without a model folder */
@@ -577,8 +572,7 @@ static void test_graph_errors(void **state) {
     put_msg(&g, 5, &t);
     n = node_msg("Relu", "a", (const char *[]){"w", NULL}, (const char *[]){"y", NULL}, NULL, 0);
     put_msg(&g, 1, &n);
-    vi = value_info("y", 1, 1, d1);
-    put_msg(&g, 12, &vi);
+    put_value_info(&g, 12, "y", 1, 1, d1);
     expect_graph_fail(&g, AF_ERR_UNSUPPORTED, "external data");
 
     /* typed data that does not fit the dtype */
@@ -588,8 +582,7 @@ static void test_graph_errors(void **state) {
     put_msg(&g, 5, &t);
     n = node_msg("Relu", "a", (const char *[]){"w", NULL}, (const char *[]){"y", NULL}, NULL, 0);
     put_msg(&g, 1, &n);
-    vi = value_info("y", 1, 1, d1);
-    put_msg(&g, 12, &vi);
+    put_value_info(&g, 12, "y", 1, 1, d1);
     expect_graph_fail(&g, AF_ERR_INVALID_MODEL, "int64_data data for a float tensor");
 
     /* a sparse initializer */
@@ -602,10 +595,8 @@ static void test_graph_errors(void **state) {
     n = node_msg("Gelu", "gelu", (const char *[]){"x", NULL}, (const char *[]){"y", NULL}, NULL, 0);
     put_str(&n, 7, "com.microsoft");
     put_msg(&g, 1, &n);
-    vi = value_info("x", 1, 1, d1);
-    put_msg(&g, 11, &vi);
-    vi = value_info("y", 1, 1, d1);
-    put_msg(&g, 12, &vi);
+    put_value_info(&g, 11, "x", 1, 1, d1);
+    put_value_info(&g, 12, "y", 1, 1, d1);
     expect_graph_fail(&g, AF_ERR_UNSUPPORTED, "com.microsoft");
 
     /* no graph at all */
@@ -619,7 +610,7 @@ static void test_graph_errors(void **state) {
 static void test_typed_tensors(void **state) {
     (void)state;
     int64_t d3[1] = {3};
-    buf g = {0}, t, n, vi;
+    buf g = {0}, t, n;
     /* int32 [-1, 2, 300] as int32_data, packed */
     t = tensor_msg("a", AF_DTYPE_INT32, 1, d3, NULL, 0);
     buf packed = {0};
@@ -654,8 +645,7 @@ static void test_typed_tensors(void **state) {
     n = node_msg("Identity", "id", (const char *[]){"a", NULL}, (const char *[]){"y", NULL}, NULL,
                  0);
     put_msg(&g, 1, &n);
-    vi = value_info("y", AF_DTYPE_INT32, 1, d3);
-    put_msg(&g, 12, &vi);
+    put_value_info(&g, 12, "y", AF_DTYPE_INT32, 1, d3);
     buf mb = model_msg(&g, 13);
     af_model *m;
     af_error err;
@@ -679,12 +669,11 @@ static void test_typed_tensors(void **state) {
  * graph's input "x" (a capture through every level). */
 static buf nested_if(int levels) {
     int64_t d1[1] = {1};
-    buf g = {0}, n, vi, a[2];
+    buf g = {0}, n, a[2];
     n = node_msg("Identity", "leaf", (const char *[]){"x", NULL}, (const char *[]){"o_leaf", NULL},
                  NULL, 0);
     put_msg(&g, 1, &n);
-    vi = value_info("o_leaf", 1, 1, d1);
-    put_msg(&g, 12, &vi);
+    put_value_info(&g, 12, "o_leaf", 1, 1, d1);
     for (int k = levels - 1; k >= 0; k--) {
         char out[32], name[32];
         snprintf(out, sizeof out, "o%d", k);
@@ -693,21 +682,17 @@ static buf nested_if(int levels) {
         n = node_msg("Identity", "e", (const char *[]){"x", NULL}, (const char *[]){"o_else", NULL},
                      NULL, 0);
         put_msg(&other, 1, &n);
-        vi = value_info("o_else", 1, 1, d1);
-        put_msg(&other, 12, &vi);
+        put_value_info(&other, 12, "o_else", 1, 1, d1);
         a[0] = attr_graph("then_branch", &g);
         a[1] = attr_graph("else_branch", &other);
         g = (buf){0};
         n = node_msg("If", name, (const char *[]){"cond", NULL}, (const char *[]){out, NULL}, a, 2);
         put_msg(&g, 1, &n);
         if (k == 0) {
-            vi = value_info("cond", AF_DTYPE_BOOL, 0, NULL);
-            put_msg(&g, 11, &vi);
-            vi = value_info("x", 1, 1, d1);
-            put_msg(&g, 11, &vi);
+            put_value_info(&g, 11, "cond", AF_DTYPE_BOOL, 0, NULL);
+            put_value_info(&g, 11, "x", 1, 1, d1);
         }
-        vi = value_info(out, 1, 1, d1);
-        put_msg(&g, 12, &vi);
+        put_value_info(&g, 12, out, 1, 1, d1);
     }
     return model_msg(&g, 13);
 }
@@ -747,17 +732,15 @@ static void test_subgraphs(void **state) {
 static void test_capture_order(void **state) {
     (void)state;
     int64_t d2[1] = {2};
-    buf then = {0}, other = {0}, g = {0}, n, vi, a[2];
+    buf then = {0}, other = {0}, g = {0}, n, a[2];
     n = node_msg("Identity", "", (const char *[]){"t", NULL}, (const char *[]){"o1", NULL}, NULL,
                  0);
     put_msg(&then, 1, &n);
-    vi = value_info("o1", 1, 1, d2);
-    put_msg(&then, 12, &vi);
+    put_value_info(&then, 12, "o1", 1, 1, d2);
     n = node_msg("Identity", "", (const char *[]){"x", NULL}, (const char *[]){"o2", NULL}, NULL,
                  0);
     put_msg(&other, 1, &n);
-    vi = value_info("o2", 1, 1, d2);
-    put_msg(&other, 12, &vi);
+    put_value_info(&other, 12, "o2", 1, 1, d2);
     n = node_msg("Relu", "relu", (const char *[]){"x", NULL}, (const char *[]){"a", NULL}, NULL, 0);
     put_msg(&g, 1, &n);
     n = node_msg("Neg", "neg", (const char *[]){"a", NULL}, (const char *[]){"t", NULL}, NULL, 0);
@@ -766,12 +749,9 @@ static void test_capture_order(void **state) {
     a[1] = attr_graph("else_branch", &other);
     n = node_msg("If", "if", (const char *[]){"cond", NULL}, (const char *[]){"y", NULL}, a, 2);
     put_msg(&g, 1, &n);
-    vi = value_info("x", 1, 1, d2);
-    put_msg(&g, 11, &vi);
-    vi = value_info("cond", AF_DTYPE_BOOL, 0, NULL);
-    put_msg(&g, 11, &vi);
-    vi = value_info("y", 1, 1, d2);
-    put_msg(&g, 12, &vi);
+    put_value_info(&g, 11, "x", 1, 1, d2);
+    put_value_info(&g, 11, "cond", AF_DTYPE_BOOL, 0, NULL);
+    put_value_info(&g, 12, "y", 1, 1, d2);
     buf mb = model_msg(&g, 13);
     af_model *m;
     af_error err;
@@ -806,7 +786,7 @@ static void test_load_file_and_external_data(void **state) {
     snprintf(path, sizeof path, "%s/weights.bin", dir);
     write_file(path, data, sizeof data);
     int64_t d2[1] = {2};
-    buf g = {0}, n, vi;
+    buf g = {0}, n;
     for (int k = 0; k < 2; k++) {
         buf t = tensor_msg(k ? "w1" : "w0", AF_DTYPE_FLOAT, 1, d2, NULL, 0), e = {0};
         put_str(&e, 1, "location");
@@ -821,8 +801,7 @@ static void test_load_file_and_external_data(void **state) {
     n = node_msg("Add", "add", (const char *[]){"w0", "w1", NULL}, (const char *[]){"y", NULL},
                  NULL, 0);
     put_msg(&g, 1, &n);
-    vi = value_info("y", 1, 1, d2);
-    put_msg(&g, 12, &vi);
+    put_value_info(&g, 12, "y", 1, 1, d2);
     buf mb = model_msg(&g, 13);
     snprintf(path, sizeof path, "%s/model.onnx", dir);
     write_file(path, mb.p, mb.n);

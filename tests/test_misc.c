@@ -11,17 +11,8 @@
 
 #include "kernels/kernel.h"
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-/* A small tensor literal: dtype, rank, dims, values in row-major order (as doubles). */
-typedef struct tens {
-    af_dtype t; /* AF_DTYPE_UNDEFINED: an omitted input */
-    int rank;
-    int64_t dims[4];
-    double v[72];
-} tens;
+#define TENS_MAXV 72
+#include "test_util.h"
 
 typedef struct tcase {
     const char *name;
@@ -34,17 +25,6 @@ typedef struct tcase {
     af_status expect;
     tens out;
 } tcase;
-
-#define F32 AF_DTYPE_FLOAT
-#define F64 AF_DTYPE_DOUBLE
-#define I32 AF_DTYPE_INT32
-#define I64 AF_DTYPE_INT64
-#define T0(t, x) {t, 0, {0}, {x}}
-#define T1(t, a, ...) {t, 1, {a}, {__VA_ARGS__}}
-#define T2(t, a, b, ...) {t, 2, {a, b}, {__VA_ARGS__}}
-#define T3(t, a, b, c, ...) {t, 3, {a, b, c}, {__VA_ARGS__}}
-#define T4(t, a, b, c, d, ...) {t, 4, {a, b, c, d}, {__VA_ARGS__}}
-#define NONE {AF_DTYPE_UNDEFINED, 0, {0}, {0}}
 
 /* 25/46 and 21/46: ONNX's Hamming coefficients. */
 #define HA0 0.54347826086956519
@@ -253,40 +233,6 @@ static const tstep steps[] = {
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-static int64_t tens_numel(const tens *s) {
-    int64_t n = 1;
-    for (int d = 0; d < s->rank; d++) n *= s->dims[d];
-    return n;
-}
-
-static void set(af_tensor *t, int64_t i, double v) {
-    switch (t->dtype) {
-    case AF_DTYPE_FLOAT: ((float *)t->data)[i] = (float)v; break;
-    case AF_DTYPE_DOUBLE: ((double *)t->data)[i] = v; break;
-    case AF_DTYPE_INT32: ((int32_t *)t->data)[i] = (int32_t)v; break;
-    case AF_DTYPE_INT64: ((int64_t *)t->data)[i] = (int64_t)v; break;
-    default: fail_msg("dtype %d not handled by the test", t->dtype);
-    }
-}
-
-static double get(const af_tensor *t, int64_t i) {
-    switch (t->dtype) {
-    case AF_DTYPE_FLOAT: return ((const float *)t->data)[i];
-    case AF_DTYPE_DOUBLE: return ((const double *)t->data)[i];
-    case AF_DTYPE_INT32: return ((const int32_t *)t->data)[i];
-    case AF_DTYPE_INT64: return (double)((const int64_t *)t->data)[i];
-    default: fail_msg("dtype %d not handled by the test", t->dtype);
-    }
-    return 0;
-}
-
-static af_tensor *make(const tens *s) {
-    af_tensor *t = af_tensor_new(s->t, s->rank, s->dims);
-    assert_non_null(t);
-    for (int64_t i = 0; i < tens_numel(s); i++) set(t, i, s->v[i]);
-    return t;
-}
-
 /* Parse "[a,b,...]" into an arena list of ints or (when any item has a '.') floats. */
 static void parse_list(af_arena *a, af_attr *at, const char *val) {
     char buf[256];
@@ -320,60 +266,21 @@ static af_op op_by_name(const char *op) {
     return AF_OP_COUNT;
 }
 
+/* An attribute value: "[...]" a list, otherwise a scalar. */
+static void parse_value(af_arena *a, af_attr *at, const char *val) {
+    if (*val == '[')
+        parse_list(a, at, val);
+    else
+        tu_parse_scalar(a, at, val);
+}
+
 /* A one-node graph for `op` of `domain` at `opset` with attributes parsed from `attrs`. */
 static af_node *make_node(af_arena *a, const char *domain, const char *op, const char *attrs,
                           int opset, int nin, int nout) {
-    af_graph *g = af_graph_new(a, "test.onnx", NULL);
-    assert_non_null(g);
-    g->opsets = af_arena_calloc(a, 1, sizeof(af_opset));
-    g->opsets[0].domain = "";
-    g->opsets[0].version = opset;
-    g->nopsets = 1;
-    af_op id = op_by_name(op);
-    assert_int_not_equal(id, AF_OP_COUNT);
-    af_node *n = af_node_new(g, id, "n0", nin, nout);
-    assert_non_null(n);
+    af_node *n = tu_node(a, op_by_name(op), opset, nin, nout, 12);
     n->domain = domain;
-    n->attrs = af_arena_calloc(a, 12, sizeof(af_attr));
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", attrs);
-    for (char *save = NULL, *tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
-        char *eq = strchr(tok, '=');
-        assert_non_null(eq);
-        assert_true(n->nattrs < 12);
-        *eq = '\0';
-        af_attr *at = &n->attrs[n->nattrs++];
-        at->name = af_arena_strdup(a, tok);
-        const char *val = eq + 1;
-        if (*val == '[') {
-            parse_list(a, at, val);
-        } else if (strchr(val, '.')) {
-            at->type = AF_ATTR_FLOAT;
-            at->f = strtof(val, NULL);
-        } else if (strspn(val, "-0123456789") == strlen(val)) {
-            at->type = AF_ATTR_INT;
-            at->i = strtoll(val, NULL, 10);
-        } else {
-            at->type = AF_ATTR_STRING;
-            at->s = af_arena_strdup(a, val);
-            at->slen = strlen(val);
-        }
-    }
+    tu_attrs(a, n, attrs, 12, parse_value);
     return n;
-}
-
-static void expect_tensor(const char *name, const af_tensor *got, const tens *want) {
-    if (got->dtype != want->t) fail_msg("%s: dtype %d, expected %d", name, got->dtype, want->t);
-    if (got->rank != want->rank) fail_msg("%s: rank %d, expected %d", name, got->rank, want->rank);
-    for (int d = 0; d < want->rank; d++)
-        if (got->dims[d] != want->dims[d])
-            fail_msg("%s: dim %d is %lld, expected %lld", name, d, (long long)got->dims[d],
-                     (long long)want->dims[d]);
-    for (int64_t i = 0; i < tens_numel(want); i++) {
-        double g = get(got, i), w = want->v[i];
-        if (fabs(g - w) > 1e-5 * fmax(1.0, fabs(w)))
-            fail_msg("%s: element %lld is %.17g, expected %.17g", name, (long long)i, g, w);
-    }
 }
 
 /* ---- tests -------------------------------------------------------------------------------- */
@@ -387,19 +294,17 @@ static void test_cases(void **state) {
         af_tensor *owned[5] = {NULL};
         const af_tensor *in[5] = {NULL};
         for (int k = 0; k < tc->nin; k++)
-            if (tc->in[k].t != AF_DTYPE_UNDEFINED) in[k] = owned[k] = make(&tc->in[k]);
+            if (tc->in[k].t != AF_DTYPE_UNDEFINED) in[k] = owned[k] = tens_make(&tc->in[k]);
         af_tensor out[1];
         memset(out, 0, sizeof out);
         out[0].rank = -1;
         af_error err = {0};
-        af_status st = af_ops[n->op].shape(n, in, out, &err);
-        if (st == AF_OK) st = af_tensor_alloc(&out[0], &err);
-        if (st == AF_OK) st = af_ops[n->op].kernel(n, in, out, NULL, &err);
+        af_status st = tu_run(n, in, out, 1, &err);
         if (st != tc->expect)
             fail_msg("%s: status %d, expected %d (%s)", tc->name, st, tc->expect, err.message);
         if (st != AF_OK && !strstr(err.message, "'n0'"))
             fail_msg("%s: message does not name the node: %s", tc->name, err.message);
-        if (st == AF_OK) expect_tensor(tc->name, &out[0], &tc->out);
+        if (st == AF_OK) tens_expect_close(tc->name, &out[0], &tc->out);
         af_tensor_release(&out[0]);
         for (int k = 0; k < 5; k++) af_tensor_free(owned[k]);
         af_arena_free(a);
@@ -415,18 +320,16 @@ static void test_steps(void **state) {
                                tc->nout);
         af_tensor *owned[8] = {NULL};
         const af_tensor *in[8] = {NULL};
-        for (int k = 0; k < tc->nin; k++) in[k] = owned[k] = make(&tc->in[k]);
+        for (int k = 0; k < tc->nin; k++) in[k] = owned[k] = tens_make(&tc->in[k]);
         af_tensor out[4];
         memset(out, 0, sizeof out);
         for (int o = 0; o < 4; o++) out[o].rank = -1;
         af_error err = {0};
-        af_status st = af_ops[n->op].shape(n, in, out, &err);
-        for (int o = 0; o < tc->nout && st == AF_OK; o++) st = af_tensor_alloc(&out[o], &err);
-        if (st == AF_OK) st = af_ops[n->op].kernel(n, in, out, NULL, &err);
+        af_status st = tu_run(n, in, out, tc->nout, &err);
         if (st != tc->expect)
             fail_msg("%s: status %d, expected %d (%s)", tc->name, st, tc->expect, err.message);
         for (int o = 0; st == AF_OK && o < tc->nout; o++)
-            expect_tensor(tc->name, &out[o], &tc->out[o]);
+            tens_expect_close(tc->name, &out[o], &tc->out[o]);
         for (int o = 0; o < 4; o++) af_tensor_release(&out[o]);
         for (int k = 0; k < 8; k++) af_tensor_free(owned[k]);
         af_arena_free(a);
@@ -494,7 +397,7 @@ static void test_kernel_rejects_bad_output(void **state) {
     af_arena *a = af_arena_new();
     af_error err;
     tens ss = T0(I64, 8);
-    af_tensor *size = make(&ss);
+    af_tensor *size = tens_make(&ss);
     const af_tensor *in[1] = {size};
     af_node *hann = make_node(a, "", "HannWindow", "", 17, 1, 1);
     af_tensor out[1];

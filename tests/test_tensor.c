@@ -11,19 +11,8 @@
 
 #include "kernels/kernel.h"
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#define MAXV 64
-
-/* A small tensor literal: dtype, rank, dims, values in row-major order (as doubles). */
-typedef struct tens {
-    af_dtype t; /* AF_DTYPE_UNDEFINED: an omitted input */
-    int rank;
-    int64_t dims[4];
-    double v[MAXV];
-} tens;
+#define TENS_MAXV 64
+#include "test_util.h"
 
 typedef struct tcase {
     const char *name;
@@ -37,15 +26,7 @@ typedef struct tcase {
     tens out;
 } tcase;
 
-#define F32 AF_DTYPE_FLOAT
-#define I64 AF_DTYPE_INT64
-#define BOOL AF_DTYPE_BOOL
-#define T1(t, a, ...) {t, 1, {a}, {__VA_ARGS__}}
-#define T2(t, a, b, ...) {t, 2, {a, b}, {__VA_ARGS__}}
-#define T4(t, a, b, c, d, ...) {t, 4, {a, b, c, d}, {__VA_ARGS__}}
 #define EMPTY(t) {t, 1, {0}, {0}}
-#define NONE {AF_DTYPE_UNDEFINED, 0, {0}, {0}}
-#define I64MIN (-9223372036854775807.0 - 1.0)
 #define BIG 1e18 /* "to the end" without INT64_MAX, which a double cannot hold */
 
 /* x = 0..11 as [2, 3, 2] and [3, 4]; a 2x2 image; a 1x4 row. */
@@ -159,38 +140,6 @@ static const tcase cases[] = {
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-static int64_t tens_numel(const tens *s) {
-    int64_t n = 1;
-    for (int d = 0; d < s->rank; d++) n *= s->dims[d];
-    return n;
-}
-
-static void set(af_tensor *t, int64_t i, double v) {
-    switch (t->dtype) {
-    case AF_DTYPE_FLOAT: ((float *)t->data)[i] = (float)v; break;
-    case AF_DTYPE_INT64: ((int64_t *)t->data)[i] = (int64_t)v; break;
-    case AF_DTYPE_BOOL: ((uint8_t *)t->data)[i] = v != 0; break;
-    default: fail_msg("dtype %d not handled by the test", t->dtype);
-    }
-}
-
-static double get(const af_tensor *t, int64_t i) {
-    switch (t->dtype) {
-    case AF_DTYPE_FLOAT: return ((const float *)t->data)[i];
-    case AF_DTYPE_INT64: return (double)((const int64_t *)t->data)[i];
-    case AF_DTYPE_BOOL: return ((const uint8_t *)t->data)[i];
-    default: fail_msg("dtype %d not handled by the test", t->dtype);
-    }
-    return 0;
-}
-
-static af_tensor *make(const tens *s) {
-    af_tensor *t = af_tensor_new(s->t, s->rank, s->dims);
-    assert_non_null(t);
-    for (int64_t i = 0; i < tens_numel(s); i++) set(t, i, s->v[i]);
-    return t;
-}
-
 static void parse_attr(af_arena *a, af_attr *at, const char *val) {
     if (strchr(val, ',')) {
         at->type = AF_ATTR_INTS;
@@ -217,29 +166,8 @@ static void parse_attr(af_arena *a, af_attr *at, const char *val) {
 /* A one-node graph for `op` at `opset` with attributes parsed from `attrs`. */
 static af_node *make_node(af_arena *a, const char *op, const char *attrs, int opset, int nin,
                           int nout) {
-    af_graph *g = af_graph_new(a, "test.onnx", NULL);
-    assert_non_null(g);
-    g->opsets = af_arena_calloc(a, 1, sizeof(af_opset));
-    g->opsets[0].domain = "";
-    g->opsets[0].version = opset;
-    g->nopsets = 1;
-    af_op id = af_op_lookup("", op);
-    assert_int_not_equal(id, AF_OP_COUNT);
-    af_node *n = af_node_new(g, id, "n0", nin, nout);
-    assert_non_null(n);
-    n->attrs = af_arena_calloc(a, 8, sizeof(af_attr));
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", attrs);
-    for (char *save = NULL, *tok = strtok_r(buf, " ", &save); tok;
-         tok = strtok_r(NULL, " ", &save)) {
-        char *eq = strchr(tok, '=');
-        assert_non_null(eq);
-        assert_true(n->nattrs < 8);
-        *eq = '\0';
-        af_attr *at = &n->attrs[n->nattrs++];
-        at->name = af_arena_strdup(a, tok);
-        parse_attr(a, at, eq + 1);
-    }
+    af_node *n = tu_node(a, af_op_lookup("", op), opset, nin, nout, 8);
+    tu_attrs(a, n, attrs, 8, parse_attr);
     return n;
 }
 
@@ -251,20 +179,6 @@ static void fix_list_attrs(af_node *n) {
         for (size_t k = 0; k < AF_COUNT(lists); k++)
             if (!strcmp(n->attrs[i].name, lists[k]) && n->attrs[i].type == AF_ATTR_INT)
                 n->attrs[i].type = AF_ATTR_INTS;
-}
-
-static void expect_tensor(const char *name, const af_tensor *got, const tens *want) {
-    if (got->dtype != want->t) fail_msg("%s: dtype %d, expected %d", name, got->dtype, want->t);
-    if (got->rank != want->rank) fail_msg("%s: rank %d, expected %d", name, got->rank, want->rank);
-    for (int d = 0; d < want->rank; d++)
-        if (got->dims[d] != want->dims[d])
-            fail_msg("%s: dim %d is %lld, expected %lld", name, d, (long long)got->dims[d],
-                     (long long)want->dims[d]);
-    for (int64_t i = 0; i < tens_numel(want); i++) {
-        double g = get(got, i), w = want->v[i];
-        if (fabs(g - w) > 1e-5 * fmax(1.0, fabs(w)))
-            fail_msg("%s: element %lld is %.9g, expected %.9g", name, (long long)i, g, w);
-    }
 }
 
 /* ---- tests -------------------------------------------------------------------------------- */
@@ -279,17 +193,15 @@ static void test_cases(void **state) {
         af_tensor *owned[5] = {NULL};
         const af_tensor *in[5] = {NULL};
         for (int k = 0; k < tc->nin; k++)
-            if (tc->in[k].t != AF_DTYPE_UNDEFINED) in[k] = owned[k] = make(&tc->in[k]);
+            if (tc->in[k].t != AF_DTYPE_UNDEFINED) in[k] = owned[k] = tens_make(&tc->in[k]);
         af_tensor out;
         memset(&out, 0, sizeof out);
         out.rank = -1;
         af_error err = {0};
-        af_status st = af_ops[n->op].shape(n, in, &out, &err);
-        if (st == AF_OK) st = af_tensor_alloc(&out, &err);
-        if (st == AF_OK) st = af_ops[n->op].kernel(n, in, &out, NULL, &err);
+        af_status st = tu_run(n, in, &out, 1, &err);
         if (st != tc->expect)
             fail_msg("%s: status %d, expected %d (%s)", tc->name, st, tc->expect, err.message);
-        if (st == AF_OK) expect_tensor(tc->name, &out, &tc->out);
+        if (st == AF_OK) tens_expect_close(tc->name, &out, &tc->out);
         af_tensor_release(&out);
         for (int k = 0; k < 5; k++) af_tensor_free(owned[k]);
         af_arena_free(a);

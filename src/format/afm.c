@@ -32,10 +32,10 @@ static const uint8_t MAGIC[8] = {'A', 'F', 'M', '1', '\r', '\n', 0x1a, '\n'};
 
 /* Sections, in file order. */
 enum { SEC_STRINGS, SEC_META, SEC_MODEL, SEC_GRAPHS, SEC_VALUES, SEC_NODES, SEC_ATTRS, SEC_REFS,
-       SEC_NUMS, SEC_TENSORS, SEC_WEIGHTS, NSEC };
-static const char *const SEC_NAME[NSEC] = {"strings", "meta",  "model", "graphs",
+       SEC_NUMS, SEC_TENSORS, SEC_PLAN, SEC_WEIGHTS, NSEC };
+static const char *const SEC_NAME[NSEC] = {"strings", "meta",  "model",   "graphs",
                                             "values",  "nodes", "attributes", "refs",
-                                            "nums",    "tensors", "weights"};
+                                            "nums",    "tensors", "plan",    "weights"};
 
 /* Header: magic[8] u32 version, u32 header_size, u64 file_size, u32 nsections, u32 flags, then
  * per section {u32 kind, u32 reserved, u64 offset, u64 size, u64 xxh64}, then u64 xxh64 of all
@@ -55,6 +55,8 @@ enum { ATTR_REC = 32 };    /* u32 name, type, count, ref; i64 i; u32 f bits; u32
 enum { OPSET_REC = 16 };   /* u32 domain, u32 0, i64 version */
 enum { MODEL_FIXED = 16 }; /* i64 ir_version, u32 nopsets, u32 0 */
 enum { META_FIXED = 16 };  /* u32 version, u32 command_line, u32 nkv, u32 0; then {key, value} */
+enum { PLAN_FIXED = 16 };  /* u64 arena_size, u32 nentries, u32 0; then the entries */
+enum { PLAN_REC = 24 };    /* u32 value, u32 in place over (value or NONE), u64 offset, u64 size */
 
 /* ---- little-endian bytes --------------------------------------------------------------------- */
 
@@ -584,6 +586,32 @@ static void write_model_meta(writer *w, const af_graph *g, const af_afm_meta *me
     }
 }
 
+/* The plan section: empty without a plan; else the arena size and one entry per planned value
+ * of the main graph, in increasing value index. */
+static af_status write_plan(writer *w, const af_graph *g, const af_plan *plan, af_error *err) {
+    wbuf *b = &w->sec[SEC_PLAN];
+    if (!plan) return AF_OK;
+    uint32_t count = 0;
+    for (int i = 0; i < g->nvalues; i++) count += plan->slots[i].offset >= 0;
+    wb_u64(b, plan->arena_size);
+    wb_u32(b, count);
+    wb_u32(b, 0);
+    for (int i = 0; i < g->nvalues; i++) {
+        const af_plan_slot *s = &plan->slots[i];
+        if (s->offset < 0) continue;
+        uint32_t id = w->remap[w->orig_base[0] + (uint32_t)i], src = NONE;
+        if (s->inplace_of >= 0) src = w->remap[w->orig_base[0] + (uint32_t)s->inplace_of];
+        if (id == NONE || (s->inplace_of >= 0 && src == NONE))
+            return wfail(w, err, AF_ERR_INTERNAL, "planned value '%s' is not written",
+                         g->values[i]->name);
+        wb_u32(b, id);
+        wb_u32(b, src);
+        wb_u64(b, (uint64_t)s->offset);
+        wb_u64(b, s->size);
+    }
+    return AF_OK;
+}
+
 /* The strings section: count, offsets[count + 1], then the bytes. */
 static void finish_strings(writer *w) {
     wbuf *s = &w->sec[SEC_STRINGS];
@@ -722,14 +750,23 @@ static void writer_free(writer *w) {
     free(w->w);
 }
 
-af_status af_afm_save(const char *path, const af_graph *g, const af_afm_meta *meta,
-                      af_error *err) {
+af_status af_afm_save_with_plan(const char *path, const af_graph *g, const af_afm_meta *meta,
+                                const af_plan *plan, af_error *err) {
     writer w = {.path = path};
     af_status st;
     if (!g || g->parent)
         return af_fail(err, AF_ERR_INVALID_ARG, "%s: only a main graph can be saved", path);
+    if (plan) {
+        af_plan copy = *plan; /* the check fills statistics; the caller's plan stays as it is */
+        af_error e;
+        st = af_plan_check(g, &copy, &e);
+        if (st)
+            return af_fail(err, st == AF_ERR_NOMEM ? st : AF_ERR_INVALID_ARG, "%s: %s", path,
+                           e.message);
+    }
     st = collect_graphs(&w, g, NONE, 0, err);
     if (!st) st = write_graphs(&w, err);
+    if (!st) st = write_plan(&w, g, plan, err);
     if (!st) {
         write_model_meta(&w, g, meta);
         finish_strings(&w);
@@ -744,6 +781,19 @@ af_status af_afm_save(const char *path, const af_graph *g, const af_afm_meta *me
     }
     if (!st) st = write_out(&w, err);
     writer_free(&w);
+    return st;
+}
+
+af_status af_afm_save(const char *path, const af_graph *g, const af_afm_meta *meta,
+                      af_error *err) {
+    af_plan *plan = NULL;
+    if (!g || g->parent)
+        return af_fail(err, AF_ERR_INVALID_ARG, "%s: only a main graph can be saved", path);
+    af_error e;
+    af_status st = af_plan_build(g, &plan, &e);
+    if (st) return af_fail(err, st, "%s: %s", path, e.message);
+    st = af_afm_save_with_plan(path, g, meta, plan, err);
+    af_plan_free(plan);
     return st;
 }
 
@@ -1414,6 +1464,48 @@ static af_status check_reads(const loader *L, af_error *err) {
     return AF_OK;
 }
 
+/* The plan section (empty: no plan) into *out, checked against the loaded main graph. */
+static af_status read_plan(const loader *L, af_plan **out, af_error *err) {
+    const section *s = &L->sec[SEC_PLAN];
+    uint32_t n = 0;
+    *out = NULL;
+    if (s->size == 0) return AF_OK;
+    af_status st = count_records(L, SEC_PLAN, PLAN_FIXED, PLAN_REC, &n, err);
+    if (st) return st;
+    if (get32(s->p + 8) != n || get32(s->p + 12) != 0)
+        return BAD(SEC_PLAN, "%u entries announced (and word %u), %u stored", get32(s->p + 8),
+                   get32(s->p + 12), n);
+    const af_graph *g = L->graphs[0];
+    af_plan *p = af_plan_new(g->nvalues);
+    if (!p) return nomem(L, err);
+    p->arena_size = get64(s->p);
+    for (uint32_t i = 0; i < n && !st; i++) {
+        const uint8_t *r = s->p + PLAN_FIXED + PLAN_REC * (size_t)i;
+        uint32_t vi = get32(r), src = get32(r + 4), prev = i ? get32(r - PLAN_REC) : 0;
+        uint64_t off = get64(r + 8), size = get64(r + 16);
+        if (vi >= L->nvalues || L->vgraph[vi] != 0 || (i && vi <= prev))
+            st = BAD(SEC_PLAN, "entry %u: value %u is not the next value of the main graph", i,
+                     vi);
+        else if (src != NONE && (src >= L->nvalues || L->vgraph[src] != 0))
+            st = BAD(SEC_PLAN, "entry %u: in place over value %u, not one of the main graph", i,
+                     src);
+        else if (off > AF_PLAN_MAX_BYTES || size > AF_PLAN_MAX_BYTES)
+            st = BAD(SEC_PLAN, "entry %u: bytes %llu..+%llu are beyond any arena", i,
+                     (unsigned long long)off, (unsigned long long)size);
+        else
+            p->slots[L->values[vi]->id] =
+                (af_plan_slot){(int64_t)off, size, src == NONE ? -1 : L->values[src]->id};
+    }
+    if (!st) {
+        af_error e;
+        st = af_plan_check(g, p, &e);
+        if (st) st = lfail(L, err, st, -1, "%s", e.message);
+    }
+    if (st) af_plan_free(p);
+    else *out = p;
+    return st;
+}
+
 static void loader_free(loader *L) {
     free(L->graphs);
     free(L->parent);
@@ -1423,12 +1515,15 @@ static void loader_free(loader *L) {
     free(L->last);
 }
 
-af_status af_afm_load(const char *path, af_model **out, af_afm_meta *meta_out, af_error *err) {
+af_status af_afm_load_with_plan(const char *path, af_model **out, af_afm_meta *meta_out,
+                                af_plan **plan_out, af_error *err) {
     loader L = {0};
     af_afm_meta meta;
     af_opset *opsets = NULL;
+    af_plan *plan = NULL;
     int nopsets = 0;
     *out = NULL;
+    if (plan_out) *plan_out = NULL;
     af_model *m = calloc(1, sizeof *m);
     if (m) m->arena = af_arena_new();
     if (!m || !m->arena || !(m->path = af_arena_strdup(m->arena, path))) {
@@ -1453,6 +1548,7 @@ af_status af_afm_load(const char *path, af_model **out, af_afm_meta *meta_out, a
 #ifndef NDEBUG
     if (!st) st = af_graph_verify(m->graph, err);
 #endif
+    if (!st) st = read_plan(&L, &plan, err);
     loader_free(&L);
     if (st) {
         af_model_free(m);
@@ -1461,8 +1557,14 @@ af_status af_afm_load(const char *path, af_model **out, af_afm_meta *meta_out, a
     m->producer_name = "autofusion";
     m->producer_version = meta.version;
     if (meta_out) *meta_out = meta;
+    if (plan_out) *plan_out = plan;
+    else af_plan_free(plan);
     *out = m;
     return AF_OK;
+}
+
+af_status af_afm_load(const char *path, af_model **out, af_afm_meta *meta_out, af_error *err) {
+    return af_afm_load_with_plan(path, out, meta_out, NULL, err);
 }
 
 /* ---- metadata and inspect -------------------------------------------------------------------- */
@@ -1636,10 +1738,11 @@ static void print_short(FILE *out, const char *s) {
 af_status af_afm_inspect(const char *path, FILE *out, af_error *err) {
     af_afm_info *info = NULL;
     af_model *m = NULL;
+    af_plan *plan = NULL;
     af_afm_meta meta;
     stats s = {0};
     af_status st = af_afm_read_meta(path, &info, err);
-    if (!st) st = af_afm_load(path, &m, &meta, err);
+    if (!st) st = af_afm_load_with_plan(path, &m, &meta, &plan, err);
     if (!st && !gather(&s, m->graph)) st = af_fail(err, AF_ERR_NOMEM, "%s: out of memory", path);
     if (st) goto done;
     fprintf(out, "%s: autofusion compiled model, format version %u, %llu bytes, checksums OK\n",
@@ -1689,9 +1792,15 @@ af_status af_afm_inspect(const char *path, FILE *out, af_error *err) {
     fprintf(out, "weights: %llu bytes (%.1f MiB) in %d constants\n",
             (unsigned long long)s.weight_bytes, (double)s.weight_bytes / (1024.0 * 1024.0),
             s.nconst);
-    fprintf(out, "arena: not planned (format version %u files carry no memory plan)\n",
-            info->format_version);
+    if (plan)
+        fprintf(out, "arena: %llu bytes (lower bound %llu, ratio %.3f), %d intermediates "
+                "planned, %d in place\n", (unsigned long long)plan->arena_size,
+                (unsigned long long)plan->lower_bound, af_plan_ratio(plan), plan->nplanned,
+                plan->ninplace);
+    else
+        fprintf(out, "arena: not planned (the file carries no memory plan; loading makes one)\n");
 done:
+    af_plan_free(plan);
     free(s.ops);
     free(s.counts);
     af_model_free(m);

@@ -1,7 +1,8 @@
 /* The compiled model file (.afm): an optimized IR graph, its constants and its metadata, written
  * once by `autofusion compile` and mapped (read-only, zero copy) by every run.
  *
- * Layout (all integers little-endian; format version 1):
+ * Layout (all integers little-endian; format version 2, which added the plan section; a file of
+ * any other version is refused with a message naming both versions):
  *
  *   header    magic "AFM1\r\n\x1a\n", format version, header size, file size, section count,
  *             a table of sections {kind, offset, size, xxHash64}, and the header's own xxHash64
@@ -17,22 +18,29 @@
  *             string/tensor/graph lists of attributes
  *   NUMS      u64 slots: INTS and FLOATS attribute payloads
  *   TENSORS   type and data location of TENSOR/TENSORS attribute payloads
+ *   PLAN      the main graph's memory plan (runtime/plan.h), or nothing: arena size, then one
+ *             entry {value, value it is in place over or none, offset, size} per planned value,
+ *             in increasing value index
  *   WEIGHTS   64-byte aligned; every constant's bytes start on a 64-byte boundary
  *
  * Loading maps the file, verifies every checksum, then decodes the structured sections into IR
  * structs in the model's arena; constants (and strings) point into the mapping, which lives as
  * long as the af_model. Every count, index, offset and length is checked against what the file
  * holds, even when the checksums match (they protect against damage, not against a forger), so
- * a truncated or altered file is an error "<file>: <section>: <reason>", never a crash.
+ * a truncated or altered file is an error "<file>: <section>: <reason>", never a crash. A stored
+ * plan is held to af_plan_check against the loaded graph (no two buffers live at once overlap,
+ * every buffer inside the arena and of its value's size, in place only where allowed): a forged
+ * plan is an error "<file>: memory plan: <reason>".
  */
 #ifndef AF_FORMAT_AFM_H
 #define AF_FORMAT_AFM_H
 
 #include "onnx/onnx.h"
+#include "runtime/plan.h"
 
 #include <stdio.h>
 
-#define AF_AFM_FORMAT_VERSION 1
+#define AF_AFM_FORMAT_VERSION 2
 
 typedef struct af_afm_kv {
     const char *key;
@@ -47,13 +55,17 @@ typedef struct af_afm_meta {
     int nkv;
 } af_afm_meta;
 
-/* Write the graph g (a main graph: g->parent == NULL, with its subgraphs and constants) and
- * meta (may be NULL) to path. Values that nothing produces, reads or returns (constants a pass
- * replaced) are left out; everything else keeps its name, type, order and attributes. The file
- * is written next to path under a temporary name and renamed into place, so a failed save never
- * leaves a partial file behind. */
+/* Write the graph g (a main graph: g->parent == NULL, with its subgraphs and constants), its
+ * memory plan (af_plan_build's) and meta (may be NULL) to path. Values that nothing produces,
+ * reads or returns (constants a pass replaced) are left out; everything else keeps its name,
+ * type, order and attributes. The file is written next to path under a temporary name and
+ * renamed into place, so a failed save never leaves a partial file behind. */
 af_status af_afm_save(const char *path, const af_graph *g, const af_afm_meta *meta,
                       af_error *err);
+/* Same with the given plan (checked against g first: AF_ERR_INVALID_ARG when it does not hold),
+ * or with none when plan is NULL. */
+af_status af_afm_save_with_plan(const char *path, const af_graph *g, const af_afm_meta *meta,
+                                const af_plan *plan, af_error *err);
 
 /* Load a compiled model. On success *out is a model whose graph runs like an imported one and
  * is released with af_model_free (it owns the mapping of the file); ir_version and
@@ -61,6 +73,10 @@ af_status af_afm_save(const char *path, const af_graph *g, const af_afm_meta *me
  * is not NULL it receives the file's metadata; its strings and array are borrowed from *out.
  * On error *out is NULL and nothing is left allocated. */
 af_status af_afm_load(const char *path, af_model **out, af_afm_meta *meta_out, af_error *err);
+/* Same, and *plan_out (when not NULL) receives the file's plan for (*out)->graph, checked, or
+ * NULL when the file has none; the caller releases it with af_plan_free. */
+af_status af_afm_load_with_plan(const char *path, af_model **out, af_afm_meta *meta_out,
+                                af_plan **plan_out, af_error *err);
 
 /* One section of the file, as the header describes it. */
 typedef struct af_afm_section {
@@ -85,8 +101,8 @@ void af_afm_info_free(af_afm_info *info);
 
 /* Print what `autofusion inspect` shows: header, writer version and command line, metadata,
  * graph inputs and outputs, the op histogram, every fused op with its provenance (attributes
- * "fusion_rule" and "fused_nodes"), the weights size (bytes of every constant) and the arena
- * size (files of this format version carry no memory plan, and say so). */
+ * "fusion_rule" and "fused_nodes"), the weights size (bytes of every constant) and the arena:
+ * "arena: N bytes (lower bound M, ratio R), ..." from the stored plan, or "not planned". */
 af_status af_afm_inspect(const char *path, FILE *out, af_error *err);
 
 #endif

@@ -405,6 +405,19 @@ double af_cost_flops(const af_node *n) {
     case AF_OP_REDUCE_LOG_SUM:
     case AF_OP_REDUCE_LOG_SUM_EXP: return a ? count(a) : out;
     case AF_OP_FUSED_ELEMENTWISE: return out * (steps(n) > 0 ? steps(n) : 1.0);
+    case AF_OP_FUSED_ATTENTION: {
+        /* Per output element: Sk products for the scores' share (out * Sk / D scores of D
+         * products each) and Sk for P x V, 2 FLOPs each; per score row (out / D of them): about
+         * 5 FLOPs per key for scale, mask, max, exp and sum. Sk is k's sequence dim, per the
+         * "layout" attribute's k entry (0: [B, S, ..], 1: [S, B, ..]). */
+        const int64_t *lay = NULL;
+        int seq_major = af_attr_ints(n, "layout", &lay) == 4 && lay[1] == 1;
+        double sk = 1.0, d = (double)af_attr_int(n, "head_dim", 1);
+        if (b && b->rank == 3 && b->dims[seq_major ? 0 : 1] > 0)
+            sk = (double)b->dims[seq_major ? 0 : 1];
+        if (!(d >= 1.0)) d = 1.0;
+        return out * sk * 4.0 + out / d * sk * 5.0;
+    }
     default: return out;
     }
 }

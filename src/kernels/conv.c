@@ -78,9 +78,10 @@ static af_status conv_nsp(const af_node *n, const af_tensor *x, const af_tensor 
     return AF_OK;
 }
 
-/* Group, channel and window checks shared by Conv, ConvInteger and QLinearConv.
- * W is [M, C/group, k...]. Sets g->w.nsp = -1 (nothing else) when the rank is unknown. */
-static af_status conv_setup(const af_node *n, const af_tensor *x, const af_tensor *wt,
+/* The start both geometries share: zeroes g, then sets the spatial rank and, when it is known,
+ * the group count, batch and input channels from X. g->w.nsp = -1 (nothing else) when the rank
+ * is unknown. */
+static af_status geom_begin(const af_node *n, const af_tensor *x, const af_tensor *wt,
                             conv_geom *g, af_error *err) {
     memset(g, 0, sizeof(*g));
     int nsp;
@@ -95,6 +96,17 @@ static af_status conv_setup(const af_node *n, const af_tensor *x, const af_tenso
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "group = %lld", (long long)g->group);
     g->batch = x->rank >= 0 ? x->dims[0] : -1;
     g->cin = x->rank >= 0 ? x->dims[1] : -1;
+    return AF_OK;
+}
+
+/* Group, channel and window checks shared by Conv, ConvInteger and QLinearConv.
+ * W is [M, C/group, k...]. Sets g->w.nsp = -1 (nothing else) when the rank is unknown. */
+static af_status conv_setup(const af_node *n, const af_tensor *x, const af_tensor *wt,
+                            conv_geom *g, af_error *err) {
+    af_status st = geom_begin(n, x, wt, g, err);
+    if (st != AF_OK || g->w.nsp < 0)
+        return st;
+    int nsp = g->w.nsp;
     g->cout = wt->rank >= 0 ? wt->dims[0] : -1;
     g->cg = wt->rank >= 0 ? wt->dims[1] : -1;
     if (g->cin >= 0 && g->cg >= 0 && (g->cin % g->group != 0 || g->cin / g->group != g->cg))
@@ -387,9 +399,13 @@ void nn_window_range(const nn_window *w, int i, int64_t kk, int64_t *lo, int64_t
 
 /* Fetch X, W and bias of a Conv and derive the geometry; shared by the shape function and the
  * kernel so that both see the same checks. */
-static af_status conv_prepare(const af_node *n, const af_tensor *const *in, const af_tensor **x,
-                              const af_tensor **wt, const af_tensor **b, conv_geom *g,
-                              af_error *err) {
+static af_status convt_setup(const af_node *n, const af_tensor *x, const af_tensor *wt,
+                             conv_geom *g, af_error *err);
+
+/* Inputs and geometry of a float Conv (transpose false) or ConvTranspose (transpose true). */
+static af_status conv_prepare(const af_node *n, const af_tensor *const *in, bool transpose,
+                              const af_tensor **x, const af_tensor **wt, const af_tensor **b,
+                              conv_geom *g, af_error *err) {
     *x = nn_in(n, in, 0);
     *wt = nn_in(n, in, 1);
     *b = nn_in(n, in, 2);
@@ -399,7 +415,7 @@ static af_status conv_prepare(const af_node *n, const af_tensor *const *in, cons
         (*b && (*b)->dtype != (*x)->dtype))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "%s on %s", n->op_type,
                             af_dtype_name((*x)->dtype));
-    af_status st = conv_setup(n, *x, *wt, g, err);
+    af_status st = transpose ? convt_setup(n, *x, *wt, g, err) : conv_setup(n, *x, *wt, g, err);
     if (st != AF_OK)
         return st;
     const af_tensor *bt = *b;
@@ -414,7 +430,7 @@ af_status nn_shape_conv(const af_node *n, const af_tensor *const *in, af_tensor 
                         af_error *err) {
     const af_tensor *x, *wt, *b;
     conv_geom g;
-    af_status st = conv_prepare(n, in, &x, &wt, &b, &g, err);
+    af_status st = conv_prepare(n, in, false, &x, &wt, &b, &g, err);
     if (st != AF_OK)
         return st;
     conv_out_type(&g, x->dtype, &out[0]);
@@ -429,21 +445,31 @@ static af_status conv_ready(const af_node *n, const conv_geom *g, const af_tenso
     return conv_out_check(n, g, y, err);
 }
 
+/* Run-time start of a float Conv or ConvTranspose: checks the inputs against the output y and
+ * loads X, W and B (*bd stays NULL without B) as doubles. The caller frees the three buffers,
+ * also on failure. */
+static af_status conv_load(const af_node *n, const af_tensor *const *in, bool transpose,
+                           const af_tensor *y, conv_geom *g, double **xd, double **wd,
+                           double **bd, af_error *err) {
+    const af_tensor *x, *wt, *b;
+    af_status st = conv_prepare(n, in, transpose, &x, &wt, &b, g, err);
+    if (st == AF_OK)
+        st = conv_ready(n, g, x, wt, y, err);
+    if (st == AF_OK)
+        st = nn_load(n, x, xd, err);
+    if (st == AF_OK)
+        st = nn_load(n, wt, wd, err);
+    if (st == AF_OK && b)
+        st = conv_channel_vec(n, b, g->cout, "B", 0.0, bd, err);
+    return st;
+}
+
 af_status nn_kernel_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_exec *ex, af_error *err) {
     (void)ex;
-    const af_tensor *x, *wt, *b;
     conv_geom g;
     double *xd = NULL, *wd = NULL, *bd = NULL;
-    af_status st = conv_prepare(n, in, &x, &wt, &b, &g, err);
-    if (st == AF_OK)
-        st = conv_ready(n, &g, x, wt, &out[0], err);
-    if (st == AF_OK)
-        st = nn_load(n, x, &xd, err);
-    if (st == AF_OK)
-        st = nn_load(n, wt, &wd, err);
-    if (st == AF_OK && b)
-        st = conv_channel_vec(n, b, g.cout, "B", 0.0, &bd, err);
+    af_status st = conv_load(n, in, false, &out[0], &g, &xd, &wd, &bd, err);
     if (st == AF_OK) {
         conv_epilogue e = {&out[0], bd, NULL, 0.0};
         st = conv_run(n, &g, xd, wd, &e, err);
@@ -586,20 +612,11 @@ af_status nn_kernel_qlinear_conv(const af_node *n, const af_tensor *const *in, a
  * Padding comes from pads, or from output_shape / auto_pad as the ONNX spec derives it. */
 static af_status convt_setup(const af_node *n, const af_tensor *x, const af_tensor *wt,
                              conv_geom *g, af_error *err) {
-    memset(g, 0, sizeof(*g));
-    int nsp;
-    af_status st = conv_nsp(n, x, wt, &nsp, err);
-    if (st != AF_OK)
+    af_status st = geom_begin(n, x, wt, g, err);
+    if (st != AF_OK || g->w.nsp < 0)
         return st;
-    g->w.nsp = nsp;
-    if (nsp < 0)
-        return AF_OK;
+    int nsp = g->w.nsp;
     win_reset(&g->w, nsp);
-    g->group = af_attr_int(n, "group", 1);
-    if (g->group < 1)
-        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "group = %lld", (long long)g->group);
-    g->batch = x->rank >= 0 ? x->dims[0] : -1;
-    g->cin = x->rank >= 0 ? x->dims[1] : -1;
     int64_t wc = wt->rank >= 0 ? wt->dims[0] : -1;
     g->mg = wt->rank >= 0 ? wt->dims[1] : -1;
     if (g->cin >= 0 && wc >= 0 && g->cin != wc)
@@ -672,34 +689,11 @@ static af_status convt_setup(const af_node *n, const af_tensor *x, const af_tens
     return AF_OK;
 }
 
-static af_status convt_prepare(const af_node *n, const af_tensor *const *in, const af_tensor **x,
-                               const af_tensor **wt, const af_tensor **b, conv_geom *g,
-                               af_error *err) {
-    *x = nn_in(n, in, 0);
-    *wt = nn_in(n, in, 1);
-    *b = nn_in(n, in, 2);
-    if (!*x || !*wt)
-        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input X or W");
-    if (!nn_is_float((*x)->dtype) || (*wt)->dtype != (*x)->dtype ||
-        (*b && (*b)->dtype != (*x)->dtype))
-        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "ConvTranspose on %s",
-                            af_dtype_name((*x)->dtype));
-    af_status st = convt_setup(n, *x, *wt, g, err);
-    if (st != AF_OK)
-        return st;
-    const af_tensor *bt = *b;
-    if (bt && bt->rank >= 0 &&
-        (bt->rank != 1 || (bt->dims[0] >= 0 && g->cout >= 0 && bt->dims[0] != g->cout)))
-        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "bias must be 1-D with %lld elements",
-                            (long long)g->cout);
-    return AF_OK;
-}
-
 af_status nn_shape_conv_transpose(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                   af_error *err) {
     const af_tensor *x, *wt, *b;
     conv_geom g;
-    af_status st = convt_prepare(n, in, &x, &wt, &b, &g, err);
+    af_status st = conv_prepare(n, in, true, &x, &wt, &b, &g, err);
     if (st != AF_OK)
         return st;
     conv_out_type(&g, x->dtype, &out[0]);
@@ -748,18 +742,9 @@ static void convt_core(const conv_geom *g, const double *x, const double *w, dou
 af_status nn_kernel_conv_transpose(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    af_exec *ex, af_error *err) {
     (void)ex;
-    const af_tensor *x, *wt, *b;
     conv_geom g;
     double *xd = NULL, *wd = NULL, *bd = NULL, *acc = NULL;
-    af_status st = convt_prepare(n, in, &x, &wt, &b, &g, err);
-    if (st == AF_OK)
-        st = conv_ready(n, &g, x, wt, &out[0], err);
-    if (st == AF_OK)
-        st = nn_load(n, x, &xd, err);
-    if (st == AF_OK)
-        st = nn_load(n, wt, &wd, err);
-    if (st == AF_OK && b)
-        st = conv_channel_vec(n, b, g.cout, "B", 0.0, &bd, err);
+    af_status st = conv_load(n, in, true, &out[0], &g, &xd, &wd, &bd, err);
     int64_t total = nn_numel(&out[0]);
     if (st == AF_OK) {
         acc = calloc((size_t)(total > 0 ? total : 1), sizeof(double));

@@ -148,11 +148,8 @@ static void put_u(af_tensor *t, int64_t i, uint64_t v) {
     case AF_DTYPE_DOUBLE: ((double *)p)[i] = (double)v; break;
     case AF_DTYPE_FLOAT16: ((uint16_t *)p)[i] = af_float_to_half((float)v); break;
     case AF_DTYPE_BFLOAT16: ((uint16_t *)p)[i] = af_float_to_bf16((float)v); break;
-    case AF_DTYPE_BOOL: ((uint8_t *)p)[i] = v != 0; break;
-#define X(D, T) case D: ((T *)p)[i] = (T)v; break;
-    EW_SINT(X) EW_UINT(X)
-#undef X
-    default: AF_ASSERT(!"dtype checked by the caller");
+    /* Integer and bool stores keep v's low bits (or v != 0), the same through int64. */
+    default: put_i(t, i, (int64_t)v);
     }
 }
 
@@ -552,18 +549,25 @@ static af_status legacy_view(const af_node *n, const af_tensor *a, const af_tens
     return AF_OK;
 }
 
+/* Shape of an op whose first output has in[0]'s dims and, unless to_bool, its dtype; in[0]'s
+ * dtype must be one of `types`. */
+static af_status shape_like_input(const af_node *n, const af_tensor *const *in, unsigned types,
+                                  bool to_bool, af_tensor *out, af_error *err) {
+    if (n->nin < 1 || !in[0]) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input missing");
+    af_status st = check_dtype(n, in[0]->dtype, types, err);
+    if (st != AF_OK) return st;
+    af_tensor_set_type(&out[0], to_bool ? AF_DTYPE_BOOL : in[0]->dtype, in[0]->rank,
+                       in[0]->dims);
+    return AF_OK;
+}
+
 /* ---- unary ops ---------------------------------------------------------------------------- */
 
 af_status ew_shape_unary(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_error *err) {
     const ew_unop *op = unop_find(n->op);
     AF_ASSERT(op);
-    if (n->nin < 1 || !in[0]) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input missing");
-    af_status st = check_dtype(n, in[0]->dtype, op->types, err);
-    if (st != AF_OK) return st;
-    af_tensor_set_type(&out[0], op->to_bool ? AF_DTYPE_BOOL : in[0]->dtype, in[0]->rank,
-                       in[0]->dims);
-    return AF_OK;
+    return shape_like_input(n, in, op->types, op->to_bool, out, err);
 }
 
 static void unary_params(const af_node *n, ew_params *p) {
@@ -630,11 +634,7 @@ af_status ew_unary(const af_node *n, const af_tensor *const *in, af_tensor *out,
 
 af_status ew_shape_clip(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_error *err) {
-    if (n->nin < 1 || !in[0]) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input missing");
-    af_status st = check_dtype(n, in[0]->dtype, T_NUM, err);
-    if (st != AF_OK) return st;
-    af_tensor_set_type(&out[0], in[0]->dtype, in[0]->rank, in[0]->dims);
-    return AF_OK;
+    return shape_like_input(n, in, T_NUM, false, out, err);
 }
 
 /* Bounds: attributes before opset 11, optional scalar inputs from 11; an absent bound clips
@@ -948,11 +948,7 @@ af_status ew_cast(const af_node *n, const af_tensor *const *in, af_tensor *out, 
 
 af_status ew_shape_identity(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_error *err) {
-    if (n->nin < 1 || !in[0]) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input missing");
-    af_status st = check_dtype(n, in[0]->dtype, T_ALL, err);
-    if (st != AF_OK) return st;
-    af_tensor_set_type(&out[0], in[0]->dtype, in[0]->rank, in[0]->dims);
-    return AF_OK;
+    return shape_like_input(n, in, T_ALL, false, out, err);
 }
 
 /* out[0] = in[0], byte for byte. */
@@ -978,10 +974,8 @@ af_status ew_identity(const af_node *n, const af_tensor *const *in, af_tensor *o
 /* The mask is bool from opset 10, the data's dtype before. */
 af_status ew_shape_dropout(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_error *err) {
-    if (n->nin < 1 || !in[0]) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input missing");
-    af_status st = check_dtype(n, in[0]->dtype, T_F, err);
+    af_status st = shape_like_input(n, in, T_F, false, out, err);
     if (st != AF_OK) return st;
-    af_tensor_set_type(&out[0], in[0]->dtype, in[0]->rank, in[0]->dims);
     if (n->nout > 1) {
         af_dtype mask = af_graph_opset(n->graph) >= 10 ? AF_DTYPE_BOOL : in[0]->dtype;
         af_tensor_set_type(&out[1], mask, in[0]->rank, in[0]->dims);

@@ -23,6 +23,7 @@ typedef struct fk_conv {
     af_tensor y; /* output type [N, M, out...] (no data) */
     double *acc; /* one output row of accumulators */
     int64_t *kw_lo, *kw_hi; /* per kernel column kw: the output columns [lo, hi) it reaches */
+    int64_t in_lo, in_hi;   /* the columns every kernel column reaches (in_lo == in_hi: none) */
 } fk_conv;
 
 /* Check X = in[0], W = in[1], B = in[2] (optional) with the node's Conv attributes (group,

@@ -63,8 +63,15 @@ af_status fk_conv_setup(const af_node *n, const af_tensor *const *in, fk_conv *c
     c->kw_hi = malloc(kb);
     if (!c->acc || !c->kw_lo || !c->kw_hi)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
-    for (int64_t i = 0; i < kw; i++)
+    c->in_lo = 0;
+    c->in_hi = c->row;
+    for (int64_t i = 0; i < kw; i++) {
         nn_window_range(&c->w, NN_MAXSP - 1, i, &c->kw_lo[i], &c->kw_hi[i]);
+        c->in_lo = c->kw_lo[i] > c->in_lo ? c->kw_lo[i] : c->in_lo;
+        c->in_hi = c->kw_hi[i] < c->in_hi ? c->kw_hi[i] : c->in_hi;
+    }
+    if (c->in_hi < c->in_lo)
+        c->in_hi = c->in_lo;
     return AF_OK;
 }
 
@@ -123,13 +130,51 @@ static void conv_row_pointwise(const fk_conv *c, int64_t b, int64_t m, int64_t o
         pw_accumulate(x, plane, wm, c->cg, lo, hi, sw, base, acc);
 }
 
+/* acc[ow] += sum over kernel columns kw of w[kw] * x[ow * sw + kw * dw - pw], each output
+ * adding its products in kw order (the unfused Conv's order). The edge columns, where only some
+ * kernel columns reach, go one kernel column at a time over its valid range; the interior
+ * [in_lo, in_hi), where all reach, takes three kernel columns per pass over the row. Inlined
+ * twice, with sw == 1 a constant in one copy, so that copy vectorises. */
+static inline void taps_accumulate(const fk_conv *c, const float *x, const float *w,
+                                   int64_t sw, double *acc) {
+    const int64_t nk = c->w.k[2], dw = c->w.d[2], pw = c->w.pb[2];
+    const int64_t ilo = c->in_lo, ihi = c->in_hi;
+    for (int64_t kw = 0; kw < nk; kw++) {
+        int64_t lo = c->kw_lo[kw], hi = c->kw_hi[kw], base = kw * dw - pw;
+        int64_t e1 = hi < ilo ? hi : ilo, e2 = lo > ihi ? lo : ihi;
+        double wv = w[kw];
+        for (int64_t ow = lo; ow < e1; ow++)
+            acc[ow] += wv * x[ow * sw + base];
+        for (int64_t ow = e2; ow < hi; ow++)
+            acc[ow] += wv * x[ow * sw + base];
+    }
+    int64_t kw = 0;
+    for (; kw + 3 <= nk; kw += 3) {
+        int64_t b0 = kw * dw - pw, b1 = b0 + dw, b2 = b1 + dw;
+        double w0 = w[kw], w1 = w[kw + 1], w2 = w[kw + 2];
+        for (int64_t ow = ilo; ow < ihi; ow++) {
+            double t = acc[ow];
+            t += w0 * x[ow * sw + b0];
+            t += w1 * x[ow * sw + b1];
+            t += w2 * x[ow * sw + b2];
+            acc[ow] = t;
+        }
+    }
+    for (; kw < nk; kw++) {
+        int64_t base = kw * dw - pw;
+        double wv = w[kw];
+        for (int64_t ow = ilo; ow < ihi; ow++)
+            acc[ow] += wv * x[ow * sw + base];
+    }
+}
+
 /* Any kernel: the loop nest of the unfused Conv (conv.c) for output row (b, m, od, oh) into
  * acc, with each kernel column's valid output range looked up instead of recomputed. */
 static void conv_row_general(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh,
                              double *acc) {
     const nn_window *w = &c->w;
     const int64_t *in = w->in, *k = w->k;
-    const int64_t sw = w->s[2], dw = w->d[2], pw = w->pb[2];
+    const int64_t sw = w->s[2];
     int64_t grp = m / c->mg;
     for (int64_t cc = 0; cc < c->cg; cc++) {
         int64_t ch = grp * c->cg + cc;
@@ -143,17 +188,10 @@ static void conv_row_general(const fk_conv *c, int64_t b, int64_t m, int64_t od,
                     continue;
                 const float *xrow = c->x + (((b * c->cin + ch) * in[0] + id) * in[1] + ih) * in[2];
                 const float *wrow = c->wt + (((m * c->cg + cc) * k[0] + kd) * k[1] + kh) * k[2];
-                for (int64_t kw = 0; kw < k[2]; kw++) {
-                    int64_t lo = c->kw_lo[kw], hi = c->kw_hi[kw], base = kw * dw - pw;
-                    double wv = wrow[kw];
-                    /* Stride 1 reads X contiguously: its own loop vectorises. */
-                    if (sw == 1)
-                        for (int64_t ow = lo; ow < hi; ow++)
-                            acc[ow] += wv * xrow[ow + base];
-                    else
-                        for (int64_t ow = lo; ow < hi; ow++)
-                            acc[ow] += wv * xrow[ow * sw + base];
-                }
+                if (sw == 1)
+                    taps_accumulate(c, xrow, wrow, 1, acc);
+                else
+                    taps_accumulate(c, xrow, wrow, sw, acc);
             }
         }
     }

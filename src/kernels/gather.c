@@ -8,37 +8,6 @@
 
 #include <stdlib.h>
 
-static af_status missing(const af_node *n, const char *what, af_error *err) {
-    return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input '%s'", what);
-}
-
-static int64_t prod(const int64_t *dims, int lo, int hi) {
-    int64_t p = 1;
-    for (int i = lo; i < hi; i++)
-        if (dims[i] < 0 || !af_mul_i64(p, dims[i], &p))
-            return -1;
-    return p;
-}
-
-static bool is_index_type(af_dtype dt) {
-    return dt == AF_DTYPE_INT64 || dt == AF_DTYPE_INT32;
-}
-
-/* Index k of ix normalised against dim; false when out of range. */
-static bool get_index(const af_tensor *ix, int64_t k, int64_t dim, int64_t *out) {
-    int64_t j = tn_geti(ix, k);
-    if (j < 0)
-        j += dim;
-    *out = j;
-    return j >= 0 && j < dim;
-}
-
-static af_status bad_index(const af_node *n, const af_tensor *ix, int64_t k, int64_t dim,
-                           af_error *err) {
-    return af_node_fail(err, n, AF_ERR_RUNTIME, "index %lld out of range [-%lld, %lld)",
-                        (long long)tn_geti(ix, k), (long long)dim, (long long)dim);
-}
-
 /* ---- reductions shared by the scatters ---------------------------------------------------- */
 
 typedef enum scat_red { RED_NONE, RED_ADD, RED_MUL, RED_MAX, RED_MIN } scat_red;
@@ -92,7 +61,7 @@ af_status tn_shape_gather_elements(const af_node *n, const af_tensor *const *in,
                                    af_error *err) {
     const af_tensor *x = tn_in(n, in, 0), *ix = tn_in(n, in, 1);
     if (!x || !ix)
-        return missing(n, "data/indices", err);
+        return tn_missing(n, "data/indices", err);
     if (x->rank >= 0 && ix->rank >= 0 && x->rank != ix->rank)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "data and indices differ in rank");
     af_tensor_type_copy(out, ix);
@@ -104,7 +73,7 @@ af_status tn_shape_gather_elements(const af_node *n, const af_tensor *const *in,
  * than the data outside the axis, so every element offset below is in bounds. */
 static af_status elements_check(const af_node *n, const af_tensor *x, const af_tensor *ix,
                                 int *axis, af_error *err) {
-    if (!is_index_type(ix->dtype))
+    if (!tn_is_index_type(ix->dtype))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "indices must be int32 or int64");
     if (x->rank != ix->rank || x->rank < 1)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "data and indices differ in rank");
@@ -120,7 +89,7 @@ static af_status elements_check(const af_node *n, const af_tensor *x, const af_t
 static bool elements_offset(const af_tensor *x, const af_tensor *ix, int axis, const int64_t *xs,
                             const int64_t *idx, int64_t k, int64_t *off) {
     int64_t j, o = 0;
-    if (!get_index(ix, k, x->dims[axis], &j))
+    if (!tn_index(ix, k, x->dims[axis], &j))
         return false;
     for (int a = 0; a < x->rank; a++)
         o += (a == axis ? j : idx[a]) * xs[a];
@@ -144,7 +113,7 @@ af_status tn_kernel_gather_elements(const af_node *n, const af_tensor *const *in
     af_strides(x, xs);
     for (int64_t k = 0; k < cnt; k++) {
         if (!elements_offset(x, ix, axis, xs, idx, k, &off))
-            return bad_index(n, ix, k, x->dims[axis], err);
+            return tn_bad_index(n, ix, k, x->dims[axis], err);
         memcpy((char *)out->data + (size_t)k * es, (const char *)x->data + (size_t)off * es, es);
         tn_next(idx, ix->dims, ix->rank);
     }
@@ -155,7 +124,7 @@ af_status tn_shape_scatter_elements(const af_node *n, const af_tensor *const *in
                                     af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x || !tn_in(n, in, 1) || !tn_in(n, in, 2))
-        return missing(n, "data/indices/updates", err);
+        return tn_missing(n, "data/indices/updates", err);
     af_tensor_type_copy(out, x);
     return AF_OK;
 }
@@ -192,7 +161,7 @@ af_status tn_kernel_scatter_elements(const af_node *n, const af_tensor *const *i
     af_strides(x, xs);
     for (int64_t k = 0; k < cnt; k++) {
         if (!elements_offset(x, ix, axis, xs, idx, k, &off))
-            return bad_index(n, ix, k, x->dims[axis], err);
+            return tn_bad_index(n, ix, k, x->dims[axis], err);
         scatter_one(out, off, up, k, red, es);
         tn_next(idx, ix->dims, ix->rank);
     }
@@ -205,14 +174,13 @@ af_status tn_shape_gather_nd(const af_node *n, const af_tensor *const *in, af_te
                              af_error *err) {
     const af_tensor *x = tn_in(n, in, 0), *ix = tn_in(n, in, 1);
     if (!x || !ix)
-        return missing(n, "data/indices", err);
+        return tn_missing(n, "data/indices", err);
     int64_t b = af_attr_int(n, "batch_dims", 0);
     int q = ix->rank, r = x->rank;
     if (q == 0 || r == 0 || b < 0 || (q > 0 && b >= q) || (r > 0 && b >= r))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "bad ranks or batch_dims");
     if (r < 0 || q < 0 || ix->dims[q - 1] < 0) {
-        out->dtype = x->dtype;
-        out->rank = -1;
+        tn_unknown_rank(out, x->dtype);
         return AF_OK;
     }
     int64_t m = ix->dims[q - 1];
@@ -237,11 +205,11 @@ static bool nd_offset(const af_tensor *x, const af_tensor *ix, int first, int64_
     int64_t o = 0;
     for (int64_t j = 0; j < m; j++) {
         int64_t v, dim = x->dims[first + j];
-        if (!get_index(ix, k + j, dim, &v))
+        if (!tn_index(ix, k + j, dim, &v))
             return false;
         o = o * dim + v;
     }
-    *off = o * prod(x->dims, first + (int)m, x->rank);
+    *off = o * tn_prod(x->dims, first + (int)m, x->rank);
     return true;
 }
 
@@ -254,15 +222,15 @@ af_status tn_kernel_gather_nd(const af_node *n, const af_tensor *const *in, af_t
     af_status st = tn_esize(n, x, &es, err);
     if (st)
         return st;
-    if (!is_index_type(ix->dtype))
+    if (!tn_is_index_type(ix->dtype))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "indices must be int32 or int64");
     int b = (int)af_attr_int(n, "batch_dims", 0), q = ix->rank;
     int64_t m = ix->dims[q - 1];
     for (int i = 0; i < b; i++)
         if (ix->dims[i] != x->dims[i])
             return af_node_fail(err, n, AF_ERR_RUNTIME, "batch dim %d differs", i);
-    int64_t batches = prod(x->dims, 0, b), per = prod(ix->dims, b, q - 1);
-    int64_t xbatch = prod(x->dims, b, x->rank), slice = prod(x->dims, b + (int)m, x->rank);
+    int64_t batches = tn_prod(x->dims, 0, b), per = tn_prod(ix->dims, b, q - 1);
+    int64_t xbatch = tn_prod(x->dims, b, x->rank), slice = tn_prod(x->dims, b + (int)m, x->rank);
     char *dst = out->data;
     for (int64_t bi = 0; bi < batches; bi++) {
         for (int64_t s = 0; s < per; s++) {
@@ -291,7 +259,7 @@ af_status tn_kernel_scatter_nd(const af_node *n, const af_tensor *const *in, af_
         st = scatter_reduction(n, &red, err);
     if (st)
         return st;
-    if (!is_index_type(ix->dtype) || ix->rank < 1)
+    if (!tn_is_index_type(ix->dtype) || ix->rank < 1)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "indices must be int32 or int64");
     int q = ix->rank;
     int64_t m = ix->dims[q - 1];
@@ -305,7 +273,7 @@ af_status tn_kernel_scatter_nd(const af_node *n, const af_tensor *const *in, af_
             return af_node_fail(err, n, AF_ERR_RUNTIME, "updates do not match data");
     if (tn_numel(x) > 0)
         memcpy(out->data, x->data, (size_t)tn_numel(x) * es);
-    int64_t cnt = prod(ix->dims, 0, q - 1), slice = prod(x->dims, (int)m, x->rank);
+    int64_t cnt = tn_prod(ix->dims, 0, q - 1), slice = tn_prod(x->dims, (int)m, x->rank);
     for (int64_t i = 0; i < cnt; i++) {
         int64_t off;
         if (!nd_offset(x, ix, 0, m, i * m, &off))
@@ -337,10 +305,9 @@ af_status tn_shape_one_hot(const af_node *n, const af_tensor *const *in, af_tens
                            af_error *err) {
     const af_tensor *ix = tn_in(n, in, 0), *d = tn_in(n, in, 1), *v = tn_in(n, in, 2);
     if (!ix || !d || !v)
-        return missing(n, "indices/depth/values", err);
+        return tn_missing(n, "indices/depth/values", err);
     if (ix->rank < 0) {
-        out->dtype = v->dtype;
-        out->rank = -1;
+        tn_unknown_rank(out, v->dtype);
         return AF_OK;
     }
     int r = ix->rank + 1, axis;
@@ -379,11 +346,11 @@ af_status tn_kernel_one_hot(const af_node *n, const af_tensor *const *in, af_ten
     int64_t total = tn_numel(out);
     for (int64_t i = 0; i < total; i++)
         memcpy((char *)out->data + (size_t)i * es, off, es);
-    int64_t outer = prod(ix->dims, 0, axis), inner = prod(ix->dims, axis, ix->rank);
+    int64_t outer = tn_prod(ix->dims, 0, axis), inner = tn_prod(ix->dims, axis, ix->rank);
     for (int64_t o = 0; o < outer; o++) {
         for (int64_t i = 0; i < inner; i++) {
             int64_t j;
-            if (!get_index(ix, o * inner + i, depth, &j))
+            if (!tn_index(ix, o * inner + i, depth, &j))
                 continue; /* out-of-range indices give an all-off row */
             memcpy((char *)out->data + (size_t)((o * depth + j) * inner + i) * es, on, es);
         }
@@ -418,7 +385,7 @@ af_status tn_shape_compress(const af_node *n, const af_tensor *const *in, af_ten
                             af_error *err) {
     const af_tensor *x = tn_in(n, in, 0), *c = tn_in(n, in, 1);
     if (!x || !c)
-        return missing(n, "input/condition", err);
+        return tn_missing(n, "input/condition", err);
     const af_attr *aa = af_node_attr(n, "axis");
     int64_t cnt;
     af_status st;
@@ -430,8 +397,7 @@ af_status tn_shape_compress(const af_node *n, const af_tensor *const *in, af_ten
         return AF_OK;
     }
     if (x->rank < 0) {
-        out->dtype = x->dtype;
-        out->rank = -1;
+        tn_unknown_rank(out, x->dtype);
         return AF_OK;
     }
     int axis;
@@ -458,9 +424,9 @@ af_status tn_kernel_compress(const af_node *n, const af_tensor *const *in, af_te
     if (aa) {
         if (!af_axis(aa->i, x->rank, &axis))
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "axis out of range");
-        outer = prod(x->dims, 0, axis);
+        outer = tn_prod(x->dims, 0, axis);
         dim = x->dims[axis];
-        inner = prod(x->dims, axis + 1, x->rank);
+        inner = tn_prod(x->dims, axis + 1, x->rank);
     }
     if ((st = compress_count(n, c, dim, &cnt, err)))
         return st;
@@ -506,7 +472,7 @@ af_status tn_shape_non_zero(const af_node *n, const af_tensor *const *in, af_ten
                             af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
-        return missing(n, "X", err);
+        return tn_missing(n, "X", err);
     if (x->data && !tn_is_numeric(x->dtype))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "unsupported type");
     /* A scalar counts as a 1-element vector, as in numpy. */
@@ -570,7 +536,7 @@ af_status tn_shape_unique(const af_node *n, const af_tensor *const *in, af_tenso
                           af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
-        return missing(n, "X", err);
+        return tn_missing(n, "X", err);
     const af_attr *aa = af_node_attr(n, "axis");
     int64_t unk = -1;
     if (aa && x->rank >= 0) {
@@ -580,8 +546,7 @@ af_status tn_shape_unique(const af_node *n, const af_tensor *const *in, af_tenso
         af_tensor_type_copy(&out[0], x);
         out[0].dims[axis] = -1;
     } else if (aa) {
-        out[0].dtype = x->dtype;
-        out[0].rank = -1;
+        tn_unknown_rank(&out[0], x->dtype);
     } else {
         af_tensor_set_type(&out[0], x->dtype, 1, &unk);
     }
@@ -640,9 +605,9 @@ af_status tn_kernel_unique(const af_node *n, const af_tensor *const *in, af_tens
     if (aa) {
         if (!af_axis(aa->i, x->rank, &axis))
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "axis out of range");
-        u.outer = prod(x->dims, 0, axis);
+        u.outer = tn_prod(x->dims, 0, axis);
         u.dim = x->dims[axis];
-        u.inner = prod(x->dims, axis + 1, x->rank);
+        u.inner = tn_prod(x->dims, axis + 1, x->rank);
     }
     int64_t m = u.dim;
     /* items sorted; per group: its first item and count; per item: its group. */

@@ -10,18 +10,6 @@
 
 #include <stdlib.h>
 
-static af_status missing(const af_node *n, const char *what, af_error *err) {
-    return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input '%s'", what);
-}
-
-static int64_t prod(const int64_t *dims, int lo, int hi) {
-    int64_t p = 1;
-    for (int i = lo; i < hi; i++)
-        if (dims[i] < 0 || !af_mul_i64(p, dims[i], &p))
-            return -1;
-    return p;
-}
-
 /* ---- Reduce* ------------------------------------------------------------------------------ */
 
 /* Which axes to reduce. *noop: noop_with_empty_axes with no axes (output = input). *known
@@ -50,11 +38,10 @@ af_status tn_shape_reduce(const af_node *n, const af_tensor *const *in, af_tenso
                           af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
-        return missing(n, "data", err);
+        return tn_missing(n, "data", err);
     bool keep = af_attr_int(n, "keepdims", 1) != 0;
     if (x->rank < 0) {
-        out->dtype = x->dtype;
-        out->rank = -1;
+        tn_unknown_rank(out, x->dtype);
         return AF_OK;
     }
     bool red[AF_MAX_RANK], noop, known;
@@ -65,8 +52,7 @@ af_status tn_shape_reduce(const af_node *n, const af_tensor *const *in, af_tenso
     int r = 0;
     if (!known) {
         if (!keep) {
-            out->dtype = x->dtype;
-            out->rank = -1;
+            tn_unknown_rank(out, x->dtype);
             return AF_OK;
         }
         for (int i = 0; i < x->rank; i++)
@@ -254,11 +240,10 @@ af_status tn_shape_arg(const af_node *n, const af_tensor *const *in, af_tensor *
                        af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
-        return missing(n, "data", err);
+        return tn_missing(n, "data", err);
     bool keep = af_attr_int(n, "keepdims", 1) != 0;
     if (x->rank < 0) {
-        out->dtype = AF_DTYPE_INT64;
-        out->rank = -1;
+        tn_unknown_rank(out, AF_DTYPE_INT64);
         return AF_OK;
     }
     int axis;
@@ -288,8 +273,8 @@ af_status tn_kernel_arg(const af_node *n, const af_tensor *const *in, af_tensor 
     if (!tn_is_numeric(x->dtype))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "unsupported type %s",
                             af_dtype_name(x->dtype));
-    int64_t outer = prod(x->dims, 0, axis), dim = x->dims[axis];
-    int64_t inner = prod(x->dims, axis + 1, x->rank);
+    int64_t outer = tn_prod(x->dims, 0, axis), dim = x->dims[axis];
+    int64_t inner = tn_prod(x->dims, axis + 1, x->rank);
     if (dim == 0 && outer * inner > 0)
         return af_node_fail(err, n, AF_ERR_RUNTIME, "reduced axis is empty");
     /* want = sign of cmp(candidate, best) that replaces best; 0 too with select_last_index. */
@@ -323,7 +308,7 @@ static af_status topk_params(const af_node *n, const af_tensor *const *in, const
     } else {
         const af_tensor *kt = tn_in(n, in, 1);
         if (!kt)
-            return missing(n, "K", err);
+            return tn_missing(n, "K", err);
         if (!kt->data)
             return AF_OK;
         int cnt;
@@ -344,14 +329,12 @@ af_status tn_shape_topk(const af_node *n, const af_tensor *const *in, af_tensor 
                         af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
-        return missing(n, "X", err);
+        return tn_missing(n, "X", err);
     if (n->nout != 2)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "TopK has 2 outputs");
     if (x->rank < 0) {
-        out[0].dtype = x->dtype;
-        out[0].rank = -1;
-        out[1].dtype = AF_DTYPE_INT64;
-        out[1].rank = -1;
+        tn_unknown_rank(&out[0], x->dtype);
+        tn_unknown_rank(&out[1], AF_DTYPE_INT64);
         return AF_OK;
     }
     int axis;
@@ -392,8 +375,8 @@ af_status tn_kernel_topk(const af_node *n, const af_tensor *const *in, af_tensor
         return st;
     if (!tn_is_numeric(x->dtype))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "unsupported type");
-    int64_t outer = prod(x->dims, 0, axis), dim = x->dims[axis];
-    int64_t inner = prod(x->dims, axis + 1, x->rank);
+    int64_t outer = tn_prod(x->dims, 0, axis), dim = x->dims[axis];
+    int64_t inner = tn_prod(x->dims, axis + 1, x->rank);
     int64_t *buf = malloc(sizeof(int64_t) * (size_t)(2 * dim + 1));
     if (!buf)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
@@ -424,7 +407,7 @@ af_status tn_shape_cumsum(const af_node *n, const af_tensor *const *in, af_tenso
                           af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x || !tn_in(n, in, 1))
-        return missing(n, "x/axis", err);
+        return tn_missing(n, "x/axis", err);
     af_tensor_type_copy(out, x);
     return AF_OK;
 }
@@ -444,8 +427,8 @@ af_status tn_kernel_cumsum(const af_node *n, const af_tensor *const *in, af_tens
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "unsupported type");
     bool excl = af_attr_int(n, "exclusive", 0) != 0, rev = af_attr_int(n, "reverse", 0) != 0;
     bool fl = tn_is_float(x->dtype);
-    int64_t outer = prod(x->dims, 0, axis), dim = x->dims[axis];
-    int64_t inner = prod(x->dims, axis + 1, x->rank);
+    int64_t outer = tn_prod(x->dims, 0, axis), dim = x->dims[axis];
+    int64_t inner = tn_prod(x->dims, axis + 1, x->rank);
     for (int64_t a = 0; a < outer; a++) {
         for (int64_t i = 0; i < inner; i++) {
             double dacc = 0;

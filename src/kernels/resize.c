@@ -183,8 +183,7 @@ af_status tn_shape_resize(const af_node *n, const af_tensor *const *in, af_tenso
     if (!x)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input 'X'");
     if (x->rank < 0) {
-        out->dtype = x->dtype;
-        out->rank = -1;
+        tn_unknown_rank(out, x->dtype);
         return AF_OK;
     }
     rz_params p;

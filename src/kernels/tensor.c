@@ -10,30 +10,11 @@
 
 #include <stdlib.h>
 
-static af_status missing(const af_node *n, const char *what, af_error *err) {
-    return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input '%s'", what);
-}
-
-static void unknown_rank(af_tensor *out, af_dtype dt) {
-    out->dtype = dt;
-    out->rank = -1;
-}
-
 static void unknown_dims(af_tensor *out, af_dtype dt, int rank) {
     int64_t dims[AF_MAX_RANK];
     for (int i = 0; i < rank; i++)
         dims[i] = -1;
     af_tensor_set_type(out, dt, rank, dims);
-}
-
-/* Product of dims[lo..hi); -1 when one is unknown or it overflows. */
-static int64_t prod(const int64_t *dims, int lo, int hi) {
-    int64_t p = 1;
-    for (int i = lo; i < hi; i++) {
-        if (dims[i] < 0 || !af_mul_i64(p, dims[i], &p))
-            return -1;
-    }
-    return p;
 }
 
 static void copy_bytes(void *dst, const void *src, size_t len) {
@@ -60,7 +41,7 @@ af_status tn_kernel_copy(const af_node *n, const af_tensor *const *in, af_tensor
     TN_READY(n, out, 1, err);
     (void)x;
     if (!tn_in(n, in, 0))
-        return missing(n, "data", err);
+        return tn_missing(n, "data", err);
     return copy_all(n, in[0], out, err);
 }
 
@@ -72,13 +53,13 @@ af_status tn_shape_reshape(const af_node *n, const af_tensor *const *in, af_tens
     int64_t shp[AF_MAX_RANK];
     int cnt = 0;
     if (!x)
-        return missing(n, "data", err);
+        return tn_missing(n, "data", err);
     if (!s) {
         /* Reshape-1 kept the shape in an attribute. */
         const int64_t *a = NULL;
         cnt = af_attr_ints(n, "shape", &a);
         if (cnt < 0)
-            return missing(n, "shape", err);
+            return tn_missing(n, "shape", err);
         if (cnt > AF_MAX_RANK)
             return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "rank %d above %d", cnt, AF_MAX_RANK);
         for (int i = 0; i < cnt; i++)
@@ -87,7 +68,7 @@ af_status tn_shape_reshape(const af_node *n, const af_tensor *const *in, af_tens
         if (s->rank == 1 && s->dims[0] >= 0 && s->dims[0] <= AF_MAX_RANK)
             unknown_dims(out, x->dtype, (int)s->dims[0]);
         else
-            unknown_rank(out, x->dtype);
+            tn_unknown_rank(out, x->dtype);
         return AF_OK;
     } else if (!tn_ints(s, shp, AF_MAX_RANK, &cnt)) {
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
@@ -155,7 +136,7 @@ af_status tn_shape_flatten(const af_node *n, const af_tensor *const *in, af_tens
                            af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
-        return missing(n, "input", err);
+        return tn_missing(n, "input", err);
     if (x->rank < 0) {
         unknown_dims(out, x->dtype, 2);
         return AF_OK;
@@ -166,7 +147,7 @@ af_status tn_shape_flatten(const af_node *n, const af_tensor *const *in, af_tens
     if (axis < 0 || axis > x->rank)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "axis out of range for rank %d",
                             x->rank);
-    int64_t dims[2] = {prod(x->dims, 0, (int)axis), prod(x->dims, (int)axis, x->rank)};
+    int64_t dims[2] = {tn_prod(x->dims, 0, (int)axis), tn_prod(x->dims, (int)axis, x->rank)};
     af_tensor_set_type(out, x->dtype, 2, dims);
     return AF_OK;
 }
@@ -182,9 +163,9 @@ af_status tn_shape_squeeze(const af_node *n, const af_tensor *const *in, af_tens
                            af_error *err) {
     const af_tensor *x = tn_in(n, in, 0), *a = tn_in(n, in, 1);
     if (!x)
-        return missing(n, "data", err);
+        return tn_missing(n, "data", err);
     if (x->rank < 0) {
-        unknown_rank(out, x->dtype);
+        tn_unknown_rank(out, x->dtype);
         return AF_OK;
     }
     int axes[AF_MAX_RANK], naxes;
@@ -197,7 +178,7 @@ af_status tn_shape_squeeze(const af_node *n, const af_tensor *const *in, af_tens
         if (a && a->rank == 1 && a->dims[0] >= 0 && a->dims[0] <= x->rank)
             unknown_dims(out, x->dtype, x->rank - (int)a->dims[0]);
         else
-            unknown_rank(out, x->dtype);
+            tn_unknown_rank(out, x->dtype);
         return AF_OK;
     }
     bool drop[AF_MAX_RANK] = {false};
@@ -212,7 +193,7 @@ af_status tn_shape_squeeze(const af_node *n, const af_tensor *const *in, af_tens
     } else {
         for (int i = 0; i < x->rank; i++) {
             if (x->dims[i] < 0) {
-                unknown_rank(out, x->dtype);
+                tn_unknown_rank(out, x->dtype);
                 return AF_OK;
             }
             drop[i] = x->dims[i] == 1;
@@ -231,12 +212,12 @@ af_status tn_shape_unsqueeze(const af_node *n, const af_tensor *const *in, af_te
                              af_error *err) {
     const af_tensor *x = tn_in(n, in, 0), *a = tn_in(n, in, 1);
     if (!x)
-        return missing(n, "data", err);
+        return tn_missing(n, "data", err);
     bool from_input = axes_from_input(n, 13);
     int64_t cnt;
     if (from_input) {
         if (!a)
-            return missing(n, "axes", err);
+            return tn_missing(n, "axes", err);
         if (a->rank > 1)
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "axes must be 1-D");
         cnt = a->rank == 1 ? a->dims[0] : a->rank == 0 ? 1 : -1;
@@ -247,7 +228,7 @@ af_status tn_shape_unsqueeze(const af_node *n, const af_tensor *const *in, af_te
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing attribute 'axes'");
     }
     if (x->rank < 0 || cnt < 0) {
-        unknown_rank(out, x->dtype);
+        tn_unknown_rank(out, x->dtype);
         return AF_OK;
     }
     if (x->rank + cnt > AF_MAX_RANK)
@@ -302,9 +283,9 @@ af_status tn_shape_transpose(const af_node *n, const af_tensor *const *in, af_te
                              af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
-        return missing(n, "data", err);
+        return tn_missing(n, "data", err);
     if (x->rank < 0) {
-        unknown_rank(out, x->dtype);
+        tn_unknown_rank(out, x->dtype);
         return AF_OK;
     }
     int perm[AF_MAX_RANK];
@@ -346,13 +327,13 @@ af_status tn_shape_concat(const af_node *n, const af_tensor *const *in, af_tenso
     if (!aa)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing attribute 'axis'");
     if (n->nin < 1)
-        return missing(n, "inputs", err);
+        return tn_missing(n, "inputs", err);
     int rank = -1;
     af_dtype dt = AF_DTYPE_UNDEFINED;
     for (int i = 0; i < n->nin; i++) {
         const af_tensor *t = tn_in(n, in, i);
         if (!t)
-            return missing(n, "inputs", err);
+            return tn_missing(n, "inputs", err);
         if (dt == AF_DTYPE_UNDEFINED)
             dt = t->dtype;
         else if (t->dtype != dt && t->dtype != AF_DTYPE_UNDEFINED)
@@ -364,7 +345,7 @@ af_status tn_shape_concat(const af_node *n, const af_tensor *const *in, af_tenso
         }
     }
     if (rank < 0) {
-        unknown_rank(out, dt);
+        tn_unknown_rank(out, dt);
         return AF_OK;
     }
     int axis;
@@ -405,12 +386,12 @@ af_status tn_kernel_concat(const af_node *n, const af_tensor *const *in, af_tens
         return st;
     if (!af_axis(af_attr_int(n, "axis", 0), out->rank, &axis))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "axis out of range");
-    int64_t outer = prod(out->dims, 0, axis);
+    int64_t outer = tn_prod(out->dims, 0, axis);
     char *dst = out->data;
     for (int64_t o = 0; o < outer; o++) {
         for (int i = 0; i < n->nin; i++) {
             const af_tensor *t = in[i];
-            size_t chunk = (size_t)prod(t->dims, axis, t->rank) * es;
+            size_t chunk = (size_t)tn_prod(t->dims, axis, t->rank) * es;
             copy_bytes(dst, (const char *)t->data + (size_t)o * chunk, chunk);
             dst += chunk;
         }
@@ -479,12 +460,12 @@ af_status tn_shape_split(const af_node *n, const af_tensor *const *in, af_tensor
                          af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
-        return missing(n, "input", err);
+        return tn_missing(n, "input", err);
     if (n->nout < 1)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "no outputs");
     if (x->rank < 0) {
         for (int i = 0; i < n->nout; i++)
-            unknown_rank(&out[i], x->dtype);
+            tn_unknown_rank(&out[i], x->dtype);
         return AF_OK;
     }
     int axis;
@@ -517,8 +498,8 @@ af_status tn_kernel_split(const af_node *n, const af_tensor *const *in, af_tenso
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     st = split_sizes(n, in, x, &axis, sizes, err);
     if (!st) {
-        int64_t outer = prod(x->dims, 0, axis);
-        size_t inner = (size_t)prod(x->dims, axis + 1, x->rank) * es;
+        int64_t outer = tn_prod(x->dims, 0, axis);
+        size_t inner = (size_t)tn_prod(x->dims, axis + 1, x->rank) * es;
         size_t row = (size_t)x->dims[axis] * inner;
         size_t at = 0;
         for (int i = 0; i < n->nout; i++) {
@@ -615,7 +596,7 @@ static af_status slice_plan_make(const af_node *n, const af_tensor *const *in,
         (r = slice_list(n, in, 4, "steps", sp, &nsp, &hsp, &ksp, err)))
         return r;
     if (!hs || !he)
-        return missing(n, "starts/ends", err);
+        return tn_missing(n, "starts/ends", err);
     for (int i = 0; i < x->rank; i++) {
         p->start[i] = 0;
         p->step[i] = 1;
@@ -663,9 +644,9 @@ af_status tn_shape_slice(const af_node *n, const af_tensor *const *in, af_tensor
                          af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
-        return missing(n, "data", err);
+        return tn_missing(n, "data", err);
     if (x->rank < 0) {
-        unknown_rank(out, x->dtype);
+        tn_unknown_rank(out, x->dtype);
         return AF_OK;
     }
     slice_plan p;
@@ -708,19 +689,15 @@ af_status tn_kernel_slice(const af_node *n, const af_tensor *const *in, af_tenso
 
 /* ---- Gather ------------------------------------------------------------------------------ */
 
-static bool is_index_type(af_dtype dt) {
-    return dt == AF_DTYPE_INT64 || dt == AF_DTYPE_INT32;
-}
-
 af_status tn_shape_gather(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_error *err) {
     const af_tensor *x = tn_in(n, in, 0), *ix = tn_in(n, in, 1);
     if (!x || !ix)
-        return missing(n, "data/indices", err);
-    if (!is_index_type(ix->dtype) && ix->dtype != AF_DTYPE_UNDEFINED)
+        return tn_missing(n, "data/indices", err);
+    if (!tn_is_index_type(ix->dtype) && ix->dtype != AF_DTYPE_UNDEFINED)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "indices must be int32 or int64");
     if (x->rank < 0 || ix->rank < 0) {
-        unknown_rank(out, x->dtype);
+        tn_unknown_rank(out, x->dtype);
         return AF_OK;
     }
     int axis;
@@ -754,17 +731,14 @@ af_status tn_kernel_gather(const af_node *n, const af_tensor *const *in, af_tens
         return st;
     if (!af_axis(af_attr_int(n, "axis", 0), x->rank, &axis))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "axis out of range");
-    int64_t outer = prod(x->dims, 0, axis), dim = x->dims[axis], nidx = tn_numel(ix);
-    size_t inner = (size_t)prod(x->dims, axis + 1, x->rank) * es;
+    int64_t outer = tn_prod(x->dims, 0, axis), dim = x->dims[axis], nidx = tn_numel(ix);
+    size_t inner = (size_t)tn_prod(x->dims, axis + 1, x->rank) * es;
     char *dst = out->data;
     for (int64_t o = 0; o < outer; o++) {
         for (int64_t k = 0; k < nidx; k++) {
-            int64_t j = tn_geti(ix, k);
-            if (j < 0)
-                j += dim;
-            if (j < 0 || j >= dim)
-                return af_node_fail(err, n, AF_ERR_RUNTIME, "index %lld out of range [-%lld, %lld)",
-                                    (long long)tn_geti(ix, k), (long long)dim, (long long)dim);
+            int64_t j;
+            if (!tn_index(ix, k, dim, &j))
+                return tn_bad_index(n, ix, k, dim, err);
             copy_bytes(dst, (const char *)x->data + ((size_t)o * (size_t)dim + (size_t)j) * inner,
                        inner);
             dst += inner;
@@ -779,12 +753,12 @@ af_status tn_shape_expand(const af_node *n, const af_tensor *const *in, af_tenso
                           af_error *err) {
     const af_tensor *x = tn_in(n, in, 0), *s = tn_in(n, in, 1);
     if (!x || !s)
-        return missing(n, "input/shape", err);
+        return tn_missing(n, "input/shape", err);
     if (!s->data) {
         if (x->rank >= 0 && s->rank == 1 && s->dims[0] >= 0 && s->dims[0] <= AF_MAX_RANK)
             unknown_dims(out, x->dtype, x->rank > s->dims[0] ? x->rank : (int)s->dims[0]);
         else
-            unknown_rank(out, x->dtype);
+            tn_unknown_rank(out, x->dtype);
         return AF_OK;
     }
     af_tensor shape = {0};
@@ -797,7 +771,7 @@ af_status tn_shape_expand(const af_node *n, const af_tensor *const *in, af_tenso
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "negative dim in shape");
     shape.rank = cnt;
     if (x->rank < 0) {
-        unknown_rank(out, x->dtype);
+        tn_unknown_rank(out, x->dtype);
         return AF_OK;
     }
     af_tensor o = {0};
@@ -828,9 +802,9 @@ af_status tn_shape_tile(const af_node *n, const af_tensor *const *in, af_tensor 
                         af_error *err) {
     const af_tensor *x = tn_in(n, in, 0), *r = tn_in(n, in, 1);
     if (!x || !r)
-        return missing(n, "input/repeats", err);
+        return tn_missing(n, "input/repeats", err);
     if (x->rank < 0) {
-        unknown_rank(out, x->dtype);
+        tn_unknown_rank(out, x->dtype);
         return AF_OK;
     }
     if (!r->data) {
@@ -914,7 +888,7 @@ static af_status pad_params(const af_node *n, const af_tensor *const *in, int ra
     }
     const af_tensor *p = tn_in(n, in, 1);
     if (!p)
-        return missing(n, "pads", err);
+        return tn_missing(n, "pads", err);
     if (!p->data) {
         *known = false;
         return AF_OK;
@@ -929,9 +903,9 @@ af_status tn_shape_pad(const af_node *n, const af_tensor *const *in, af_tensor *
                        af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
-        return missing(n, "data", err);
+        return tn_missing(n, "data", err);
     if (x->rank < 0) {
-        unknown_rank(out, x->dtype);
+        tn_unknown_rank(out, x->dtype);
         return AF_OK;
     }
     int64_t pads[2 * AF_MAX_RANK], dims[AF_MAX_RANK];
@@ -1038,22 +1012,27 @@ af_status tn_kernel_pad(const af_node *n, const af_tensor *const *in, af_tensor 
 
 /* ---- DepthToSpace / SpaceToDepth --------------------------------------------------------- */
 
-static af_status block_size(const af_node *n, const af_tensor *x, int64_t *b, af_error *err) {
+/* Input X and blocksize of DepthToSpace / SpaceToDepth; with es (kernels only) also X's element
+ * size. *b is written on every path, so callers never see it unset. */
+static af_status block_params(const af_node *n, const af_tensor *const *in, const af_tensor **xp,
+                              int64_t *b, size_t *es, af_error *err) {
+    const af_tensor *x = tn_in(n, in, 0);
+    *xp = x;
     *b = af_attr_int(n, "blocksize", 0);
+    if (!x)
+        return tn_missing(n, "input", err);
     if (*b <= 0 || *b > (1 << 20))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "bad blocksize %lld", (long long)*b);
     if (x->rank >= 0 && x->rank != 4)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input must be 4-D");
-    return AF_OK;
+    return es ? tn_esize(n, x, es, err) : AF_OK;
 }
 
 af_status tn_shape_depth_to_space(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                   af_error *err) {
-    const af_tensor *x = tn_in(n, in, 0);
+    const af_tensor *x;
     int64_t b;
-    if (!x)
-        return missing(n, "input", err);
-    af_status st = block_size(n, x, &b, err);
+    af_status st = block_params(n, in, &x, &b, NULL, err);
     if (st)
         return st;
     if (x->rank < 0) {
@@ -1078,12 +1057,10 @@ af_status tn_kernel_depth_to_space(const af_node *n, const af_tensor *const *in,
                                    af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
-    const af_tensor *x = in[0];
+    const af_tensor *x;
     int64_t b;
     size_t es;
-    af_status st = block_size(n, x, &b, err);
-    if (!st)
-        st = tn_esize(n, x, &es, err);
+    af_status st = block_params(n, in, &x, &b, &es, err);
     if (st)
         return st;
     int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3], c2 = C / (b * b);
@@ -1100,11 +1077,9 @@ af_status tn_kernel_depth_to_space(const af_node *n, const af_tensor *const *in,
 
 af_status tn_shape_space_to_depth(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                   af_error *err) {
-    const af_tensor *x = tn_in(n, in, 0);
+    const af_tensor *x;
     int64_t b;
-    if (!x)
-        return missing(n, "input", err);
-    af_status st = block_size(n, x, &b, err);
+    af_status st = block_params(n, in, &x, &b, NULL, err);
     if (st)
         return st;
     if (x->rank < 0) {
@@ -1130,12 +1105,10 @@ af_status tn_kernel_space_to_depth(const af_node *n, const af_tensor *const *in,
                                    af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
-    const af_tensor *x = in[0];
+    const af_tensor *x;
     int64_t b;
     size_t es;
-    af_status st = block_size(n, x, &b, err);
-    if (!st)
-        st = tn_esize(n, x, &es, err);
+    af_status st = block_params(n, in, &x, &b, &es, err);
     if (st)
         return st;
     int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
@@ -1170,7 +1143,7 @@ af_status tn_shape_reverse_sequence(const af_node *n, const af_tensor *const *in
     const af_tensor *x = tn_in(n, in, 0);
     int ba, ta;
     if (!x || !tn_in(n, in, 1))
-        return missing(n, "input/sequence_lens", err);
+        return tn_missing(n, "input/sequence_lens", err);
     af_status st = revseq_axes(n, x, &ba, &ta, err);
     if (st)
         return st;
@@ -1191,10 +1164,10 @@ af_status tn_kernel_reverse_sequence(const af_node *n, const af_tensor *const *i
     if (st)
         return st;
     int64_t nb = x->dims[ba], nt = x->dims[ta];
-    if (!is_index_type(lens->dtype) || tn_numel(lens) != nb)
+    if (!tn_is_index_type(lens->dtype) || tn_numel(lens) != nb)
         return af_node_fail(err, n, AF_ERR_RUNTIME, "sequence_lens must hold %lld integers",
                             (long long)nb);
-    size_t inner = (size_t)prod(x->dims, 2, x->rank) * es;
+    size_t inner = (size_t)tn_prod(x->dims, 2, x->rank) * es;
     for (int64_t i0 = 0; i0 < x->dims[0]; i0++) {
         for (int64_t i1 = 0; i1 < x->dims[1]; i1++) {
             int64_t b = ba == 0 ? i0 : i1, t = ta == 0 ? i0 : i1;
@@ -1229,7 +1202,7 @@ af_status tn_shape_shape(const af_node *n, const af_tensor *const *in, af_tensor
                          af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
-        return missing(n, "data", err);
+        return tn_missing(n, "data", err);
     int64_t lo, hi;
     if (x->rank < 0) {
         unknown_dims(out, AF_DTYPE_INT64, 1);
@@ -1256,7 +1229,7 @@ af_status tn_kernel_shape(const af_node *n, const af_tensor *const *in, af_tenso
 af_status tn_shape_size(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_error *err) {
     if (!tn_in(n, in, 0))
-        return missing(n, "data", err);
+        return tn_missing(n, "data", err);
     af_tensor_set_type(out, AF_DTYPE_INT64, 0, NULL);
     return AF_OK;
 }
@@ -1290,7 +1263,7 @@ af_status tn_shape_constant_of_shape(const af_node *n, const af_tensor *const *i
                                      af_tensor *out, af_error *err) {
     const af_tensor *s = tn_in(n, in, 0), *v;
     if (!s)
-        return missing(n, "input", err);
+        return tn_missing(n, "input", err);
     af_status st = cos_value(n, &v, err);
     if (st)
         return st;
@@ -1299,7 +1272,7 @@ af_status tn_shape_constant_of_shape(const af_node *n, const af_tensor *const *i
         if (s->rank == 1 && s->dims[0] >= 0 && s->dims[0] <= AF_MAX_RANK)
             unknown_dims(out, dt, (int)s->dims[0]);
         else
-            unknown_rank(out, dt);
+            tn_unknown_rank(out, dt);
         return AF_OK;
     }
     int64_t dims[AF_MAX_RANK];
@@ -1368,7 +1341,7 @@ af_status tn_shape_range(const af_node *n, const af_tensor *const *in, af_tensor
                          af_error *err) {
     const af_tensor *s = tn_in(n, in, 0), *l = tn_in(n, in, 1), *d = tn_in(n, in, 2);
     if (!s || !l || !d)
-        return missing(n, "start/limit/delta", err);
+        return tn_missing(n, "start/limit/delta", err);
     int64_t cnt = -1;
     if (s->data && l->data && d->data) {
         af_status st = range_count(n, s, l, d, &cnt, err);
@@ -1408,7 +1381,7 @@ af_status tn_shape_eye_like(const af_node *n, const af_tensor *const *in, af_ten
                             af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
-        return missing(n, "input", err);
+        return tn_missing(n, "input", err);
     if (x->rank >= 0 && x->rank != 2)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input must be 2-D");
     af_dtype dt = (af_dtype)af_attr_int(n, "dtype", x->dtype);
@@ -1445,7 +1418,7 @@ af_status tn_shape_trilu(const af_node *n, const af_tensor *const *in, af_tensor
                          af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
-        return missing(n, "input", err);
+        return tn_missing(n, "input", err);
     if (x->rank >= 0 && x->rank < 2)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input must have rank >= 2");
     af_tensor_type_copy(out, x);
@@ -1463,13 +1436,13 @@ af_status tn_kernel_trilu(const af_node *n, const af_tensor *const *in, af_tenso
         return st;
     int64_t k = 0;
     if (kt) {
-        if (!is_index_type(kt->dtype) || tn_numel(kt) != 1)
+        if (!tn_is_index_type(kt->dtype) || tn_numel(kt) != 1)
             return af_node_fail(err, n, AF_ERR_RUNTIME, "k must be one int64");
         k = tn_geti(kt, 0);
     }
     bool upper = af_attr_int(n, "upper", 1) != 0;
     int64_t rows = x->dims[x->rank - 2], cols = x->dims[x->rank - 1];
-    int64_t mats = prod(x->dims, 0, x->rank - 2), at = 0;
+    int64_t mats = tn_prod(x->dims, 0, x->rank - 2), at = 0;
     for (int64_t m = 0; m < mats; m++) {
         for (int64_t i = 0; i < rows; i++) {
             for (int64_t j = 0; j < cols; j++, at++) {

@@ -47,6 +47,41 @@ bool tn_is_numeric(af_dtype dt) {
 }
 
 /* double -> int64 without undefined behaviour: NaN is 0, out-of-range values saturate. */
+af_status tn_missing(const af_node *n, const char *what, af_error *err) {
+    return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input '%s'", what);
+}
+
+void tn_unknown_rank(af_tensor *out, af_dtype dt) {
+    out->dtype = dt;
+    out->rank = -1;
+}
+
+int64_t tn_prod(const int64_t *dims, int lo, int hi) {
+    int64_t p = 1;
+    for (int i = lo; i < hi; i++)
+        if (dims[i] < 0 || !af_mul_i64(p, dims[i], &p))
+            return -1;
+    return p;
+}
+
+bool tn_is_index_type(af_dtype dt) {
+    return dt == AF_DTYPE_INT64 || dt == AF_DTYPE_INT32;
+}
+
+bool tn_index(const af_tensor *ix, int64_t k, int64_t dim, int64_t *out) {
+    int64_t j = tn_geti(ix, k);
+    if (j < 0)
+        j += dim;
+    *out = j;
+    return j >= 0 && j < dim;
+}
+
+af_status tn_bad_index(const af_node *n, const af_tensor *ix, int64_t k, int64_t dim,
+                       af_error *err) {
+    return af_node_fail(err, n, AF_ERR_RUNTIME, "index %lld out of range [-%lld, %lld)",
+                        (long long)tn_geti(ix, k), (long long)dim, (long long)dim);
+}
+
 static int64_t d2i(double v) {
     if (v != v)
         return 0;

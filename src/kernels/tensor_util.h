@@ -23,6 +23,21 @@ bool tn_is_float(af_dtype dt);
 /* Whether the dtype holds numbers we can read with tn_getd/tn_geti (not string or complex). */
 bool tn_is_numeric(af_dtype dt);
 
+/* AF_ERR_INVALID_MODEL naming the missing input `what`. */
+af_status tn_missing(const af_node *n, const char *what, af_error *err);
+/* Gives out dtype dt and an unknown rank (compile time, when the rank cannot be known yet). */
+void tn_unknown_rank(af_tensor *out, af_dtype dt);
+/* Product of dims[lo..hi); -1 when one is unknown or it overflows. */
+int64_t tn_prod(const int64_t *dims, int lo, int hi);
+/* Whether the dtype is one ONNX allows for indices (int32 or int64). */
+bool tn_is_index_type(af_dtype dt);
+/* Index k of ix normalised against dim (negative counts from the end) into *out; false when
+ * it is out of range. */
+bool tn_index(const af_tensor *ix, int64_t k, int64_t dim, int64_t *out);
+/* AF_ERR_RUNTIME naming index k of ix, which is out of range for an axis of size dim. */
+af_status tn_bad_index(const af_node *n, const af_tensor *ix, int64_t k, int64_t dim,
+                       af_error *err);
+
 /* Element i as double / int64 (floats truncate toward zero, saturating). */
 double tn_getd(const af_tensor *t, int64_t i);
 int64_t tn_geti(const af_tensor *t, int64_t i);

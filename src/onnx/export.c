@@ -257,7 +257,14 @@ static af_status write_node(exporter *x, const af_node *n, af_error *err) {
         pb_str(&x->b, NODE_OUTPUT, n->out[k] ? vname(n->out[k], buf, sizeof buf) : "");
     pb_str(&x->b, NODE_NAME, n->name);
     pb_str(&x->b, NODE_OP_TYPE, af_ops[n->op].name);
-    for (int a = 0; a < n->nattrs && !st; a++) st = write_attr(x, n, &n->attrs[a], err);
+    for (int a = 0; a < n->nattrs && !st; a++) {
+        /* Provenance on a standard op (a canonical LayerNormalization left in place) is not
+         * part of its ONNX schema; only our own ops carry it in the file. */
+        const char *name = n->attrs[a].name;
+        if (!af_op_is_ours(n->op) && (!strcmp(name, "fused_nodes") || !strcmp(name, "fusion_rule")))
+            continue;
+        st = write_attr(x, n, &n->attrs[a], err);
+    }
     const char *dom = node_domain(n);
     if (*dom) pb_str(&x->b, NODE_DOMAIN, dom);
     pb_end(&x->b, m);

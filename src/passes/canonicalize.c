@@ -88,11 +88,23 @@ static af_value *scaled_input(const af_node *b, double want) {
 
 /* ---- rewriting ----------------------------------------------------------------------------- */
 
+/* Provenance: the canonical node keeps the names of the nodes it stands for, so that a fused op
+ * built from it later names the model's original nodes ("fused_nodes", as fused ops do). */
+static bool provenance(af_node *r, const match *m) {
+    af_attr *a = af_node_add_attr(r, "fused_nodes", AF_ATTR_STRINGS);
+    if (!a || !(a->strings = af_arena_calloc(r->graph->arena, (size_t)m->n + 1, sizeof(char *))))
+        return false;
+    for (int i = 0; i < m->n; i++) a->strings[i] = m->nodes[i]->name;
+    a->n = m->n;
+    return true;
+}
+
 /* Replace the matched nodes by a new one-output node `op` reading x and writing y. */
 static af_status replace(pass_scope *s, const match *m, const af_node *anchor, af_op op,
                          af_value *x, af_value *y, af_node **made, af_error *err) {
     af_node *r = pass_node_new(s, op, anchor, 1, 1);
-    if (!r) return af_node_fail(err, anchor, AF_ERR_NOMEM, "out of memory canonicalizing");
+    if (!r || !provenance(r, m))
+        return af_node_fail(err, anchor, AF_ERR_NOMEM, "out of memory canonicalizing");
     af_status st = AF_OK;
     for (int i = 0; i < m->n && !st; i++) st = pass_kill(s, m->nodes[i], err);
     if (st) return st;
@@ -449,7 +461,7 @@ static af_status layernorm(pass_scope *s, af_node *mean, bool *hit, af_error *er
     if (!l.beta) l.beta = ln_fill(s, &l, "layernorm_bias", 0.0f);
     af_node *r = pass_node_new(s, AF_OP_LAYER_NORMALIZATION, mean, 3, 1);
     if (!l.gamma || !l.beta || !r || !pass_attr_int(r, "axis", -1) ||
-        !pass_attr_float(r, "epsilon", (float)l.eps))
+        !pass_attr_float(r, "epsilon", (float)l.eps) || !provenance(r, &l.m))
         return af_node_fail(err, mean, AF_ERR_NOMEM, "out of memory canonicalizing");
     af_status st = AF_OK;
     for (int i = 0; i < l.m.n && !st; i++) st = pass_kill(s, l.m.nodes[i], err);

@@ -1,7 +1,15 @@
 /* The reference executor (see exec.h). For every node: look up its inputs (in this frame or an
  * enclosing one), run the op's shape function on the actual inputs, allocate the outputs whose
- * shapes are known, run the kernel, then free every intermediate whose last reader has run. */
+ * shapes are known, run the kernel, then free every intermediate whose last reader has run.
+ *
+ * A planned run (af_exec_graph_planned, plan.h) differs in one place: an output the plan places
+ * gets its arena slot instead of an allocation (zeroed as kernels expect, unless it is computed
+ * in place over its input 0, whose bytes it must keep). Everything else (subgraph bodies, values
+ * the plan leaves out, a value whose run-time size does not fit its slot) is allocated as
+ * before. Invariant: a tensor pointing into the arena never owns its data, so releasing it is
+ * only forgetting it; the graph outputs, never planned, are moved to the caller. */
 #include "runtime/exec.h"
+#include "runtime/plan.h"
 
 #include <string.h>
 
@@ -11,6 +19,8 @@ typedef struct frame {
     af_tensor *vals;          /* tensors computed in this frame, by value id */
     const af_tensor **bound;  /* what each value id refers to: vals[i], an input, a constant */
     int *left;                /* readers not yet run, by value id */
+    const af_plan *plan;      /* the main graph's plan in a planned run, else NULL */
+    unsigned char *arena;     /* where the plan's offsets point */
 } frame;
 
 struct af_exec {
@@ -70,6 +80,32 @@ static bool dims_known(const af_tensor *t) {
     return true;
 }
 
+/* In a planned run, give output o of n its slot in the arena; false when the plan leaves it
+ * out or its run-time size does not fit (then it is allocated as usual). *done is set when the
+ * output is a view computed in place: its bytes are already there and the kernel is skipped. */
+static bool place(const frame *f, const af_node *n, int o, const af_tensor *const *in,
+                  af_tensor *t, bool *done) {
+    const af_value *v = n->out[o];
+    if (!f->plan || !v || v->graph != f->g) return false;
+    const af_plan_slot *s = &f->plan->slots[v->id];
+    int64_t count = af_tensor_numel(t);
+    size_t es = af_dtype_size(t->dtype), bytes;
+    if (s->offset < 0 || count < 0 || es == 0 || !af_mul_size((size_t)count, es, &bytes) ||
+        bytes > s->size)
+        return false;
+    unsigned char *p = f->arena + s->offset;
+    /* In place: the input's bytes are there only if the input itself got its slot. */
+    bool over_input = s->inplace_of >= 0 && o == 0 && n->nin > 0 && n->in[0] &&
+                      n->in[0]->id == s->inplace_of && in[0] && in[0]->data == p;
+    if (over_input && !af_plan_inplace_ok(n, in[0], t)) return false;
+    if (!over_input) memset(p, 0, bytes);
+    t->data = p;
+    t->nbytes = bytes;
+    t->owns_data = 0;
+    if (over_input && af_plan_op_is_view(n->op)) *done = true;
+    return true;
+}
+
 static af_status run_node(af_exec *x, frame *f, const af_node *n, af_error *err) {
     /* On the heap: a node may have very many inputs or outputs. */
     const af_tensor **in = calloc((size_t)n->nin + 1, sizeof(af_tensor *));
@@ -87,16 +123,17 @@ static af_status run_node(af_exec *x, frame *f, const af_node *n, af_error *err)
     }
     for (int o = 0; o < n->nout; o++) out[o].rank = -1;
     if (!st) st = af_ops[n->op].shape(n, in, out, err);
+    bool done_in_place = false;
     for (int o = 0; o < n->nout && !st; o++) {
         if (out[o].rank > AF_MAX_RANK)
             st = af_node_fail(err, n, AF_ERR_UNSUPPORTED, "output rank %d exceeds %d",
                               out[o].rank, AF_MAX_RANK);
-        else if (dims_known(&out[o]))
+        else if (dims_known(&out[o]) && !place(f, n, o, in, &out[o], &done_in_place))
             st = af_tensor_alloc(&out[o], err);
         if (st == AF_ERR_NOMEM || st == AF_ERR_INVALID_ARG)
             st = af_node_fail(err, n, st, "output %d: %s", o, err ? err->message : "");
     }
-    if (!st) st = af_ops[n->op].kernel(n, in, out, x, err);
+    if (!st && !done_in_place) st = af_ops[n->op].kernel(n, in, out, x, err);
     for (int o = 0; o < n->nout && !st; o++)
         if (n->out[o] && !out[o].data)
             st = af_node_fail(err, n, AF_ERR_INTERNAL, "kernel left output %d unset", o);
@@ -163,10 +200,10 @@ static af_status run_frame(af_exec *x, frame *f, const af_tensor *const *inputs,
     return st;
 }
 
-static af_status exec_in(af_exec *x, frame *parent, const af_graph *g,
-                         const af_tensor *const *inputs, int ninputs, af_tensor *outputs,
-                         af_error *err) {
-    frame f = {g, parent, NULL, NULL, NULL};
+static af_status exec_in(af_exec *x, frame *parent, const af_graph *g, const af_plan *plan,
+                         void *arena, const af_tensor *const *inputs, int ninputs,
+                         af_tensor *outputs, af_error *err) {
+    frame f = {g, parent, NULL, NULL, NULL, plan, arena};
     size_t n = (size_t)g->nvalues + 1;
     f.vals = calloc(n, sizeof(af_tensor));
     f.bound = calloc(n, sizeof(af_tensor *));
@@ -186,7 +223,17 @@ static af_status exec_in(af_exec *x, frame *parent, const af_graph *g,
 af_status af_exec_graph(const af_graph *g, const af_tensor *const *inputs, af_tensor *outputs,
                         af_error *err) {
     af_exec x = {NULL};
-    return exec_in(&x, NULL, g, inputs, g->ninputs, outputs, err);
+    return exec_in(&x, NULL, g, NULL, NULL, inputs, g->ninputs, outputs, err);
+}
+
+af_status af_exec_graph_planned(const af_graph *g, const af_plan *p, void *arena,
+                                const af_tensor *const *inputs, af_tensor *outputs,
+                                af_error *err) {
+    if (g->parent || p->nvalues != g->nvalues || (p->arena_size && !arena))
+        return af_fail(err, AF_ERR_INTERNAL, "%s: the memory plan does not belong to this graph",
+                       g->file ? g->file : "<model>");
+    af_exec x = {NULL};
+    return exec_in(&x, NULL, g, p, arena, inputs, g->ninputs, outputs, err);
 }
 
 af_status af_exec_subgraph(af_exec *x, const af_graph *body, const af_tensor *const *inputs,
@@ -195,5 +242,5 @@ af_status af_exec_subgraph(af_exec *x, const af_graph *body, const af_tensor *co
         return af_fail(err, AF_ERR_INVALID_MODEL, "%s: subgraph '%s' takes %d inputs, given %d",
                        body->file ? body->file : "<model>", body->name ? body->name : "",
                        body->ninputs, ninputs);
-    return exec_in(x, x->f, body, inputs, ninputs, outputs, err);
+    return exec_in(x, x->f, body, NULL, NULL, inputs, ninputs, outputs, err);
 }

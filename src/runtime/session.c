@@ -1,12 +1,18 @@
 /* The public session API (include/autofusion.h): load, describe, run.
  * A session owns its model; inputs are checked against the declared types before anything
- * runs, so a wrong dtype or shape is a clear error rather than a kernel failure. */
+ * runs, so a wrong dtype or shape is a clear error rather than a kernel failure.
+ * Once the graph is final (optimised, or loaded compiled) the session holds its memory plan
+ * (runtime/plan.h) and one arena, made at the first run and reused by every later one: a
+ * session therefore runs one inference at a time, and a second concurrent af_session_run is
+ * refused rather than allowed to share the arena. */
 #include "format/afm.h"
 #include "fusion/fusion.h"
 #include "passes/passes.h"
 #include "runtime/exec.h"
+#include "runtime/plan.h"
 #include "runtime/session.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 struct af_session {
@@ -15,6 +21,9 @@ struct af_session {
     bool fused;                 /* the optimisation pipeline ran (report is valid) */
     af_fusion_report report;
     char *report_text, *report_json; /* rendered on demand */
+    af_plan *plan;              /* NULL: every intermediate is allocated when produced */
+    void *arena;                /* plan->arena_size bytes, made by the first run */
+    atomic_int running;         /* a run is using the arena */
 };
 
 void af_options_init(af_options *opt) {
@@ -95,8 +104,19 @@ static af_status optimize(af_session *s, af_error *err) {
     return st;
 }
 
-static af_status finish(af_model *m, const af_options *opt, bool compiled, af_session **out,
-                        af_error *err) {
+/* The plan of the final graph: the compiled file's when it has one and no --input_shape
+ * changed the types it was made for, else one made now. */
+static af_status make_plan(af_session *s, af_plan **file_plan, af_error *err) {
+    if (*file_plan && !s->opt.input_shape) {
+        s->plan = *file_plan;
+        *file_plan = NULL;
+        return AF_OK;
+    }
+    return af_plan_build(s->model->graph, &s->plan, err);
+}
+
+static af_status finish(af_model *m, af_plan *file_plan, const af_options *opt, bool compiled,
+                        af_session **out, af_error *err) {
     af_session *s = calloc(1, sizeof *s);
     af_status st = AF_OK;
     if (!s) {
@@ -120,13 +140,17 @@ static af_status finish(af_model *m, const af_options *opt, bool compiled, af_se
         st = optimize(s, err);
         if (st) goto fail;
     }
+    st = make_plan(s, &file_plan, err);
+    if (st) goto fail;
     /* Borrowed strings are not kept past this call. */
     s->opt.input_shape = s->opt.disable_fusion = s->opt.fusion_switch_file = NULL;
     *out = s;
     return AF_OK;
 fail:
     if (s && s->fused) af_fusion_report_free(&s->report);
+    if (s) af_plan_free(s->plan);
     free(s);
+    af_plan_free(file_plan);
     af_model_free(m);
     return st;
 }
@@ -138,10 +162,12 @@ static bool is_afm(const char *path) {
 
 af_status af_session_new(const char *path, const af_options *opt, af_session **out, af_error *err) {
     af_model *m = NULL;
+    af_plan *plan = NULL;
     *out = NULL;
     bool compiled = is_afm(path);
-    af_status st = compiled ? af_afm_load(path, &m, NULL, err) : af_model_load(path, &m, err);
-    return st ? st : finish(m, opt, compiled, out, err);
+    af_status st = compiled ? af_afm_load_with_plan(path, &m, NULL, &plan, err)
+                            : af_model_load(path, &m, err);
+    return st ? st : finish(m, plan, opt, compiled, out, err);
 }
 
 af_status af_session_new_from_bytes(const void *bytes, size_t len, const char *name,
@@ -149,7 +175,7 @@ af_status af_session_new_from_bytes(const void *bytes, size_t len, const char *n
     af_model *m = NULL;
     *out = NULL;
     af_status st = af_model_load_bytes(bytes, len, name, &m, err);
-    return st ? st : finish(m, opt, false, out, err);
+    return st ? st : finish(m, NULL, opt, false, out, err);
 }
 
 const char *af_session_report(af_session *s, int json) {
@@ -172,6 +198,8 @@ const char *af_session_report(af_session *s, int json) {
 
 af_model *af_session_model(const af_session *s) { return s->model; }
 
+const af_plan *af_session_plan(const af_session *s) { return s->plan; }
+
 const af_fusion_report *af_session_fusion_report(const af_session *s) {
     return s->fused ? &s->report : NULL;
 }
@@ -181,6 +209,8 @@ void af_session_free(af_session *s) {
     if (s->fused) af_fusion_report_free(&s->report);
     free(s->report_text);
     free(s->report_json);
+    af_plan_free(s->plan);
+    free(s->arena);
     af_model_free(s->model);
     free(s);
 }
@@ -241,6 +271,25 @@ static af_status check_input(const af_model *m, const af_value *v, const af_tens
     return AF_OK;
 }
 
+/* Run with the plan, in the session's arena (made now if this is the first run). */
+static af_status run_planned(af_session *s, const af_tensor *const *bound, af_tensor *res,
+                             af_error *err) {
+    if (atomic_exchange(&s->running, 1))
+        return af_fail(err, AF_ERR_INVALID_ARG,
+                       "%s: the session is already running (a session runs one inference at a "
+                       "time; use one session per thread)", s->model->path);
+    af_status st = AF_OK;
+    if (!s->arena && s->plan->arena_size) {
+        s->arena = aligned_alloc(AF_PLAN_ALIGN, (size_t)s->plan->arena_size);
+        if (!s->arena)
+            st = af_fail(err, AF_ERR_NOMEM, "%s: out of memory allocating the %llu-byte arena",
+                         s->model->path, (unsigned long long)s->plan->arena_size);
+    }
+    if (!st) st = af_exec_graph_planned(s->model->graph, s->plan, s->arena, bound, res, err);
+    atomic_store(&s->running, 0);
+    return st;
+}
+
 af_status af_session_run(af_session *s, const char *const *names, const af_tensor *const *inputs,
                          size_t ninputs, af_tensor **outputs, af_error *err) {
     const af_graph *g = s->model->graph;
@@ -264,7 +313,7 @@ af_status af_session_run(af_session *s, const char *const *names, const af_tenso
         if (st) goto done;
         bound[k] = inputs[i];
     }
-    st = af_exec_graph(g, bound, res, err);
+    st = s->plan ? run_planned(s, bound, res, err) : af_exec_graph(g, bound, res, err);
     if (st) goto done;
     for (; made < g->noutputs; made++) {
         outputs[made] = malloc(sizeof(af_tensor));
