@@ -4,10 +4,11 @@
     /usr/bin/python3 tests/gen_plan_models.py OUT_DIR
 
 Writes OUT_DIR/NAME.onnx and OUT_DIR/NAME.in<i>.npy (one per graph input, in input order) for:
-  - resnet18: torchvision's ResNet-18 at 1x3x64x64 (residual adds, a pooled head);
+  - resnet18: torchvision's ResNet-18 at 1x3x32x32 (residual adds, a pooled head; the last
+    stage is 1x1, small enough for the reference kernels under AddressSanitizer);
   - bert_small: the 2-layer BERT of bench/bert.py (hidden 128, 2 heads), batch 2 x seq 16 with
     an attention mask that pads row 1 (shape arithmetic, masks, LayerNorm, GELU);
-  - testmodel: the seed's TestModel (tools/make_testmodel.py) at 1x3x64x64.
+  - testmodel: the seed's TestModel (tools/make_testmodel.py) at 1x3x32x32, as tests/models.
 
 Invariant: deterministic (fixed seeds); every file passes onnx.checker (export_onnx checks it).
 """
@@ -51,8 +52,8 @@ def main():
 
     torch.manual_seed(SEED)
     resnet = torchvision.models.resnet18(weights=None)
-    afx.randomize_init(resnet, SEED, calibration=(torch.cat([image(64, 1), image(64, 2)]),))
-    save(out, "resnet18", resnet, (image(64),), ["input"], ["output"])
+    afx.randomize_init(resnet, SEED, calibration=(torch.cat([image(32, 1), image(32, 2)]),))
+    save(out, "resnet18", resnet, (image(32),), ["input"], ["output"])
 
     cfg = bert.BertConfig.small(layers=2, hidden=128, heads=2, intermediate=512, vocab=1000)
     model = bert.build_bert(cfg, SEED)
@@ -60,7 +61,7 @@ def main():
     save(out, "bert_small", model, (ids, mask), ["input_ids", "attention_mask"],
          ["last_hidden_state", "pooler_output"])
 
-    save(out, "testmodel", make_testmodel.build_testmodel(SEED), (image(64),), ["input"],
+    save(out, "testmodel", make_testmodel.build_testmodel(SEED), (image(32),), ["input"],
          ["output"])
 
 

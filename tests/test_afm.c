@@ -5,7 +5,8 @@
  *    IR (names, types, attributes, constants, subgraphs) and bit-identical outputs;
  *  - damage: every truncation and every single-bit flip of a file is a clean error; words
  *    overwritten with hostile values and the checksums recomputed (a forger's file) never crash
- *    the loader, and what loads still verifies and runs;
+ *    the loader, and what loads still verifies and runs, with its memory plan too (the plan's
+ *    own forgeries are in test_plan.c);
  *  - metadata, `inspect`, bad files;
  *  - export: the ONNX file re-imports to the same outputs and passes onnx.checker (when
  *    /usr/bin/python3 has onnx).
@@ -679,9 +680,9 @@ static void write_bytes(const char *path, const void *p, size_t n) {
     assert_int_equal(fclose(f), 0);
 }
 
-/* The header layout (afm.h): section table at 32, 32 bytes per entry, 11 sections, header
- * checksum in the last 8 of 392 bytes. */
-enum { NSEC = 11, HDR = 392 };
+/* The header layout (afm.h): section table at 32, 32 bytes per entry, 12 sections (the plan is
+ * section 10, the weights 11), header checksum in the last 8 of 424 bytes. */
+enum { NSEC = 12, HDR = 424 };
 
 static uint64_t rd64(const unsigned char *p) {
     uint64_t v;
@@ -761,15 +762,17 @@ static void test_bit_flips(void **state) {
 }
 
 /* A forged file either fails cleanly or loads into a graph that verifies and runs (or fails
- * to run) without crashing. */
+ * to run) without crashing, with and without the memory plan it carries. */
 static int try_forged(const char *path) {
     af_model *m = NULL;
+    af_plan *plan = NULL;
     af_error err;
-    af_status st = af_afm_load(path, &m, NULL, &err);
+    af_status st = af_afm_load_with_plan(path, &m, NULL, &plan, &err);
     if (st) {
         if (strncmp(err.message, path, strlen(path)))
             fail_msg("message without the path: %s", err.message);
         assert_null(m);
+        assert_null(plan);
         return 0;
     }
     assert_int_equal(af_graph_verify(m->graph, &err), AF_OK);
@@ -781,19 +784,25 @@ static int try_forged(const char *path) {
         af_tensor *out = calloc((size_t)g->noutputs + 1, sizeof *out);
         run(g, inp, out, &err);
         release_all(out, g->noutputs);
+        if (plan) {
+            void *arena = plan->arena_size ? aligned_alloc(64, (size_t)plan->arena_size) : NULL;
+            if (!plan->arena_size || arena)
+                af_exec_graph_planned(g, plan, arena, inp, out, &err);
+            release_all(out, g->noutputs);
+            free(arena);
+        }
         free(out);
         release_all(in, g->ninputs);
     }
+    af_plan_free(plan);
     af_model_free(m);
     return 1;
 }
 
-static void test_forged_files(void **state) {
-    (void)state;
-    af_arena *a = af_arena_new();
-    save_small(a, "small.afm");
+/* Every word of the structured sections of one file, overwritten with hostile values. */
+static void forge_words(const char *path) {
     size_t len;
-    unsigned char *buf = read_all(tmp_path("small.afm"), &len);
+    unsigned char *buf = read_all(path, &len);
     uint64_t wstart = rd64(buf + 32 + 32 * (NSEC - 1) + 8);
     const char *bad = tmp_path("forged.afm");
     static const uint32_t hostile[] = {0xffffffffu, 0xfffffffeu, 0x7fffffffu, 0x80000000u, 0, 1,
@@ -822,6 +831,25 @@ static void test_forged_files(void **state) {
     printf("forged files: %d tried, %d still loaded (benign changes), the rest refused\n", tried,
            loaded);
     free(buf);
+}
+
+/* The attribute net, and the conv net, whose file carries a memory plan with entries. */
+static void test_forged_files(void **state) {
+    (void)state;
+    af_arena *a = af_arena_new();
+    save_small(a, "small.afm");
+    forge_words(tmp_path("small.afm"));
+    af_error err;
+    af_graph *g = conv_net(a);
+    assert_int_equal(af_afm_save(tmp_path("convnet.afm"), g, NULL, &err), AF_OK);
+    af_model *m = NULL;
+    af_plan *plan = NULL;
+    assert_int_equal(af_afm_load_with_plan(tmp_path("convnet.afm"), &m, NULL, &plan, &err), AF_OK);
+    assert_non_null(plan);
+    assert_true(plan->nplanned >= 5);
+    af_plan_free(plan);
+    af_model_free(m);
+    forge_words(tmp_path("convnet.afm"));
     af_arena_free(a);
 }
 
@@ -860,7 +888,7 @@ static void test_forged_reasons(void **state) {
     /* A constant whose bytes leave the weights section: value records are 128 bytes, the
      * tensor's data offset is at 40 + 72. */
     memcpy(b, buf, len);
-    uint64_t values = sec_off(b, 4), wsize = rd64(b + 32 + 32 * 10 + 16);
+    uint64_t values = sec_off(b, 4), wsize = rd64(b + 32 + 32 * 11 + 16);
     int found = 0;
     for (uint64_t r = values; r < sec_off(b, 5) && !found; r += 128) {
         uint32_t flags;
@@ -879,15 +907,21 @@ static void test_forged_reasons(void **state) {
     assert_non_null(gelu);
     memcpy(gelu, "Gulp", 4);
     expect_forged_error(b, len, "not supported");
-    /* Another version. */
-    memcpy(b, buf, len);
-    b[8] = 2;
-    forge_checksums(b, len);
-    write_bytes(tmp_path("v2.afm"), b, len);
+    /* Another version: the one before (no plan section) and the one after. */
     af_model *m = NULL;
     af_error err;
-    assert_int_equal(af_afm_load(tmp_path("v2.afm"), &m, NULL, &err), AF_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err.message, "format version 2"));
+    for (unsigned char v = 1; v <= 3; v += 2) {
+        char want[96];
+        memcpy(b, buf, len);
+        b[8] = v;
+        forge_checksums(b, len);
+        write_bytes(tmp_path("vx.afm"), b, len);
+        assert_int_equal(af_afm_load(tmp_path("vx.afm"), &m, NULL, &err), AF_ERR_UNSUPPORTED);
+        assert_null(m);
+        snprintf(want, sizeof want, "format version %u is not supported (this build reads version 2)",
+                 v);
+        if (!strstr(err.message, want)) fail_msg("'%s' lacks '%s'", err.message, want);
+    }
     free(b);
     free(buf);
     af_arena_free(a);
@@ -953,10 +987,10 @@ static void test_meta_and_inspect(void **state) {
     FILE *f = open_memstream(&text, &tlen);
     assert_int_equal(af_afm_inspect(path, f, &err), AF_OK);
     fclose(f);
-    static const char *needles[] = {"format version 1", "command line: autofusion compile",
+    static const char *needles[] = {"format version 2", "command line: autofusion compile",
                                     "meta precision_mode: fp32", "FusedConv", "Gelu",
                                     "by ConvBNReluFusionOp, from 3 nodes: conv bn relu",
-                                    "weights:", "arena: not planned"};
+                                    "weights:", "arena: 0 bytes (lower bound 0, ratio 1.000)"};
     for (size_t i = 0; i < AF_COUNT(needles); i++)
         if (!strstr(text, needles[i])) fail_msg("inspect lacks '%s':\n%s", needles[i], text);
     free(text);

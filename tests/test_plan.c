@@ -497,7 +497,7 @@ static int load_pb_inputs(const char *dir, const af_graph *g, af_tensor *in, con
 typedef struct conf_tally {
     int models, planned_models, ran, values, inplace;
     double worst;
-    char worst_id[300];
+    char worst_id[1100];
 } conf_tally;
 
 static void conformance_case(const char *dir, const char *id, bool optimized, conf_tally *t) {

@@ -24,6 +24,7 @@ typedef struct fk_conv {
     double *acc; /* one output row of accumulators */
     int64_t *kw_lo, *kw_hi; /* per kernel column kw: the output columns [lo, hi) it reaches */
     int64_t in_lo, in_hi;   /* the columns every kernel column reaches (in_lo == in_hi: none) */
+    bool grouped_taps;      /* interior long enough for taps to share passes (fused_conv.c) */
 } fk_conv;
 
 /* Check X = in[0], W = in[1], B = in[2] (optional) with the node's Conv attributes (group,

@@ -3,7 +3,10 @@
  * that ConvPoolFc shares (fused.h).
  *
  * Invariant: the output is written one row (n, m, od, oh, all ow) at a time, each row computed
- * in a scratch buffer, finished by the epilogue, then stored once; no full-size temporary. */
+ * in a scratch buffer, finished by the epilogue, then stored once; no full-size temporary. Each
+ * output sums its products in double in the unfused Conv's order (channel, then kernel d, h, w),
+ * so the core gives the unfused Conv's bits; the loops only share passes over the row between
+ * consecutive products where that order allows it. */
 #include "kernels/fused.h"
 
 #include <stdlib.h>
@@ -72,6 +75,9 @@ af_status fk_conv_setup(const af_node *n, const af_tensor *const *in, fk_conv *c
     }
     if (c->in_hi < c->in_lo)
         c->in_hi = c->in_lo;
+    /* Sharing a pass between three kernel columns pays off on long rows only: on short ones
+     * the extra edge loops cost more than the saved accumulator traffic. */
+    c->grouped_taps = kw >= 3 && c->in_hi - c->in_lo >= 16;
     return AF_OK;
 }
 
@@ -130,13 +136,31 @@ static void conv_row_pointwise(const fk_conv *c, int64_t b, int64_t m, int64_t o
         pw_accumulate(x, plane, wm, c->cg, lo, hi, sw, base, acc);
 }
 
-/* acc[ow] += sum over kernel columns kw of w[kw] * x[ow * sw + kw * dw - pw], each output
- * adding its products in kw order (the unfused Conv's order). The edge columns, where only some
+/* acc[ow] += sum over kernel columns kw of w[kw] * x[ow * sw + kw * dw - pw] for every output
+ * column ow the kernel column reaches, one kernel column per pass over the row; each output
+ * adds its products in kw order (the unfused Conv's order). Stride 1 reads X contiguously: its
+ * own loop vectorises. */
+static void taps_each(const fk_conv *c, const float *x, const float *w, double *acc) {
+    const int64_t nk = c->w.k[2], sw = c->w.s[2], dw = c->w.d[2], pw = c->w.pb[2];
+    for (int64_t kw = 0; kw < nk; kw++) {
+        int64_t lo = c->kw_lo[kw], hi = c->kw_hi[kw], base = kw * dw - pw;
+        double wv = w[kw];
+        if (sw == 1)
+            for (int64_t ow = lo; ow < hi; ow++)
+                acc[ow] += wv * x[ow + base];
+        else
+            for (int64_t ow = lo; ow < hi; ow++)
+                acc[ow] += wv * x[ow * sw + base];
+    }
+}
+
+/* The same sums, same order per output, for long rows: the edge columns, where only some
  * kernel columns reach, go one kernel column at a time over its valid range; the interior
- * [in_lo, in_hi), where all reach, takes three kernel columns per pass over the row. Inlined
- * twice, with sw == 1 a constant in one copy, so that copy vectorises. */
-static inline void taps_accumulate(const fk_conv *c, const float *x, const float *w,
-                                   int64_t sw, double *acc) {
+ * [in_lo, in_hi), where all reach, takes three kernel columns per pass, loading and storing
+ * each accumulator once per three products. Inlined twice, with sw == 1 a constant in one
+ * copy, so that copy vectorises. */
+static inline void taps_grouped(const fk_conv *c, const float *x, const float *w, int64_t sw,
+                                double *acc) {
     const int64_t nk = c->w.k[2], dw = c->w.d[2], pw = c->w.pb[2];
     const int64_t ilo = c->in_lo, ihi = c->in_hi;
     for (int64_t kw = 0; kw < nk; kw++) {
@@ -188,10 +212,12 @@ static void conv_row_general(const fk_conv *c, int64_t b, int64_t m, int64_t od,
                     continue;
                 const float *xrow = c->x + (((b * c->cin + ch) * in[0] + id) * in[1] + ih) * in[2];
                 const float *wrow = c->wt + (((m * c->cg + cc) * k[0] + kd) * k[1] + kh) * k[2];
-                if (sw == 1)
-                    taps_accumulate(c, xrow, wrow, 1, acc);
+                if (c->grouped_taps && sw == 1)
+                    taps_grouped(c, xrow, wrow, 1, acc);
+                else if (c->grouped_taps)
+                    taps_grouped(c, xrow, wrow, sw, acc);
                 else
-                    taps_accumulate(c, xrow, wrow, sw, acc);
+                    taps_each(c, xrow, wrow, acc);
             }
         }
     }

@@ -197,7 +197,7 @@ static const float *mm_b_rows(const fk_mm *g, int64_t boff, bool transpose, floa
 
 /* One output row: y[j] = alpha * sum_k row[k] * B[k, j] + bias[j], in the i-k-j order of the
  * unfused MatMul (a double accumulator per column, B read along its rows, the products added in
- * k order, so both give the same bits). Four k steps share one pass over the accumulators:
+ * k order, so both sums have the same bits). Four k steps share one pass over the accumulators:
  * each acc[j] is loaded and stored once per four products instead of once per product. */
 static void mm_row(const fk_mm *g, const float *row, const float *b, const float *bias,
                    double alpha, double *acc, float *y) {

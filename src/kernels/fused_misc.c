@@ -4,8 +4,8 @@
  *
  * Invariant: none of them materialises an intermediate of the output's size: FusedElementwise
  * works in place on Y one cache-sized run at a time, ConvPoolFc reduces each conv output row as
- * soon as it is computed, SqueezeExcite keeps only per-channel vectors. Values are rounded to float where the
- * unfused chain would store a float tensor, so both agree closely. */
+ * soon as it is computed, SqueezeExcite keeps only per-channel vectors. Values are rounded to
+ * float where the unfused chain would store a float tensor, so both agree closely. */
 #include "kernels/fused.h"
 
 #include <stdlib.h>

@@ -173,8 +173,8 @@ static uint64_t align_up(uint64_t v) {
 }
 
 /* The value that output v of node nd may overwrite, or NULL: v is output 0 of an op of the
- * table, input 0 is a planned value that dies at this node, is read through no other slot and
- * has v's size (and shape, for SAME_SHAPE ops). `planned(id)` says whether input 0 is. */
+ * table, input 0 is a planned value (slots[id].offset >= 0) that dies at this node, is read
+ * through no other slot and has v's size (and shape, for SAME_SHAPE ops). */
 static const af_value *inplace_source(const live *L, const af_node *nd, const af_value *v,
                                       const af_plan_slot *slots) {
     if (nd->nout < 1 || nd->out[0] != v || nd->nin < 1 || has_subgraph(nd)) return NULL;
