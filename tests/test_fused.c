@@ -375,6 +375,10 @@ static const conv_case conv_cases[] = {
     {2, 1, 2, 5, 1, {6, 13}, {2, 3}, {1, 1}, {2, 2}, {0}, "SAME_LOWER", true},
     /* 2-D VALID with a 1x1 kernel */
     {2, 3, 5, 2, 1, {4, 5}, {1, 1}, {1, 1}, {1, 1}, {0}, "VALID", false},
+    /* 2-D 3x3 pad 1 on rows of 40: the three-kernel-columns-per-pass interior path */
+    {2, 1, 3, 4, 1, {5, 40}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, NULL, true},
+    /* 1x1, stride 2, with pads: the strided path with four input channels per pass */
+    {2, 1, 6, 3, 1, {7, 9}, {1, 1}, {2, 2}, {1, 1}, {1, 1, 0, 1}, NULL, true},
 };
 
 /* Per-channel operand shape [M, 1...] of a case. */
