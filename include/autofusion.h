@@ -136,7 +136,8 @@ af_status af_session_output_type(const af_session *s, int i, af_tensor *type_out
  * valid while the session lives. */
 const char *af_session_report(af_session *s, int json);
 
-/* Run the model. `inputs[i]` is bound to the graph input called `names[i]`; every graph input
+/* Run the model (one inference at a time per session: a session reuses one memory arena, and a
+ * second concurrent call fails with AF_ERR_INVALID_ARG). `inputs[i]` is bound to the graph input called `names[i]`; every graph input
  * without an initializer must be given. `outputs` has af_session_output_count() slots that
  * receive new tensors owned by the caller. */
 af_status af_session_run(af_session *s, const char *const *names, const af_tensor *const *inputs,

@@ -47,7 +47,8 @@ af_status fk_kernel_fused_elementwise(const af_node *n, const af_tensor *const *
     const float *xd = x->data;
     for (int64_t off = 0; off < total; off += RUN) {
         int64_t len = total - off < RUN ? total - off : RUN;
-        memcpy(y + off, xd + off, (size_t)len * sizeof(float));
+        /* The planner may run this in place (y == x): then the bytes are already there. */
+        if (y != xd) memcpy(y + off, xd + off, (size_t)len * sizeof(float));
         af_epilogue_apply_at(&ep, y, off, len);
     }
     return AF_OK;
