@@ -624,23 +624,11 @@ static void finish_strings(writer *w) {
     if (w->str_blob.n) memcpy(p + w->str_offs.n, w->str_blob.p, w->str_blob.n);
 }
 
-static bool write_all(int fd, const void *p, size_t n) {
-    const uint8_t *b = p;
-    while (n) {
-        ssize_t k = write(fd, b, n > (1u << 30) ? (1u << 30) : n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return false;
-        b += k;
-        n -= (size_t)k;
-    }
-    return true;
-}
-
 static bool write_zeros(int fd, uint64_t n) {
     static const uint8_t zeros[WEIGHT_ALIGN];
     while (n) {
         size_t k = n > sizeof zeros ? sizeof zeros : (size_t)n;
-        if (!write_all(fd, zeros, k)) return false;
+        if (!af_write_all(fd, zeros, k)) return false;
         n -= k;
     }
     return true;
@@ -690,50 +678,33 @@ static bool write_file(const writer *w, int fd) {
         set64(e + 24, s == SEC_WEIGHTS ? wh : hash_bytes(w->sec[s].p, w->sec[s].n));
     }
     set64(hdr + HDR_SIZE - 8, hash_bytes(hdr, HDR_SIZE - 8));
-    if (!write_all(fd, hdr, sizeof hdr)) return false;
+    if (!af_write_all(fd, hdr, sizeof hdr)) return false;
     at = HDR_SIZE;
     for (int s = 0; s < SEC_WEIGHTS; s++) {
-        if (!write_zeros(fd, off[s] - at) || !write_all(fd, w->sec[s].p, w->sec[s].n)) return false;
+        if (!write_zeros(fd, off[s] - at) || !af_write_all(fd, w->sec[s].p, w->sec[s].n)) return false;
         at = off[s] + size[s];
     }
     if (!write_zeros(fd, off[SEC_WEIGHTS] - at)) return false;
     at = 0;
     for (size_t i = 0; i < w->nw; i++) {
         if (!write_zeros(fd, w->w[i].off - at) ||
-            !write_all(fd, w->w[i].data, (size_t)w->w[i].nbytes))
+            !af_write_all(fd, w->w[i].data, (size_t)w->w[i].nbytes))
             return false;
         at = w->w[i].off + w->w[i].nbytes;
     }
     return true;
 }
 
+static bool fill_afm(int fd, const void *w) { return write_file(w, fd); }
+
 /* Write to a temporary file next to path, then rename it into place. */
 static af_status write_out(const writer *w, af_error *err) {
-    size_t len = strlen(w->path);
-    char *tmp = malloc(len + 8);
-    if (!tmp) return wfail(w, err, AF_ERR_NOMEM, "out of memory");
-    memcpy(tmp, w->path, len);
-    memcpy(tmp + len, ".XXXXXX", 8);
-    af_status st = AF_OK;
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        st = wfail(w, err, AF_ERR_IO, "cannot create a file in its folder: %s", strerror(errno));
-        free(tmp);
-        return st;
-    }
-    bool ok = fchmod(fd, 0644) == 0 && write_file(w, fd) && fsync(fd) == 0;
-    int saved = errno;
-    ok = close(fd) == 0 && ok;
-    if (ok && rename(tmp, w->path) != 0) {
-        ok = false;
-        saved = errno;
-    }
-    if (!ok) {
-        st = wfail(w, err, AF_ERR_IO, "cannot write: %s", strerror(saved ? saved : EIO));
-        unlink(tmp);
-    }
-    free(tmp);
-    return st;
+    bool created;
+    int e = af_write_atomic(w->path, fill_afm, w, &created);
+    if (!e) return AF_OK;
+    if (e == ENOMEM && !created) return wfail(w, err, AF_ERR_NOMEM, "out of memory");
+    return wfail(w, err, AF_ERR_IO, created ? "cannot write: %s" : "cannot create a file in its folder: %s",
+                 strerror(e));
 }
 
 static void writer_free(writer *w) {

@@ -352,46 +352,20 @@ static af_status write_model(exporter *x, const af_graph *g, af_error *err) {
     return st;
 }
 
-static bool write_all(int fd, const uint8_t *p, size_t n) {
-    while (n) {
-        ssize_t k = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return false;
-        p += k;
-        n -= (size_t)k;
-    }
-    return true;
+static bool fill_onnx(int fd, const void *x) {
+    const exporter *e = x;
+    return af_write_all(fd, e->b.p, e->b.n);
 }
 
 /* Write the bytes under a temporary name next to path, then rename into place. */
 static af_status save(const exporter *x, af_error *err) {
-    size_t len = strlen(x->path);
-    char *tmp = malloc(len + 8);
-    if (!tmp) return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", x->path);
-    memcpy(tmp, x->path, len);
-    memcpy(tmp + len, ".XXXXXX", 8);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        af_status st = af_fail(err, AF_ERR_IO, "%s: cannot create a file in its folder: %s",
-                               x->path, strerror(errno));
-        free(tmp);
-        return st;
-    }
-    bool ok = fchmod(fd, 0644) == 0 && write_all(fd, x->b.p, x->b.n);
-    int saved = errno;
-    ok = close(fd) == 0 && ok;
-    if (ok && rename(tmp, x->path) != 0) {
-        ok = false;
-        saved = errno;
-    }
-    af_status st = AF_OK;
-    if (!ok) {
-        st =
-            af_fail(err, AF_ERR_IO, "%s: cannot write: %s", x->path, strerror(saved ? saved : EIO));
-        unlink(tmp);
-    }
-    free(tmp);
-    return st;
+    bool created;
+    int e = af_write_atomic(x->path, fill_onnx, x, &created);
+    if (!e) return AF_OK;
+    if (e == ENOMEM && !created) return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", x->path);
+    return af_fail(err, AF_ERR_IO,
+                   created ? "%s: cannot write: %s" : "%s: cannot create a file in its folder: %s",
+                   x->path, strerror(e));
 }
 
 af_status af_onnx_export(const af_graph *g, const char *path, af_error *err) {

@@ -3,7 +3,10 @@
  * stay valid for the arena's life. */
 #include "util/util.h"
 
+#include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define ARENA_BLOCK (64 * 1024)
 
@@ -172,4 +175,44 @@ fail:
     free(buf);
     fclose(f);
     return -1;
+}
+
+bool af_write_all(int fd, const void *p, size_t n) {
+    const uint8_t *b = p;
+    while (n) {
+        ssize_t k = write(fd, b, n > (1u << 30) ? (1u << 30) : n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        b += k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+
+int af_write_atomic(const char *path, bool (*fill)(int fd, const void *ctx), const void *ctx,
+                    bool *created) {
+    size_t len = strlen(path);
+    char *tmp = malloc(len + 8);
+    *created = false;
+    if (!tmp) return ENOMEM;
+    memcpy(tmp, path, len);
+    memcpy(tmp + len, ".XXXXXX", 8); /* mkstemp's template */
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        int e = errno;
+        free(tmp);
+        return e;
+    }
+    *created = true;
+    errno = 0;
+    bool ok = fchmod(fd, 0644) == 0 && fill(fd, ctx) && fsync(fd) == 0;
+    int saved = errno;
+    ok = close(fd) == 0 && ok;
+    if (ok && rename(tmp, path) != 0) {
+        ok = false;
+        saved = errno;
+    }
+    if (!ok) unlink(tmp);
+    free(tmp);
+    return ok ? 0 : (saved ? saved : EIO);
 }

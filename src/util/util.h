@@ -50,6 +50,14 @@ uint16_t af_float_to_half(float f);
 float af_bf16_to_float(uint16_t h);
 uint16_t af_float_to_bf16(float f);
 
+/* write(2) all n bytes (retrying short writes and EINTR); false on error (errno set). */
+bool af_write_all(int fd, const void *p, size_t n);
+/* Create `path` atomically: `fill` writes the contents to a new file next to it, which is
+ * synced and renamed into place, so a failure never leaves a partial file. Returns 0, or an
+ * errno value; *created tells whether the temporary file could be made at all. */
+int af_write_atomic(const char *path, bool (*fill)(int fd, const void *ctx), const void *ctx,
+                    bool *created);
+
 /* Read a whole file (for small inputs: .npy, .pb). Caller frees *data. */
 int af_read_file(const char *path, unsigned char **data, size_t *len);
 
