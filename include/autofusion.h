@@ -94,6 +94,8 @@ typedef struct af_options {
     const char *disable_fusion;     /* "A,B": fusion rules to switch off ("ALL" for every one) */
     const char *fusion_switch_file; /* ATC switch file: lines "Name:off", or JSON
                                        {"Switch":{"GraphFusion":{"ALL":"off","X":"on"}}} */
+    int no_lower; /* 1: keep the graph as fusion left it (what the report describes, for an ONNX
+                     export) instead of lowering it for the fast kernels (layout, packing) */
 } af_options;
 
 /* Defaults: all cores, fusion on, errors only. The environment also switches fusions off
@@ -142,6 +144,13 @@ const char *af_session_report(af_session *s, int json);
  * receive new tensors owned by the caller. */
 af_status af_session_run(af_session *s, const char *const *names, const af_tensor *const *inputs,
                          size_t ninputs, af_tensor **outputs, af_error *err);
+
+/* Per-node profiling, written as a Chrome trace (the JSON that ONNX Runtime's profiler writes;
+ * open it in Perfetto or chrome://tracing): after af_session_profile_start every run records
+ * each node (op, the original nodes a fused op replaced, its time) and the whole run;
+ * af_session_profile_end writes what was recorded to `path` and stops. */
+af_status af_session_profile_start(af_session *s, af_error *err);
+af_status af_session_profile_end(af_session *s, const char *path, af_error *err);
 
 #ifdef __cplusplus
 }

@@ -787,7 +787,7 @@ static int try_forged(const char *path) {
         if (plan) {
             void *arena = plan->arena_size ? aligned_alloc(64, (size_t)plan->arena_size) : NULL;
             if (!plan->arena_size || arena)
-                af_exec_graph_planned(g, plan, arena, inp, out, &err);
+                af_exec_graph_planned(g, plan, arena, NULL, inp, out, &err);
             release_all(out, g->noutputs);
             free(arena);
         }

@@ -214,7 +214,7 @@ static bool compare_runs(const af_graph *g, const af_plan *p, const af_tensor *c
     void *arena = p->arena_size ? aligned_alloc(64, (size_t)p->arena_size) : NULL;
     if (arena) memset(arena, 0xa5, (size_t)p->arena_size);
     for (int rep = 0; rep < 2; rep++) {
-        if (af_exec_graph_planned(g, p, arena, inputs, b, &err))
+        if (af_exec_graph_planned(g, p, arena, NULL, inputs, b, &err))
             fail_msg("%s: the planned run fails: %s", what, err.message);
         for (int i = 0; i < n; i++)
             if (!same_bits(&a[i], &b[i]))

@@ -30,7 +30,7 @@ typedef struct cli {
     long iterations, warmup, threads, framework;
     bool compare, json, no_fusion;
     const char *output, *disable_fusion, *fusion_switch_file, *report, *log, *precision_mode;
-    const char *export_onnx;
+    const char *export_onnx, *profile;
     char *command_line; /* the compile command as given (stored in the .afm) */
 } cli;
 
@@ -65,6 +65,7 @@ static const struct opt {
     {"threads", INT, offsetof(cli, threads), BENCH | COMPILE, "N  threads (default all cores)"},
     {"compare", FLAG, offsetof(cli, compare), BENCH, "also time the unfused graph in the same process"},
     {"json", FLAG, offsetof(cli, json), BENCH | REPORT, "print JSON"},
+    {"profile", STR, offsetof(cli, profile), BENCH, "F.json  per-node Chrome trace of the timed runs"},
 };
 
 static const struct command {
@@ -367,33 +368,57 @@ static double percentile(const double *v, long n, double p) {
     return v[k < 0 ? 0 : (k >= n ? n - 1 : k)];
 }
 
-static int time_session(const cli *c, af_session *s, const inputs *in, stats *st) {
-    int nout = af_session_output_count(s);
-    af_tensor **out = calloc((size_t)nout + 1, sizeof(af_tensor *));
-    double *ms = calloc((size_t)c->iterations + 1, sizeof(double));
-    int rc = 1;
-    if (!out || !ms) goto done;
-    for (long i = 0; i < c->warmup; i++) {
-        if (run_once(s, in, out)) goto done;
-        outputs_free(out, nout);
+/* Time c->iterations runs of each of the ns sessions after c->warmup runs each, interleaved
+ * (run i of every session before run i + 1 of any), so that a machine whose speed drifts
+ * affects them alike; profile (may be NULL) gets the trace of session 0's timed runs. */
+static int time_sessions(const cli *c, af_session **s, int ns, const inputs *in,
+                         const char *profile, stats *st) {
+    int rc = 1, nout[2] = {0, 0};
+    af_tensor **out[2] = {NULL, NULL};
+    double *ms[2] = {NULL, NULL}, sum[2] = {0, 0};
+    af_error err;
+    for (int k = 0; k < ns; k++) {
+        nout[k] = af_session_output_count(s[k]);
+        out[k] = calloc((size_t)nout[k] + 1, sizeof(af_tensor *));
+        ms[k] = calloc((size_t)c->iterations + 1, sizeof(double));
+        if (!out[k] || !ms[k]) goto done;
     }
-    double sum = 0;
-    for (long i = 0; i < c->iterations; i++) {
-        double t0 = now_ms();
-        if (run_once(s, in, out)) goto done;
-        ms[i] = now_ms() - t0;
-        sum += ms[i];
-        outputs_free(out, nout);
+    for (long i = 0; i < c->warmup; i++)
+        for (int k = 0; k < ns; k++) {
+            if (run_once(s[k], in, out[k])) goto done;
+            outputs_free(out[k], nout[k]);
+        }
+    if (profile && af_session_profile_start(s[0], &err)) {
+        fprintf(stderr, "autofusion: %s\n", err.message);
+        goto done;
     }
-    qsort(ms, (size_t)c->iterations, sizeof(double), cmp_double);
+    for (long i = 0; i < c->iterations; i++)
+        for (int k = 0; k < ns; k++) {
+            double t0 = now_ms();
+            if (run_once(s[k], in, out[k])) goto done;
+            ms[k][i] = now_ms() - t0;
+            sum[k] += ms[k][i];
+            outputs_free(out[k], nout[k]);
+        }
+    if (profile && af_session_profile_end(s[0], profile, &err)) {
+        fprintf(stderr, "autofusion: %s\n", err.message);
+        goto done;
+    }
     long n = c->iterations;
-    *st = (stats){ms[0], n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2, sum / (double)n,
-                  percentile(ms, n, 90), percentile(ms, n, 99), ms[n - 1], 1000.0 * (double)n / sum};
+    for (int k = 0; k < ns; k++) {
+        double *v = ms[k];
+        qsort(v, (size_t)n, sizeof(double), cmp_double);
+        st[k] = (stats){v[0], n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, sum[k] / (double)n,
+                        percentile(v, n, 90), percentile(v, n, 99), v[n - 1],
+                        1000.0 * (double)n / sum[k]};
+    }
     rc = 0;
 done:
-    if (out) outputs_free(out, nout);
-    free(out);
-    free(ms);
+    for (int k = 0; k < ns; k++) {
+        if (out[k]) outputs_free(out[k], nout[k]);
+        free(out[k]);
+        free(ms[k]);
+    }
     return rc;
 }
 
@@ -420,13 +445,15 @@ static int cmd_bench(const cli *c) {
         return 2;
     }
     inputs in = {0};
-    stats fused, unfused;
+    stats st[2];
     int rc = 1;
     af_session *s = open_session(c, c->no_fusion), *u = NULL;
-    if (!s || inputs_make(c, s, &in) || time_session(c, s, &in, &fused)) goto done;
-    /* Same kernels, same executor, same inputs: only the passes differ. */
-    if (c->compare && (!(u = open_session(c, true)) || time_session(c, u, &in, &unfused)))
-        goto done;
+    if (!s || inputs_make(c, s, &in)) goto done;
+    /* Same kernels, same executor, same inputs: only the fusion passes differ. */
+    if (c->compare && !(u = open_session(c, true))) goto done;
+    af_session *both[2] = {s, u};
+    if (time_sessions(c, both, c->compare ? 2 : 1, &in, c->profile, st)) goto done;
+    const stats fused = st[0], unfused = st[1];
     if (c->json) {
         printf("{\"model\": \"%s\", \"threads\": %ld, ", c->model, c->threads);
         json_stats("fused", &fused);
@@ -489,6 +516,22 @@ static int check_compile_args(cli *c) {
     return 0;
 }
 
+/* The fused graph as ONNX for Netron: as fusion left it (the report's graph), before the
+ * lowering for the fast kernels (channels-last reorders, packed weights) that the .afm holds. */
+static af_status export_fused(const cli *c, af_error *err) {
+    af_options opt;
+    af_options_init(&opt);
+    opt.input_shape = c->input_shape;
+    opt.disable_fusion = c->disable_fusion;
+    opt.fusion_switch_file = c->fusion_switch_file;
+    opt.no_lower = 1;
+    af_session *s = NULL;
+    af_status st = af_session_new(c->model, &opt, &s, err);
+    if (!st) st = af_onnx_export(af_session_model(s)->graph, c->export_onnx, err);
+    af_session_free(s);
+    return st;
+}
+
 static int cmd_compile(cli *c) {
     int rc = check_compile_args(c);
     if (rc) return rc;
@@ -506,7 +549,7 @@ static int cmd_compile(cli *c) {
         fprintf(stderr, "autofusion: %s\n", json ? err.message : "out of memory");
         goto done;
     }
-    if (c->export_onnx && af_onnx_export(af_session_model(s)->graph, c->export_onnx, &err)) {
+    if (c->export_onnx && export_fused(c, &err)) {
         fprintf(stderr, "autofusion: %s\n", err.message);
         goto done;
     }

@@ -30,8 +30,8 @@ static float ep_sigmoid(float x) {
 float af_ep_unary(af_ep_op op, float x, float p0, float p1) {
     double d = x;
     switch (op) {
-    case AF_EP_RELU: return x > 0.0f ? x : 0.0f;
-    case AF_EP_CLIP: return x < p0 ? p0 : (x > p1 ? p1 : x);
+    case AF_EP_RELU: return x < 0.0f ? 0.0f : x; /* NaN stays NaN, as in Relu */
+    case AF_EP_CLIP: x = x < p0 ? p0 : x; return x > p1 ? p1 : x; /* as Clip: max wins */
     case AF_EP_LEAKY_RELU: return x < 0.0f ? p0 * x : x;
     case AF_EP_SIGMOID: return ep_sigmoid(x);
     case AF_EP_HARD_SIGMOID: {
@@ -251,11 +251,13 @@ static void ep_apply_unary(const af_ep_step *st, float *y, int64_t len) {
     switch (st->op) {
     case AF_EP_RELU:
         for (int64_t j = 0; j < len; j++)
-            y[j] = y[j] > 0.0f ? y[j] : 0.0f;
+            y[j] = y[j] < 0.0f ? 0.0f : y[j];
         break;
     case AF_EP_CLIP:
-        for (int64_t j = 0; j < len; j++)
-            y[j] = y[j] < p0 ? p0 : (y[j] > p1 ? p1 : y[j]);
+        for (int64_t j = 0; j < len; j++) {
+            float t = y[j] < p0 ? p0 : y[j];
+            y[j] = t > p1 ? p1 : t;
+        }
         break;
     case AF_EP_LEAKY_RELU:
         for (int64_t j = 0; j < len; j++)

@@ -7,6 +7,7 @@
  * output sums its products in double in the unfused Conv's order (channel, then kernel d, h, w),
  * so the core gives the unfused Conv's bits; the loops only share passes over the row between
  * consecutive products where that order allows it. */
+#include "kernels/conv_fast.h"
 #include "kernels/fused.h"
 
 #include <stdlib.h>
@@ -241,6 +242,7 @@ af_status fk_shape_fused_conv(const af_node *n, const af_tensor *const *in, af_t
                               af_error *err) {
     if (n->nout != 1)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "FusedConv has one output");
+    if (af_attr_int(n, "channels_last", 0)) return fk_shape_conv_cl(n, in, out, err);
     const af_tensor *x = nn_in(n, in, 0);
     if (x && x->dtype != AF_DTYPE_FLOAT)
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "FusedConv on %s (float32 only)",
@@ -253,7 +255,7 @@ af_status fk_shape_fused_conv(const af_node *n, const af_tensor *const *in, af_t
 
 af_status fk_kernel_fused_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                af_exec *ex, af_error *err) {
-    (void)ex;
+    if (af_attr_int(n, "channels_last", 0)) return fk_kernel_conv_cl(n, in, out, ex, err);
     fk_conv c;
     af_epilogue ep;
     af_status st = fk_conv_setup(n, in, &c, err);

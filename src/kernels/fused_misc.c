@@ -6,7 +6,12 @@
  * works in place on Y one cache-sized run at a time, ConvPoolFc reduces each conv output row as
  * soon as it is computed, SqueezeExcite keeps only per-channel vectors. Values are rounded to
  * float where the unfused chain would store a float tensor, so both agree closely. */
+#include "kernels/conv_fast.h"
+#include "kernels/cpu.h"
+#include "kernels/eltwise_fast.h"
 #include "kernels/fused.h"
+#include "kernels/vec.h"
+#include "runtime/exec.h"
 
 #include <stdlib.h>
 
@@ -26,7 +31,6 @@ af_status fk_shape_fused_elementwise(const af_node *n, const af_tensor *const *i
 
 af_status fk_kernel_fused_elementwise(const af_node *n, const af_tensor *const *in,
                                       af_tensor *out, af_exec *ex, af_error *err) {
-    (void)ex;
     af_epilogue ep;
     af_tensor yt;
     af_status st = fk_shape_fused_elementwise(n, in, &yt, err);
@@ -39,6 +43,12 @@ af_status fk_kernel_fused_elementwise(const af_node *n, const af_tensor *const *
         st = af_epilogue_parse(n, in, &out[0], &ep, err);
     if (st != AF_OK)
         return st;
+    if (af_isa_get() != AF_ISA_REFERENCE) {
+        af_vep v;
+        af_vep_build(&ep, out[0].data, x->rank > 0 ? x->dims[x->rank - 1] : 1, &v);
+        fk_ep_run(ex, &v, x->data, out[0].data, nn_numel(x));
+        return AF_OK;
+    }
     /* Fixed-size runs (they may wrap across rows) stay in cache between the copy and the
      * epilogue, whatever the shape: short rows cost no per-row overhead. */
     enum { RUN = 4096 };
@@ -107,6 +117,7 @@ af_status fk_shape_conv_pool_fc(const af_node *n, const af_tensor *const *in, af
     cpf_fc fc;
     if (n->nout != 1)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "ConvPoolFc has one output");
+    if (af_attr_int(n, "channels_last", 0)) return fk_shape_cpf_cl(n, in, out, err);
     const af_tensor *x = nn_in(n, in, 0);
     if (x && x->dtype != AF_DTYPE_FLOAT)
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "ConvPoolFc on %s (float32 only)",
@@ -170,7 +181,7 @@ static void cpf_fc_row(const cpf_fc *fc, int64_t mch, const float *pooled, doubl
 
 af_status fk_kernel_conv_pool_fc(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                  af_exec *ex, af_error *err) {
-    (void)ex;
+    if (af_attr_int(n, "channels_last", 0)) return fk_kernel_cpf_cl(n, in, out, ex, err);
     fk_conv c;
     cpf_fc fc;
     af_epilogue ep;
@@ -290,7 +301,8 @@ static af_status se_setup(const af_node *n, const af_tensor *const *in, se_act *
     af_status st = se_act_parse(n, "act", "act_params", false, act, err);
     if (st == AF_OK)
         st = se_act_parse(n, "gate", "gate_params", true, gate, err);
-    *c = x->rank >= 0 ? x->dims[1] : -1;
+    bool cl = af_attr_int(n, "channels_last", 0) != 0; /* X is [N, spatial..., C] */
+    *c = x->rank >= 0 ? x->dims[cl ? x->rank - 1 : 1] : -1;
     int64_t c2;
     if (st == AF_OK)
         st = se_weight(n, nn_in(n, in, 1), nn_in(n, in, 2), x->rank, *c, cr, "W1", err);
@@ -323,9 +335,45 @@ static void se_fc(const float *w, const float *b, const float *s_in, int64_t nin
     }
 }
 
+typedef struct se_job {
+    const float *x;
+    float *y;
+    const af_vep *v;
+    int64_t c;
+} se_job;
+
+/* Rows [begin, end) of positions: y = x * scale (per channel). */
+static void se_scale_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const se_job *j = ctx;
+    if (j->y != j->x)
+        memcpy(j->y + begin * j->c, j->x + begin * j->c, (size_t)((end - begin) * j->c) * sizeof(float));
+    af_vec()->ep_tile(j->v, j->y + begin * j->c, j->c, begin, 0, end - begin, j->c);
+}
+
+/* Channels-last: X [N, positions, C]; the mean over positions is a sum of rows of C. */
+static void se_run_cl(const af_tensor *x, const af_tensor *w1, const af_tensor *b1,
+                      const af_tensor *w2, const af_tensor *b2, const se_act *act,
+                      const se_act *gate, int64_t c, int64_t cr, float *gap, float *mid,
+                      float *scale, float *y, af_exec *ex) {
+    int64_t batch = x->dims[0], hw = c > 0 && batch > 0 ? nn_numel(x) / (batch * c) : 0;
+    const af_vec_ops *v = af_vec();
+    for (int64_t b = 0; b < batch; b++) {
+        const float *xb = (const float *)x->data + b * hw * c;
+        if (hw > 0) v->reduce_rows(xb, hw, c, 0, gap);
+        for (int64_t ch = 0; ch < c; ch++) gap[ch] = hw > 0 ? gap[ch] / (float)hw : 0.0f;
+        se_fc(w1->data, b1 ? b1->data : NULL, gap, c, cr, act, mid);
+        se_fc(w2->data, b2 ? b2->data : NULL, mid, cr, c, gate, scale);
+        af_vep vp;
+        af_vep_build(NULL, y + b * hw * c, c, &vp);
+        af_vep_prepend(&vp, AF_EP_MUL, AF_VEP_COL, scale);
+        se_job j = {xb, y + b * hw * c, &vp, c};
+        af_exec_parallel(ex, hw, se_scale_rows, &j);
+    }
+}
+
 af_status fk_kernel_squeeze_excite(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    af_exec *ex, af_error *err) {
-    (void)ex;
     se_act act, gate;
     int64_t c, cr;
     af_status st = se_setup(n, in, &act, &gate, &c, &cr, err);
@@ -351,6 +399,13 @@ af_status fk_kernel_squeeze_excite(const af_node *n, const af_tensor *const *in,
     }
     const float *xd = x->data;
     float *y = out[0].data;
+    if (af_attr_int(n, "channels_last", 0)) {
+        se_run_cl(x, w1, b1, w2, b2, &act, &gate, c, cr, gap, mid, scale, y, ex);
+        free(gap);
+        free(mid);
+        free(scale);
+        return AF_OK;
+    }
     for (int64_t b = 0; b < batch; b++) {
         const float *xb = xd + b * c * hw;
         for (int64_t ch = 0; ch < c; ch++) {

@@ -6,6 +6,7 @@
  * padding is never read, only counted (AveragePool's count_include_pad). Each output element
  * is one accumulator written once. */
 #include "kernels/nn_common.h"
+#include "kernels/pool_fast.h"
 
 #include <stdlib.h>
 
@@ -76,6 +77,8 @@ static double pool_p(const af_node *n) {
 
 static af_status pool_shape(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             pool_kind kind, af_error *err) {
+    if (af_attr_int(n, "channels_last", 0) && kind != POOL_LP)
+        return fk_shape_pool_cl(n, in, out, false, kind == POOL_MAX, err);
     nn_window w;
     af_status st = pool_prepare(n, in, kind, &w, err);
     if (st != AF_OK)
@@ -188,12 +191,12 @@ static af_status pool_kernel(const af_node *n, const af_tensor *const *in, af_te
 
 af_status nn_kernel_maxpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_exec *ex, af_error *err) {
-    (void)ex;
+    if (af_attr_int(n, "channels_last", 0)) return fk_kernel_pool_cl(n, in, out, false, 1, ex, err);
     return pool_kernel(n, in, out, POOL_MAX, err);
 }
 af_status nn_kernel_avgpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_exec *ex, af_error *err) {
-    (void)ex;
+    if (af_attr_int(n, "channels_last", 0)) return fk_kernel_pool_cl(n, in, out, false, 0, ex, err);
     return pool_kernel(n, in, out, POOL_AVG, err);
 }
 af_status nn_kernel_lppool(const af_node *n, const af_tensor *const *in, af_tensor *out,
@@ -228,6 +231,8 @@ static void gpool_out_type(const af_tensor *x, af_tensor *y) {
 
 static af_status gpool_shape(const af_node *n, const af_tensor *const *in, af_tensor *out,
                              pool_kind kind, af_error *err) {
+    if (af_attr_int(n, "channels_last", 0) && kind != POOL_LP)
+        return fk_shape_pool_cl(n, in, out, true, kind == POOL_MAX, err);
     af_status st = gpool_prepare(n, in, kind, err);
     if (st == AF_OK)
         gpool_out_type(in[0], &out[0]);
@@ -282,12 +287,12 @@ af_status nn_shape_global_lppool(const af_node *n, const af_tensor *const *in, a
 }
 af_status nn_kernel_global_maxpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    af_exec *ex, af_error *err) {
-    (void)ex;
+    if (af_attr_int(n, "channels_last", 0)) return fk_kernel_pool_cl(n, in, out, true, 1, ex, err);
     return gpool_kernel(n, in, out, POOL_MAX, err);
 }
 af_status nn_kernel_global_avgpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    af_exec *ex, af_error *err) {
-    (void)ex;
+    if (af_attr_int(n, "channels_last", 0)) return fk_kernel_pool_cl(n, in, out, true, 0, ex, err);
     return gpool_kernel(n, in, out, POOL_AVG, err);
 }
 af_status nn_kernel_global_lppool(const af_node *n, const af_tensor *const *in, af_tensor *out,

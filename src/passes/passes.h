@@ -26,9 +26,22 @@ af_status af_pass_simplify(af_graph *g, af_error *err);
  * shape, constant, attribute and consumer count it relies on checks out. */
 af_status af_pass_canonicalize(af_graph *g, af_error *err);
 
+/* Lowering (lower.c): Conv, MatMul and Gemm become FusedConv / FusedMatMul with an empty
+ * epilogue, inference BatchNormalization a FusedElementwise scale-and-shift. */
+af_status af_pass_lower(af_graph *g, af_error *err);
+/* Layout (layout.c): 2-D convolutions and the ops between them channels-last (NHWC), with
+ * reorders only at the edges of each channels-last region. */
+af_status af_pass_layout(af_graph *g, af_error *err);
+/* Packing (lower.c): constant GEMM weights of FusedMatMul and channels-last FusedConv in the
+ * panel order of kernels/gemm.h (depthwise weights [KH * KW][M]). */
+af_status af_pass_pack(af_graph *g, af_error *err);
+
 /* The whole pipeline, in order (src/passes/pipeline.c). */
 af_status af_optimize(af_graph *g, const struct af_fusion_config *cfg,
                       struct af_fusion_report *rep, af_error *err);
+/* The lowering stage, after af_optimize or on its own for the unfused graph: lower, layout,
+ * pack, then dead-code removal. Does nothing under AF_ISA_REFERENCE (kernels/cpu.h). */
+af_status af_lower(af_graph *g, af_error *err);
 
 /* ---- opset-independent readers (rewrite.c) --------------------------------------------------
  * Kernels choose between an op's attribute form and its input form by the model's opset, so

@@ -1,6 +1,7 @@
 /* The optimisation pipeline: the order of the passes, in one function. After every pass the IR
  * invariants are checked in debug builds, so a pass that breaks them is caught where it ran. */
 #include "fusion/fusion.h"
+#include "kernels/cpu.h"
 #include "passes/passes.h"
 
 typedef struct pass {
@@ -49,5 +50,26 @@ af_status af_optimize(af_graph *g, const af_fusion_config *cfg, af_fusion_report
         if (st) return st;
     }
     if (rep) rep->ops_after = count_nodes(g);
+    return AF_OK;
+}
+
+af_status af_lower(af_graph *g, af_error *err) {
+    static const struct {
+        const char *name;
+        af_status (*run)(af_graph *g, af_error *err);
+    } passes[] = {
+        {"lower", af_pass_lower},       /* Conv/MatMul/Gemm cores, BatchNorm scale-and-shift */
+        {"layout", af_pass_layout},     /* channels-last convolution regions */
+        {"pack", af_pass_pack},         /* weights in GEMM panel order */
+        {"simplify", af_pass_simplify}, /* the reorders nobody reads */
+    };
+    if (af_isa_get() == AF_ISA_REFERENCE) return AF_OK;
+    for (size_t i = 0; i < AF_COUNT(passes); i++) {
+        af_status st = passes[i].run(g, err);
+#ifndef NDEBUG
+        if (!st) st = af_graph_verify(g, err);
+#endif
+        if (st) return st;
+    }
     return AF_OK;
 }

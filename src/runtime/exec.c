@@ -8,9 +8,12 @@
  * the plan leaves out, a value whose run-time size does not fit its slot) is allocated as
  * before. Invariant: a tensor pointing into the arena never owns its data, so releasing it is
  * only forgetting it; the graph outputs, never planned, are moved to the caller. */
+#include "kernels/cpu.h"
 #include "runtime/exec.h"
 #include "runtime/plan.h"
+#include "runtime/profile.h"
 
+#include <pthreadpool.h>
 #include <string.h>
 
 typedef struct frame {
@@ -23,9 +26,101 @@ typedef struct frame {
     unsigned char *arena;     /* where the plan's offsets point */
 } frame;
 
+struct af_runtime {
+    pthreadpool_t pool; /* NULL with one thread: loops run on the caller */
+    int threads;
+    void *scratch;
+    size_t scratch_size;
+    af_profile *prof; /* NULL unless profiling */
+};
+
 struct af_exec {
     frame *f;
+    af_runtime *rt; /* the session's, or `own` for a run without one */
+    af_runtime own;
 };
+
+/* ---- runtime ------------------------------------------------------------------------------------- */
+
+af_status af_runtime_new(int threads, af_runtime **out, af_error *err) {
+    *out = NULL;
+    if (threads < 0) return af_fail(err, AF_ERR_INVALID_ARG, "--threads must be >= 0, got %d", threads);
+    af_runtime *rt = calloc(1, sizeof *rt);
+    if (!rt) return af_fail(err, AF_ERR_NOMEM, "out of memory");
+    rt->threads = threads ? threads : af_cpu_cores();
+    if (rt->threads > 1) {
+        rt->pool = pthreadpool_create((size_t)rt->threads);
+        if (!rt->pool) {
+            free(rt);
+            return af_fail(err, AF_ERR_NOMEM, "cannot start %d threads", threads);
+        }
+        rt->threads = (int)pthreadpool_get_threads_count(rt->pool);
+    }
+    *out = rt;
+    return AF_OK;
+}
+
+void af_runtime_free(af_runtime *rt) {
+    if (!rt) return;
+    af_profile_free(rt->prof);
+    if (rt->pool) pthreadpool_destroy(rt->pool);
+    free(rt->scratch);
+    free(rt);
+}
+
+int af_runtime_threads(const af_runtime *rt) { return rt ? rt->threads : 1; }
+
+af_status af_runtime_profile(af_runtime *rt, bool on, af_error *err) {
+    if (!on) {
+        af_profile_free(rt->prof);
+        rt->prof = NULL;
+        return AF_OK;
+    }
+    if (!rt->prof && !(rt->prof = af_profile_new()))
+        return af_fail(err, AF_ERR_NOMEM, "out of memory starting the profile");
+    return AF_OK;
+}
+
+af_profile *af_runtime_profile_get(af_runtime *rt) { return rt ? rt->prof : NULL; }
+
+int af_exec_threads(const af_exec *x) { return x && x->rt ? x->rt->threads : 1; }
+
+typedef struct par_job {
+    af_range_fn fn;
+    void *ctx;
+    int64_t n;
+    int parts;
+} par_job;
+
+static void par_part(void *p, size_t i) {
+    const par_job *j = p;
+    int64_t b = j->n * (int64_t)i / j->parts, e = j->n * (int64_t)(i + 1) / j->parts;
+    if (b < e) j->fn(j->ctx, (int)i, b, e);
+}
+
+void af_exec_parallel(af_exec *x, int64_t n, af_range_fn fn, void *ctx) {
+    if (n <= 0) return;
+    int t = af_exec_threads(x);
+    if (t <= 1 || n == 1) {
+        fn(ctx, 0, 0, n);
+        return;
+    }
+    par_job j = {fn, ctx, n, n < t ? (int)n : t};
+    pthreadpool_parallelize_1d(x->rt->pool, par_part, &j, (size_t)j.parts, 0);
+}
+
+void *af_exec_scratch(af_exec *x, size_t bytes) {
+    af_runtime *rt = x ? x->rt : NULL;
+    if (!rt) return NULL;
+    if (bytes <= rt->scratch_size) return rt->scratch;
+    size_t size = (bytes + 4095) & ~(size_t)4095;
+    void *p = aligned_alloc(64, size);
+    if (!p) return NULL;
+    free(rt->scratch);
+    rt->scratch = p;
+    rt->scratch_size = size;
+    return p;
+}
 
 static const af_tensor *lookup(const frame *f, const af_value *v) {
     while (f && f->g != v->graph) f = f->parent;
@@ -133,7 +228,10 @@ static af_status run_node(af_exec *x, frame *f, const af_node *n, af_error *err)
         if (st == AF_ERR_NOMEM || st == AF_ERR_INVALID_ARG)
             st = af_node_fail(err, n, st, "output %d: %s", o, err ? err->message : "");
     }
+    af_profile *prof = x->rt->prof;
+    double t0 = prof ? af_profile_now(prof) : 0;
     if (!st && !done_in_place) st = af_ops[n->op].kernel(n, in, out, x, err);
+    if (prof && !st) af_profile_add(prof, n, NULL, t0, af_profile_now(prof) - t0);
     for (int o = 0; o < n->nout && !st; o++)
         if (n->out[o] && !out[o].data)
             st = af_node_fail(err, n, AF_ERR_INTERNAL, "kernel left output %d unset", o);
@@ -220,20 +318,35 @@ static af_status exec_in(af_exec *x, frame *parent, const af_graph *g, const af_
     return st;
 }
 
+/* A run with the given runtime, or a one-thread one of its own whose scratch dies with it. */
+static af_status exec_top(const af_graph *g, const af_plan *p, void *arena, af_runtime *rt,
+                          const af_tensor *const *inputs, af_tensor *outputs, af_error *err) {
+    af_exec x = {NULL, rt, {NULL, 1, NULL, 0, NULL}};
+    if (!rt) x.rt = &x.own;
+    af_status st = exec_in(&x, NULL, g, p, arena, inputs, g->ninputs, outputs, err);
+    free(x.own.scratch);
+    return st;
+}
+
+void af_runtime_call(af_runtime *rt, void (*fn)(af_exec *x, void *ctx), void *ctx) {
+    af_exec x = {NULL, rt, {NULL, 1, NULL, 0, NULL}};
+    if (!rt) x.rt = &x.own;
+    fn(&x, ctx);
+    free(x.own.scratch);
+}
+
 af_status af_exec_graph(const af_graph *g, const af_tensor *const *inputs, af_tensor *outputs,
                         af_error *err) {
-    af_exec x = {NULL};
-    return exec_in(&x, NULL, g, NULL, NULL, inputs, g->ninputs, outputs, err);
+    return exec_top(g, NULL, NULL, NULL, inputs, outputs, err);
 }
 
 af_status af_exec_graph_planned(const af_graph *g, const af_plan *p, void *arena,
-                                const af_tensor *const *inputs, af_tensor *outputs,
-                                af_error *err) {
+                                af_runtime *rt, const af_tensor *const *inputs,
+                                af_tensor *outputs, af_error *err) {
     if (g->parent || p->nvalues != g->nvalues || (p->arena_size && !arena))
         return af_fail(err, AF_ERR_INTERNAL, "%s: the memory plan does not belong to this graph",
                        g->file ? g->file : "<model>");
-    af_exec x = {NULL};
-    return exec_in(&x, NULL, g, p, arena, inputs, g->ninputs, outputs, err);
+    return exec_top(g, p, arena, rt, inputs, outputs, err);
 }
 
 af_status af_exec_subgraph(af_exec *x, const af_graph *body, const af_tensor *const *inputs,

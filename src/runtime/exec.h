@@ -7,6 +7,37 @@
 
 #include "ir/ir.h"
 
+/* ---- the runtime: threads and scratch ---------------------------------------------------------
+ * A runtime is the thread pool (pthreadpool: persistent workers, low-latency parallel loops) and
+ * the scratch memory that kernels borrow while they run. A session owns one; a run without one
+ * (af_exec_graph) is single-threaded and frees its scratch when it ends. Scratch grows to the
+ * largest request and then stays, so a steady-state run allocates nothing for it. */
+typedef struct af_runtime af_runtime;
+
+/* threads: 0 for every core. */
+af_status af_runtime_new(int threads, af_runtime **out, af_error *err);
+void af_runtime_free(af_runtime *rt);
+int af_runtime_threads(const af_runtime *rt);
+/* Profiling: on, every node run through rt is recorded until it is turned off (which drops
+ * the records); af_runtime_profile_get gives the records (NULL when off). */
+struct af_profile;
+af_status af_runtime_profile(af_runtime *rt, bool on, af_error *err);
+struct af_profile *af_runtime_profile_get(af_runtime *rt);
+/* fn(x, ctx) with an af_exec on rt (may be NULL): for tests and benchmarks that call kernels
+ * directly. */
+void af_runtime_call(af_runtime *rt, void (*fn)(af_exec *x, void *ctx), void *ctx);
+
+/* For kernels. Threads available to this run (1 without a runtime). */
+int af_exec_threads(const af_exec *x);
+/* fn(ctx, slot, begin, end) for [0, n) split into at most af_exec_threads() contiguous ranges of
+ * nearly equal size (slot 0, 1, ...: a static split, so a slot may index per-thread scratch),
+ * run in parallel; returns when every range is done. x may be NULL (one range). */
+typedef void (*af_range_fn)(void *ctx, int slot, int64_t begin, int64_t end);
+void af_exec_parallel(af_exec *x, int64_t n, af_range_fn fn, void *ctx);
+/* `bytes` of 64-byte aligned scratch, valid until the calling kernel returns (one request per
+ * kernel call: a second one may return the same memory). NULL when out of memory. */
+void *af_exec_scratch(af_exec *x, size_t bytes);
+
 /* Run g. inputs[i] binds g->inputs[i] (NULL: use its initializer default; error if none).
  * outputs[0..g->noutputs) receive tensors owning their data. On error nothing leaks. */
 af_status af_exec_graph(const af_graph *g, const af_tensor *const *inputs, af_tensor *outputs,

@@ -20,6 +20,7 @@
 #define AF_RUNTIME_PLAN_H
 
 #include "ir/ir.h"
+#include "runtime/exec.h"
 
 #define AF_PLAN_ALIGN 64
 /* A plan never asks for more than this (the largest tensor af_tensor_alloc makes, 1 TiB). */
@@ -69,10 +70,11 @@ bool af_plan_op_is_view(af_op op);
 /* Run main graph g like af_exec_graph (runtime/exec.h), with the values p places living in
  * `arena` (p->arena_size bytes, AF_PLAN_ALIGN-aligned, owned by the caller; its contents need
  * not be zero). A value whose run-time size does not fit its slot is allocated as usual. One
- * run at a time per arena. Defined in exec.c. */
+ * run at a time per arena. rt (may be NULL: one thread) gives the threads and scratch. Defined
+ * in exec.c. */
 af_status af_exec_graph_planned(const af_graph *g, const af_plan *p, void *arena,
-                                const af_tensor *const *inputs, af_tensor *outputs,
-                                af_error *err);
+                                af_runtime *rt, const af_tensor *const *inputs,
+                                af_tensor *outputs, af_error *err);
 
 /* The plan of a session's model (NULL when it has none), borrowed. Defined in session.c. */
 const af_plan *af_session_plan(const af_session *s);

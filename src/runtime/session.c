@@ -9,7 +9,9 @@
 #include "fusion/fusion.h"
 #include "passes/passes.h"
 #include "runtime/exec.h"
+#include "kernels/cpu.h"
 #include "runtime/plan.h"
+#include "runtime/profile.h"
 #include "runtime/session.h"
 
 #include <stdatomic.h>
@@ -22,6 +24,7 @@ struct af_session {
     af_fusion_report report;
     char *report_text, *report_json; /* rendered on demand */
     af_plan *plan;              /* NULL: every intermediate is allocated when produced */
+    af_runtime *rt;             /* threads and kernel scratch */
     void *arena;                /* plan->arena_size bytes, made by the first run */
     atomic_int running;         /* a run is using the arena */
 };
@@ -140,7 +143,13 @@ static af_status finish(af_model *m, af_plan *file_plan, const af_options *opt, 
         st = optimize(s, err);
         if (st) goto fail;
     }
+    /* Fused or not, the graph then runs on the fast kernels (a compiled model already does). */
+    if (!compiled && !s->opt.no_lower) {
+        st = af_lower(m->graph, err);
+        if (st) goto fail;
+    }
     st = make_plan(s, &file_plan, err);
+    if (!st) st = af_runtime_new(s->opt.threads, &s->rt, err);
     if (st) goto fail;
     /* Borrowed strings are not kept past this call. */
     s->opt.input_shape = s->opt.disable_fusion = s->opt.fusion_switch_file = NULL;
@@ -149,6 +158,7 @@ static af_status finish(af_model *m, af_plan *file_plan, const af_options *opt, 
 fail:
     if (s && s->fused) af_fusion_report_free(&s->report);
     if (s) af_plan_free(s->plan);
+    if (s) af_runtime_free(s->rt);
     free(s);
     af_plan_free(file_plan);
     af_model_free(m);
@@ -210,6 +220,7 @@ void af_session_free(af_session *s) {
     free(s->report_text);
     free(s->report_json);
     af_plan_free(s->plan);
+    af_runtime_free(s->rt);
     free(s->arena);
     af_model_free(s->model);
     free(s);
@@ -285,7 +296,10 @@ static af_status run_planned(af_session *s, const af_tensor *const *bound, af_te
             st = af_fail(err, AF_ERR_NOMEM, "%s: out of memory allocating the %llu-byte arena",
                          s->model->path, (unsigned long long)s->plan->arena_size);
     }
-    if (!st) st = af_exec_graph_planned(s->model->graph, s->plan, s->arena, bound, res, err);
+    af_profile *prof = af_runtime_profile_get(s->rt);
+    double t0 = prof ? af_profile_now(prof) : 0;
+    if (!st) st = af_exec_graph_planned(s->model->graph, s->plan, s->arena, s->rt, bound, res, err);
+    if (prof && !st) af_profile_add(prof, NULL, "model_run", t0, af_profile_now(prof) - t0);
     atomic_store(&s->running, 0);
     return st;
 }
@@ -334,5 +348,17 @@ done:
     for (int i = 0; res && i < g->noutputs; i++) af_tensor_release(&res[i]);
     free(bound);
     free(res);
+    return st;
+}
+
+af_status af_session_profile_start(af_session *s, af_error *err) {
+    return af_runtime_profile(s->rt, true, err);
+}
+
+af_status af_session_profile_end(af_session *s, const char *path, af_error *err) {
+    af_profile *p = af_runtime_profile_get(s->rt);
+    if (!p) return af_fail(err, AF_ERR_INVALID_ARG, "%s: profiling was not started", s->model->path);
+    af_status st = af_profile_write(p, path, s->model->path, af_isa_name(af_isa_get()), err);
+    af_runtime_profile(s->rt, false, NULL);
     return st;
 }

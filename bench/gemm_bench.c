@@ -1,0 +1,111 @@
+/* GEMM side by side with OpenBLAS in one process: autofusion's af_gemm_run (B packed once, as
+ * constant weights are at compile time) against cblas_sgemm on the same row-major operands, on
+ * convolution and transformer shapes, single thread unless --threads=N.
+ *
+ *   build/bench/gemm_bench [--threads=N] [--reps=N] [--isa=avx512|avx2|generic]
+ *
+ * Each shape runs `reps` times alternating the two libraries; the table gives the best and the
+ * median time of each as GFLOP/s and the ratio of medians (OpenBLAS / ours: > 1 means faster).
+ * Outputs are compared (max abs difference relative to the largest output). */
+#include "kernels/cpu.h"
+#include "kernels/gemm.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct job {
+    af_gemm g;
+} job;
+
+static void run(af_exec *x, void *ctx) { af_gemm_run(x, &((job *)ctx)->g); }
+
+int main(int argc, char **argv) {
+    int threads = 1, reps = 30;
+    for (int i = 1; i < argc; i++) {
+        if (!strncmp(argv[i], "--threads=", 10)) threads = atoi(argv[i] + 10);
+        else if (!strncmp(argv[i], "--reps=", 7)) reps = atoi(argv[i] + 7);
+        else if (!strncmp(argv[i], "--isa=", 6)) {
+            int isa = af_isa_parse(argv[i] + 6);
+            if (isa < AF_ISA_GENERIC) {
+                fprintf(stderr, "gemm_bench: unknown ISA '%s'\n", argv[i] + 6);
+                return 2;
+            }
+            af_isa_set((af_isa)isa);
+        } else {
+            fprintf(stderr, "usage: gemm_bench [--threads=N] [--reps=N] [--isa=NAME]\n");
+            return 2;
+        }
+    }
+    if (reps < 1) reps = 1;
+    openblas_set_num_threads(threads);
+    af_runtime *rt = NULL;
+    af_error err;
+    if (threads > 1 && af_runtime_new(threads, &rt, &err)) {
+        fprintf(stderr, "gemm_bench: %s\n", err.message);
+        return 1;
+    }
+    /* The issue's shapes (conv layers as Cout x spatial x K, transformer projections) and the
+     * conv layers as our NHWC convolution runs them (spatial x Cout x K). */
+    static const int shapes[][3] = {{64, 3136, 576},  {256, 784, 1152}, {512, 196, 2304},
+                                    {128, 768, 768},  {128, 3072, 768}, {197, 2304, 768},
+                                    {3136, 64, 576},  {784, 256, 1152}, {196, 512, 2304},
+                                    {128, 2304, 768}, {197, 768, 3072}, {49, 2048, 512}};
+    printf("ISA %s, %d thread(s), %d runs each; %s\n", af_isa_name(af_isa_get()), threads, reps,
+           openblas_get_config());
+    printf("| M | N | K | ours GFLOP/s (best/median) | OpenBLAS GFLOP/s (best/median) | OpenBLAS / ours (median time) | max rel diff |\n");
+    printf("|--:|--:|--:|--:|--:|--:|--:|\n");
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        float *A = malloc(sizeof(float) * (size_t)M * K), *B = malloc(sizeof(float) * (size_t)K * N);
+        float *C1 = malloc(sizeof(float) * (size_t)M * N), *C2 = malloc(sizeof(float) * (size_t)M * N);
+        float *P = malloc(sizeof(float) * af_gemm_packed_floats(K, N));
+        double *t1 = malloc(sizeof(double) * (size_t)reps), *t2 = malloc(sizeof(double) * (size_t)reps);
+        if (!A || !B || !C1 || !C2 || !P || !t1 || !t2) return 1;
+        srand(1);
+        for (size_t i = 0; i < (size_t)M * K; i++) A[i] = (float)rand() / RAND_MAX - 0.5f;
+        for (size_t i = 0; i < (size_t)K * N; i++) B[i] = (float)rand() / RAND_MAX - 0.5f;
+        af_gemm_pack(B, K, N, N, 1, P);
+        static const int64_t tap0[1] = {0};
+        job j = {{A, 1, M, 0, K, tap0, 1, K, P, N, C1, N, NULL, 0, 0}};
+        for (int w = 0; w < 2; w++) { /* warm-up */
+            af_runtime_call(rt, run, &j);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, B, N, 0.0f, C2, N);
+        }
+        for (int r = 0; r < reps; r++) {
+            double t = now();
+            af_runtime_call(rt, run, &j);
+            t1[r] = now() - t;
+            t = now();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, B, N, 0.0f, C2, N);
+            t2[r] = now() - t;
+        }
+        qsort(t1, (size_t)reps, sizeof(double), cmp);
+        qsort(t2, (size_t)reps, sizeof(double), cmp);
+        double md = 0, mx = 0;
+        for (size_t i = 0; i < (size_t)M * N; i++) {
+            md = fmax(md, fabs((double)C1[i] - C2[i]));
+            mx = fmax(mx, fabs((double)C2[i]));
+        }
+        double fl = 2.0 * M * N * K / 1e9, m1 = t1[reps / 2], m2 = t2[reps / 2];
+        printf("| %d | %d | %d | %.1f / %.1f | %.1f / %.1f | %.2f | %.1e |\n", M, N, K, fl / t1[0],
+               fl / m1, fl / t2[0], fl / m2, m2 / m1, mx > 0 ? md / mx : md);
+        free(A), free(B), free(C1), free(C2), free(P), free(t1), free(t2);
+    }
+    af_runtime_free(rt);
+    return 0;
+}

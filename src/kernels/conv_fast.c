@@ -1,0 +1,375 @@
+/* Channels-last FusedConv (channels_last = 1, made by the layout pass): X [N, H, W, C], weights
+ * packed by the pack pass (w_packed 1: GEMM panels per group; 2: depthwise [KH * KW][M]; the
+ * logical [M, Cg, KH, KW] in w_shape), bias [M], epilogue operands broadcasting to the output
+ * [N, OH, OW, M].
+ *
+ * Dense convolutions are implicit GEMMs on the GEMM core (gemm.h): output positions are rows,
+ * output channels columns, and the K loop walks the kernel window straight through the NHWC
+ * input (one tap per kernel row when the KW * C floats of a window row are contiguous). Padding
+ * is handled by copying the input once into a zero-bordered scratch image when the windows
+ * reach outside X, so the micro-kernels never test bounds. Depthwise convolutions run their own
+ * row kernel (vec.h), vectorised along the channels, with the bounds folded into loop limits.
+ *
+ * Invariant: cl_setup checks every dim, attribute and byte count against each other (through
+ * Conv's own shape function on the NCHW view), so the loops below only form in-range
+ * addresses. */
+#include "kernels/conv_fast.h"
+#include "kernels/gemm.h"
+
+#include <string.h>
+
+/* NCHW view (type only) of an NHWC type. */
+static af_tensor nchw_view(const af_tensor *t) {
+    af_tensor v = {t->dtype, 4, {t->dims[0], t->dims[3], t->dims[1], t->dims[2]}, NULL, 0, 0};
+    return v;
+}
+
+af_status fk_conv_cl_setup(const af_node *n, const af_tensor *const *in, fk_conv_cl *g,
+                           af_error *err) {
+    memset(g, 0, sizeof *g);
+    const af_tensor *x = nn_in(n, in, 0), *w = nn_in(n, in, 1), *b = nn_in(n, in, 2);
+    if (!x || !w) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input X or W");
+    if (x->dtype != AF_DTYPE_FLOAT || w->dtype != AF_DTYPE_FLOAT || (b && b->dtype != AF_DTYPE_FLOAT))
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "FusedConv on %s (float32 only)",
+                            af_dtype_name(x->dtype));
+    if (x->rank >= 0 && x->rank != 4)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "channels-last FusedConv needs a 4-D X");
+    g->packed = (int)af_attr_int(n, "w_packed", 0);
+    af_tensor wv = *w;
+    wv.data = NULL;
+    if (g->packed) {
+        const int64_t *ws = NULL;
+        if ((g->packed != 1 && g->packed != 2) || af_attr_ints(n, "w_shape", &ws) != 4)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "w_packed needs w_shape [M, Cg, KH, KW]");
+        wv.rank = 4;
+        for (int i = 0; i < 4; i++) {
+            if (ws[i] < 1 || ws[i] > (1 << 24))
+                return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "bad w_shape");
+            wv.dims[i] = ws[i];
+        }
+    }
+    if (x->rank < 0) {
+        g->y.rank = -1;
+        return AF_OK;
+    }
+    af_tensor xv = nchw_view(x), yv;
+    const af_tensor *cin[3] = {&xv, &wv, b};
+    af_status st = nn_shape_conv(n, cin, &yv, err);
+    if (st != AF_OK) return st;
+    g->y = yv;
+    g->y.rank = 4;
+    for (int i = 0; i < 4; i++) g->y.dims[i] = yv.dims[i == 0 ? 0 : i == 3 ? 1 : i + 1];
+    if (!nn_known(x) || !nn_known(&wv)) return AF_OK; /* shape inference with unknown dims */
+    int64_t k[2] = {wv.dims[2], wv.dims[3]};
+    nn_window win;
+    st = nn_window_init(n, &xv, k, 2, false, &win, err);
+    if (st != AF_OK) return st;
+    g->n = x->dims[0];
+    g->h = x->dims[1];
+    g->w = x->dims[2];
+    g->c = x->dims[3];
+    g->m = wv.dims[0];
+    g->cg = wv.dims[1];
+    g->kh = k[0];
+    g->kw = k[1];
+    g->oh = win.out[1];
+    g->ow = win.out[2];
+    g->sh = win.s[1];
+    g->sw = win.s[2];
+    g->dh = win.d[1];
+    g->dw = win.d[2];
+    g->ph = win.pb[1];
+    g->pw = win.pb[2];
+    g->group = af_attr_int(n, "group", 1);
+    g->mg = g->m / g->group;
+    if (g->packed) {
+        int64_t want = g->packed == 2 ? g->kh * g->kw * g->m
+                                      : g->group * (int64_t)af_gemm_packed_floats(g->kh * g->kw * g->cg, g->mg);
+        if (g->packed == 2 && (g->cg != 1 || g->m != g->group))
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "depthwise weights need Cg = 1, M = group");
+        if (w->rank != 1 || (w->dims[0] >= 0 && w->dims[0] != want))
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                                "packed W must be 1-D with %lld floats", (long long)want);
+    }
+    g->x = x->data;
+    g->wt = w->data;
+    g->b = b ? b->data : NULL;
+    return AF_OK;
+}
+
+af_status fk_shape_conv_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                           af_error *err) {
+    fk_conv_cl g;
+    af_status st = fk_conv_cl_setup(n, in, &g, err);
+    if (st != AF_OK) return st;
+    af_tensor_set_type(&out[0], AF_DTYPE_FLOAT, g.y.rank, g.y.rank >= 0 ? g.y.dims : NULL);
+    return af_epilogue_validate(n, in, &out[0], err);
+}
+
+/* ---- dense: implicit GEMM ------------------------------------------------------------------------- */
+
+/* The extent of input the windows read: rows [0, hp) and columns [0, wp) of the padded image. */
+static void padded_extent(const fk_conv_cl *g, int64_t *hp, int64_t *wp) {
+    *hp = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    *wp = (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+}
+
+static bool needs_padding(const fk_conv_cl *g) {
+    int64_t hp, wp;
+    padded_extent(g, &hp, &wp);
+    return g->ph > 0 || g->pw > 0 || hp > g->h || wp > g->w;
+}
+
+typedef struct pad_job {
+    const fk_conv_cl *g;
+    float *dst;
+    int64_t hp, wp;
+} pad_job;
+
+/* Rows [begin, end) (over batch x padded rows) of the zero-bordered copy of X. */
+static void pad_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const pad_job *p = ctx;
+    const fk_conv_cl *g = p->g;
+    int64_t c = g->c, rowf = p->wp * c;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t b = r / p->hp, ih = r % p->hp - g->ph;
+        float *d = p->dst + r * rowf;
+        if (ih < 0 || ih >= g->h) {
+            memset(d, 0, (size_t)rowf * sizeof(float));
+            continue;
+        }
+        int64_t lo = g->pw, n = g->w < p->wp - lo ? g->w : p->wp - lo;
+        memset(d, 0, (size_t)(lo * c) * sizeof(float));
+        memcpy(d + lo * c, g->x + ((b * g->h + ih) * g->w) * c, (size_t)(n * c) * sizeof(float));
+        memset(d + (lo + n) * c, 0, (size_t)((p->wp - lo - n) * c) * sizeof(float));
+    }
+}
+
+/* Scratch conv_dense needs: the zero-bordered image when the windows reach outside X, and the
+ * tap offsets. */
+static size_t dense_scratch_bytes(const fk_conv_cl *g) {
+    int64_t hp = g->h, wp = g->w;
+    if (needs_padding(g)) padded_extent(g, &hp, &wp);
+    size_t img = needs_padding(g) ? (size_t)(g->n * hp * wp * g->c) * sizeof(float) : 0;
+    return ((img + 63) & ~(size_t)63) + (size_t)(g->kh * g->kw) * sizeof(int64_t);
+}
+
+/* The convolution into y (rows of M channels) through ep, using `scratch` (64-byte aligned,
+ * dense_scratch_bytes of it). */
+static void conv_dense(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned char *scratch,
+                       af_exec *ex) {
+    bool pad = needs_padding(g);
+    int64_t hp = g->h, wp = g->w;
+    if (pad) padded_extent(g, &hp, &wp);
+    bool merged = g->group == 1 && g->dw == 1; /* a window row is KW * C contiguous floats */
+    int64_t ntaps = merged ? g->kh : g->kh * g->kw;
+    size_t img = pad ? (size_t)(g->n * hp * wp * g->c) * sizeof(float) : 0;
+    float *xp = (float *)scratch;
+    int64_t *taps = (int64_t *)(scratch + ((img + 63) & ~(size_t)63));
+    if (pad) {
+        pad_job pj = {g, xp, hp, wp};
+        af_exec_parallel(ex, g->n * hp, pad_rows, &pj);
+    } else {
+        xp = (float *)g->x;
+    }
+    for (int64_t i = 0, t = 0; i < g->kh; i++)
+        for (int64_t j = 0; j < (merged ? 1 : g->kw); j++)
+            taps[t++] = (i * g->dh * wp + j * g->dw) * g->c;
+    /* One flat row range when output positions are evenly spaced in X (1x1, stride 1, no pad). */
+    bool flat = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && !pad;
+    size_t per = af_gemm_packed_floats(g->kh * g->kw * g->cg, g->mg);
+    for (int64_t b = 0; b < g->n; b++)
+        for (int64_t gi = 0; gi < g->group; gi++) {
+            af_gemm gm = {xp + b * hp * wp * g->c + gi * g->cg,
+                          flat ? 1 : g->oh, flat ? g->oh * g->ow : g->ow,
+                          g->sh * wp * g->c, g->sw * g->c,
+                          taps, ntaps, merged ? g->kw * g->c : g->cg,
+                          g->wt + (size_t)gi * per, g->mg,
+                          y + b * g->oh * g->ow * g->m + gi * g->mg, g->m,
+                          ep, b * g->oh * g->ow, gi * g->mg};
+            af_gemm_run(ex, &gm);
+        }
+}
+
+/* ---- depthwise ----------------------------------------------------------------------------------- */
+
+typedef struct dw_job {
+    const fk_conv_cl *g;
+    const af_vep *ep;
+    float *y;
+} dw_job;
+
+/* Output rows [begin, end) over batch x OH. */
+static void dw_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const dw_job *j = ctx;
+    const fk_conv_cl *g = j->g;
+    const af_vec_ops *v = af_vec();
+    for (int64_t r = begin; r < end; r++) {
+        int64_t b = r / g->oh, oh = r % g->oh;
+        float *yr = j->y + r * g->ow * g->c;
+        af_dw_row p = {g->x + b * g->h * g->w * g->c, g->h, g->w, g->c, g->wt, g->b,
+                       g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->ph, g->pw, oh, g->ow, yr,
+                       j->ep, r * g->ow};
+        v->dw_row(&p);
+    }
+}
+
+/* The convolution of g into y through the epilogue program ep (bias added here); scratch is
+ * conv_scratch_bytes(g) at 64-byte alignment. */
+static void conv_run(const fk_conv_cl *g, const af_epilogue *ep, float *y, unsigned char *scratch,
+                     af_exec *ex) {
+    af_vep vep;
+    af_vep_build(ep, y, g->m, &vep);
+    if (g->packed == 1) {
+        if (g->b) af_vep_prepend(&vep, AF_EP_ADD, AF_VEP_COL, g->b);
+        conv_dense(g, &vep, y, scratch, ex);
+        return;
+    }
+    dw_job j = {g, &vep, y}; /* the depthwise row kernel starts from the bias itself */
+    af_exec_parallel(ex, g->n * g->oh, dw_rows, &j);
+}
+
+static size_t conv_scratch_bytes(const fk_conv_cl *g) {
+    return g->packed == 1 ? dense_scratch_bytes(g) : 0;
+}
+
+/* Setup and run-time checks of a channels-last conv whose output type is `y`. */
+static af_status conv_ready(const af_node *n, const af_tensor *const *in, fk_conv_cl *g,
+                            af_error *err) {
+    af_status st = fk_conv_cl_setup(n, in, g, err);
+    if (st != AF_OK) return st;
+    if (!g->packed) return af_node_fail(err, n, AF_ERR_INTERNAL, "channels-last weights are not packed");
+    if (g->y.rank != 4 || !fk_has_data(in[0]) || !g->wt || (nn_in(n, in, 2) && !fk_has_data(in[2])))
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
+    return AF_OK;
+}
+
+af_status fk_kernel_conv_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                            af_exec *ex, af_error *err) {
+    fk_conv_cl g;
+    af_epilogue ep;
+    af_status st = conv_ready(n, in, &g, err);
+    if (st == AF_OK) st = nn_check_out(n, &out[0], 4, g.y.dims, err);
+    if (st == AF_OK) st = af_epilogue_parse(n, in, &out[0], &ep, err);
+    if (st != AF_OK) return st;
+    size_t bytes = conv_scratch_bytes(&g);
+    unsigned char *scratch = bytes ? af_exec_scratch(ex, bytes) : NULL;
+    if (bytes && !scratch)
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory for %zu bytes of scratch", bytes);
+    conv_run(&g, &ep, out[0].data, scratch, ex);
+    return AF_OK;
+}
+
+/* ---- ConvPoolFc -------------------------------------------------------------------------------- */
+
+/* The FC part of a channels-last ConvPoolFc: Wfc (input 3) packed with fc_shape = [M, classes]
+ * (fc_packed = 1, made by the pack pass) or plain [M, classes] / [classes, M] (fc_trans_b),
+ * Bfc (input 4) broadcasting to [N, classes]. */
+typedef struct cpf_cl {
+    fk_conv_cl conv;
+    const af_tensor *w, *b;
+    int64_t classes;
+    bool packed, tb;
+} cpf_cl;
+
+static af_status cpf_setup(const af_node *n, const af_tensor *const *in, cpf_cl *c, af_tensor *y,
+                           af_error *err) {
+    af_status st = fk_conv_cl_setup(n, in, &c->conv, err);
+    if (st != AF_OK) return st;
+    c->w = nn_in(n, in, 3);
+    c->b = nn_in(n, in, 4);
+    c->packed = af_attr_int(n, "fc_packed", 0) != 0;
+    c->tb = af_attr_int(n, "fc_trans_b", 0) != 0;
+    if (!c->w || c->w->dtype != AF_DTYPE_FLOAT || (c->b && c->b->dtype != AF_DTYPE_FLOAT))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "Wfc (and Bfc) must be float32");
+    int64_t k = -1;
+    if (c->packed) {
+        const int64_t *fs = NULL;
+        if (af_attr_ints(n, "fc_shape", &fs) != 2 || fs[0] < 1 || fs[1] < 1 || c->tb ||
+            c->w->rank != 1 || (c->w->dims[0] >= 0 &&
+                                c->w->dims[0] != (int64_t)af_gemm_packed_floats(fs[0], fs[1])))
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "fc_packed needs fc_shape and its packed Wfc");
+        k = fs[0];
+        c->classes = fs[1];
+    } else {
+        if (c->w->rank != 2) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "Wfc must be 2-D");
+        k = c->w->dims[c->tb ? 1 : 0];
+        c->classes = c->w->dims[c->tb ? 0 : 1];
+    }
+    int64_t m = c->conv.y.rank == 4 ? c->conv.y.dims[3] : -1;
+    if (k >= 0 && m >= 0 && k != m)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "Wfc expects %lld features but the conv has %lld channels",
+                            (long long)k, (long long)m);
+    int64_t dims[2] = {c->conv.y.rank == 4 ? c->conv.y.dims[0] : -1, c->classes};
+    af_tensor_set_type(y, AF_DTYPE_FLOAT, 2, dims);
+    if (c->b && (c->b->rank > 2 || (c->b->rank >= 1 && c->b->dims[c->b->rank - 1] != 1 &&
+                                     c->b->dims[c->b->rank - 1] != c->classes)))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "Bfc does not broadcast to [N, classes]");
+    return AF_OK;
+}
+
+af_status fk_shape_cpf_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                          af_error *err) {
+    cpf_cl c;
+    af_status st = cpf_setup(n, in, &c, &out[0], err);
+    if (st == AF_OK && c.conv.y.rank == 4) st = af_epilogue_validate(n, in, &c.conv.y, err);
+    return st;
+}
+
+af_status fk_kernel_cpf_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                           af_exec *ex, af_error *err) {
+    cpf_cl c;
+    af_tensor yt;
+    af_epilogue ep, fc_ep;
+    af_status st = cpf_setup(n, in, &c, &yt, err);
+    if (st == AF_OK) st = conv_ready(n, in, &c.conv, err);
+    if (st == AF_OK && (!fk_has_data(c.w) || (c.b && !fk_has_data(c.b))))
+        st = af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
+    if (st == AF_OK) st = nn_check_out(n, &out[0], 2, yt.dims, err);
+    if (st == AF_OK) st = af_epilogue_parse(n, in, &c.conv.y, &ep, err);
+    if (st != AF_OK) return st;
+    const fk_conv_cl *g = &c.conv;
+    int64_t rows = g->oh * g->ow;
+    size_t conv_floats = (size_t)(g->n * rows * g->m), wfloats = c.packed ? 0 : af_gemm_packed_floats(g->m, c.classes);
+    size_t cb = (conv_floats * sizeof(float) + 63) & ~(size_t)63, csb = conv_scratch_bytes(g);
+    size_t pb = ((size_t)(g->n * g->m) * sizeof(float) + 63) & ~(size_t)63;
+    size_t bytes = cb + ((csb + 63) & ~(size_t)63) + pb + wfloats * sizeof(float);
+    unsigned char *s = af_exec_scratch(ex, bytes);
+    if (!s) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory for %zu bytes of scratch", bytes);
+    float *conv = (float *)s, *pooled = (float *)(s + cb + ((csb + 63) & ~(size_t)63));
+    float *wp = (float *)((unsigned char *)pooled + pb);
+    /* The conv output lives only in scratch (cache-sized for a classification head). */
+    conv_run(g, &ep, conv, s + cb, ex);
+    const af_vec_ops *v = af_vec();
+    for (int64_t b = 0; b < g->n; b++) {
+        float *pr = pooled + b * g->m;
+        v->reduce_rows(conv + b * rows * g->m, rows, g->m, 0, pr);
+        for (int64_t j = 0; j < g->m; j++) pr[j] /= (float)rows;
+    }
+    const float *w = c.w->data;
+    if (!c.packed) {
+        af_gemm_pack(w, g->m, c.classes, c.tb ? 1 : c.classes, c.tb ? g->m : 1, wp);
+        w = wp;
+    }
+    /* Bfc as an epilogue over [N, classes]: COL for [classes], generic otherwise. */
+    memset(&fc_ep, 0, sizeof fc_ep);
+    fc_ep.rank = 2;
+    fc_ep.dims[0] = g->n;
+    fc_ep.dims[1] = c.classes;
+    if (c.b) {
+        fc_ep.nsteps = 1;
+        fc_ep.steps[0].op = AF_EP_ADD;
+        fc_ep.steps[0].operand = c.b->data;
+        af_broadcast_strides(c.b, &yt, fc_ep.steps[0].strides);
+    }
+    af_vep fv;
+    af_vep_build(&fc_ep, out[0].data, c.classes, &fv);
+    static const int64_t tap0[1] = {0};
+    af_gemm gm = {pooled, 1, g->n, 0, g->m, tap0, 1, g->m, w, c.classes, out[0].data, c.classes,
+                  &fv, 0, 0};
+    af_gemm_run(ex, &gm);
+    return AF_OK;
+}

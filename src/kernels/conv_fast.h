@@ -1,0 +1,31 @@
+/* Channels-last FusedConv (conv_fast.c): geometry shared by its shape function and kernel, and
+ * the entry points fused_conv.c hands a node with channels_last = 1 to. */
+#ifndef AF_KERNELS_CONV_FAST_H
+#define AF_KERNELS_CONV_FAST_H
+
+#include "kernels/fused.h"
+
+typedef struct fk_conv_cl {
+    af_tensor y; /* output type [N, OH, OW, M] (rank -1 while X's rank is unknown) */
+    int64_t n, h, w, c, m, cg, mg, group;
+    int64_t oh, ow, kh, kw, sh, sw, dh, dw, ph, pw; /* pads at the beginning */
+    int packed; /* w_packed: 0 not yet, 1 GEMM panels, 2 depthwise */
+    const float *x, *wt, *b;
+} fk_conv_cl;
+
+/* Check the node and its inputs (types only when data is absent) and fill g. */
+af_status fk_conv_cl_setup(const af_node *n, const af_tensor *const *in, fk_conv_cl *g,
+                           af_error *err);
+af_status fk_shape_conv_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                           af_error *err);
+af_status fk_kernel_conv_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                            af_exec *ex, af_error *err);
+
+/* ConvPoolFc with channels_last = 1: the conv as above (output in scratch only), its mean over
+ * positions, then the FC on the GEMM core (Wfc packed when fc_packed = 1, fc_shape [M, classes]). */
+af_status fk_shape_cpf_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                          af_error *err);
+af_status fk_kernel_cpf_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                           af_exec *ex, af_error *err);
+
+#endif

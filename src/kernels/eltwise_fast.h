@@ -1,0 +1,21 @@
+/* Fast paths of the float32 elementwise ops (eltwise_fast.c), called by the reference kernels
+ * before their own loops: each returns false when it does not take the case (another dtype, a
+ * broadcast the vector epilogue cannot read, AF_ISA_REFERENCE), and then the reference kernel
+ * computes it. */
+#ifndef AF_KERNELS_ELTWISE_FAST_H
+#define AF_KERNELS_ELTWISE_FAST_H
+
+#include "kernels/vec.h"
+
+/* y = x through the vector epilogue v, for a tensor of numel floats (rows of v->cols); x may be
+ * y (in place) or NULL (y already holds the values). In parallel on ex. */
+void fk_ep_run(af_exec *ex, const af_vep *v, const float *x, float *y, int64_t numel);
+/* y = op(x) for an epilogue activation or an af_vun_op, elementwise, in parallel. */
+bool fk_fast_map(int op, float p0, float p1, const af_tensor *x, af_tensor *y, af_exec *ex);
+/* Unary ONNX ops (Relu, Sigmoid, Tanh, Erf, Exp, Sqrt, Gelu, Silu, ...). */
+bool fk_fast_unary(const af_node *n, const af_tensor *x, af_tensor *y, af_exec *ex);
+/* Add, Sub, Mul, Div, and Pow by a constant 2 or 0.5, with a and b checked against y. */
+bool fk_fast_binary(const af_node *n, const af_tensor *a, const af_tensor *b, af_tensor *y,
+                    af_exec *ex);
+
+#endif

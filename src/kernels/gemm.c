@@ -1,0 +1,237 @@
+/* The GEMM driver (see gemm.h): packing, blocking, the split over threads, the micro-kernel
+ * calls and the epilogue on each tile; plus af_vec() and af_vep_build, the glue between the
+ * epilogue program and the vector kernels.
+ *
+ * Invariant: every micro-kernel call reads A rows [m, m + mr) and B rows [0, K) of one panel,
+ * and writes either C (when all its columns are inside N) or a local tile that is then copied
+ * into C's valid columns, so nothing is ever written past column N. */
+#include "kernels/gemm.h"
+#include "kernels/cpu.h"
+
+#include <string.h>
+
+const af_vec_ops *af_vec(void) {
+    switch (af_isa_get()) {
+    case AF_ISA_AVX512: return &af_vec_avx512;
+    case AF_ISA_AVX2: return &af_vec_avx2;
+    default: return &af_vec_generic;
+    }
+}
+
+/* ---- the epilogue in vector form ------------------------------------------------------------------ */
+
+/* How a binary operand with broadcast strides s (over the output's dims) reads the rows x cols
+ * view of the output; AF_VEP_NONE when it fits none of the kinds. */
+static int vep_kind(const af_epilogue *ep, const int64_t *s) {
+    int r = ep->rank;
+    bool zero = true, dense = true, rowwise = true;
+    int64_t want = 1, want_row = 1;
+    for (int i = r - 1; i >= 0; i--) {
+        if (ep->dims[i] == 1) continue; /* any stride works along a dim of 1 */
+        if (s[i] != 0) zero = false;
+        if (s[i] != want) dense = false;
+        if (i < r - 1 && s[i] != want_row) rowwise = false;
+        want *= ep->dims[i];
+        if (i < r - 1) want_row *= ep->dims[i];
+    }
+    int64_t last = ep->dims[r - 1] == 1 ? 0 : s[r - 1];
+    if (zero) return AF_VEP_SCALAR;
+    if (dense) return AF_VEP_FULL;
+    if (last == 1) {
+        bool lead_zero = true;
+        for (int i = 0; i < r - 1; i++)
+            if (ep->dims[i] != 1 && s[i] != 0) lead_zero = false;
+        if (lead_zero) return AF_VEP_COL;
+    }
+    if (last == 0 && rowwise) return AF_VEP_ROW;
+    return AF_VEP_NONE;
+}
+
+void af_vep_build(const af_epilogue *ep, float *y, int64_t cols, af_vep *v) {
+    memset(v, 0, offsetof(af_vep, steps));
+    v->cols = cols;
+    v->y = y;
+    for (int s = 0; ep && s < ep->nsteps; s++) {
+        const af_ep_step *st = &ep->steps[s];
+        af_vep_step *o = &v->steps[s];
+        o->op = st->op;
+        o->rev = st->reversed;
+        o->p0 = st->p0;
+        o->p1 = st->p1;
+        o->x = st->operand;
+        o->kind = AF_VEP_NONE;
+        if (st->operand) o->kind = ep->rank == 0 ? AF_VEP_SCALAR : vep_kind(ep, st->strides);
+        if (st->operand && o->kind == AF_VEP_NONE) v->generic = ep;
+    }
+    v->nsteps = v->generic || !ep ? 0 : ep->nsteps;
+}
+
+void af_vep_prepend(af_vep *v, int op, int kind, const float *x) {
+    AF_ASSERT(v->nsteps < AF_VEP_MAX_STEPS);
+    memmove(v->steps + 1, v->steps, (size_t)v->nsteps * sizeof v->steps[0]);
+    v->steps[0] = (af_vep_step){op, kind, 0, 0.0f, 0.0f, x};
+    v->nsteps++;
+}
+
+/* ---- packing ---------------------------------------------------------------------------------------- */
+
+/* Width of panel p of an N-column matrix. */
+static int64_t panel_width(int64_t n, int64_t p) {
+    int64_t left = n - p * AF_GEMM_NR;
+    return left > AF_GEMM_NR / 2 ? AF_GEMM_NR : AF_GEMM_NR / 2;
+}
+
+size_t af_gemm_packed_floats(int64_t k, int64_t n) {
+    if (k <= 0 || n <= 0) return 0;
+    int64_t np = (n + AF_GEMM_NR - 1) / AF_GEMM_NR;
+    return (size_t)k * (size_t)((np - 1) * AF_GEMM_NR + panel_width(n, np - 1));
+}
+
+void af_gemm_pack(const float *b, int64_t k, int64_t n, int64_t sk, int64_t sn, float *dst) {
+    int64_t np = (n + AF_GEMM_NR - 1) / AF_GEMM_NR;
+    for (int64_t p = 0; p < np; p++) {
+        int64_t w = panel_width(n, p), j0 = p * AF_GEMM_NR;
+        float *d = dst + j0 * k;
+        for (int64_t kk = 0; kk < k; kk++, d += w)
+            for (int64_t j = 0; j < w; j++)
+                d[j] = j0 + j < n ? b[kk * sk + (j0 + j) * sn] : 0.0f;
+    }
+}
+
+/* ---- the driver ----------------------------------------------------------------------------------- */
+
+/* The part of the epilogue the micro-kernels apply in registers: a leading bias (ADD of a
+ * column vector), then a residual (ADD of a full-size operand), then one activation; `rest` is
+ * what follows, applied to the stored tile. */
+typedef struct reg_ep {
+    const float *bias, *res;
+    int act;
+    float p0, p1;
+    af_vep rest;
+} reg_ep;
+
+static bool reg_act(int op) {
+    return op == AF_EP_RELU || op == AF_EP_CLIP || op == AF_EP_LEAKY_RELU || op == AF_EP_SIGMOID ||
+           op == AF_EP_SILU || op == AF_EP_GELU || op == AF_EP_HARD_SWISH || op == AF_EP_TANH;
+}
+
+static void split_ep(const af_vep *v, reg_ep *r) {
+    memset(r, 0, offsetof(reg_ep, rest));
+    int s = 0;
+    if (v && !v->generic) {
+        const af_vep_step *st = v->steps;
+        if (s < v->nsteps && st[s].op == AF_EP_ADD && st[s].kind == AF_VEP_COL) r->bias = st[s++].x;
+        if (s < v->nsteps && st[s].op == AF_EP_ADD && st[s].kind == AF_VEP_FULL) r->res = st[s++].x;
+        if (s < v->nsteps && st[s].kind == AF_VEP_NONE && reg_act(st[s].op)) {
+            r->act = st[s].op;
+            r->p0 = st[s].p0;
+            r->p1 = st[s++].p1;
+        }
+    }
+    memset(&r->rest, 0, offsetof(af_vep, steps));
+    if (!v) return;
+    r->rest.cols = v->cols;
+    r->rest.y = v->y;
+    r->rest.generic = v->generic;
+    r->rest.nsteps = v->nsteps - s;
+    memcpy(r->rest.steps, v->steps + s, sizeof(af_vep_step) * (size_t)r->rest.nsteps);
+}
+
+typedef struct gemm_job {
+    const af_gemm *g;
+    const af_vec_ops *v;
+    int64_t k, npanels, block; /* panels per block */
+    int64_t tiles_per_row;     /* M tiles per outer index o */
+    int64_t ntiles;
+    reg_ep rep;
+} gemm_job;
+
+/* Tile t: outer index o, first inner row i0 and row count. */
+static void tile_rows(const gemm_job *j, int64_t t, int64_t *o, int64_t *i0, int64_t *mr) {
+    int64_t mi = j->g->mi, tpr = j->tiles_per_row, q = t % tpr;
+    *o = t / tpr;
+    *i0 = mi * q / tpr;
+    *mr = mi * (q + 1) / tpr - *i0;
+}
+
+static bool has_steps(const af_vep *v) {
+    return v && (v->nsteps || v->generic);
+}
+
+/* Rows [m, m + mr) (A rows at a) times panel p into C and through the epilogue: in registers
+ * for the columns whole vectors cover, on the stored tile for the rest of the program and for
+ * the last partial columns. */
+static void run_panel(const gemm_job *j, const float *a, int64_t m, int64_t mr, int64_t p) {
+    const af_gemm *g = j->g;
+    const af_vec_ops *v = j->v;
+    const reg_ep *re = &j->rep;
+    int64_t w = panel_width(g->n, p), j0 = p * AF_GEMM_NR;
+    int64_t valid = g->n - j0 < w ? g->n - j0 : w, full = 0;
+    int64_t row = g->ep_row0 + m, ld = g->ep ? g->ep->cols : 0;
+    af_ukr_args u = {a, g->rs_i, g->tap_off, g->ntaps, g->tap_len, NULL, w, NULL, 0,
+                     NULL, NULL, 0, 0, 0.0f, 0.0f};
+    float tile[AF_GEMM_MR_MAX * AF_GEMM_NR];
+    for (int64_t cc = 0; cc < valid;) {
+        int nv = w - cc >= 2 * v->vw ? 2 : 1;
+        int64_t cols = (int64_t)nv * v->vw, got = valid - cc < cols ? valid - cc : cols;
+        int64_t col = g->ep_col0 + j0 + cc;
+        float *c = g->c + m * g->ldc + j0 + cc;
+        u.b = g->b + j0 * j->k + cc;
+        if (got == cols) {
+            u.c = c;
+            u.ldc = g->ldc;
+            u.bias = re->bias ? re->bias + col : NULL;
+            u.res = re->res ? re->res + row * ld + col : NULL;
+            u.ldres = ld;
+            u.act = re->act;
+            u.p0 = re->p0;
+            u.p1 = re->p1;
+            v->ukr[nv - 1][mr](&u);
+            full = cc + cols;
+        } else { /* the last columns of C: compute whole vectors aside, keep the valid ones */
+            u.c = tile;
+            u.ldc = cols;
+            u.bias = u.res = NULL;
+            u.act = 0;
+            v->ukr[nv - 1][mr](&u);
+            for (int64_t r = 0; r < mr; r++)
+                memcpy(c + r * g->ldc, tile + r * cols, (size_t)got * sizeof(float));
+        }
+        cc += cols;
+    }
+    float *c = g->c + m * g->ldc + j0;
+    if (full && has_steps(&re->rest))
+        v->ep_tile(&re->rest, c, g->ldc, row, g->ep_col0 + j0, mr, full);
+    if (full < valid && has_steps(g->ep))
+        v->ep_tile(g->ep, c + full, g->ldc, row, g->ep_col0 + j0 + full, mr, valid - full);
+}
+
+static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const gemm_job *j = ctx;
+    const af_gemm *g = j->g;
+    for (int64_t it = begin; it < end; it++) {
+        int64_t blk = it / j->ntiles, t = it % j->ntiles, o, i0, mr;
+        tile_rows(j, t, &o, &i0, &mr);
+        if (mr == 0) continue;
+        const float *a = g->a + o * g->rs_o + i0 * g->rs_i;
+        int64_t m = o * g->mi + i0, p1 = (blk + 1) * j->block;
+        if (p1 > j->npanels) p1 = j->npanels;
+        for (int64_t p = blk * j->block; p < p1; p++) run_panel(j, a, m, mr, p);
+    }
+}
+
+void af_gemm_run(af_exec *x, const af_gemm *g) {
+    if (g->mo <= 0 || g->mi <= 0 || g->n <= 0) return;
+    gemm_job j = {g, af_vec(), g->ntaps * g->tap_len, (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 0, {0}};
+    split_ep(g->ep, &j.rep);
+    /* Panels per block: half the L2 for B, the rest for A rows and C. */
+    int64_t panel_bytes = (j.k > 0 ? j.k : 1) * AF_GEMM_NR * (int64_t)sizeof(float);
+    j.block = (int64_t)(af_cpu_l2() / 2) / panel_bytes;
+    if (j.block < 1) j.block = 1;
+    if (j.block > j.npanels) j.block = j.npanels;
+    j.tiles_per_row = (g->mi + j.v->mr - 1) / j.v->mr;
+    j.ntiles = g->mo * j.tiles_per_row;
+    int64_t nblocks = (j.npanels + j.block - 1) / j.block;
+    af_exec_parallel(x, nblocks * j.ntiles, gemm_range, &j);
+}

@@ -1,0 +1,49 @@
+/* The one GEMM core behind FusedMatMul, FusedConv and attention: C = A x B with the epilogue
+ * program applied to each output tile right after it is computed.
+ *
+ * B (the weights, K x N) is packed once into panels of AF_GEMM_NR = 32 columns (the last one 16
+ * wide when at most 16 columns are left), each panel K rows of its width, zero padded past N:
+ * panel p starts at float 32 * p * K. Constant weights are packed at compile time (the lower
+ * pass) and stored packed in the .afm; the format is the same for every ISA.
+ *
+ * A is never packed: the micro-kernels broadcast its elements straight from the tensor, so A can
+ * be a row-major matrix, or the NHWC input of a convolution read through tap offsets (implicit
+ * GEMM, no im2col).
+ *
+ * Work is split in M tiles (at most the ISA's MR rows, balanced so every tile is nearly full)
+ * times blocks of B panels sized to half the L2 cache, so a block stays in L2 while every M
+ * tile passes over it; threads take contiguous ranges of (block, tile) items.
+ */
+#ifndef AF_KERNELS_GEMM_H
+#define AF_KERNELS_GEMM_H
+
+#include "kernels/vec.h"
+#include "runtime/exec.h"
+
+/* Floats of a packed K x N matrix. */
+size_t af_gemm_packed_floats(int64_t k, int64_t n);
+/* Pack B[kk][j] = b[kk * sk + j * sn] (kk < k, j < n) into dst (af_gemm_packed_floats(k, n)
+ * floats). sk = n, sn = 1 for a row-major K x N matrix; sk = 1, sn = k for its transpose. */
+void af_gemm_pack(const float *b, int64_t k, int64_t n, int64_t sk, int64_t sn, float *dst);
+
+/* One C = A x B. Output row m = o * mi + i (o < mo, i < mi) reads A at a + o * rs_o + i * rs_i,
+ * its element k = t * tap_len + j at + tap_off[t] + j (K = ntaps * tap_len); it is written at
+ * c + m * ldc, columns [0, n). A plain M x K matrix: mo = 1, mi = M, rs_i = lda, one tap
+ * {0} of length K. ep (may be NULL) sees output (ep_row0 + m, ep_col0 + column). */
+typedef struct af_gemm {
+    const float *a;
+    int64_t mo, mi, rs_o, rs_i;
+    const int64_t *tap_off;
+    int64_t ntaps, tap_len;
+    const float *b; /* packed */
+    int64_t n;
+    float *c;
+    int64_t ldc;
+    const af_vep *ep;
+    int64_t ep_row0, ep_col0;
+} af_gemm;
+
+/* Run g on x's threads (x may be NULL: the calling thread). */
+void af_gemm_run(af_exec *x, const af_gemm *g);
+
+#endif

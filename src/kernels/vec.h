@@ -1,0 +1,151 @@
+/* The vector kernels: one table of functions per ISA (src/kernels/vec_impl.h compiled three
+ * times: vec_avx512.c, vec_avx2.c, vec_generic.c), and af_vec() to get the table of the ISA in
+ * force (cpu.h). Everything that runs per element in the fast paths lives behind this table:
+ * the GEMM micro-kernels, the vector epilogue, and the row kernels of the other fast ops.
+ *
+ * Invariant: every function here reads and writes only the ranges its arguments describe; the
+ * callers (gemm.c, the fast paths of the op kernels) have checked those ranges against the
+ * tensors. Results agree with the reference kernels within float rounding (and the error bounds
+ * of vmath.h for exp, tanh and erf); all ISAs compute the same formulas, lane for lane. */
+#ifndef AF_KERNELS_VEC_H
+#define AF_KERNELS_VEC_H
+
+#include "kernels/epilogue.h"
+
+#include <stdint.h>
+
+/* Columns of one packed B panel, whatever the ISA (so packed weights are portable). */
+#define AF_GEMM_NR 32
+/* Most rows a micro-kernel computes at once (AVX-512: 14 rows x 2 vectors = 28 accumulators). */
+#define AF_GEMM_MR_MAX 14
+
+/* One micro-kernel call: rows [0, mr) x columns [0, nv * vw) of C = A x B, overwritten.
+ * Row r of A is read at a + r * rs; its k-th element (k = t * tap_len + i) at
+ * a + r * rs + tap_off[t] + i: a plain matrix has one tap at offset 0, a convolution one tap per
+ * kernel row (or per kernel position) so that A is the input tensor itself, never an im2col copy.
+ * B row k is at b + k * bstride (a packed panel, see gemm.h). */
+typedef struct af_ukr_args {
+    const float *a;
+    int64_t rs;
+    const int64_t *tap_off;
+    int64_t ntaps, tap_len;
+    const float *b;
+    int64_t bstride;
+    float *c;
+    int64_t ldc;
+    /* The start of the epilogue program, applied in registers before the store (gemm.c picks
+     * it): + bias[j], then + res[r * ldres + j], then the activation act (an af_ep_op, 0 for
+     * none) with parameters p0, p1. */
+    const float *bias, *res;
+    int64_t ldres;
+    int act;
+    float p0, p1;
+} af_ukr_args;
+
+typedef void (*af_ukr_fn)(const af_ukr_args *p);
+
+/* The epilogue program in the form the vector kernels run: the output seen as rows x cols (cols
+ * = its last dim), each binary operand classified by how it broadcasts over that view. */
+typedef enum af_vep_kind {
+    AF_VEP_NONE = 0, /* unary step */
+    AF_VEP_SCALAR,   /* one value for every element */
+    AF_VEP_COL,      /* x[col]: bias, per-channel scale/shift in channels-last layout */
+    AF_VEP_ROW,      /* x[row]: per-row mean/scale (LayerNorm pieces) */
+    AF_VEP_FULL      /* x[row * cols + col]: a residual of the output's shape */
+} af_vep_kind;
+
+typedef struct af_vep_step {
+    int op;   /* af_ep_op */
+    int kind; /* af_vep_kind */
+    int rev;  /* y = x (op) y */
+    float p0, p1;
+    const float *x;
+} af_vep_step;
+
+/* Room for the steps a kernel puts before the program (alpha, bias). */
+#define AF_VEP_MAX_STEPS (AF_EP_MAX_STEPS + 4)
+
+typedef struct af_vep {
+    int nsteps;
+    int64_t cols; /* the output's last dim */
+    /* When some operand of the program broadcasts in another way, the program runs through the
+     * reference epilogue after the vector steps (then only the prepended ones): generic points
+     * at it and y at the whole output. */
+    const af_epilogue *generic;
+    float *y;
+    af_vep_step steps[AF_VEP_MAX_STEPS];
+} af_vep;
+
+/* Classify ep's steps for an output of ep->dims written at y (cols = last dim, 1 for a scalar
+ * output). ep may be NULL: an empty program over rows of `cols`. */
+void af_vep_build(const af_epilogue *ep, float *y, int64_t cols, af_vep *v);
+/* Put a step before the others (op af_ep_op, kind af_vep_kind, operand x). */
+void af_vep_prepend(af_vep *v, int op, int kind, const float *x);
+
+/* Unary ops of the standalone fast elementwise kernels (beyond the epilogue's activations). */
+typedef enum af_vun_op {
+    AF_VUN_EXP = 100,
+    AF_VUN_ERF,
+    AF_VUN_SQRT,
+    AF_VUN_RECIPROCAL,
+    AF_VUN_NEG,
+    AF_VUN_ABS,
+    AF_VUN_SQUARE
+} af_vun_op;
+
+/* One output row of a channels-last depthwise convolution (one input channel per output
+ * channel): y[ow][c] = bias[c] + sum over valid (kh, kw) of x[ih][iw][c] * w[kh * kw_n + kw][c],
+ * ih = oh * sh - ph + kh * dh, iw = ow * sw - pw + kw * dw; then the epilogue ep (rows = output
+ * positions from row0, cols = channels) on each block of outputs while it is in cache. */
+typedef struct af_dw_row {
+    const float *x; /* [h][w][c] */
+    int64_t h, w, c;
+    const float *wt;   /* [kh * kw][c] */
+    const float *bias; /* [c] or NULL */
+    int64_t kh, kw, sh, sw, dh, dw, ph, pw;
+    int64_t oh, ow; /* this row, and its output columns */
+    float *y;       /* [ow][c] */
+    const af_vep *ep;
+    int64_t row0;
+} af_dw_row;
+
+/* One output row of channels-last MaxPool / AveragePool over a 2-D window (no dilation):
+ * y[ow][c] = max or mean over the window positions inside x; the mean divides by the count of
+ * positions inside the padded image [-ph, h + pe_h) x [-pw, w + pe_w) when include_pad, else by
+ * the count inside x (0 for an empty window gives 0). */
+typedef struct af_pool_row {
+    const float *x; /* [h][w][c] */
+    int64_t h, w, c;
+    int64_t kh, kw, sh, sw, ph, pw, pe_h, pe_w;
+    int max, include_pad;
+    int64_t oh, ow;
+    float *y; /* [ow][c] */
+} af_pool_row;
+
+typedef struct af_vec_ops {
+    const char *name;
+    int vw;    /* floats per vector */
+    int mr;    /* rows of the largest micro-kernel */
+    af_ukr_fn ukr[2][AF_GEMM_MR_MAX + 1]; /* [vectors - 1][rows]: nv * vw columns per call */
+    /* Apply v to the tile of `rows` x `cols` outputs at c (row stride ldc) whose first element
+     * is output (row0, col0). */
+    void (*ep_tile)(const af_vep *v, float *c, int64_t ldc, int64_t row0, int64_t col0,
+                    int64_t rows, int64_t cols);
+    /* y[i] = f(x[i]) for an epilogue activation (af_ep_op) or an af_vun_op; y may be x. */
+    void (*unary)(int op, float p0, float p1, const float *x, float *y, int64_t n);
+    /* One row of LayerNorm: y = (x - mean) / sqrt(var + eps) * scale (+ bias; may be NULL),
+     * mean and (biased) variance over x[0..n), n >= 1; y may be x. */
+    void (*layernorm)(const float *x, float *y, int64_t n, float eps, const float *scale,
+                      const float *bias);
+    void (*dw_row)(const af_dw_row *p);
+    void (*pool_row)(const af_pool_row *p);
+    /* out[j] = sum (or max) over r < rows of x[r * cols + j], rows >= 1. */
+    void (*reduce_rows)(const float *x, int64_t rows, int64_t cols, int max, float *out);
+} af_vec_ops;
+
+extern const af_vec_ops af_vec_avx512, af_vec_avx2, af_vec_generic;
+
+/* The table of the ISA in force (the generic one under AF_ISA_REFERENCE). */
+const af_vec_ops *af_vec(void);
+
+#endif

@@ -1,0 +1,378 @@
+/* The vector kernels, written once with GCC vector extensions and compiled once per ISA (see
+ * vec.h): vec_avx512.c, vec_avx2.c and vec_generic.c define VW (floats per vector), VEC_MR (rows
+ * of the largest micro-kernel), VEC_NAME and VEC_TABLE, then include this file. Each such file
+ * is compiled with its ISA's flags only (CMakeLists.txt), so nothing here runs on a CPU that
+ * lacks the instructions: cpu.c picks the table.
+ *
+ * Invariant: loads and stores touch only [p, p + n) of the ranges the caller passes; partial
+ * vectors go through a zero-padded local copy, so every lane of a tail computes exactly what a
+ * full vector would. */
+#include "kernels/vec.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef float vf __attribute__((vector_size(VW * 4), aligned(4)));
+typedef int32_t vi __attribute__((vector_size(VW * 4), aligned(4)));
+
+#include "kernels/vmath.h"
+
+static inline vf vload(const float *p) {
+    vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void vstore(float *p, vf v) {
+    memcpy(p, &v, sizeof v);
+}
+
+static inline vf vsplat(float s) {
+    return (vf){0} + s;
+}
+
+/* The first n (< VW) floats of p, the other lanes 0. */
+static inline vf vload_part(const float *p, int64_t n) {
+    float t[VW] = {0};
+    memcpy(t, p, (size_t)n * sizeof(float));
+    return vload(t);
+}
+
+static inline void vstore_part(float *p, vf v, int64_t n) {
+    float t[VW];
+    vstore(t, v);
+    memcpy(p, t, (size_t)n * sizeof(float));
+}
+
+/* ---- elementwise functions ---------------------------------------------------------------------- */
+
+static inline vf vclamp01(vf x) {
+    return vm_min(vm_max(x, vsplat(0.0f)), vsplat(1.0f));
+}
+
+/* f(x) for an epilogue activation (af_ep_op) or an af_vun_op. Comparisons are written so that
+ * NaN goes where the reference kernels send it (Relu(NaN) = NaN, as `x < 0 ? 0 : x`). */
+static inline vf un_apply(int op, vf x, float p0, float p1) {
+    switch (op) {
+    case AF_EP_RELU: return vm_select(x < 0.0f, vsplat(0.0f), x);
+    case AF_EP_CLIP: { /* max first, then min: with min > max the result is max, as in Clip */
+        vf lo = vsplat(p0), hi = vsplat(p1), t = vm_select(x < lo, lo, x);
+        return vm_select(t > hi, hi, t);
+    }
+    case AF_EP_LEAKY_RELU: return vm_select(x < 0.0f, x * p0, x);
+    case AF_EP_SIGMOID: return vm_sigmoid(x);
+    case AF_EP_HARD_SIGMOID: return vclamp01(x * p0 + p1);
+    case AF_EP_HARD_SWISH: return x * vclamp01(x * (1.0f / 6.0f) + 0.5f);
+    case AF_EP_SILU: return x * vm_sigmoid(x);
+    case AF_EP_GELU: return p0 == 0.0f ? vm_gelu_erf(x) : vm_gelu_tanh(x);
+    case AF_EP_TANH: return vm_tanh(x);
+    case AF_EP_ELU: return vm_select(x < 0.0f, vm_expm1(x) * p0, x);
+    case AF_VUN_EXP: return vm_exp(x);
+    case AF_VUN_ERF: return vm_erf(x);
+    case AF_VUN_RECIPROCAL: return vsplat(1.0f) / x;
+    case AF_VUN_NEG: return -x;
+    case AF_VUN_ABS: return vm_abs(x);
+    case AF_VUN_SQUARE: return x * x;
+    default: return x;
+    }
+}
+
+static inline vf bin_apply(int op, int rev, vf y, vf b) {
+    if (rev) {
+        vf t = y;
+        y = b;
+        b = t;
+    }
+    switch (op) {
+    case AF_EP_ADD: return y + b;
+    case AF_EP_SUB: return y - b;
+    case AF_EP_MUL: return y * b;
+    default: return y / b;
+    }
+}
+
+/* ---- GEMM micro-kernels ------------------------------------------------------------------------ */
+
+/* MR x NV vectors of C, accumulated over every tap in registers and stored once. MR and NV are
+ * constants at each instantiation below, so the accumulator array lives in registers and the
+ * loops unroll completely. */
+static inline __attribute__((always_inline)) void ukr_body(const int MR, const int NV,
+                                                           const af_ukr_args *p) {
+    vf acc[VEC_MR][2];
+    for (int r = 0; r < MR; r++)
+        for (int j = 0; j < NV; j++) acc[r][j] = (vf){0};
+    const float *b = p->b;
+    const int64_t rs = p->rs, bs = p->bstride, len = p->tap_len;
+    for (int64_t t = 0; t < p->ntaps; t++) {
+        const float *a = p->a + p->tap_off[t];
+        for (int64_t k = 0; k < len; k++, b += bs) {
+            vf bv[2];
+            for (int j = 0; j < NV; j++) bv[j] = vload(b + j * VW);
+#pragma GCC unroll 16
+            for (int r = 0; r < MR; r++) {
+                float s = a[r * rs + k];
+                for (int j = 0; j < NV; j++) acc[r][j] += s * bv[j];
+            }
+        }
+    }
+    if (p->bias)
+        for (int j = 0; j < NV; j++) {
+            vf bv = vload(p->bias + j * VW);
+            for (int r = 0; r < MR; r++) acc[r][j] += bv;
+        }
+    if (p->res)
+        for (int r = 0; r < MR; r++)
+            for (int j = 0; j < NV; j++) acc[r][j] += vload(p->res + r * p->ldres + j * VW);
+    if (p->act)
+        for (int r = 0; r < MR; r++)
+            for (int j = 0; j < NV; j++) acc[r][j] = un_apply(p->act, acc[r][j], p->p0, p->p1);
+    for (int r = 0; r < MR; r++)
+        for (int j = 0; j < NV; j++) vstore(p->c + r * p->ldc + j * VW, acc[r][j]);
+}
+
+#define UKR(NV, MR)                                                                            \
+    static void ukr_##NV##_##MR(const af_ukr_args *p) {                                         \
+        ukr_body(MR, NV, p);                                                                    \
+    }
+#define UKR_ROWS(NV) UKR(NV, 1) UKR(NV, 2) UKR(NV, 3) UKR(NV, 4) UKR(NV, 5) UKR(NV, 6)
+UKR_ROWS(1)
+UKR_ROWS(2)
+#if VEC_MR > 6
+#define UKR_ROWS_HI(NV) UKR(NV, 7) UKR(NV, 8) UKR(NV, 9) UKR(NV, 10) UKR(NV, 11) UKR(NV, 12) \
+    UKR(NV, 13) UKR(NV, 14)
+UKR_ROWS_HI(1)
+UKR_ROWS_HI(2)
+#define UKR_HI(NV) , ukr_##NV##_7, ukr_##NV##_8, ukr_##NV##_9, ukr_##NV##_10, ukr_##NV##_11, \
+    ukr_##NV##_12, ukr_##NV##_13, ukr_##NV##_14
+#else
+#define UKR_HI(NV)
+#endif
+#define UKR_TABLE(NV)                                                                          \
+    { NULL, ukr_##NV##_1, ukr_##NV##_2, ukr_##NV##_3, ukr_##NV##_4, ukr_##NV##_5,              \
+      ukr_##NV##_6 UKR_HI(NV) }
+
+/* Lanes [0, n) of output row `row` from column `col` on, through every step of v. */
+static inline vf ep_vec(const af_vep *v, vf y, int64_t row, int64_t col, int64_t n) {
+    for (int s = 0; s < v->nsteps; s++) {
+        const af_vep_step *st = &v->steps[s];
+        vf b;
+        switch (st->kind) {
+        case AF_VEP_NONE: y = un_apply(st->op, y, st->p0, st->p1); continue;
+        case AF_VEP_SCALAR: b = vsplat(st->x[0]); break;
+        case AF_VEP_ROW: b = vsplat(st->x[row]); break;
+        case AF_VEP_COL: b = n == VW ? vload(st->x + col) : vload_part(st->x + col, n); break;
+        default: {
+            const float *x = st->x + row * v->cols + col;
+            b = n == VW ? vload(x) : vload_part(x, n);
+        }
+        }
+        y = bin_apply(st->op, st->rev, y, b);
+    }
+    return y;
+}
+
+static void ep_tile(const af_vep *v, float *c, int64_t ldc, int64_t row0, int64_t col0,
+                    int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows && v->nsteps; r++) {
+        float *y = c + r * ldc;
+        int64_t j = 0;
+        for (; j + VW <= cols; j += VW) vstore(y + j, ep_vec(v, vload(y + j), row0 + r, col0 + j, VW));
+        if (j < cols)
+            vstore_part(y + j, ep_vec(v, vload_part(y + j, cols - j), row0 + r, col0 + j, cols - j),
+                        cols - j);
+    }
+    for (int64_t r = 0; r < rows && v->generic; r++) /* c is inside v->y at (row, col) */
+        af_epilogue_apply_at(v->generic, v->y, (row0 + r) * v->cols + col0, cols);
+}
+
+static void unary(int op, float p0, float p1, const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+    if (op == AF_VUN_SQRT) { /* vectorised by the compiler (-fno-math-errno) */
+        for (; i < n; i++) y[i] = sqrtf(x[i]);
+        return;
+    }
+    for (; i + VW <= n; i += VW) vstore(y + i, un_apply(op, vload(x + i), p0, p1));
+    if (i < n) vstore_part(y + i, un_apply(op, vload_part(x + i, n - i), p0, p1), n - i);
+}
+
+/* Lane sum. */
+static inline float vsum(vf v) {
+    float t[VW], s = 0.0f;
+    vstore(t, v);
+    for (int i = 0; i < VW; i++) s += t[i];
+    return s;
+}
+
+/* Sum of x[0..n) (float accumulation in VW lanes, as wide as the vector). */
+static float row_sum(const float *x, int64_t n) {
+    vf acc = {0};
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) acc += vload(x + i);
+    if (i < n) acc += vload_part(x + i, n - i);
+    return vsum(acc);
+}
+
+static void layernorm(const float *x, float *y, int64_t n, float eps, const float *scale,
+                      const float *bias) {
+    float mean = row_sum(x, n) / (float)n;
+    vf m = vsplat(mean), acc = {0};
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) {
+        vf d = vload(x + i) - m;
+        acc += d * d;
+    }
+    if (i < n) { /* the padded lanes of the tail are 0 - mean: keep them out */
+        float t[VW] = {0};
+        for (int64_t j = i; j < n; j++) t[j - i] = (x[j] - mean) * (x[j] - mean);
+        acc += vload(t);
+    }
+    float inv = 1.0f / sqrtf(vsum(acc) / (float)n + eps);
+    vf iv = vsplat(inv);
+    for (i = 0; i + VW <= n; i += VW) {
+        vf t = (vload(x + i) - m) * iv * vload(scale + i);
+        vstore(y + i, bias ? t + vload(bias + i) : t);
+    }
+    for (; i < n; i++) {
+        float t = (x[i] - mean) * inv * scale[i];
+        y[i] = bias ? t + bias[i] : t;
+    }
+}
+
+/* ---- depthwise convolution ------------------------------------------------------------------------ */
+
+/* Channels [c0, c0 + nc) of outputs ow0 .. ow0 + NB - 1, all of whose kernel columns are inside
+ * the row (checked by the caller); NB outputs share each weight vector load. */
+static inline __attribute__((always_inline)) void dw_block(const int NB, const af_dw_row *p,
+                                                          int64_t khlo, int64_t khhi, int64_t ow0,
+                                                          int64_t c0, int64_t nc) {
+    const int64_t c = p->c, ih0 = p->oh * p->sh - p->ph;
+    vf acc[4];
+    vf bv = p->bias ? (nc == VW ? vload(p->bias + c0) : vload_part(p->bias + c0, nc)) : (vf){0};
+    for (int i = 0; i < NB; i++) acc[i] = bv;
+    for (int64_t kh = khlo; kh < khhi; kh++) {
+        const float *xr = p->x + (ih0 + kh * p->dh) * p->w * c + c0;
+        const float *wr = p->wt + kh * p->kw * c + c0;
+        for (int64_t kw = 0; kw < p->kw; kw++) {
+            vf wv = nc == VW ? vload(wr + kw * c) : vload_part(wr + kw * c, nc);
+            const float *xp = xr + (ow0 * p->sw - p->pw + kw * p->dw) * c;
+            for (int i = 0; i < NB; i++) {
+                const float *q = xp + i * p->sw * c;
+                acc[i] += (nc == VW ? vload(q) : vload_part(q, nc)) * wv;
+            }
+        }
+    }
+    for (int i = 0; i < NB; i++) {
+        float *y = p->y + (ow0 + i) * c + c0;
+        if (nc == VW) vstore(y, acc[i]);
+        else vstore_part(y, acc[i], nc);
+    }
+}
+
+/* Channels [c0, c0 + nc) of output ow, skipping kernel columns outside the row. */
+static void dw_one(const af_dw_row *p, int64_t khlo, int64_t khhi, int64_t ow, int64_t c0,
+                   int64_t nc) {
+    const int64_t c = p->c, ih0 = p->oh * p->sh - p->ph, iw0 = ow * p->sw - p->pw;
+    vf acc = p->bias ? (nc == VW ? vload(p->bias + c0) : vload_part(p->bias + c0, nc)) : (vf){0};
+    for (int64_t kh = khlo; kh < khhi; kh++)
+        for (int64_t kw = 0; kw < p->kw; kw++) {
+            int64_t iw = iw0 + kw * p->dw;
+            if (iw < 0 || iw >= p->w) continue;
+            const float *q = p->x + ((ih0 + kh * p->dh) * p->w + iw) * c + c0;
+            const float *wq = p->wt + (kh * p->kw + kw) * c + c0;
+            acc += (nc == VW ? vload(q) : vload_part(q, nc)) * (nc == VW ? vload(wq) : vload_part(wq, nc));
+        }
+    float *y = p->y + ow * c + c0;
+    if (nc == VW) vstore(y, acc);
+    else vstore_part(y, acc, nc);
+}
+
+/* First index i >= 0 with lo <= base + i * step, for step > 0. */
+static int64_t first_at_least(int64_t base, int64_t step, int64_t lo) {
+    return base >= lo ? 0 : (lo - base + step - 1) / step;
+}
+
+static void dw_row(const af_dw_row *p) {
+    const int64_t ih0 = p->oh * p->sh - p->ph, span = (p->kw - 1) * p->dw;
+    /* Kernel rows inside the image, and the output columns whose whole window is inside. */
+    int64_t khlo = first_at_least(ih0, p->dh, 0), khhi = p->kh;
+    while (khhi > khlo && ih0 + (khhi - 1) * p->dh >= p->h) khhi--;
+    int64_t owlo = first_at_least(-p->pw, p->sw, 0), owhi = owlo;
+    while (owhi < p->ow && owhi * p->sw - p->pw + span < p->w) owhi++;
+    for (int64_t ow = 0; ow < p->ow;) {
+        int nb = ow >= owlo && ow + 4 <= owhi ? 4 : 1;
+        for (int64_t c0 = 0; c0 < p->c; c0 += VW) {
+            int64_t nc = p->c - c0 < VW ? p->c - c0 : VW;
+            if (nb == 4) dw_block(4, p, khlo, khhi, ow, c0, nc);
+            else if (ow >= owlo && ow < owhi) dw_block(1, p, khlo, khhi, ow, c0, nc);
+            else dw_one(p, khlo, khhi, ow, c0, nc);
+        }
+        if (p->ep && (p->ep->nsteps || p->ep->generic))
+            ep_tile(p->ep, p->y + ow * p->c, p->c, p->row0 + ow, 0, nb, p->c);
+        ow += nb;
+    }
+}
+
+/* ---- pooling -------------------------------------------------------------------------------------- */
+
+/* Window positions kk < k at o * s - pb + kk inside [lo, hi). */
+static int64_t window_count(int64_t o, int64_t s, int64_t pb, int64_t k, int64_t lo, int64_t hi) {
+    int64_t a = o * s - pb, b = a + k;
+    a = a > lo ? a : lo;
+    b = b < hi ? b : hi;
+    return b > a ? b - a : 0;
+}
+
+static void pool_row(const af_pool_row *p) {
+    const int64_t c = p->c, ih0 = p->oh * p->sh - p->ph;
+    int64_t hlo = ih0 < 0 ? 0 : ih0, hhi = ih0 + p->kh < p->h ? ih0 + p->kh : p->h;
+    for (int64_t ow = 0; ow < p->ow; ow++) {
+        int64_t iw0 = ow * p->sw - p->pw;
+        int64_t wlo = iw0 < 0 ? 0 : iw0, whi = iw0 + p->kw < p->w ? iw0 + p->kw : p->w;
+        int64_t count = p->include_pad
+                            ? window_count(p->oh, p->sh, p->ph, p->kh, -p->ph, p->h + p->pe_h) *
+                                  window_count(ow, p->sw, p->pw, p->kw, -p->pw, p->w + p->pe_w)
+                            : (hhi - hlo) * (whi - wlo);
+        vf scale = vsplat(count > 0 ? 1.0f / (float)count : 0.0f);
+        for (int64_t c0 = 0; c0 < c; c0 += VW) {
+            int64_t nc = c - c0 < VW ? c - c0 : VW;
+            vf acc = vsplat(p->max ? -INFINITY : 0.0f);
+            for (int64_t ih = hlo; ih < hhi; ih++)
+                for (int64_t iw = wlo; iw < whi; iw++) {
+                    const float *q = p->x + (ih * p->w + iw) * c + c0;
+                    vf v = nc == VW ? vload(q) : vload_part(q, nc);
+                    acc = p->max ? vm_max(acc, v) : acc + v;
+                }
+            if (!p->max) acc *= scale;
+            float *y = p->y + ow * c + c0;
+            if (nc == VW) vstore(y, acc);
+            else vstore_part(y, acc, nc);
+        }
+    }
+}
+
+static void reduce_rows(const float *x, int64_t rows, int64_t cols, int max, float *out) {
+    for (int64_t j = 0; j < cols; j += VW) {
+        int64_t nc = cols - j < VW ? cols - j : VW;
+        vf acc = nc == VW ? vload(x + j) : vload_part(x + j, nc);
+        for (int64_t r = 1; r < rows; r++) {
+            const float *q = x + r * cols + j;
+            vf v = nc == VW ? vload(q) : vload_part(q, nc);
+            acc = max ? vm_max(acc, v) : acc + v;
+        }
+        if (nc == VW) vstore(out + j, acc);
+        else vstore_part(out + j, acc, nc);
+    }
+}
+
+const af_vec_ops VEC_TABLE = {
+    .name = VEC_NAME,
+    .vw = VW,
+    .mr = VEC_MR,
+    .ukr = {UKR_TABLE(1), UKR_TABLE(2)},
+    .ep_tile = ep_tile,
+    .unary = unary,
+    .layernorm = layernorm,
+    .dw_row = dw_row,
+    .pool_row = pool_row,
+    .reduce_rows = reduce_rows,
+};

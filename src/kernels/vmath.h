@@ -1,0 +1,264 @@
+/* Vectorised float32 math for the kernels' epilogues and softmax: exp, expm1, sigmoid, tanh, erf
+ * and the two GELUs, written once with GCC vector extensions so that one source compiles to
+ * AVX-512, AVX2 or SSE2 code by the flags of the file that includes it.
+ *
+ * The includer defines VW (floats per vector) and the types
+ *     typedef float vf __attribute__((vector_size(VW * 4), aligned(4)));
+ *     typedef int32_t vi __attribute__((vector_size(VW * 4), aligned(4)));
+ * before including this file.
+ *
+ * Invariant: every function is straight-line lane-wise code (no branch on lane values, no
+ * table, no libm, no intrinsic), so lane i of a result depends only on lane i of the input,
+ * and a tail vector padded with anything gives the same lanes [0, n) as a full one. The code
+ * relies on IEEE round-to-nearest and must not be built with -ffast-math (or
+ * -fassociative-math / -ffinite-math-only): the rounding trick and the NaN selects depend on
+ * it. Contraction into FMA (-ffp-contract=fast) is expected and only makes results better.
+ *
+ * Error bounds, measured by tests/test_vmath.c against double libm (ulp: of the float nearest
+ * the exact value; "normal": where that value is a normal float), the same for VW 16 (AVX-512),
+ * 8 (AVX2+FMA) and 4 (SSE2, no FMA), gcc 12 and clang 14, unless noted:
+ *   vm_exp        see VM_BOUNDS below
+ * Outside their ranges the functions saturate as each contract says; none returns NaN for a
+ * non-NaN input, and NaN in gives NaN out.
+ *
+ * The polynomial coefficients are minimax fits (Lawson's iteration on Chebyshev nodes, exact
+ * values from mpmath) rounded to float one at a time, lowest order first, refitting the rest
+ * after each rounding so that the rounding errors are absorbed. */
+#ifndef AF_VMATH_H
+#define AF_VMATH_H
+
+#include <stdint.h>
+
+#ifndef VW
+#error "define VW and the vf and vi vector types before including kernels/vmath.h"
+#endif
+
+#define VM_INLINE static inline __attribute__((always_inline))
+
+/* Unsigned lanes, for shifts and sign bits (a signed left shift of a negative is undefined). */
+typedef uint32_t vm_vu __attribute__((vector_size(VW * 4), aligned(4)));
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+/* s in every lane. Written as s - 0 rather than 0 + s so that -0.0f stays -0. */
+VM_INLINE vf vm_splat(float s) {
+    return s - (vf){0};
+}
+
+VM_INLINE vm_vu vm_bits(vf x) {
+    return (vm_vu)x;
+}
+
+VM_INLINE vf vm_from_bits(vm_vu u) {
+    return (vf)u;
+}
+
+/* a where mask is all ones, b where it is zero (mask: a vector comparison's result). C has no
+ * vector ?:, so this is the bitwise form; compilers turn it into a blend. */
+VM_INLINE vf vm_select(vi mask, vf a, vf b) {
+    return (vf)(((vi)a & mask) | ((vi)b & ~mask));
+}
+
+/* a > b ? a : b, so b when either is NaN, like x86 maxps(a, b): pass the operand that may be
+ * NaN second to keep the NaN, first to drop it. */
+VM_INLINE vf vm_max(vf a, vf b) {
+    return vm_select(a > b, a, b);
+}
+
+/* a < b ? a : b, so b when either is NaN, like x86 minps(a, b). */
+VM_INLINE vf vm_min(vf a, vf b) {
+    return vm_select(a < b, a, b);
+}
+
+VM_INLINE vf vm_abs(vf x) {
+    return vm_from_bits(vm_bits(x) & 0x7fffffffu);
+}
+
+/* |a| with the sign of s. */
+VM_INLINE vf vm_copysign(vf a, vf s) {
+    return vm_from_bits((vm_bits(a) & 0x7fffffffu) | (vm_bits(s) & 0x80000000u));
+}
+
+/* x rounded to the nearest integer, ties to even, for |x| < 2^22 (larger |x| give garbage).
+ * Adding 1.5 * 2^23 leaves no fraction bits, so the FPU rounds; the 0.5 * 2^23 margin keeps
+ * negative x in the same binade. A zero result is +0 even for x in (-0.5, -0]. */
+VM_INLINE vf vm_rint(vf x) {
+    const float magic = 12582912.0f;
+    return (x + magic) - magic;
+}
+
+/* ---- exp and expm1 -------------------------------------------------------------------------- */
+
+/* exp(x) = 2^n * e^r with n = rint(x / ln2) and r = x - n * ln2 in [-ln2/2, ln2/2]. */
+#define VM_LOG2E 1.44269502f
+#define VM_MAGIC 12582912.0f /* 1.5 * 2^23: the low mantissa bits of x/ln2 + magic hold n */
+/* ln2 = VM_LN2_HI + VM_LN2_LO; VM_LN2_HI has 15 significant bits, so n * VM_LN2_HI is exact
+ * for |n| < 512 and x - n * VM_LN2_HI is exact too (Cody and Waite). VM_LN2_LO is positive,
+ * which keeps r = -0 for x = -0. */
+#define VM_LN2_HI 0.693145752f
+#define VM_LN2_LO 1.42860677e-06f
+/* Below VM_EXP_LO e^x is not a normal float: results there are flushed (exp 0, expm1 -1).
+ * VM_EXP_LO is the first float above -126 ln2, so where n = -126 the polynomial is >= 1 and
+ * the exponent arithmetic below never reaches the denormal range. */
+#define VM_EXP_LO -87.3365402f
+/* The largest float below 128 ln2: e^x is finite up to it and +inf after it. */
+#define VM_EXP_HI 88.7228317f
+
+/* Reduction shared by exp and expm1: r, and t whose low 9 bits hold n (two's complement). */
+VM_INLINE vf vm_exp_reduce(vf x, vf *t) {
+    *t = x * VM_LOG2E + VM_MAGIC;
+    vf n = *t - VM_MAGIC;
+    vf r = x - n * VM_LN2_HI;
+    return r - n * VM_LN2_LO;
+}
+
+/* (e^r - 1 - r) / r^2 on [-0.3466, 0.3466]: relative error 1.4e-8 in e^r - 1 from the
+ * polynomial, 5.6e-9 in e^r. */
+VM_INLINE vf vm_exp_q(vf r) {
+    vf q = r * 0.00138699624f + 0.0083662523f;
+    q = q * r + 0.0416674428f;
+    q = q * r + 0.166665465f;
+    return q * r + 0.49999997f;
+}
+
+/* e^x for x in [VM_EXP_LO, VM_EXP_HI] without range handling (NaN gives NaN). The scaling adds
+ * n to the exponent field as an integer rather than multiplying by 2^n: that also covers
+ * n = 128, where 2^n is not a float but the result (the polynomial is < 1 there) is. */
+VM_INLINE vf vm_exp_core(vf x) {
+    vf t;
+    vf r = vm_exp_reduce(x, &t);
+    vf p = vm_exp_q(r) * r + 1.0f;
+    p = p * r + 1.0f;
+    return vm_from_bits(vm_bits(p) + (vm_bits(t) << 23));
+}
+
+/* e^x: 0 below VM_EXP_LO (no denormals), +inf above VM_EXP_HI, NaN for NaN. */
+VM_INLINE vf vm_exp(vf x) {
+    vf y = vm_exp_core(x);
+    y = vm_select(x < VM_EXP_LO, vm_splat(0.0f), y);
+    /* ~(x <= hi) is also set for NaN, and x + inf is then NaN, else +inf. */
+    return vm_select(~(x <= VM_EXP_HI), x + __builtin_inff(), y);
+}
+
+/* e^x - 1 with relative accuracy near 0 (ELU): -1 below VM_EXP_LO, +inf above VM_EXP_HI, NaN
+ * for NaN; -0 gives +0. As e^x - 1 = 2^n (e^r - 1) + (2^n - 1), with e^r - 1 computed without
+ * the 1 so that n = 0 loses nothing. 2^n is formed as 2 * 2^(n-1) so that n = 128 stays finite;
+ * at n = -126, 2^(n-1) comes out as 0, which gives the right -1. */
+VM_INLINE vf vm_expm1(vf x) {
+    vf t;
+    vf r = vm_exp_reduce(x, &t);
+    vf u = (r * r) * vm_exp_q(r) + r;
+    vf h = vm_from_bits((vm_bits(t) << 23) + (126u << 23)); /* 2^(n-1) */
+    vf y = 2.0f * (h * u + (h - 0.5f));
+    y = vm_select(x < VM_EXP_LO, vm_splat(-1.0f), y);
+    return vm_select(~(x <= VM_EXP_HI), x + __builtin_inff(), y);
+}
+
+/* 1 / (1 + e^-x), taken as e^x / (1 + e^x) for x < 0: with e = e^-|x| <= 1 the sum 1 + e
+ * lies in [1, 2], where its rounding costs half an ulp at most (1 + e^-x near a power of two
+ * above 2 would cost a whole one). Exactly 1 from x = 16.64 on, 0 below VM_EXP_LO (the exact
+ * value is not a normal float there); NaN for NaN. */
+VM_INLINE vf vm_sigmoid(vf x) {
+    vf e = vm_exp(-vm_abs(x));
+    return vm_select(x < 0.0f, e, vm_splat(1.0f)) / (1.0f + e);
+}
+
+/* ---- tanh ----------------------------------------------------------------------------------- */
+
+/* Below this |x| tanh is an odd polynomial; above it 1 - 2 / (e^2|x| + 1) cancels by at most
+ * a factor 1.8. */
+#define VM_TANH_SMALL 0.625f
+/* tanh(|x|) rounds to 1 from 9.02 on; clamping there keeps e^2|x| finite. */
+#define VM_TANH_CLAMP 10.0f
+
+/* tanh(a) for a in [0, VM_TANH_SMALL]: a + a^3 P(a^2), relative error 4.5e-9 from the
+ * polynomial. */
+VM_INLINE vf vm_tanh_small(vf a) {
+    vf a2 = a * a;
+    vf p = a2 * -0.00569229666f + 0.0206281673f;
+    p = p * a2 - 0.0537365153f;
+    p = p * a2 + 0.133314058f;
+    p = p * a2 - 0.333332807f;
+    return (a * a2) * p + a;
+}
+
+/* tanh(x): odd, so computed on |x| and given x's sign back (tanh(-0) = -0); exactly +-1 from
+ * |x| = 9.02 on; NaN for NaN. */
+VM_INLINE vf vm_tanh(vf x) {
+    vf a = vm_abs(x);
+    vf e = vm_exp_core(2.0f * vm_min(vm_splat(VM_TANH_CLAMP), a));
+    vf big = 1.0f - 2.0f / (e + 1.0f);
+    /* NaN fails the comparison and takes the polynomial: exp_core may lose a NaN's payload
+     * bits into the exponent. */
+    vf y = vm_select(a >= VM_TANH_SMALL, big, vm_tanh_small(a));
+    return vm_copysign(y, x);
+}
+
+/* ---- erf and GELU --------------------------------------------------------------------------- */
+
+/* Below this |x| erf is an odd polynomial; above it erf = 1 - erfc with erfc = e^Q. */
+#define VM_ERF_SMALL 0.875f
+/* Q is fitted up to here: erf rounds to 1 from 3.92 on, and GELU's tail keeps relative
+ * accuracy down to x = -4.5 sqrt(2). */
+#define VM_ERF_CLAMP 4.5f
+
+/* erf(a) for a in [0, VM_ERF_SMALL]: a + a P(a^2), P's constant being 2/sqrt(pi) - 1 so that
+ * the leading term a * 2/sqrt(pi) carries no rounding of that constant; relative error 1.4e-8
+ * from the polynomial. */
+VM_INLINE vf vm_erf_small(vf a) {
+    vf a2 = a * a;
+    vf p = a2 * -0.000603880559f + 0.00500202086f;
+    p = p * a2 - 0.0267722793f;
+    p = p * a2 + 0.112819627f;
+    p = p * a2 - 0.376125067f;
+    p = p * a2 + 0.128379151f;
+    return a * p + a;
+}
+
+/* erfc(a) for a in [VM_ERF_SMALL, VM_ERF_CLAMP] as e^Q(a), Q a polynomial fit of log erfc
+ * (absolute error 2.1e-8, so erfc's relative error is that plus exp's). */
+VM_INLINE vf vm_erfc_tail(vf a) {
+    vf q = a * -7.76978695e-08f + 3.29541149e-06f;
+    q = q * a - 6.13100492e-05f;
+    q = q * a + 0.000675915973f;
+    q = q * a - 0.0050137816f;
+    q = q * a + 0.0269439351f;
+    q = q * a - 0.110765778f;
+    q = q * a - 0.631275296f;
+    q = q * a - 1.13047814f;
+    q = q * a + 0.000365718151f;
+    return vm_exp_core(q);
+}
+
+/* erf(x): odd (erf(-0) = -0), exactly +-1 from |x| = 3.92 on, NaN for NaN. */
+VM_INLINE vf vm_erf(vf x) {
+    vf a = vm_abs(x);
+    vf e = vm_erfc_tail(vm_min(vm_splat(VM_ERF_CLAMP), a));
+    vf y = vm_select(a >= VM_ERF_SMALL, 1.0f - e, vm_erf_small(a)); /* NaN: see vm_tanh */
+    return vm_copysign(y, x);
+}
+
+/* 0.5 x (1 + erf(x / sqrt2)). For x < 0, 1 + erf is taken as erfc(|x| / sqrt2) itself rather
+ * than as 1 - erf, so the negative tail keeps its relative accuracy; below
+ * x = -VM_ERF_CLAMP * sqrt2 (|result| < 7e-10) the result is -0, as for x = -inf. */
+VM_INLINE vf vm_gelu_erf(vf x) {
+    vf z = x * 0.707106769f;
+    vf a = vm_abs(z);
+    vf e = vm_erfc_tail(vm_min(vm_splat(VM_ERF_CLAMP), a));
+    vi big = a >= VM_ERF_SMALL; /* NaN: see vm_tanh */
+    vf erf_z = vm_copysign(vm_select(big, 1.0f - e, vm_erf_small(a)), x);
+    vf g = vm_select((x < 0.0f) & big, e, 1.0f + erf_z);
+    vf y = (0.5f * x) * g;
+    return vm_select((a > VM_ERF_CLAMP) & (x < 0.0f), vm_splat(-0.0f), y);
+}
+
+/* 0.5 x (1 + tanh(u)) with u = 0.7978845608 (x + 0.044715 x^3), computed as x / (1 + e^-2u)
+ * (the same value) so that the negative tail has no cancellation. -0 below x = -16 (the value
+ * underflows from x = -10.1 on), which also gives -0 rather than NaN for x = -inf. */
+VM_INLINE vf vm_gelu_tanh(vf x) {
+    vf m2u = x * ((x * x) * -0.0713548139f - 1.59576917f); /* -2u */
+    vf y = x / (1.0f + vm_exp(m2u));
+    return vm_select(x < -16.0f, vm_splat(-0.0f), y);
+}
+
+#endif

@@ -1,0 +1,301 @@
+/* The layout pass: 2-D convolutions and what runs between them work channels-last (NHWC), the
+ * layout in which the GEMM core reads a convolution's input in place (a tap is a contiguous run
+ * of channels, see kernels/gemm.h) and every per-channel operand is a vector along the last dim.
+ *
+ * How: walking the nodes in order, a node that can run channels-last (a 2-D FusedConv always;
+ * pooling, elementwise ops, Concat, SqueezeExcite and ConvPoolFc when one of their inputs is
+ * already channels-last) gets its inputs in NHWC: the NHWC twin of a value when one exists, a
+ * Transpose to NHWC otherwise (one per value, shared), constants permuted at compile time. Each
+ * of its 4-D outputs v becomes a new NHWC value v', and v itself is then computed by a
+ * Transpose(v') back to NCHW right after it, for whoever still reads NCHW (a graph output, a
+ * Reshape...). Transposes that nobody reads are removed by the dead-code pass that follows, so
+ * a chain of channels-last ops has reorders only at its edges, never between two of its ops.
+ *
+ * Invariant: every value keeps its meaning (name, NCHW type) for its readers; a converted node
+ * computes the permutation of what it computed before. Nodes are only inserted right before
+ * or after the node being converted, so the order stays topological.
+ */
+#include "fusion/rule.h"
+#include "passes/rewrite.h"
+
+#include <string.h>
+
+/* NCHW -> NHWC and back. */
+static const int64_t to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
+
+typedef struct layout {
+    af_graph *g;
+    af_value **twin;  /* by value id: its NHWC version, or NULL */
+    int ntwin;
+    int pos;          /* index in g->nodes of the node being converted */
+} layout;
+
+/* How a node's input slots relate to the layout. */
+typedef enum slot_kind {
+    S_KEEP,    /* not a layout-carrying tensor (weights, bias, shapes) */
+    S_ACT,     /* a 4-D activation */
+    S_OPERAND  /* a broadcast operand of an elementwise step: 4-D activation or constant */
+} slot_kind;
+
+static bool is_unary_elementwise(af_op op) {
+    switch (op) {
+    case AF_OP_RELU: case AF_OP_SIGMOID: case AF_OP_TANH: case AF_OP_LEAKY_RELU:
+    case AF_OP_HARD_SIGMOID: case AF_OP_HARD_SWISH: case AF_OP_ELU: case AF_OP_GELU:
+    case AF_OP_SILU: case AF_OP_ERF: case AF_OP_EXP: case AF_OP_SQRT: case AF_OP_NEG:
+    case AF_OP_ABS: case AF_OP_CLIP:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool is_binary_elementwise(af_op op) {
+    return op == AF_OP_ADD || op == AF_OP_SUB || op == AF_OP_MUL || op == AF_OP_DIV;
+}
+
+static bool rank4_f32(const af_value *v) {
+    return v && v->type.dtype == AF_DTYPE_FLOAT && v->type.rank == 4;
+}
+
+/* The 2-D pooling windows the channels-last pooling kernels take. */
+static bool pool_ok(const af_node *n) {
+    const int64_t *v = NULL;
+    int nk = af_attr_ints(n, "kernel_shape", &v);
+    if (nk != 2 || n->nout != 1 || !rank4_f32(n->in[0])) return false;
+    int nd = af_attr_ints(n, "dilations", &v);
+    for (int i = 0; i < nd; i++)
+        if (v[i] != 1) return false;
+    return af_attr_int(n, "storage_order", 0) == 0;
+}
+
+/* Slot kind of input i of n, for a node that can run channels-last. */
+static slot_kind slot_of(const af_node *n, int i) {
+    switch (n->op) {
+    case AF_OP_FUSED_CONV: return i == 0 ? S_ACT : i >= 3 ? S_OPERAND : S_KEEP;
+    case AF_OP_CONV_POOL_FC: return i == 0 ? S_ACT : i >= 5 ? S_OPERAND : S_KEEP;
+    case AF_OP_SQUEEZE_EXCITE: return i == 0 ? S_ACT : S_KEEP;
+    case AF_OP_FUSED_ELEMENTWISE: return i == 0 ? S_ACT : S_OPERAND;
+    case AF_OP_CONCAT: return S_ACT;
+    case AF_OP_MAX_POOL: case AF_OP_AVERAGE_POOL: case AF_OP_GLOBAL_AVERAGE_POOL:
+    case AF_OP_GLOBAL_MAX_POOL:
+        return i == 0 ? S_ACT : S_KEEP;
+    default: return is_unary_elementwise(n->op) && i > 0 ? S_KEEP : S_OPERAND;
+    }
+}
+
+/* Can n run channels-last at all (given its kinds of inputs)? */
+static bool capable(const af_node *n) {
+    if (n->nout < 1 || !n->out[0] || n->nin < 1 || n->out[0]->type.dtype != AF_DTYPE_FLOAT)
+        return false;
+    if (is_unary_elementwise(n->op) || is_binary_elementwise(n->op))
+        return n->nout == 1 && n->out[0]->type.rank == 4;
+    if (!rank4_f32(n->in[0])) return false;
+    switch (n->op) {
+    case AF_OP_FUSED_CONV:
+        return n->nin >= 2 && fu_is_const(n->in[1]) && n->in[1]->type.rank == 4 &&
+               !af_attr_int(n, "channels_last", 0);
+    case AF_OP_CONV_POOL_FC:
+        return n->nin >= 2 && fu_is_const(n->in[1]) && n->in[1]->type.rank == 4 &&
+               !af_attr_int(n, "channels_last", 0);
+    case AF_OP_SQUEEZE_EXCITE:
+    case AF_OP_GLOBAL_AVERAGE_POOL:
+    case AF_OP_GLOBAL_MAX_POOL:
+    case AF_OP_FUSED_ELEMENTWISE:
+        return n->nout == 1;
+    case AF_OP_MAX_POOL:
+    case AF_OP_AVERAGE_POOL:
+        return pool_ok(n);
+    case AF_OP_CONCAT:
+        return n->nout == 1 && n->out[0]->type.rank == 4;
+    default:
+        return false;
+    }
+}
+
+/* Is input v of slot kind k something the converted node can take? */
+static bool input_ok(const layout *L, const af_value *v, slot_kind k) {
+    if (!v || k == S_KEEP) return true;
+    if (v->type.dtype != AF_DTYPE_FLOAT || v->type.rank < 0) return false;
+    if (v->type.rank == 4 && (v->id < L->ntwin && L->twin[v->id])) return true;
+    if (v->type.rank == 4) return true; /* a Transpose makes it NHWC */
+    if (k == S_ACT) return false;
+    /* A lower-rank operand: constants are permuted; a runtime one only when it is a scalar. */
+    if (fu_is_const(v)) return true;
+    for (int d = 0; d < v->type.rank; d++)
+        if (v->type.dims[d] != 1) return false;
+    return true;
+}
+
+/* Worth converting: a FusedConv always; others when an activation input is already NHWC. */
+static bool wanted(const layout *L, const af_node *n) {
+    if (!capable(n)) return false;
+    bool any = n->op == AF_OP_FUSED_CONV || n->op == AF_OP_CONV_POOL_FC;
+    for (int i = 0; i < n->nin; i++) {
+        slot_kind k = slot_of(n, i);
+        const af_value *v = n->in[i];
+        if (!input_ok(L, v, k)) return false;
+        if (v && k != S_KEEP && v->id < L->ntwin && L->twin[v->id]) any = true;
+    }
+    return any;
+}
+
+/* Move the node just appended to position `at`, keeping L->pos on the node being converted. */
+static void place_at(layout *L, int at) {
+    af_node_move_last_to(L->g, at);
+    if (at <= L->pos) L->pos++;
+}
+
+static af_value *perm_shape_const(af_graph *g, const int64_t *perm) {
+    int64_t four = 4;
+    af_value *c = af_value_new_const(g, af_graph_unique_name(g, "perm"), AF_DTYPE_INT64, 1, &four);
+    if (c) memcpy(c->type.data, perm, sizeof(int64_t) * 4);
+    return c;
+}
+
+/* A node of ours producing y from x that reorders NCHW <-> NHWC: a Transpose, or a Reshape when
+ * H and W are 1 (the bytes are the same either way). Appended last, output y set. */
+static af_node *reorder_node(af_graph *g, af_value *x, af_value *y, const int64_t *perm,
+                             const char *name) {
+    const int64_t *xd = x->type.dims;
+    bool trivial = perm == to_nhwc ? (xd[2] == 1 && xd[3] == 1) : (xd[1] == 1 && xd[2] == 1);
+    af_node *t;
+    if (trivial) {
+        af_value *shape = perm_shape_const(g, y->type.dims);
+        t = shape ? af_node_new(g, AF_OP_RESHAPE, name, 2, 1) : NULL;
+        if (t) af_node_set_input(t, 1, shape);
+    } else {
+        t = af_node_new(g, AF_OP_TRANSPOSE, name, 1, 1);
+        af_attr *a = t ? af_node_add_attr(t, "perm", AF_ATTR_INTS) : NULL;
+        if (!a) return NULL;
+        a->ints = (int64_t *)perm;
+        a->n = 4;
+    }
+    if (!t) return NULL;
+    af_node_set_input(t, 0, x);
+    af_node_set_output(t, 0, y);
+    return t;
+}
+
+static af_value *new_nhwc_value(af_graph *g, const af_value *v, const char *suffix) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s%s", v->name ? v->name : "v", suffix);
+    af_value *t = af_value_new(g, af_graph_unique_name(g, buf));
+    if (!t) return NULL;
+    t->type = v->type;
+    t->type.data = NULL;
+    t->type.nbytes = 0;
+    t->type.owns_data = 0;
+    for (int d = 0; d < 4; d++) t->type.dims[d] = v->type.dims[to_nhwc[d]];
+    return t;
+}
+
+static bool grow_twins(layout *L) {
+    if (L->g->nvalues <= L->ntwin) return true;
+    int n = L->g->nvalues + 64;
+    af_value **t = af_arena_calloc(L->g->arena, (size_t)n, sizeof *t);
+    if (!t) return false;
+    if (L->ntwin) memcpy(t, L->twin, sizeof *t * (size_t)L->ntwin);
+    L->twin = t;
+    L->ntwin = n;
+    return true;
+}
+
+/* The NHWC version of a 4-D non-constant value: its twin, or a new Transpose before node pos. */
+static af_value *nhwc_of(layout *L, af_value *v, af_error *err) {
+    if (v->id < L->ntwin && L->twin[v->id]) return L->twin[v->id];
+    af_value *t = new_nhwc_value(L->g, v, "_nhwc");
+    af_node *tr = t ? reorder_node(L->g, v, t, to_nhwc, af_graph_unique_name(L->g, "to_nhwc")) : NULL;
+    if (!tr || !grow_twins(L)) {
+        af_fail(err, AF_ERR_NOMEM, "out of memory in the layout pass");
+        return NULL;
+    }
+    place_at(L, L->pos);
+    L->twin[v->id] = t;
+    return t;
+}
+
+/* A constant operand of rank <= 4, as it broadcasts against an NHWC output: expanded to rank 4
+ * (numpy aligns it from the right against N, C, H, W), then permuted. Scalars stay. */
+static af_value *permute_const(layout *L, af_value *c, af_error *err) {
+    const af_tensor *t = &c->type;
+    int64_t numel = af_tensor_numel(t);
+    if (numel <= 1 || t->rank == 0) return c;
+    int64_t d4[4] = {1, 1, 1, 1}, nd[4];
+    for (int i = 0; i < t->rank; i++) d4[4 - t->rank + i] = t->dims[i];
+    for (int i = 0; i < 4; i++) nd[i] = d4[to_nhwc[i]];
+    af_value *p = fu_const(L->g, "nhwc_const", 4, nd);
+    if (!p) {
+        af_fail(err, AF_ERR_NOMEM, "out of memory in the layout pass");
+        return NULL;
+    }
+    const float *s = t->data;
+    float *d = p->type.data;
+    for (int64_t n = 0; n < d4[0]; n++)
+        for (int64_t h = 0; h < d4[2]; h++)
+            for (int64_t w = 0; w < d4[3]; w++)
+                for (int64_t ch = 0; ch < d4[1]; ch++)
+                    *d++ = s[((n * d4[1] + ch) * d4[2] + h) * d4[3] + w];
+    return p;
+}
+
+static bool set_channels_last(af_node *n) {
+    for (int a = 0; a < n->nattrs; a++)
+        if (!strcmp(n->attrs[a].name, "channels_last")) {
+            n->attrs[a].i = 1;
+            return true;
+        }
+    return fu_set_int(n, "channels_last", 1);
+}
+
+/* Concat's axis in NHWC: N stays, C moves last, H and W move up one. */
+static void remap_concat_axis(af_node *n) {
+    static const int64_t nhwc_pos[4] = {0, 3, 1, 2};
+    for (int a = 0; a < n->nattrs; a++)
+        if (!strcmp(n->attrs[a].name, "axis")) {
+            int64_t ax = n->attrs[a].i < 0 ? n->attrs[a].i + 4 : n->attrs[a].i;
+            if (ax >= 0 && ax < 4) n->attrs[a].i = nhwc_pos[ax];
+        }
+}
+
+static af_status convert(layout *L, af_node *n, af_error *err) {
+    for (int i = 0; i < n->nin; i++) {
+        af_value *v = n->in[i];
+        slot_kind k = slot_of(n, i);
+        if (!v || k == S_KEEP) continue;
+        af_value *r = v->type.rank == 4 && !fu_is_const(v) ? nhwc_of(L, v, err)
+                      : fu_is_const(v) ? permute_const(L, v, err) : v;
+        if (!r) return err ? err->code : AF_ERR_NOMEM;
+        if (r != v) af_node_set_input(n, i, r);
+    }
+    bool ok = true;
+    if (n->op == AF_OP_FUSED_CONV || n->op == AF_OP_CONV_POOL_FC || n->op == AF_OP_SQUEEZE_EXCITE ||
+        n->op == AF_OP_MAX_POOL || n->op == AF_OP_AVERAGE_POOL ||
+        n->op == AF_OP_GLOBAL_AVERAGE_POOL || n->op == AF_OP_GLOBAL_MAX_POOL)
+        ok = set_channels_last(n);
+    if (n->op == AF_OP_CONCAT) remap_concat_axis(n);
+    if (!ok) return af_fail(err, AF_ERR_NOMEM, "out of memory in the layout pass");
+    /* Outputs: 4-D ones get an NHWC twin, and the NCHW value a Transpose from it. */
+    for (int o = 0; o < n->nout; o++) {
+        af_value *v = n->out[o];
+        if (!v || v->type.rank != 4) continue;
+        af_value *t = new_nhwc_value(L->g, v, "_nhwc");
+        if (!t || !grow_twins(L)) return af_fail(err, AF_ERR_NOMEM, "out of memory in the layout pass");
+        af_node_set_output(n, o, t);
+        if (!reorder_node(L->g, t, v, to_nchw, af_graph_unique_name(L->g, "to_nchw")))
+            return af_fail(err, AF_ERR_NOMEM, "out of memory in the layout pass");
+        place_at(L, L->pos + 1);
+        L->twin[v->id] = t;
+    }
+    return AF_OK;
+}
+
+af_status af_pass_layout(af_graph *g, af_error *err) {
+    layout L = {g, NULL, 0, 0};
+    if (!grow_twins(&L)) return af_fail(err, AF_ERR_NOMEM, "out of memory in the layout pass");
+    af_status st = AF_OK;
+    for (L.pos = 0; L.pos < g->nnodes && !st; L.pos++) {
+        af_node *n = g->nodes[L.pos];
+        if (wanted(&L, n)) st = convert(&L, n, err);
+    }
+    return st ? st : af_graph_infer_shapes(g, err);
+}

@@ -1,0 +1,218 @@
+/* Lowering: the graph as the fast kernels run it. It runs after fusion, and alone on the unfused
+ * graph (--no_fusion), so both use the same kernels and differ only by what fusion did:
+ *  - cores: every float32 Conv, MatMul and Gemm becomes the FusedConv / FusedMatMul that
+ *    computes it with an empty epilogue (one GEMM and one convolution serve every graph);
+ *  - BatchNormalization in inference mode with constant parameters becomes a FusedElementwise
+ *    scale-and-shift: one pass over X, as a BatchNorm kernel makes (fusion folds it into the
+ *    conv instead);
+ *  - then the layout pass (layout.c) makes 2-D convolutions channels-last, and packing stores
+ *    every constant GEMM weight in the panel order of kernels/gemm.h, once, at compile time.
+ *
+ * Invariant: a lowered node computes what the node it replaces computed (the same output value,
+ * name and consumers); nodes the fast kernels cannot take (other dtypes, non-constant BatchNorm
+ * statistics, training mode) are left as they are.
+ */
+#include "fusion/rule.h"
+#include "kernels/gemm.h"
+#include "passes/rewrite.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Put `n` (appended last) in the place of `old`, producing old's output values. */
+static void take_place(af_graph *g, af_node *n, af_node *old) {
+    int pos = old->id;
+    af_value *outs[8];
+    int nout = old->nout < 8 ? old->nout : 8;
+    for (int o = 0; o < nout; o++) outs[o] = old->out[o];
+    af_node_remove(old);
+    for (int o = 0; o < nout && o < n->nout; o++)
+        if (outs[o]) af_node_set_output(n, o, outs[o]);
+    af_node_move_last_to(g, pos);
+    af_graph_renumber(g);
+}
+
+static bool all_f32(const af_node *n) {
+    for (int i = 0; i < n->nin; i++)
+        if (n->in[i] && n->in[i]->type.dtype != AF_DTYPE_FLOAT) return false;
+    return n->nout >= 1 && n->out[0] && n->out[0]->type.dtype == AF_DTYPE_FLOAT;
+}
+
+/* Conv, MatMul, Gemm -> FusedConv / FusedMatMul with no epilogue steps. */
+static af_status lower_core(af_graph *g, af_node *n, af_error *err) {
+    fu_core core;
+    if (fu_core_init(&core, n) != NULL) return AF_OK; /* nothing a fused core can express */
+    af_node *f = fu_core_build(&core, n->name, err);
+    if (!f) return err ? err->code : AF_ERR_NOMEM;
+    take_place(g, f, n);
+    return AF_OK;
+}
+
+/* BatchNormalization(X, scale, B, mean, var) -> FusedElementwise(X, s, t): y = x * s + t with
+ * s = scale / sqrt(var + eps), t = B - mean * s, shaped [C, 1, ...] to broadcast over X. */
+static af_status lower_batchnorm(af_graph *g, af_node *n, af_error *err) {
+    if (n->nin != 5 || n->nout != 1 || !all_f32(n) || af_attr_int(n, "training_mode", 0)) return AF_OK;
+    const af_value *x = n->in[0];
+    if (x->type.rank < 2 || x->type.dims[1] < 1) return AF_OK;
+    int64_t c = x->type.dims[1];
+    for (int i = 1; i < 5; i++)
+        if (!fu_is_const(n->in[i]) || n->in[i]->type.rank != 1 || n->in[i]->type.dims[0] != c)
+            return AF_OK;
+    int64_t dims[AF_MAX_RANK] = {c};
+    int rank = x->type.rank - 1;
+    for (int i = 1; i < rank; i++) dims[i] = 1;
+    af_value *s = fu_const(g, "bn_scale", rank, dims), *t = fu_const(g, "bn_shift", rank, dims);
+    af_node *f = s && t ? fu_node_new(g, AF_OP_FUSED_ELEMENTWISE, n->name, 3) : NULL;
+    if (!f) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+    const float *sc = n->in[1]->type.data, *bi = n->in[2]->type.data;
+    const float *mean = n->in[3]->type.data, *var = n->in[4]->type.data;
+    double eps = af_attr_float(n, "epsilon", 1e-5f);
+    float *sd = s->type.data, *td = t->type.data;
+    for (int64_t i = 0; i < c; i++) {
+        double k = sc[i] / sqrt((double)var[i] + eps);
+        sd[i] = (float)k;
+        td[i] = (float)(bi[i] - mean[i] * k);
+    }
+    af_node_set_input(f, 0, n->in[0]);
+    af_node_set_input(f, 1, s);
+    af_node_set_input(f, 2, t);
+    fu_epi e;
+    fu_epi_init(&e);
+    e.op[0] = AF_EP_MUL;
+    e.operand[0] = s;
+    e.op[1] = AF_EP_ADD;
+    e.operand[1] = t;
+    e.n = 2;
+    af_status st = fu_epi_emit(f, &e, 1, err);
+    if (st) return st;
+    take_place(g, f, n);
+    return AF_OK;
+}
+
+af_status af_pass_lower(af_graph *g, af_error *err) {
+    af_status st = AF_OK;
+    for (int i = 0; i < g->nnodes && !st; i++) {
+        af_node *n = g->nodes[i];
+        if ((n->op == AF_OP_CONV || n->op == AF_OP_MATMUL || n->op == AF_OP_GEMM) && all_f32(n))
+            st = lower_core(g, n, err);
+        else if (n->op == AF_OP_BATCH_NORMALIZATION)
+            st = lower_batchnorm(g, n, err);
+    }
+    return st ? st : af_graph_infer_shapes(g, err);
+}
+
+/* ---- packing -------------------------------------------------------------------------------- */
+
+/* Add an INTS attribute holding a copy of v[0..count) (arena memory). */
+static bool set_ints(af_graph *g, af_node *n, const char *name, const int64_t *v, int count) {
+    int64_t *copy = af_arena_alloc(g->arena, (size_t)count * sizeof(int64_t));
+    af_attr *a = copy ? af_node_add_attr(n, name, AF_ATTR_INTS) : NULL;
+    if (!a) return false;
+    memcpy(copy, v, (size_t)count * sizeof(int64_t));
+    a->ints = copy;
+    a->n = count;
+    return true;
+}
+
+/* A FusedMatMul whose B is a constant 2-D matrix reads it packed: input 1 becomes the packed
+ * floats, b_shape = [K, N] and b_packed = 1 say how, trans_b is folded in. */
+static af_status pack_matmul(af_graph *g, af_node *n, af_error *err) {
+    af_value *b = n->nin > 1 ? n->in[1] : NULL;
+    if (!b || !fu_is_const(b) || !fu_is_f32(b) || b->type.rank != 2 || af_attr_int(n, "b_packed", 0))
+        return AF_OK;
+    bool tb = af_attr_int(n, "trans_b", 0) != 0;
+    int64_t k = b->type.dims[tb ? 1 : 0], nn = b->type.dims[tb ? 0 : 1];
+    int64_t len = (int64_t)af_gemm_packed_floats(k, nn);
+    af_value *p = fu_const(g, "packed_b", 1, &len);
+    int64_t dims[2] = {k, nn};
+    if (!p || !set_ints(g, n, "b_shape", dims, 2) || !fu_set_int(n, "b_packed", 1))
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
+    af_gemm_pack(b->type.data, k, nn, tb ? 1 : nn, tb ? k : 1, p->type.data);
+    for (int a = 0; a < n->nattrs; a++)
+        if (!strcmp(n->attrs[a].name, "trans_b")) n->attrs[a].i = 0;
+    af_node_set_input(n, 1, p);
+    return AF_OK;
+}
+
+/* The FC of a channels-last ConvPoolFc (input 3, [M, classes] or fc_trans_b [classes, M])
+ * packed as a GEMM B: fc_packed = 1, fc_shape = [M, classes]. */
+static af_status pack_fc(af_graph *g, af_node *n, af_error *err) {
+    af_value *w = n->nin > 3 ? n->in[3] : NULL;
+    if (!af_attr_int(n, "channels_last", 0) || af_attr_int(n, "fc_packed", 0) || !w ||
+        !fu_is_const(w) || !fu_is_f32(w) || w->type.rank != 2)
+        return AF_OK;
+    bool tb = af_attr_int(n, "fc_trans_b", 0) != 0;
+    int64_t k = w->type.dims[tb ? 1 : 0], nn = w->type.dims[tb ? 0 : 1];
+    int64_t len = (int64_t)af_gemm_packed_floats(k, nn), dims[2] = {k, nn};
+    af_value *p = fu_const(g, "packed_fc", 1, &len);
+    if (!p || !set_ints(g, n, "fc_shape", dims, 2) || !fu_set_int(n, "fc_packed", 1))
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
+    af_gemm_pack(w->type.data, k, nn, tb ? 1 : nn, tb ? k : 1, p->type.data);
+    for (int a = 0; a < n->nattrs; a++)
+        if (!strcmp(n->attrs[a].name, "fc_trans_b")) n->attrs[a].i = 0;
+    af_node_set_input(n, 3, p);
+    return AF_OK;
+}
+
+/* Is a channels-last conv with weights [M, Cg, KH, KW] depthwise (one input channel per
+ * output channel)? Those run their own kernel on weights laid out [KH * KW][M]. */
+static bool depthwise(const af_node *n, const af_value *w) {
+    int64_t group = af_attr_int(n, "group", 1);
+    return w->type.dims[1] == 1 && group > 1 && w->type.dims[0] == group;
+}
+
+/* A channels-last FusedConv reads its constant weights packed:
+ *   w_packed = 1: per group, the GEMM panels of B[k][m] with k = (kh * KW + kw) * Cg + c (the
+ *                 order in which an NHWC input row holds a kernel window), groups one after
+ *                 the other, each af_gemm_packed_floats(KH * KW * Cg, M / group) floats;
+ *   w_packed = 2: depthwise, [KH * KW][M].
+ * w_shape keeps the logical [M, Cg, KH, KW]. */
+static af_status pack_conv(af_graph *g, af_node *n, af_error *err) {
+    af_value *w = n->nin > 1 ? n->in[1] : NULL;
+    if (!af_attr_int(n, "channels_last", 0) || af_attr_int(n, "w_packed", 0) || !w ||
+        !fu_is_const(w) || !fu_is_f32(w) || w->type.rank != 4)
+        return AF_OK;
+    const int64_t *d = w->type.dims;
+    int64_t m = d[0], cg = d[1], kh = d[2], kw = d[3], group = af_attr_int(n, "group", 1);
+    if (group < 1 || m % group) return AF_OK; /* the kernel's shape checks will say why */
+    int64_t mg = m / group, k = kh * kw * cg, taps = kh * kw;
+    bool dw = depthwise(n, w);
+    int64_t len = dw ? taps * m : group * (int64_t)af_gemm_packed_floats(k, mg);
+    af_value *p = fu_const(g, dw ? "packed_dw" : "packed_w", 1, &len);
+    float *tmp = dw ? NULL : malloc(sizeof(float) * (size_t)(k * mg > 0 ? k * mg : 1));
+    if (!p || (!dw && !tmp) || !set_ints(g, n, "w_shape", d, 4) ||
+        !fu_set_int(n, "w_packed", dw ? 2 : 1)) {
+        free(tmp);
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
+    }
+    const float *src = w->type.data;
+    float *dst = p->type.data;
+    if (dw) {
+        for (int64_t t = 0; t < taps; t++)
+            for (int64_t o = 0; o < m; o++) dst[t * m + o] = src[o * taps + t];
+    } else {
+        size_t per = af_gemm_packed_floats(k, mg);
+        for (int64_t gi = 0; gi < group; gi++) {
+            for (int64_t o = 0; o < mg; o++)
+                for (int64_t c = 0; c < cg; c++)
+                    for (int64_t t = 0; t < taps; t++)
+                        tmp[(t * cg + c) * mg + o] = src[((gi * mg + o) * cg + c) * taps + t];
+            af_gemm_pack(tmp, k, mg, mg, 1, dst + (size_t)gi * per);
+        }
+    }
+    free(tmp);
+    af_node_set_input(n, 1, p);
+    return AF_OK;
+}
+
+af_status af_pass_pack(af_graph *g, af_error *err) {
+    af_status st = AF_OK;
+    for (int i = 0; i < g->nnodes && !st; i++) {
+        af_node *n = g->nodes[i];
+        if (n->op == AF_OP_FUSED_MATMUL) st = pack_matmul(g, n, err);
+        else if (n->op == AF_OP_FUSED_CONV) st = pack_conv(g, n, err);
+        else if (n->op == AF_OP_CONV_POOL_FC && !(st = pack_conv(g, n, err))) st = pack_fc(g, n, err);
+    }
+    return st ? st : af_graph_infer_shapes(g, err);
+}

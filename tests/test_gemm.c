@@ -1,0 +1,293 @@
+/* The GEMM core (kernels/gemm.h) and the vector epilogue against plain double loops, on every ISA
+ * this CPU has (generic, AVX2, AVX-512): every micro-kernel size (M tails 1..MR), N tails inside
+ * a vector and inside a panel, 16-wide last panels, K = 0 and odd K, tap offsets (the implicit
+ * GEMM of a convolution), outer/inner row strides, one and two threads (same bits), and every
+ * epilogue op with operands per column, per row, full-size, scalar and in a generic broadcast
+ * (which must fall back to the reference epilogue). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "kernels/cpu.h"
+#include "kernels/gemm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x5eed;
+static float rnd(void) {
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((double)(rng_state >> 11) / (double)(1ULL << 53) * 2.0 - 1.0);
+}
+
+static float *rnd_buf(size_t n) {
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++) p[i] = rnd();
+    return p;
+}
+
+/* A GEMM problem in the general form of af_gemm: mo x mi rows, taps over A. */
+typedef struct prob {
+    int64_t mo, mi, rs_o, rs_i, ntaps, tap_len, n;
+    int64_t tap_off[9];
+    size_t a_len;
+} prob;
+
+static int64_t prob_k(const prob *p) { return p->ntaps * p->tap_len; }
+
+/* A[m][k] of problem p from its tensor a. */
+static double a_at(const prob *p, const float *a, int64_t m, int64_t k) {
+    int64_t o = m / p->mi, i = m % p->mi, t = k / p->tap_len, j = k % p->tap_len;
+    return a[o * p->rs_o + i * p->rs_i + p->tap_off[t] + j];
+}
+
+/* C = A x B in double, then the reference epilogue (ep may be NULL). */
+static void ref_gemm(const prob *p, const float *a, const float *b, const af_epilogue *ep,
+                     float *c) {
+    int64_t m = p->mo * p->mi, k = prob_k(p);
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t j = 0; j < p->n; j++) {
+            double s = 0;
+            for (int64_t kk = 0; kk < k; kk++) s += a_at(p, a, r, kk) * b[kk * p->n + j];
+            c[r * p->n + j] = (float)s;
+        }
+    if (ep) af_epilogue_apply_at(ep, c, 0, m * p->n);
+}
+
+/* |got - want| within float rounding of a K-term sum (scaled by sqrt(K)) after the epilogue. */
+static void expect_close(const float *got, const float *want, int64_t count, int64_t k,
+                         const char *what) {
+    double tol = 2e-6 * sqrt((double)(k > 0 ? k : 1)) + 1e-6;
+    for (int64_t i = 0; i < count; i++) {
+        double d = fabs((double)got[i] - want[i]), scale = fabs(want[i]) > 1 ? fabs(want[i]) : 1;
+        if (!(d <= tol * scale) && !(isnan(got[i]) && isnan(want[i])))
+            fail_msg("%s: element %lld: got %.9g, want %.9g", what, (long long)i, got[i], want[i]);
+    }
+}
+
+typedef struct run_ctx {
+    const af_gemm *g;
+} run_ctx;
+
+static void call_gemm(af_exec *x, void *ctx) { af_gemm_run(x, ((run_ctx *)ctx)->g); }
+
+/* Run p on the ISA in force with `threads` threads and compare with the double reference. */
+static void check_prob(const prob *p, const af_epilogue *ep, int threads, const char *what) {
+    int64_t m = p->mo * p->mi, k = prob_k(p);
+    float *a = rnd_buf(p->a_len), *b = rnd_buf((size_t)(k * p->n));
+    float *packed = malloc((af_gemm_packed_floats(k, p->n) + 1) * sizeof(float));
+    float *c = malloc((size_t)(m * p->n + 1) * sizeof(float));
+    float *want = malloc((size_t)(m * p->n + 1) * sizeof(float));
+    assert_true(packed && c && want);
+    af_gemm_pack(b, k, p->n, p->n, 1, packed);
+    af_vep v;
+    af_vep_build(ep, c, p->n, &v);
+    af_gemm g = {a, p->mo, p->mi, p->rs_o, p->rs_i, p->tap_off, p->ntaps, p->tap_len,
+                 packed, p->n, c, p->n, &v, 0, 0};
+    af_runtime *rt = NULL;
+    af_error err;
+    if (threads > 1) assert_int_equal(af_runtime_new(threads, &rt, &err), AF_OK);
+    for (int64_t i = 0; i < m * p->n; i++) c[i] = NAN; /* every output must be written */
+    run_ctx ctx = {&g};
+    af_runtime_call(rt, call_gemm, &ctx);
+    af_runtime_free(rt);
+    ref_gemm(p, a, b, ep, want);
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s [%s, M %lld (%lldx%lld), N %lld, K %lld, %d threads]", what,
+             af_isa_name(af_isa_get()), (long long)m, (long long)p->mo, (long long)p->mi,
+             (long long)p->n, (long long)k, threads);
+    expect_close(c, want, m * p->n, k, buf);
+    free(a);
+    free(b);
+    free(packed);
+    free(c);
+    free(want);
+}
+
+/* A plain row-major M x K times K x N. */
+static prob plain(int64_t m, int64_t n, int64_t k) {
+    prob p = {1, m, 0, k, 1, k, n, {0}, (size_t)(m * k)};
+    return p;
+}
+
+/* Run body once per ISA this CPU has (and restore the best one). */
+#define FOR_EACH_ISA(isa)                                                                       \
+    for (af_isa isa = AF_ISA_GENERIC; isa <= af_isa_best() && af_isa_set(isa) == isa; isa++)
+
+static void test_shapes(void **state) {
+    (void)state;
+    static const int64_t ms[] = {1, 2, 3, 5, 6, 7, 8, 13, 14, 15, 28, 29, 64, 197};
+    static const int64_t ns[] = {1, 7, 8, 15, 16, 17, 31, 32, 33, 48, 50, 64, 100};
+    static const int64_t ks[] = {0, 1, 3, 17, 64};
+    FOR_EACH_ISA(isa) {
+        for (size_t i = 0; i < AF_COUNT(ms); i++)
+            for (size_t j = 0; j < AF_COUNT(ns); j++) {
+                prob p = plain(ms[i], ns[j], ks[(i + j) % AF_COUNT(ks)]);
+                check_prob(&p, NULL, 1, "plain");
+            }
+    }
+    af_isa_set(af_isa_best());
+}
+
+static void test_large_and_threads(void **state) {
+    (void)state;
+    FOR_EACH_ISA(isa) {
+        prob p = plain(197, 300, 768); /* several panel blocks when L2 is small, M tails */
+        check_prob(&p, NULL, 1, "large");
+        check_prob(&p, NULL, 2, "large");
+        prob q = plain(3, 2100, 129);
+        check_prob(&q, NULL, 2, "wide");
+    }
+    af_isa_set(af_isa_best());
+}
+
+/* A 3x3 convolution over an NHWC input [H+2, W+2, C] (already padded) as implicit GEMM: rows are
+ * output positions (outer: output row, inner: column, stride `s`), one tap per kernel row of
+ * length 3 * C (the three kernel columns are contiguous in NHWC). */
+static void test_taps(void **state) {
+    (void)state;
+    FOR_EACH_ISA(isa) {
+        for (int64_t s = 1; s <= 2; s++) {
+            int64_t H = 9, W = 11, C = 5, OH = (H + 2 - 3) / s + 1, OW = (W + 2 - 3) / s + 1;
+            int64_t Wp = W + 2;
+            prob p = {OH, OW, s * Wp * C, s * C, 3, 3 * C, 19, {0, Wp * C, 2 * Wp * C},
+                      (size_t)((H + 2) * Wp * C)};
+            check_prob(&p, NULL, 1, "taps");
+            check_prob(&p, NULL, 2, "taps");
+        }
+    }
+    af_isa_set(af_isa_best());
+}
+
+/* An epilogue over output [M, N] with steps `ops` (unary ones, and binary ones taking operands
+ * in turn from `opnds` with their ranks and dims). */
+typedef struct ep_case {
+    const char *name;
+    int nsteps;
+    int64_t prog[8][3];
+    float params[8][2];
+} ep_case;
+
+static void fill_ep(af_epilogue *ep, const ep_case *ec, int64_t m, int64_t n, float *col,
+                    float *row, float *full, float *sc, float *gen) {
+    memset(ep, 0, sizeof *ep);
+    ep->rank = 2;
+    ep->dims[0] = m;
+    ep->dims[1] = n;
+    ep->nsteps = ec->nsteps;
+    for (int s = 0; s < ec->nsteps; s++) {
+        af_ep_step *st = &ep->steps[s];
+        st->op = (af_ep_op)ec->prog[s][0];
+        st->reversed = ec->prog[s][2] != 0;
+        st->p0 = ec->params[s][0];
+        st->p1 = ec->params[s][1];
+        switch (ec->prog[s][1]) {
+        case AF_VEP_COL: st->operand = col; st->strides[1] = 1; break;
+        case AF_VEP_ROW: st->operand = row; st->strides[0] = 1; break;
+        case AF_VEP_FULL: st->operand = full; st->strides[0] = n; st->strides[1] = 1; break;
+        case AF_VEP_SCALAR: st->operand = sc; break;
+        case -1: st->operand = gen; st->strides[0] = 1; st->strides[1] = 2; break; /* strided */
+        default: break;
+        }
+    }
+}
+
+static void test_epilogue(void **state) {
+    (void)state;
+    static const ep_case cases[] = {
+        {"bias+relu", 2, {{AF_EP_ADD, AF_VEP_COL, 0}, {AF_EP_RELU, 0, 0}}, {{0}}},
+        {"scale-shift+residual+clip", 4,
+         {{AF_EP_MUL, AF_VEP_COL, 0}, {AF_EP_ADD, AF_VEP_COL, 0}, {AF_EP_ADD, AF_VEP_FULL, 0},
+          {AF_EP_CLIP, 0, 0}}, {{0}, {0}, {0}, {0.0f, 6.0f}}},
+        {"row sub/div", 2, {{AF_EP_SUB, AF_VEP_ROW, 1}, {AF_EP_DIV, AF_VEP_ROW, 0}}, {{0}}},
+        {"scalar mul, reversed sub", 2, {{AF_EP_MUL, AF_VEP_SCALAR, 0}, {AF_EP_SUB, AF_VEP_FULL, 1}}, {{0}}},
+        {"leaky+sigmoid", 2, {{AF_EP_LEAKY_RELU, 0, 0}, {AF_EP_SIGMOID, 0, 0}}, {{0.1f, 0}}},
+        {"hard sigmoid, hard swish", 2, {{AF_EP_HARD_SWISH, 0, 0}, {AF_EP_HARD_SIGMOID, 0, 0}},
+         {{0}, {0.2f, 0.5f}}},
+        {"silu", 1, {{AF_EP_SILU, 0, 0}}, {{0}}},
+        {"gelu erf", 2, {{AF_EP_ADD, AF_VEP_COL, 0}, {AF_EP_GELU, 0, 0}}, {{0}, {0.0f, 0}}},
+        {"gelu tanh", 1, {{AF_EP_GELU, 0, 0}}, {{1.0f, 0}}},
+        {"tanh, elu", 2, {{AF_EP_TANH, 0, 0}, {AF_EP_ELU, 0, 0}}, {{0}, {1.3f, 0}}},
+        {"generic broadcast", 2, {{AF_EP_ADD, -1, 0}, {AF_EP_RELU, 0, 0}}, {{0}}},
+    };
+    FOR_EACH_ISA(isa) {
+        for (size_t c = 0; c < AF_COUNT(cases); c++) {
+            int64_t m = 29, n = 37, k = 20;
+            float *col = rnd_buf((size_t)n), *row = rnd_buf((size_t)m);
+            float *full = rnd_buf((size_t)(m * n)), *gen = rnd_buf((size_t)(m + 2 * n));
+            float sc = 0.75f;
+            for (int64_t i = 0; i < m; i++) row[i] += 2.0f; /* divisors away from 0 */
+            af_epilogue ep;
+            fill_ep(&ep, &cases[c], m, n, col, row, full, &sc, gen);
+            prob p = plain(m, n, k);
+            check_prob(&p, &ep, 1, cases[c].name);
+            check_prob(&p, &ep, 2, cases[c].name);
+            free(col);
+            free(row);
+            free(full);
+            free(gen);
+        }
+    }
+    af_isa_set(af_isa_best());
+}
+
+/* vep_kind must classify the common broadcasts of an NHWC conv output and fall back otherwise. */
+static void test_vep_kinds(void **state) {
+    (void)state;
+    af_epilogue ep = {0};
+    ep.rank = 4;
+    int64_t dims[4] = {1, 5, 6, 7};
+    memcpy(ep.dims, dims, sizeof dims);
+    ep.nsteps = 4;
+    float x[256];
+    int64_t st[4][4] = {{0, 0, 0, 1}, {210, 42, 7, 1}, {0, 0, 0, 0}, {0, 6, 1, 0}};
+    for (int s = 0; s < 4; s++) {
+        ep.steps[s].op = AF_EP_ADD;
+        ep.steps[s].operand = x;
+        memcpy(ep.steps[s].strides, st[s], sizeof st[s]);
+    }
+    af_vep v;
+    af_vep_build(&ep, x, 7, &v);
+    assert_int_equal(v.nsteps, 4);
+    assert_int_equal(v.steps[0].kind, AF_VEP_COL);
+    assert_int_equal(v.steps[1].kind, AF_VEP_FULL);
+    assert_int_equal(v.steps[2].kind, AF_VEP_SCALAR);
+    assert_int_equal(v.steps[3].kind, AF_VEP_ROW);
+    assert_null(v.generic);
+    ep.steps[3].strides[2] = 0; /* [1, 5, 1, 1]: per-H, not one of the kinds */
+    af_vep_build(&ep, x, 7, &v);
+    assert_non_null(v.generic);
+    assert_int_equal(v.nsteps, 0); /* the whole program runs through the reference epilogue */
+    float b = 1.0f;
+    af_vep_prepend(&v, AF_EP_ADD, AF_VEP_SCALAR, &b); /* kernels' own steps stay vectorised */
+    assert_int_equal(v.nsteps, 1);
+}
+
+static void test_packing(void **state) {
+    (void)state;
+    /* Panel widths: 50 columns leave 18 after the first panel, more than 16: two 32-wide. */
+    assert_int_equal(af_gemm_packed_floats(3, 50), 3 * 64);
+    assert_int_equal(af_gemm_packed_floats(3, 48), 3 * 48);
+    assert_int_equal(af_gemm_packed_floats(3, 7), 3 * 16);
+    assert_int_equal(af_gemm_packed_floats(0, 7), 0);
+    float b[6] = {1, 2, 3, 4, 5, 6}, d[48];
+    af_gemm_pack(b, 3, 2, 1, 3, d); /* the transpose of a 2 x 3 matrix */
+    assert_true(d[0] == 1 && d[1] == 4 && d[2] == 0 && d[16] == 2 && d[17] == 5);
+    assert_true(d[32] == 3 && d[33] == 6 && d[47] == 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_packing),
+        cmocka_unit_test(test_vep_kinds),
+        cmocka_unit_test(test_shapes),
+        cmocka_unit_test(test_large_and_threads),
+        cmocka_unit_test(test_taps),
+        cmocka_unit_test(test_epilogue),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
