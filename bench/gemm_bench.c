@@ -2,7 +2,10 @@
  * constant weights are at compile time) against cblas_sgemm on the same row-major operands, on
  * convolution and transformer shapes, single thread unless --threads=N.
  *
- *   build/bench/gemm_bench [--threads=N] [--reps=N] [--isa=avx512|avx2|generic]
+ *   build/bench/gemm_bench [--threads=N] [--reps=N] [--isa=avx512|avx2|generic] [--cold]
+ *
+ * --cold gives every run its own copy of B (and of the packed B), cycling through 512 MB of
+ * them, so the weights come from memory as they do in a model larger than the caches.
  *
  * Each shape runs `reps` times alternating the two libraries; the table gives the best and the
  * median time of each as GFLOP/s and the ratio of medians (OpenBLAS / ours: > 1 means faster).
@@ -35,10 +38,11 @@ typedef struct job {
 static void run(af_exec *x, void *ctx) { af_gemm_run(x, &((job *)ctx)->g); }
 
 int main(int argc, char **argv) {
-    int threads = 1, reps = 30;
+    int threads = 1, reps = 30, cold = 0;
     for (int i = 1; i < argc; i++) {
         if (!strncmp(argv[i], "--threads=", 10)) threads = atoi(argv[i] + 10);
         else if (!strncmp(argv[i], "--reps=", 7)) reps = atoi(argv[i] + 7);
+        else if (!strcmp(argv[i], "--cold")) cold = 1;
         else if (!strncmp(argv[i], "--isa=", 6)) {
             int isa = af_isa_parse(argv[i] + 6);
             if (isa < AF_ISA_GENERIC) {
@@ -65,21 +69,24 @@ int main(int argc, char **argv) {
                                     {128, 768, 768},  {128, 3072, 768}, {197, 2304, 768},
                                     {3136, 64, 576},  {784, 256, 1152}, {196, 512, 2304},
                                     {128, 2304, 768}, {197, 768, 3072}, {49, 2048, 512}};
-    printf("ISA %s, %d thread(s), %d runs each; %s\n", af_isa_name(af_isa_get()), threads, reps,
-           openblas_get_config());
+    printf("ISA %s, %d thread(s), %d runs each, B %s; %s\n", af_isa_name(af_isa_get()), threads,
+           reps, cold ? "from memory (--cold)" : "in cache", openblas_get_config());
     printf("| M | N | K | ours GFLOP/s (best/median) | OpenBLAS GFLOP/s (best/median) | OpenBLAS / ours (median time) | max rel diff |\n");
     printf("|--:|--:|--:|--:|--:|--:|--:|\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
-        float *A = malloc(sizeof(float) * (size_t)M * K), *B = malloc(sizeof(float) * (size_t)K * N);
+        size_t bfl = (size_t)K * N, pfl = af_gemm_packed_floats(K, N);
+        int copies = cold ? (int)((256u << 20) / (bfl * sizeof(float))) + 1 : 1;
+        float *A = malloc(sizeof(float) * (size_t)M * K), *B = malloc(sizeof(float) * bfl * (size_t)copies);
         float *C1 = malloc(sizeof(float) * (size_t)M * N), *C2 = malloc(sizeof(float) * (size_t)M * N);
-        float *P = malloc(sizeof(float) * af_gemm_packed_floats(K, N));
+        float *P = malloc(sizeof(float) * pfl * (size_t)copies);
         double *t1 = malloc(sizeof(double) * (size_t)reps), *t2 = malloc(sizeof(double) * (size_t)reps);
         if (!A || !B || !C1 || !C2 || !P || !t1 || !t2) return 1;
         srand(1);
         for (size_t i = 0; i < (size_t)M * K; i++) A[i] = (float)rand() / RAND_MAX - 0.5f;
-        for (size_t i = 0; i < (size_t)K * N; i++) B[i] = (float)rand() / RAND_MAX - 0.5f;
-        af_gemm_pack(B, K, N, N, 1, P);
+        for (size_t i = 0; i < bfl; i++) B[i] = (float)rand() / RAND_MAX - 0.5f;
+        for (int c = 1; c < copies; c++) memcpy(B + bfl * (size_t)c, B, bfl * sizeof(float));
+        for (int c = 0; c < copies; c++) af_gemm_pack(B + bfl * (size_t)c, K, N, N, 1, P + pfl * (size_t)c);
         static const int64_t tap0[1] = {0};
         job j = {{A, 1, M, 0, K, tap0, 1, K, P, N, C1, N, NULL, 0, 0}};
         for (int w = 0; w < 2; w++) { /* warm-up */
@@ -87,11 +94,14 @@ int main(int argc, char **argv) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, B, N, 0.0f, C2, N);
         }
         for (int r = 0; r < reps; r++) {
+            int c = r % copies;
+            j.g.b = P + pfl * (size_t)c;
             double t = now();
             af_runtime_call(rt, run, &j);
             t1[r] = now() - t;
             t = now();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, B, N, 0.0f, C2, N);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K,
+                        B + bfl * (size_t)c, N, 0.0f, C2, N);
             t2[r] = now() - t;
         }
         qsort(t1, (size_t)reps, sizeof(double), cmp);

@@ -137,7 +137,7 @@ static af_status run(af_node *n, const af_tensor *const *in, af_tensor *out, af_
     out->rank = -1;
     af_status st = af_ops[n->op].shape(n, in, out, err);
     if (st == AF_OK) st = af_tensor_alloc(out, err);
-    if (st == AF_OK) st = af_ops[n->op].kernel(n, in, out, NULL, err);
+    if (st == AF_OK) st = af_runtime_kernel(NULL, n, in, out, err);
     return st;
 }
 

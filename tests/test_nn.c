@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "runtime/exec.h"
 #include "kernels/kernel.h"
 
 #include <stdio.h>
@@ -99,7 +100,7 @@ static af_status run(af_node *n, const af_tensor *const *in, af_tensor *out) {
     for (int i = 0; st == AF_OK && i < n->nout; i++)
         st = af_tensor_alloc(&out[i], &err);
     if (st == AF_OK)
-        st = af_ops[n->op].kernel(n, in, out, NULL, &err);
+        st = af_runtime_kernel(NULL, n, in, out, &err);
     if (st != AF_OK)
         assert_non_null(strstr(err.message, n->op_type)); /* messages name the node */
     return st;

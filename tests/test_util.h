@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/exec.h"
+
 #ifndef TENS_MAXV
 #define TENS_MAXV 64
 #endif
@@ -155,7 +157,7 @@ static inline af_status tu_run(const af_node *n, const af_tensor *const *in, af_
                                int nout, af_error *err) {
     af_status st = af_ops[n->op].shape(n, in, out, err);
     for (int o = 0; o < nout && st == AF_OK; o++) st = af_tensor_alloc(&out[o], err);
-    if (st == AF_OK) st = af_ops[n->op].kernel(n, in, out, NULL, err);
+    if (st == AF_OK) st = af_runtime_kernel(NULL, n, in, out, err);
     return st;
 }
 

@@ -1,6 +1,7 @@
-/* Fast paths of the float32 elementwise ops: unary activations and math, and Add / Sub / Mul /
- * Div (and Pow by a constant 2 or 0.5) whose operands broadcast as the vector epilogue can
- * read them (same shape, per last-dim vector, per row, scalar). Everything runs through the
+/* Fast paths of the float32 elementwise and row ops: unary activations and math, Add / Sub /
+ * Mul / Div (and Pow by a constant 2 or 0.5) whose operands broadcast as the vector epilogue
+ * can read them (same shape, per last-dim vector, per row, scalar), and the row-wise
+ * LayerNormalization and Softmax over the last axis. The elementwise ones run through the
  * vector epilogue of vec.h, in parallel, in cache-sized pieces: one copy of the operand that
  * has the output's shape, then the step applied in place.
  *
@@ -172,5 +173,80 @@ bool fk_fast_binary(const af_node *n, const af_tensor *a, const af_tensor *b, af
     af_vep_build(&ep, y->data, y->dims[y->rank - 1], &v);
     if (v.generic) return false; /* the reference kernel's broadcast iterator is as good */
     fk_ep_run(ex, &v, x->data, y->data, count);
+    return true;
+}
+
+/* ---- rows: LayerNormalization and Softmax ------------------------------------------------------- */
+
+typedef struct row_job {
+    const float *x, *scale, *bias;
+    float *y;
+    int64_t len;
+    float eps;
+} row_job;
+
+static void ln_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const row_job *j = ctx;
+    const af_vec_ops *v = af_vec();
+    for (int64_t r = begin; r < end; r++)
+        v->layernorm(j->x + r * j->len, j->y + r * j->len, j->len, j->eps, j->scale, j->bias);
+}
+
+static void smax_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const row_job *j = ctx;
+    const af_vec_ops *v = af_vec();
+    for (int64_t r = begin; r < end; r++) {
+        float *y = j->y + r * j->len;
+        if (y != j->x + r * j->len) memcpy(y, j->x + r * j->len, (size_t)j->len * sizeof(float));
+        v->softmax_row(y, j->len);
+    }
+}
+
+bool fk_fast_layernorm(const af_tensor *x, const af_tensor *scale, const af_tensor *bias,
+                       float eps, int64_t rows, int64_t len, af_tensor *y, af_exec *ex) {
+    if (af_isa_get() == AF_ISA_REFERENCE || x->dtype != AF_DTYPE_FLOAT || y->dtype != AF_DTYPE_FLOAT ||
+        scale->dtype != AF_DTYPE_FLOAT || af_tensor_numel(scale) != len || len < 1 ||
+        (bias && (bias->dtype != AF_DTYPE_FLOAT || af_tensor_numel(bias) != len)))
+        return false;
+    row_job j = {x->data, scale->data, bias ? bias->data : NULL, y->data, len, eps};
+    af_exec_parallel(rows * len < 4 * PIECE ? NULL : ex, rows, ln_rows, &j);
+    return true;
+}
+
+bool fk_fast_softmax(const af_tensor *x, int64_t rows, int64_t len, af_tensor *y, af_exec *ex) {
+    if (af_isa_get() == AF_ISA_REFERENCE || x->dtype != AF_DTYPE_FLOAT || y->dtype != AF_DTYPE_FLOAT ||
+        len < 1)
+        return false;
+    row_job j = {x->data, NULL, NULL, y->data, len, 0.0f};
+    af_exec_parallel(rows * len < 4 * PIECE ? NULL : ex, rows, smax_rows, &j);
+    return true;
+}
+
+typedef struct sum_job {
+    const float *x;
+    float *y;
+    int64_t len;
+    bool mean;
+} sum_job;
+
+static void sum_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const sum_job *j = ctx;
+    const af_vec_ops *v = af_vec();
+    for (int64_t r = begin; r < end; r++) {
+        float s = v->row_sum(j->x + r * j->len, j->len);
+        j->y[r] = j->mean ? s / (float)j->len : s;
+    }
+}
+
+bool fk_fast_row_sums(const af_tensor *x, int64_t rows, int64_t len, bool mean, af_tensor *y,
+                      af_exec *ex) {
+    if (af_isa_get() == AF_ISA_REFERENCE || x->dtype != AF_DTYPE_FLOAT || y->dtype != AF_DTYPE_FLOAT ||
+        len < 1 || af_tensor_numel(y) != rows)
+        return false;
+    sum_job j = {x->data, y->data, len, mean};
+    af_exec_parallel(rows * len < 4 * PIECE ? NULL : ex, rows, sum_rows, &j);
     return true;
 }

@@ -18,4 +18,15 @@ bool fk_fast_unary(const af_node *n, const af_tensor *x, af_tensor *y, af_exec *
 bool fk_fast_binary(const af_node *n, const af_tensor *a, const af_tensor *b, af_tensor *y,
                     af_exec *ex);
 
+/* LayerNormalization of `rows` rows of `len` floats, scale and bias (may be NULL) of len
+ * elements each (a full row, in order). */
+bool fk_fast_layernorm(const af_tensor *x, const af_tensor *scale, const af_tensor *bias,
+                       float eps, int64_t rows, int64_t len, af_tensor *y, af_exec *ex);
+/* Softmax along rows of len contiguous floats. */
+bool fk_fast_softmax(const af_tensor *x, int64_t rows, int64_t len, af_tensor *y, af_exec *ex);
+
+/* Sum (or mean) of each of `rows` rows of len contiguous floats into y[rows]. */
+bool fk_fast_row_sums(const af_tensor *x, int64_t rows, int64_t len, bool mean, af_tensor *y,
+                      af_exec *ex);
+
 #endif

@@ -100,6 +100,10 @@ void af_gemm_pack(const float *b, int64_t k, int64_t n, int64_t sk, int64_t sn, 
 
 /* ---- the driver ----------------------------------------------------------------------------------- */
 
+/* How far ahead (in B rows) the first tile over a panel prefetches: about 6 KB of a 32-wide
+ * panel, beyond the distance memory latency covers at the micro-kernels' pace. */
+#define PREFETCH_ROWS 48
+
 /* The part of the epilogue the micro-kernels apply in registers: a leading bias (ADD of a
  * column vector), then a residual (ADD of a full-size operand), then one activation; `rest` is
  * what follows, applied to the stored tile. */
@@ -161,7 +165,8 @@ static bool has_steps(const af_vep *v) {
 /* Rows [m, m + mr) (A rows at a) times panel p into C and through the epilogue: in registers
  * for the columns whole vectors cover, on the stored tile for the rest of the program and for
  * the last partial columns. */
-static void run_panel(const gemm_job *j, const float *a, int64_t m, int64_t mr, int64_t p) {
+static void run_panel(const gemm_job *j, const float *a, int64_t m, int64_t mr, int64_t p,
+                      bool first, int64_t t) {
     const af_gemm *g = j->g;
     const af_vec_ops *v = j->v;
     const reg_ep *re = &j->rep;
@@ -169,7 +174,15 @@ static void run_panel(const gemm_job *j, const float *a, int64_t m, int64_t mr, 
     int64_t valid = g->n - j0 < w ? g->n - j0 : w, full = 0;
     int64_t row = g->ep_row0 + m, ld = g->ep ? g->ep->cols : 0;
     af_ukr_args u = {a, g->rs_i, g->tap_off, g->ntaps, g->tap_len, NULL, w, NULL, 0,
-                     NULL, NULL, 0, 0, 0.0f, 0.0f};
+                     NULL, NULL, 0, 0, 0.0f, 0.0f, first ? PREFETCH_ROWS : 0, NULL, 0};
+    /* Tile t of the block takes its share of the same panel of the next block. */
+    int64_t np = p + j->block;
+    if (!first && np < j->npanels && j->ntiles > 1) {
+        int64_t lines = (j->k * panel_width(g->n, np) + 15) / 16, per = (lines + j->ntiles - 1) / j->ntiles;
+        int64_t l0 = t * per < lines ? t * per : lines;
+        u.pf = g->b + np * AF_GEMM_NR * j->k + l0 * 16;
+        u.pf_lines = l0 + per < lines ? per : lines - l0;
+    }
     float tile[AF_GEMM_MR_MAX * AF_GEMM_NR];
     for (int64_t cc = 0; cc < valid;) {
         int nv = w - cc >= 2 * v->vw ? 2 : 1;
@@ -210,6 +223,7 @@ static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
     (void)slot;
     const gemm_job *j = ctx;
     const af_gemm *g = j->g;
+    int64_t last_blk = -1;
     for (int64_t it = begin; it < end; it++) {
         int64_t blk = it / j->ntiles, t = it % j->ntiles, o, i0, mr;
         tile_rows(j, t, &o, &i0, &mr);
@@ -217,7 +231,10 @@ static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
         const float *a = g->a + o * g->rs_o + i0 * g->rs_i;
         int64_t m = o * g->mi + i0, p1 = (blk + 1) * j->block;
         if (p1 > j->npanels) p1 = j->npanels;
-        for (int64_t p = blk * j->block; p < p1; p++) run_panel(j, a, m, mr, p);
+        /* The first tile this thread runs over a block brings its panels in from memory. */
+        bool first = blk != last_blk && j->ntiles > 1;
+        last_blk = blk;
+        for (int64_t p = blk * j->block; p < p1; p++) run_panel(j, a, m, mr, p, first, t);
     }
 }
 

@@ -8,6 +8,7 @@
  * wrap-around arithmetic. Each matrix-product output element is written once, through mm_emit
  * (the per-element epilogue a fused kernel will replace). Shape functions and kernels share one
  * "setup" per op, so the kernel indexes only within what the checks allowed. */
+#include "kernels/eltwise_fast.h"
 #include "kernels/nn_common.h"
 
 #include <stdlib.h>
@@ -922,7 +923,6 @@ static int64_t *ln_index(const af_tensor *t, const af_tensor *x, int axis, int64
 
 af_status nn_kernel_layernorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
                               af_exec *ex, af_error *err) {
-    (void)ex;
     ln_geom g;
     af_status st = ln_prepare(n, in, &g, err);
     if (st == AF_OK)
@@ -940,6 +940,9 @@ af_status nn_kernel_layernorm(const af_node *n, const af_tensor *const *in, af_t
     if (st != AF_OK)
         return st;
     int64_t outer = nn_prod(x, 0, g.axis), inner = nn_prod(x, g.axis, x->rank);
+    if (!stat[0] && !stat[1] &&
+        fk_fast_layernorm(x, scale, b, af_attr_float(n, "epsilon", 1e-5f), outer, inner, &out[0], ex))
+        return AF_OK;
     int64_t *si = ln_index(scale, x, g.axis, inner), *bi = b ? ln_index(b, x, g.axis, inner) : NULL;
     if (!si || (b && !bi)) {
         free(si);
@@ -1187,7 +1190,7 @@ af_status nn_shape_softmax(const af_node *n, const af_tensor *const *in, af_tens
 typedef enum smax_kind { SMAX_SOFT, SMAX_LOG, SMAX_HARD } smax_kind;
 
 static af_status smax_run(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                          smax_kind kind, af_error *err) {
+                          smax_kind kind, af_exec *ex, af_error *err) {
     af_status st = norm_ready(n, in, out, err);
     int64_t outer, len, inner;
     if (st == AF_OK)
@@ -1195,6 +1198,8 @@ static af_status smax_run(const af_node *n, const af_tensor *const *in, af_tenso
     if (st != AF_OK)
         return st;
     const af_tensor *x = in[0];
+    if (kind == SMAX_SOFT && inner == 1 && fk_fast_softmax(x, outer, len, &out[0], ex))
+        return AF_OK;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             int64_t base = o * len * inner + i, arg = 0;
@@ -1224,20 +1229,17 @@ static af_status smax_run(const af_node *n, const af_tensor *const *in, af_tenso
 
 af_status nn_kernel_softmax(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_exec *ex, af_error *err) {
-    (void)ex;
-    return smax_run(n, in, out, SMAX_SOFT, err);
+    return smax_run(n, in, out, SMAX_SOFT, ex, err);
 }
 
 af_status nn_kernel_logsoftmax(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                af_exec *ex, af_error *err) {
-    (void)ex;
-    return smax_run(n, in, out, SMAX_LOG, err);
+    return smax_run(n, in, out, SMAX_LOG, ex, err);
 }
 
 af_status nn_kernel_hardmax(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_exec *ex, af_error *err) {
-    (void)ex;
-    return smax_run(n, in, out, SMAX_HARD, err);
+    return smax_run(n, in, out, SMAX_HARD, ex, err);
 }
 
 /* ---- Det --------------------------------------------------------------------------------------- */

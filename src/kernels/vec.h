@@ -40,6 +40,13 @@ typedef struct af_ukr_args {
     int64_t ldres;
     int act;
     float p0, p1;
+    /* Bringing B in from memory while computing: `prefetch` > 0 requests B that many rows
+     * ahead of the row being read (the first tile over a panel nobody fetched); pf_lines > 0
+     * requests the cache lines pf, pf + 16, ... (a slice of the panel the next block of tiles
+     * needs), one per k step, so the stream spreads over the compute. */
+    int64_t prefetch;
+    const float *pf;
+    int64_t pf_lines;
 } af_ukr_args;
 
 typedef void (*af_ukr_fn)(const af_ukr_args *p);
@@ -139,6 +146,11 @@ typedef struct af_vec_ops {
                       const float *bias);
     void (*dw_row)(const af_dw_row *p);
     void (*pool_row)(const af_pool_row *p);
+    /* x[0..n) = softmax(x): exp(x - max) / sum, n >= 1 (a row of -inf gives NaN, as the
+     * reference Softmax does). */
+    void (*softmax_row)(float *x, int64_t n);
+    /* Sum of x[0..n) (float, accumulated in vector lanes). */
+    float (*row_sum)(const float *x, int64_t n);
     /* out[j] = sum (or max) over r < rows of x[r * cols + j], rows >= 1. */
     void (*reduce_rows)(const float *x, int64_t rows, int64_t cols, int max, float *out);
 } af_vec_ops;

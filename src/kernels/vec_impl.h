@@ -93,6 +93,17 @@ static inline vf bin_apply(int op, int rev, vf y, vf b) {
 
 /* ---- GEMM micro-kernels ------------------------------------------------------------------------ */
 
+/* acc += row k of A (MR broadcasts) x row k of B (NV vectors). */
+#define UKR_STEP(MR, NV)                                                                          \
+    do {                                                                                          \
+        vf bv[2];                                                                                 \
+        for (int j = 0; j < NV; j++) bv[j] = vload(b + j * VW);                                   \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                   \
+            float s = a[r * rs + k];                                                              \
+            for (int j = 0; j < NV; j++) acc[r][j] += s * bv[j];                                  \
+        }                                                                                         \
+    } while (0)
+
 /* MR x NV vectors of C, accumulated over every tap in registers and stored once. MR and NV are
  * constants at each instantiation below, so the accumulator array lives in registers and the
  * loops unroll completely. */
@@ -101,18 +112,27 @@ static inline __attribute__((always_inline)) void ukr_body(const int MR, const i
     vf acc[VEC_MR][2];
     for (int r = 0; r < MR; r++)
         for (int j = 0; j < NV; j++) acc[r][j] = (vf){0};
-    const float *b = p->b;
-    const int64_t rs = p->rs, bs = p->bstride, len = p->tap_len;
+    const float *b = p->b, *pfp = p->pf;
+    const int64_t rs = p->rs, bs = p->bstride, len = p->tap_len, pf = p->prefetch * bs;
+    int64_t pfl = p->pf_lines;
     for (int64_t t = 0; t < p->ntaps; t++) {
         const float *a = p->a + p->tap_off[t];
-        for (int64_t k = 0; k < len; k++, b += bs) {
-            vf bv[2];
-            for (int j = 0; j < NV; j++) bv[j] = vload(b + j * VW);
-#pragma GCC unroll 16
-            for (int r = 0; r < MR; r++) {
-                float s = a[r * rs + k];
-                for (int j = 0; j < NV; j++) acc[r][j] += s * bv[j];
+        if (pf) { /* every line of B, requested well before it is read */
+            for (int64_t k = 0; k < len; k++, b += bs) {
+                for (int64_t l = 0; l < bs; l += 16) __builtin_prefetch(b + pf + l, 0, 2);
+                UKR_STEP(MR, NV);
             }
+        } else if (pfl > 0) { /* one line of the next block's slice per step */
+            for (int64_t k = 0; k < len; k++, b += bs) {
+                if (pfl > 0) {
+                    __builtin_prefetch(pfp, 0, 2);
+                    pfp += 16;
+                    pfl--;
+                }
+                UKR_STEP(MR, NV);
+            }
+        } else {
+            for (int64_t k = 0; k < len; k++, b += bs) UKR_STEP(MR, NV);
         }
     }
     if (p->bias)
@@ -364,6 +384,40 @@ static void reduce_rows(const float *x, int64_t rows, int64_t cols, int max, flo
     }
 }
 
+/* ---- softmax --------------------------------------------------------------------------------------- */
+
+static inline float vmax_lanes(vf v) {
+    float t[VW], m;
+    vstore(t, v);
+    m = t[0];
+    for (int i = 1; i < VW; i++) m = t[i] > m ? t[i] : m;
+    return m;
+}
+
+static void softmax_row(float *x, int64_t n) {
+    vf mv = vsplat(-INFINITY);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) mv = vm_max(mv, vload(x + i));
+    float m = vmax_lanes(mv);
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    vf ms = vsplat(m), acc = {0};
+    for (i = 0; i + VW <= n; i += VW) {
+        vf e = vm_exp(vload(x + i) - ms);
+        vstore(x + i, e);
+        acc += e;
+    }
+    if (i < n) {
+        vf e = vm_exp(vload_part(x + i, n - i) - ms);
+        vstore_part(x + i, e, n - i);
+        float t[VW];
+        vstore(t, e);
+        for (int64_t j = 0; j < n - i; j++) acc[0] += t[j];
+    }
+    vf inv = vsplat(1.0f / vsum(acc));
+    for (i = 0; i + VW <= n; i += VW) vstore(x + i, vload(x + i) * inv);
+    for (; i < n; i++) x[i] *= inv[0];
+}
+
 const af_vec_ops VEC_TABLE = {
     .name = VEC_NAME,
     .vw = VW,
@@ -374,5 +428,7 @@ const af_vec_ops VEC_TABLE = {
     .layernorm = layernorm,
     .dw_row = dw_row,
     .pool_row = pool_row,
+    .softmax_row = softmax_row,
+    .row_sum = row_sum,
     .reduce_rows = reduce_rows,
 };

@@ -335,6 +335,15 @@ void af_runtime_call(af_runtime *rt, void (*fn)(af_exec *x, void *ctx), void *ct
     free(x.own.scratch);
 }
 
+af_status af_runtime_kernel(af_runtime *rt, const af_node *n, const af_tensor *const *in,
+                            af_tensor *out, af_error *err) {
+    af_exec x = {NULL, rt, {NULL, 1, NULL, 0, NULL}};
+    if (!rt) x.rt = &x.own;
+    af_status st = af_ops[n->op].kernel(n, in, out, &x, err);
+    free(x.own.scratch);
+    return st;
+}
+
 af_status af_exec_graph(const af_graph *g, const af_tensor *const *inputs, af_tensor *outputs,
                         af_error *err) {
     return exec_top(g, NULL, NULL, NULL, inputs, outputs, err);

@@ -26,6 +26,10 @@ struct af_profile *af_runtime_profile_get(af_runtime *rt);
 /* fn(x, ctx) with an af_exec on rt (may be NULL): for tests and benchmarks that call kernels
  * directly. */
 void af_runtime_call(af_runtime *rt, void (*fn)(af_exec *x, void *ctx), void *ctx);
+/* Node n's kernel on inputs in and outputs out (allocated as the executor would), on rt (may be
+ * NULL: one thread). For tests. */
+af_status af_runtime_kernel(af_runtime *rt, const af_node *n, const af_tensor *const *in,
+                            af_tensor *out, af_error *err);
 
 /* For kernels. Threads available to this run (1 without a runtime). */
 int af_exec_threads(const af_exec *x);
