@@ -1,8 +1,8 @@
 // ONNX Runtime side of the benchmarks: latency of one model with onnxruntime-node (CPU).
-//   node bench/ort_bench.js MODEL.onnx --threads=N --iterations=N --warmup=N --opt=all|disabled
+//   node bench/ort_bench.js MODEL.onnx --threads=N --iterations=N --warmup=N --opt=all|disabled [--samples]
 // Inputs: random floats in [-1, 1) and integers in [0, 10) (an attention_mask is all ones),
 // fixed seed, shapes from the model (symbolic dims are 1). Prints one JSON object with the
-// latency statistics in the shape `autofusion bench --json` uses.
+// latency statistics in the shape `autofusion bench --json` uses (--samples: every run too).
 'use strict';
 const path = require('path');
 const ortDir = process.env.ORT_NODE_DIR || path.join(__dirname, '..', 'node_modules', 'onnxruntime-node');
@@ -63,8 +63,10 @@ async function main() {
     await sess.run(feeds);
     ms.push(Number(process.hrtime.bigint() - t0) / 1e6);
   }
-  console.log(JSON.stringify({ model, runtime: `onnxruntime-node ${require(path.join(ortDir, 'package.json')).version}`,
-                               opt, threads, ...stats(ms) }));
+  const out = { model, runtime: `onnxruntime-node ${require(path.join(ortDir, 'package.json')).version}`,
+                opt, threads, ...stats(ms) };
+  if (process.argv.includes('--samples')) out.samples_ms = ms;
+  console.log(JSON.stringify(out));
 }
 
 main().catch((e) => { console.error(`ort_bench: ${e.message}`); process.exit(1); });

@@ -145,6 +145,11 @@ const char *af_session_report(af_session *s, int json);
 af_status af_session_run(af_session *s, const char *const *names, const af_tensor *const *inputs,
                          size_t ninputs, af_tensor **outputs, af_error *err);
 
+/* Threads the session runs on, and the kernels' instruction set ("avx512", "avx2", "generic",
+ * or "reference"; static string). */
+int af_session_threads(const af_session *s);
+const char *af_session_isa(const af_session *s);
+
 /* Per-node profiling, written as a Chrome trace (the JSON that ONNX Runtime's profiler writes;
  * open it in Perfetto or chrome://tracing): after af_session_profile_start every run records
  * each node (op, the original nodes a fused op replaced, its time) and the whole run;

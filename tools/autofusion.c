@@ -349,6 +349,8 @@ done:
 
 typedef struct stats {
     double min, median, mean, p90, p99, max, throughput;
+    double *samples; /* every timed run, sorted (owned: free it) */
+    long n;
 } stats;
 
 static double now_ms(void) {
@@ -410,7 +412,8 @@ static int time_sessions(const cli *c, af_session **s, int ns, const inputs *in,
         qsort(v, (size_t)n, sizeof(double), cmp_double);
         st[k] = (stats){v[0], n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, sum[k] / (double)n,
                         percentile(v, n, 90), percentile(v, n, 99), v[n - 1],
-                        1000.0 * (double)n / sum[k]};
+                        1000.0 * (double)n / sum[k], v, n};
+        ms[k] = NULL; /* handed to st[k] */
     }
     rc = 0;
 done:
@@ -430,8 +433,10 @@ static void print_stats(const char *label, const stats *s) {
 
 static void json_stats(const char *key, const stats *s) {
     printf("\"%s\": {\"min_ms\": %.6f, \"median_ms\": %.6f, \"mean_ms\": %.6f, \"p90_ms\": %.6f, "
-           "\"p99_ms\": %.6f, \"max_ms\": %.6f, \"throughput\": %.6f}",
+           "\"p99_ms\": %.6f, \"max_ms\": %.6f, \"throughput\": %.6f, \"samples_ms\": [",
            key, s->min, s->median, s->mean, s->p90, s->p99, s->max, s->throughput);
+    for (long i = 0; i < s->n; i++) printf("%s%.4f", i ? ", " : "", s->samples[i]);
+    printf("]}");
 }
 
 static int cmd_bench(const cli *c) {
@@ -446,8 +451,11 @@ static int cmd_bench(const cli *c) {
     }
     inputs in = {0};
     stats st[2];
+    memset(st, 0, sizeof st);
     int rc = 1;
+    double t0 = now_ms();
     af_session *s = open_session(c, c->no_fusion), *u = NULL;
+    double load_ms = now_ms() - t0;
     if (!s || inputs_make(c, s, &in)) goto done;
     /* Same kernels, same executor, same inputs: only the fusion passes differ. */
     if (c->compare && !(u = open_session(c, true))) goto done;
@@ -455,7 +463,8 @@ static int cmd_bench(const cli *c) {
     if (time_sessions(c, both, c->compare ? 2 : 1, &in, c->profile, st)) goto done;
     const stats fused = st[0], unfused = st[1];
     if (c->json) {
-        printf("{\"model\": \"%s\", \"threads\": %ld, ", c->model, c->threads);
+        printf("{\"model\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"load_ms\": %.3f, ",
+               c->model, af_session_threads(s), af_session_isa(s), load_ms);
         json_stats("fused", &fused);
         if (c->compare) {
             printf(", ");
@@ -466,7 +475,8 @@ static int cmd_bench(const cli *c) {
         }
         printf("}\n");
     } else {
-        printf("%s: %ld iterations after %ld warm-up runs\n", c->model, c->iterations, c->warmup);
+        printf("%s: %ld iterations after %ld warm-up runs, %d threads, %s kernels (prepared in %.1f ms)\n",
+               c->model, c->iterations, c->warmup, af_session_threads(s), af_session_isa(s), load_ms);
         print_stats("fused", &fused);
         if (c->compare) {
             print_stats("unfused", &unfused);
@@ -478,6 +488,8 @@ static int cmd_bench(const cli *c) {
     }
     rc = 0;
 done:
+    free(st[0].samples);
+    free(st[1].samples);
     inputs_free(&in);
     af_session_free(s);
     af_session_free(u);

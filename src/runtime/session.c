@@ -362,3 +362,10 @@ af_status af_session_profile_end(af_session *s, const char *path, af_error *err)
     af_runtime_profile(s->rt, false, NULL);
     return st;
 }
+
+int af_session_threads(const af_session *s) { return af_runtime_threads(s->rt); }
+
+const char *af_session_isa(const af_session *s) {
+    (void)s;
+    return af_isa_name(af_isa_get());
+}
