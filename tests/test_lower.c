@@ -1,0 +1,458 @@
+/* The lowering stage (passes/lower.c, layout.c, packing) and the fast kernels it hands nodes to,
+ * against the reference executor: every graph is built twice from the same seed; one copy runs
+ * as built on the reference kernels (AF_ISA_REFERENCE), the other is fused (or not), lowered and
+ * run on each ISA this CPU has (generic, AVX2, AVX-512). Outputs must agree within rtol 1e-4
+ * (relative to the output's scale). Cases: convolution geometries (kernel 1 to 7, strides,
+ * dilations, symmetric / asymmetric / SAME padding, groups, depthwise, channel counts that are
+ * not multiples of a vector, batch 2), conv + BatchNorm + residual + activation chains, pooling,
+ * SqueezeExcite and ConvPoolFc in channels-last, Concat on channels, a channels-last value that
+ * is also a graph output, and MatMul / Gemm with packed weights. The layout cases also check
+ * that reorders stand only at the edges of a channels-last region. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "fusion/fusion.h"
+#include "kernels/cpu.h"
+#include "passes/passes.h"
+#include "runtime/exec.h"
+#include "runtime/plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state;
+static double rnd(void) {
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(rng_state >> 11) / (double)(1ULL << 53) * 2.0 - 1.0;
+}
+
+/* ---- building ------------------------------------------------------------------------------------ */
+
+static af_graph *new_graph(af_arena *a) {
+    af_graph *g = af_graph_new(a, "test_lower", NULL);
+    assert_non_null(g);
+    g->opsets = af_arena_calloc(a, 1, sizeof(af_opset));
+    g->opsets[0].domain = "";
+    g->opsets[0].version = 17;
+    g->nopsets = 1;
+    g->outputs = af_arena_calloc(a, 4, sizeof(af_value *));
+    g->inputs = af_arena_calloc(a, 1, sizeof(af_value *));
+    return g;
+}
+
+static af_value *cst(af_graph *g, int rank, const int64_t *dims, double lo, double hi) {
+    af_value *v = af_value_new_const(g, af_graph_unique_name(g, "c"), AF_DTYPE_FLOAT, rank, dims);
+    assert_non_null(v);
+    float *p = v->type.data;
+    for (int64_t i = 0; i < af_tensor_numel(&v->type); i++)
+        p[i] = (float)(lo + (rnd() + 1.0) * 0.5 * (hi - lo));
+    return v;
+}
+
+static af_value *vec(af_graph *g, int64_t n, double lo, double hi) {
+    return cst(g, 1, &n, lo, hi);
+}
+
+static af_node *node(af_graph *g, const char *op, int nin, af_value *const *ins) {
+    af_op id = af_op_lookup("", op);
+    assert_int_not_equal(id, AF_OP_COUNT);
+    af_node *n = af_node_new(g, id, NULL, nin, 1);
+    assert_non_null(n);
+    for (int i = 0; i < nin; i++)
+        if (ins[i]) af_node_set_input(n, i, ins[i]);
+    af_node_set_output(n, 0, af_value_new(g, af_graph_unique_name(g, "t")));
+    return n;
+}
+
+/* Types of everything built so far (builders read the dims of what they built). */
+static void infer(af_graph *g) {
+    af_error err;
+    if (af_graph_infer_shapes(g, &err)) fail_msg("%s", err.message);
+}
+
+static af_value *op1(af_graph *g, const char *op, af_value *x) {
+    af_value *y = node(g, op, 1, &x)->out[0];
+    infer(g);
+    return y;
+}
+
+static af_value *op2(af_graph *g, const char *op, af_value *x, af_value *y) {
+    af_value *ins[2] = {x, y};
+    af_value *z = node(g, op, 2, ins)->out[0];
+    infer(g);
+    return z;
+}
+
+static void set_int(af_node *n, const char *name, int64_t v) {
+    af_attr *a = af_node_add_attr(n, name, AF_ATTR_INT);
+    assert_non_null(a);
+    a->i = v;
+}
+
+static void set_ints(af_node *n, const char *name, int count, const int64_t *v) {
+    af_attr *a = af_node_add_attr(n, name, AF_ATTR_INTS);
+    assert_non_null(a);
+    a->n = count;
+    a->ints = af_arena_calloc(n->graph->arena, (size_t)count + 1, sizeof(int64_t));
+    memcpy(a->ints, v, (size_t)count * sizeof(int64_t));
+}
+
+static void set_str(af_node *n, const char *name, const char *v) {
+    af_attr *a = af_node_add_attr(n, name, AF_ATTR_STRING);
+    assert_non_null(a);
+    a->s = v;
+    a->slen = strlen(v);
+}
+
+/* A 2-D convolution. */
+typedef struct conv {
+    int64_t m, k[2], s[2], d[2], pads[4], group;
+    const char *auto_pad;
+    bool bias;
+} conv;
+
+static af_value *conv2d(af_graph *g, af_value *x, const conv *c) {
+    int64_t cin = x->type.dims[1], wd[4] = {c->m, cin / c->group, c->k[0], c->k[1]};
+    double r = 1.0 / sqrt((double)(wd[1] * wd[2] * wd[3]));
+    af_value *ins[3] = {x, cst(g, 4, wd, -r, r), c->bias ? vec(g, c->m, -0.5, 0.5) : NULL};
+    af_node *n = node(g, "Conv", 3, ins);
+    set_int(n, "group", c->group);
+    set_ints(n, "kernel_shape", 2, c->k);
+    set_ints(n, "strides", 2, c->s);
+    set_ints(n, "dilations", 2, c->d);
+    if (c->auto_pad) set_str(n, "auto_pad", c->auto_pad);
+    else set_ints(n, "pads", 4, c->pads);
+    infer(g);
+    return n->out[0];
+}
+
+static af_value *batchnorm(af_graph *g, af_value *x) {
+    int64_t ch = x->type.dims[1];
+    af_value *ins[5] = {x, vec(g, ch, 0.5, 1.5), vec(g, ch, -0.5, 0.5), vec(g, ch, -0.2, 0.2),
+                        vec(g, ch, 0.5, 2.0)};
+    af_value *y = node(g, "BatchNormalization", 5, ins)->out[0];
+    infer(g);
+    return y;
+}
+
+static af_value *pool(af_graph *g, const char *op, af_value *x, int64_t k, int64_t s, int64_t p,
+                      bool ceil, bool include_pad) {
+    af_node *n = node(g, op, 1, &x);
+    int64_t ks[2] = {k, k}, ss[2] = {s, s}, ps[4] = {p, p, p, p};
+    set_ints(n, "kernel_shape", 2, ks);
+    set_ints(n, "strides", 2, ss);
+    set_ints(n, "pads", 4, ps);
+    if (ceil) set_int(n, "ceil_mode", 1);
+    if (include_pad) set_int(n, "count_include_pad", 1);
+    infer(g);
+    return n->out[0];
+}
+
+/* A case: builds the graph after input x, returning its output(s). */
+typedef struct lcase {
+    const char *name;
+    int64_t x[4];
+    void (*build)(af_graph *g, af_value *x, const void *arg);
+    const void *arg;
+    int max_reorders; /* Transpose / Reshape nodes the lowered graph may have (-1: any) */
+    int min_cl;       /* channels-last nodes it must have */
+} lcase;
+
+static void mark_output(af_graph *g, af_value *v) {
+    v->is_output = true;
+    g->outputs[g->noutputs++] = v;
+}
+
+static af_graph *build(af_arena *a, const lcase *c, uint64_t seed) {
+    rng_state = seed;
+    af_graph *g = new_graph(a);
+    af_value *x = af_value_new(g, "x");
+    x->is_input = true;
+    x->type.dtype = AF_DTYPE_FLOAT;
+    x->type.rank = 4;
+    memcpy(x->type.dims, c->x, sizeof c->x);
+    g->inputs[g->ninputs++] = x;
+    c->build(g, x, c->arg);
+    af_error err;
+    if (af_graph_infer_shapes(g, &err)) fail_msg("%s: %s", c->name, err.message);
+    return g;
+}
+
+/* ---- running -------------------------------------------------------------------------------------- */
+
+static af_tensor *input_of(const lcase *c) {
+    af_tensor *t = af_tensor_new(AF_DTYPE_FLOAT, 4, c->x);
+    assert_non_null(t);
+    rng_state = 99;
+    for (int64_t i = 0; i < af_tensor_numel(t); i++) ((float *)t->data)[i] = (float)rnd();
+    return t;
+}
+
+static void run(const lcase *c, af_graph *g, const af_tensor *x, af_tensor *out, af_runtime *rt) {
+    af_error err;
+    const af_tensor *in[1] = {x};
+    af_plan *p = NULL;
+    assert_int_equal(af_plan_build(g, &p, &err), AF_OK);
+    void *arena = p->arena_size ? aligned_alloc(64, (p->arena_size + 63) & ~(uint64_t)63) : NULL;
+    af_status st = af_exec_graph_planned(g, p, arena, rt, in, out, &err);
+    free(arena);
+    af_plan_free(p);
+    if (st) fail_msg("%s [%s]: %s", c->name, af_isa_name(af_isa_get()), err.message);
+}
+
+/* Nodes running channels-last (so that a case cannot pass by not being lowered at all). */
+static int count_channels_last(const af_graph *g) {
+    int k = 0;
+    for (int i = 0; i < g->nnodes; i++) k += af_attr_int(g->nodes[i], "channels_last", 0) != 0;
+    return k;
+}
+
+static int count_reorders(const af_graph *g) {
+    int k = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        k += g->nodes[i]->op == AF_OP_TRANSPOSE || g->nodes[i]->op == AF_OP_RESHAPE;
+    return k;
+}
+
+static void compare(const lcase *c, const char *mode, const af_tensor *want, const af_tensor *got) {
+    assert_int_equal(want->rank, got->rank);
+    for (int d = 0; d < want->rank; d++) assert_int_equal(want->dims[d], got->dims[d]);
+    int64_t n = af_tensor_numel(want);
+    const float *a = want->data, *b = got->data;
+    double scale = 0;
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(a[i]));
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs((double)a[i] - b[i]) <= 1e-4 * fabs(a[i]) + 2e-5 * (scale > 1 ? scale : 1)))
+            fail_msg("%s (%s, %s): element %lld: %.8g, reference %.8g", c->name, mode,
+                     af_isa_name(af_isa_get()), (long long)i, b[i], a[i]);
+}
+
+/* The reference once; then unfused and fused, lowered, on every ISA with 1 and 2 threads. */
+static void check(const lcase *c) {
+    af_tensor *x = input_of(c);
+    af_isa best = af_isa_best();
+    af_arena *ra = af_arena_new();
+    af_graph *rg = build(ra, c, 7);
+    af_isa_set(AF_ISA_REFERENCE);
+    af_tensor want[4];
+    memset(want, 0, sizeof want);
+    run(c, rg, x, want, NULL);
+    af_runtime *rt2 = NULL;
+    af_error err;
+    assert_int_equal(af_runtime_new(2, &rt2, &err), AF_OK);
+    for (af_isa isa = AF_ISA_GENERIC; isa <= best; isa++)
+        for (int fuse = 0; fuse < 2; fuse++) {
+            af_isa_set(isa);
+            af_arena *a = af_arena_new();
+            af_graph *g = build(a, c, 7);
+            if (fuse && af_optimize(g, NULL, NULL, &err)) fail_msg("%s: %s", c->name, err.message);
+            if (af_lower(g, &err)) fail_msg("%s: %s", c->name, err.message);
+            if (count_channels_last(g) < c->min_cl)
+                fail_msg("%s: %d channels-last nodes after lowering (at least %d)", c->name,
+                         count_channels_last(g), c->min_cl);
+            if (c->max_reorders >= 0 && count_reorders(g) > c->max_reorders)
+                fail_msg("%s: %d reorders after lowering (at most %d)", c->name, count_reorders(g),
+                         c->max_reorders);
+            for (int t = 0; t < 2; t++) {
+                af_tensor got[4];
+                memset(got, 0, sizeof got);
+                run(c, g, x, got, t ? rt2 : NULL);
+                for (int o = 0; o < rg->noutputs; o++) {
+                    compare(c, fuse ? "fused" : "unfused", &want[o], &got[o]);
+                    af_tensor_release(&got[o]);
+                }
+            }
+            af_arena_free(a);
+        }
+    af_isa_set(best);
+    af_runtime_free(rt2);
+    for (int o = 0; o < rg->noutputs; o++) af_tensor_release(&want[o]);
+    af_arena_free(ra);
+    af_tensor_free(x);
+}
+
+/* ---- cases ---------------------------------------------------------------------------------------- */
+
+static void b_conv(af_graph *g, af_value *x, const void *arg) {
+    mark_output(g, conv2d(g, x, arg));
+}
+
+/* Conv + BN + Relu, Conv + BN, + residual, + Relu: a ResNet block on the first conv's output. */
+static void b_block(af_graph *g, af_value *x, const void *arg) {
+    (void)arg;
+    conv c1 = {16, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, NULL, false};
+    af_value *y = op1(g, "Relu", batchnorm(g, conv2d(g, x, &c1)));
+    conv c2 = {16, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, NULL, false};
+    af_value *z = batchnorm(g, conv2d(g, y, &c2));
+    mark_output(g, op1(g, "Relu", op2(g, "Add", z, y)));
+}
+
+/* Conv -> MaxPool / AveragePool / GlobalAveragePool on channels-last. */
+static void b_pools(af_graph *g, af_value *x, const void *arg) {
+    (void)arg;
+    conv c1 = {24, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, NULL, true};
+    af_value *y = conv2d(g, x, &c1);
+    af_value *p1 = pool(g, "MaxPool", y, 3, 2, 1, false, false);
+    af_value *p2 = pool(g, "AveragePool", p1, 3, 2, 1, true, true);
+    af_value *p3 = pool(g, "AveragePool", p2, 2, 1, 1, false, false);
+    mark_output(g, op1(g, "GlobalAveragePool", p3));
+    mark_output(g, op1(g, "GlobalMaxPool", p2));
+}
+
+/* Depthwise conv + SiLU + squeeze-excite + 1x1 projection (an EfficientNet block). */
+static void b_se(af_graph *g, af_value *x, const void *arg) {
+    (void)arg;
+    int64_t ch = x->type.dims[1];
+    conv dw = {ch, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, ch, NULL, true};
+    af_value *y = conv2d(g, x, &dw);
+    y = op2(g, "Mul", y, op1(g, "Sigmoid", y));
+    af_value *s = op1(g, "GlobalAveragePool", y);
+    conv f1 = {4, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, true};
+    conv f2 = {ch, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, true};
+    s = op1(g, "Sigmoid", conv2d(g, op1(g, "Relu", conv2d(g, s, &f1)), &f2));
+    y = op2(g, "Mul", y, s);
+    conv pr = {20, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, false};
+    mark_output(g, batchnorm(g, conv2d(g, y, &pr)));
+}
+
+/* The classification head: conv + Relu, GlobalAveragePool, Flatten, Gemm (ConvPoolFc fused). */
+static void b_head(af_graph *g, af_value *x, const void *arg) {
+    (void)arg;
+    conv c1 = {40, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, true};
+    af_value *y = op1(g, "Flatten", op1(g, "GlobalAveragePool", op1(g, "Relu", conv2d(g, x, &c1))));
+    int64_t wd[2] = {37, 40};
+    af_value *ins[3] = {y, cst(g, 2, wd, -0.3, 0.3), vec(g, 37, -1, 1)};
+    af_node *gm = node(g, "Gemm", 3, ins);
+    set_int(gm, "transB", 1);
+    mark_output(g, gm->out[0]);
+}
+
+/* Two branches concatenated on channels; the first also a graph output (NCHW for the caller). */
+static void b_concat(af_graph *g, af_value *x, const void *arg) {
+    (void)arg;
+    conv a = {8, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, true};
+    conv b = {12, {3, 3}, {1, 1}, {2, 2}, {2, 2, 2, 2}, 1, NULL, true};
+    af_value *ya = conv2d(g, x, &a), *yb = op1(g, "Relu", conv2d(g, x, &b));
+    af_value *ins[2] = {ya, yb};
+    af_node *cat = node(g, "Concat", 2, ins);
+    set_int(cat, "axis", 1);
+    infer(g);
+    mark_output(g, ya);
+    mark_output(g, op1(g, "Tanh", cat->out[0]));
+}
+
+/* A conv whose output is read as NCHW by a Reshape: the reorder stays, the result is right. */
+static void b_reshape(af_graph *g, af_value *x, const void *arg) {
+    (void)arg;
+    conv a = {6, {3, 3}, {2, 2}, {1, 1}, {0, 1, 1, 0}, 1, NULL, true};
+    af_value *y = conv2d(g, x, &a);
+    int64_t two = 2, shape[2] = {0, -1};
+    af_value *s = af_value_new_const(g, "shape", AF_DTYPE_INT64, 1, &two);
+    memcpy(s->type.data, shape, sizeof shape);
+    mark_output(g, op2(g, "Reshape", y, s));
+}
+
+static const conv geoms[] = {
+    {16, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, true},     /* pointwise */
+    {21, {1, 1}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 1, NULL, false},    /* strided pointwise */
+    {32, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, NULL, true},     /* 3x3 same */
+    {17, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 1, NULL, true},     /* 3x3 stride 2 */
+    {8, {3, 3}, {1, 1}, {2, 2}, {2, 1, 0, 3}, 1, NULL, true},      /* dilated, asymmetric pads */
+    {12, {5, 5}, {1, 2}, {1, 1}, {0, 0, 0, 0}, 1, NULL, true},     /* valid, mixed strides */
+    {64, {7, 7}, {2, 2}, {1, 1}, {3, 3, 3, 3}, 1, NULL, true},     /* ResNet stem */
+    {10, {3, 3}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, "SAME_UPPER", true},
+    {8, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 2, NULL, true},      /* 2 groups */
+    {20, {3, 1}, {1, 1}, {1, 1}, {1, 0, 1, 0}, 5, NULL, false},    /* 5 groups, 3x1 */
+};
+
+static void test_conv_geometries(void **state) {
+    (void)state;
+    for (size_t i = 0; i < AF_COUNT(geoms); i++) {
+        char name[64];
+        snprintf(name, sizeof name, "conv geometry %zu", i);
+        int64_t cin = geoms[i].group == 5 ? 10 : (i % 2 ? 3 : 20);
+        lcase c = {name, {i % 3 == 0 ? 2 : 1, cin, 13, 11}, b_conv, &geoms[i], 2, 1};
+        check(&c);
+    }
+}
+
+static void test_depthwise(void **state) {
+    (void)state;
+    static const conv dws[] = {
+        {24, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 24, NULL, true},
+        {24, {5, 5}, {2, 2}, {1, 1}, {2, 2, 2, 2}, 24, NULL, true},
+        {40, {3, 3}, {2, 2}, {2, 2}, {1, 2, 0, 1}, 40, NULL, false},
+        {7, {3, 3}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 7, NULL, true},
+    };
+    for (size_t i = 0; i < AF_COUNT(dws); i++) {
+        lcase c = {"depthwise", {2, dws[i].m, 17, 10}, b_conv, &dws[i], 2, 1};
+        check(&c);
+    }
+}
+
+/* Channels-last regions have reorders at their edges only: the input's and the output's. */
+static void test_regions(void **state) {
+    (void)state;
+    static const lcase cases[] = {
+        {"resnet block", {1, 8, 12, 12}, b_block, NULL, 2, 2},
+        {"pools", {2, 5, 15, 15}, b_pools, NULL, 3, 5},
+        {"squeeze-excite", {1, 16, 9, 9}, b_se, NULL, 2, 2},
+        {"head", {2, 16, 7, 7}, b_head, NULL, 2, 1},
+        {"concat", {1, 6, 10, 10}, b_concat, NULL, 3, 2},
+        {"reshape reader", {1, 4, 9, 9}, b_reshape, NULL, 3, 1},
+    };
+    for (size_t i = 0; i < AF_COUNT(cases); i++) check(&cases[i]);
+}
+
+/* ---- MatMul and Gemm --------------------------------------------------------------------------------- */
+
+typedef struct mm_case {
+    int64_t k, n;
+    bool gemm, trans_b, bias2d;
+} mm_case;
+
+/* x [N, C, H, W] read as a batch of [H, W] matrices times a constant [W, n] (or a Gemm on the
+ * flattened input), then Gelu-free: an Add and a Relu so that the fused graph has an epilogue. */
+static void b_matmul(af_graph *g, af_value *x, const void *arg) {
+    const mm_case *m = arg;
+    int64_t k = x->type.dims[3];
+    if (!m->gemm) {
+        int64_t wd[2] = {k, m->n};
+        af_value *y = op2(g, "MatMul", x, cst(g, 2, wd, -0.2, 0.2));
+        mark_output(g, op1(g, "Relu", op2(g, "Add", y, vec(g, m->n, -1, 1))));
+        return;
+    }
+    af_value *f = op1(g, "Flatten", x);
+    int64_t kk = x->type.dims[1] * x->type.dims[2] * k, wd[2] = {m->trans_b ? m->n : kk, m->trans_b ? kk : m->n};
+    int64_t cd[2] = {x->type.dims[0], m->n};
+    af_value *ins[3] = {f, cst(g, 2, wd, -0.1, 0.1), m->bias2d ? cst(g, 2, cd, -1, 1) : vec(g, m->n, -1, 1)};
+    af_node *gm = node(g, "Gemm", 3, ins);
+    if (m->trans_b) set_int(gm, "transB", 1);
+    mark_output(g, op1(g, "Sigmoid", gm->out[0]));
+}
+
+static void test_matmul(void **state) {
+    (void)state;
+    static const mm_case mms[] = {
+        {0, 50, false, false, false}, {0, 16, false, false, false}, {0, 70, true, true, false},
+        {0, 33, true, false, true},
+    };
+    for (size_t i = 0; i < AF_COUNT(mms); i++) {
+        lcase c = {"matmul", {2, 3, 29, 19}, b_matmul, &mms[i], 0, 0};
+        check(&c);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conv_geometries),
+        cmocka_unit_test(test_depthwise),
+        cmocka_unit_test(test_regions),
+        cmocka_unit_test(test_matmul),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
