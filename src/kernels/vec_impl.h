@@ -31,7 +31,42 @@ static inline vf vsplat(float s) {
     return (vf){0} + s;
 }
 
-/* The first n (< VW) floats of p, the other lanes 0. */
+/* The first n (< VW) floats of p, the other lanes 0; and the store of the first n lanes. With
+ * AVX-512 and AVX2 these are masked moves (no byte outside [p, p + n) is touched, faults
+ * included); elsewhere a copy through a local vector. */
+#if defined(__AVX512F__) && VW == 16
+#include <immintrin.h>
+static inline vf vload_part(const float *p, int64_t n) {
+    __m512 v = _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+    vf r;
+    memcpy(&r, &v, sizeof r);
+    return r;
+}
+
+static inline void vstore_part(float *p, vf v, int64_t n) {
+    __m512 x;
+    memcpy(&x, &v, sizeof x);
+    _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), x);
+}
+#elif defined(__AVX2__) && VW == 8
+#include <immintrin.h>
+static inline __m256i part_mask(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static inline vf vload_part(const float *p, int64_t n) {
+    __m256 v = _mm256_maskload_ps(p, part_mask(n));
+    vf r;
+    memcpy(&r, &v, sizeof r);
+    return r;
+}
+
+static inline void vstore_part(float *p, vf v, int64_t n) {
+    __m256 x;
+    memcpy(&x, &v, sizeof x);
+    _mm256_maskstore_ps(p, part_mask(n), x);
+}
+#else
 static inline vf vload_part(const float *p, int64_t n) {
     float t[VW] = {0};
     memcpy(t, p, (size_t)n * sizeof(float));
@@ -43,6 +78,7 @@ static inline void vstore_part(float *p, vf v, int64_t n) {
     vstore(t, v);
     memcpy(p, t, (size_t)n * sizeof(float));
 }
+#endif
 
 /* ---- elementwise functions ---------------------------------------------------------------------- */
 
