@@ -428,7 +428,8 @@ af_status fa_kernel_attention(const af_node *n, const af_tensor *const *in, af_t
                             (long long)rows, (long long)g.E);
     if (rows == 0 || g.Sk == 0) {
         /* No keys: softmax over an empty axis leaves nothing to average; the unfused graph's
-         * MatMul over an empty inner dim gives zeros. Output arrived zeroed. */
+         * MatMul over an empty inner dim gives zeros. */
+        if (total > 0) memset(y->data, 0, (size_t)total * sizeof(float));
         return AF_OK;
     }
     fa_view views[3];

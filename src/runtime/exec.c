@@ -4,7 +4,7 @@
  *
  * A planned run (af_exec_graph_planned, plan.h) differs in one place: an output the plan places
  * gets its arena slot instead of an allocation (zeroed as kernels expect, unless it is computed
- * in place over its input 0, whose bytes it must keep). Everything else (subgraph bodies, values
+ * in place over its input 0, whose bytes it must keep, or its kernel writes every element). Everything else (subgraph bodies, values
  * the plan leaves out, a value whose run-time size does not fit its slot) is allocated as
  * before. Invariant: a tensor pointing into the arena never owns its data, so releasing it is
  * only forgetting it; the graph outputs, never planned, are moved to the caller. */
@@ -193,7 +193,7 @@ static bool place(const frame *f, const af_node *n, int o, const af_tensor *cons
     bool over_input = s->inplace_of >= 0 && o == 0 && n->nin > 0 && n->in[0] &&
                       n->in[0]->id == s->inplace_of && in[0] && in[0]->data == p;
     if (over_input && !af_plan_inplace_ok(n, in[0], t)) return false;
-    if (!over_input) memset(p, 0, bytes);
+    if (!over_input && !af_plan_op_writes_all(n->op)) memset(p, 0, bytes);
     t->data = p;
     t->nbytes = bytes;
     t->owns_data = 0;

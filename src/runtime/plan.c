@@ -46,6 +46,35 @@ static ip_kind inplace_kind(const af_node *n) {
     }
 }
 
+bool af_plan_op_writes_all(af_op op) {
+    switch (op) {
+    case AF_OP_FUSED_CONV:
+    case AF_OP_FUSED_MATMUL:
+    case AF_OP_FUSED_ELEMENTWISE:
+    case AF_OP_FUSED_ATTENTION:
+    case AF_OP_SQUEEZE_EXCITE:
+    case AF_OP_CONV_POOL_FC:
+    case AF_OP_RELU:
+    case AF_OP_SIGMOID:
+    case AF_OP_TANH:
+    case AF_OP_ERF:
+    case AF_OP_ADD:
+    case AF_OP_SUB:
+    case AF_OP_MUL:
+    case AF_OP_DIV:
+    case AF_OP_GELU:
+    case AF_OP_SILU:
+    case AF_OP_TRANSPOSE:
+    case AF_OP_SOFTMAX:
+    case AF_OP_MAX_POOL:
+    case AF_OP_AVERAGE_POOL:
+    case AF_OP_GLOBAL_AVERAGE_POOL:
+        return true;
+    default:
+        return false;
+    }
+}
+
 bool af_plan_op_is_view(af_op op) {
     return op == AF_OP_RESHAPE || op == AF_OP_FLATTEN || op == AF_OP_SQUEEZE ||
            op == AF_OP_UNSQUEEZE;

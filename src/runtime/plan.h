@@ -63,6 +63,9 @@ double af_plan_ratio(const af_plan *p);
  * `in0` (its input 0), byte for byte where the plan put it in place? Checks the op's table
  * entry and that the two types match as the op needs. */
 bool af_plan_inplace_ok(const af_node *n, const af_tensor *in0, const af_tensor *out);
+/* Ops whose kernels write every element of every output they produce (one short, checked
+ * list: the executor hands these their arena slots as they are, without zeroing them first). */
+bool af_plan_op_writes_all(af_op op);
 /* Ops whose output is their input 0's bytes unchanged (Reshape, Flatten, Squeeze, Unsqueeze):
  * run in place, they have nothing left to do. */
 bool af_plan_op_is_view(af_op op);
