@@ -174,14 +174,19 @@ static void run_panel(const gemm_job *j, const float *a, int64_t m, int64_t mr, 
     int64_t valid = g->n - j0 < w ? g->n - j0 : w, full = 0;
     int64_t row = g->ep_row0 + m, ld = g->ep ? g->ep->cols : 0;
     af_ukr_args u = {a, g->rs_i, g->tap_off, g->ntaps, g->tap_len, NULL, w, NULL, 0,
-                     NULL, NULL, 0, 0, 0.0f, 0.0f, first ? PREFETCH_ROWS : 0, NULL, 0};
-    /* Tile t of the block takes its share of the same panel of the next block. */
+                     NULL, NULL, 0, 0, 0.0f, 0.0f, NULL, 0, 0};
     int64_t np = p + j->block;
-    if (!first && np < j->npanels && j->ntiles > 1) {
+    if (first) { /* B some rows ahead of where the K loop reads it */
+        u.pf = g->b + j0 * j->k + PREFETCH_ROWS * w;
+        u.pf_steps = j->k > PREFETCH_ROWS ? j->k - PREFETCH_ROWS : 0;
+        u.pf_step = w;
+    } else if (np < j->npanels && j->ntiles > 1) {
+        /* Tile t of the block takes its share of the same panel of the next block. */
         int64_t lines = (j->k * panel_width(g->n, np) + 15) / 16, per = (lines + j->ntiles - 1) / j->ntiles;
         int64_t l0 = t * per < lines ? t * per : lines;
         u.pf = g->b + np * AF_GEMM_NR * j->k + l0 * 16;
-        u.pf_lines = l0 + per < lines ? per : lines - l0;
+        u.pf_steps = ((l0 + per < lines ? per : lines - l0) + 1) / 2;
+        u.pf_step = 32;
     }
     float tile[AF_GEMM_MR_MAX * AF_GEMM_NR];
     for (int64_t cc = 0; cc < valid;) {

@@ -16,8 +16,9 @@
 
 /* Columns of one packed B panel, whatever the ISA (so packed weights are portable). */
 #define AF_GEMM_NR 32
-/* Most rows a micro-kernel computes at once (AVX-512: 14 rows x 2 vectors = 28 accumulators). */
-#define AF_GEMM_MR_MAX 14
+/* Most rows a micro-kernel computes at once (AVX-512: 12 rows x 2 vectors = 24 accumulators;
+ * 14 rows would use 28 but leave too few general registers for the row pointers). */
+#define AF_GEMM_MR_MAX 12
 
 /* One micro-kernel call: rows [0, mr) x columns [0, nv * vw) of C = A x B, overwritten.
  * Row r of A is read at a + r * rs; its k-th element (k = t * tap_len + i) at
@@ -40,13 +41,12 @@ typedef struct af_ukr_args {
     int64_t ldres;
     int act;
     float p0, p1;
-    /* Bringing B in from memory while computing: `prefetch` > 0 requests B that many rows
-     * ahead of the row being read (the first tile over a panel nobody fetched); pf_lines > 0
-     * requests the cache lines pf, pf + 16, ... (a slice of the panel the next block of tiles
-     * needs), one per k step, so the stream spreads over the compute. */
-    int64_t prefetch;
+    /* Bringing B in from memory while computing: for the first pf_steps k steps, the two
+     * cache lines at pf, pf + 16 are requested and pf advances by pf_step floats: B itself some
+     * rows ahead (the first tile over a panel nobody fetched), or a slice of the panel the next
+     * block of tiles needs, so that the stream spreads over the compute. */
     const float *pf;
-    int64_t pf_lines;
+    int64_t pf_steps, pf_step;
 } af_ukr_args;
 
 typedef void (*af_ukr_fn)(const af_ukr_args *p);

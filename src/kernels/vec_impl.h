@@ -140,36 +140,38 @@ static inline vf bin_apply(int op, int rev, vf y, vf b) {
         }                                                                                         \
     } while (0)
 
-/* MR x NV vectors of C, accumulated over every tap in registers and stored once. MR and NV are
- * constants at each instantiation below, so the accumulator array lives in registers and the
- * loops unroll completely. */
-static inline __attribute__((always_inline)) void ukr_body(const int MR, const int NV,
+/* MR x NV vectors of C, accumulated over every tap in registers and stored once. MR, NV and PF
+ * are constants at each instantiation below, so the accumulator array lives in registers and
+ * the loops unroll completely; PF = 0 instantiations have no prefetch code in their K loop at
+ * all (a run-time test there costs registers the row pointers need). */
+static inline __attribute__((always_inline)) void ukr_body(const int MR, const int NV, const int PF,
                                                            const af_ukr_args *p) {
     vf acc[VEC_MR][2];
     for (int r = 0; r < MR; r++)
         for (int j = 0; j < NV; j++) acc[r][j] = (vf){0};
+    /* The tile's residual and destination lines are needed only after the K loop: asking for
+     * them now hides their memory latency behind it (short K loops would otherwise wait). */
+    for (int r = 0; r < MR; r++)
+        for (int j = 0; j < NV * VW; j += 16) {
+            if (p->res) __builtin_prefetch(p->res + r * p->ldres + j, 0, 3);
+            __builtin_prefetch(p->c + r * p->ldc + j, 1, 3);
+        }
     const float *b = p->b, *pfp = p->pf;
-    const int64_t rs = p->rs, bs = p->bstride, len = p->tap_len, pf = p->prefetch * bs;
-    int64_t pfl = p->pf_lines;
+    const int64_t rs = p->rs, bs = p->bstride, len = p->tap_len, pfs = p->pf_step;
+    int64_t pfn = p->pf_steps;
     for (int64_t t = 0; t < p->ntaps; t++) {
         const float *a = p->a + p->tap_off[t];
-        if (pf) { /* every line of B, requested well before it is read */
-            for (int64_t k = 0; k < len; k++, b += bs) {
-                for (int64_t l = 0; l < bs; l += 16) __builtin_prefetch(b + pf + l, 0, 2);
+        int64_t k = 0;
+        if (PF) { /* two lines of B requested per step, for as many steps as asked */
+            int64_t kp = pfn < len ? pfn : len;
+            for (; k < kp; k++, b += bs, pfp += pfs) {
+                __builtin_prefetch(pfp, 0, 2);
+                __builtin_prefetch(pfp + 16, 0, 2);
                 UKR_STEP(MR, NV);
             }
-        } else if (pfl > 0) { /* one line of the next block's slice per step */
-            for (int64_t k = 0; k < len; k++, b += bs) {
-                if (pfl > 0) {
-                    __builtin_prefetch(pfp, 0, 2);
-                    pfp += 16;
-                    pfl--;
-                }
-                UKR_STEP(MR, NV);
-            }
-        } else {
-            for (int64_t k = 0; k < len; k++, b += bs) UKR_STEP(MR, NV);
+            pfn -= kp;
         }
+        for (; k < len; k++, b += bs) UKR_STEP(MR, NV);
     }
     if (p->bias)
         for (int j = 0; j < NV; j++) {
@@ -188,18 +190,18 @@ static inline __attribute__((always_inline)) void ukr_body(const int MR, const i
 
 #define UKR(NV, MR)                                                                            \
     static void ukr_##NV##_##MR(const af_ukr_args *p) {                                         \
-        ukr_body(MR, NV, p);                                                                    \
+        if (p->pf_steps) ukr_body(MR, NV, 1, p);                                                \
+        else ukr_body(MR, NV, 0, p);                                                            \
     }
 #define UKR_ROWS(NV) UKR(NV, 1) UKR(NV, 2) UKR(NV, 3) UKR(NV, 4) UKR(NV, 5) UKR(NV, 6)
 UKR_ROWS(1)
 UKR_ROWS(2)
 #if VEC_MR > 6
-#define UKR_ROWS_HI(NV) UKR(NV, 7) UKR(NV, 8) UKR(NV, 9) UKR(NV, 10) UKR(NV, 11) UKR(NV, 12) \
-    UKR(NV, 13) UKR(NV, 14)
+#define UKR_ROWS_HI(NV) UKR(NV, 7) UKR(NV, 8) UKR(NV, 9) UKR(NV, 10) UKR(NV, 11) UKR(NV, 12)
 UKR_ROWS_HI(1)
 UKR_ROWS_HI(2)
 #define UKR_HI(NV) , ukr_##NV##_7, ukr_##NV##_8, ukr_##NV##_9, ukr_##NV##_10, ukr_##NV##_11, \
-    ukr_##NV##_12, ukr_##NV##_13, ukr_##NV##_14
+    ukr_##NV##_12
 #else
 #define UKR_HI(NV)
 #endif
