@@ -114,7 +114,7 @@ void *af_exec_scratch(af_exec *x, size_t bytes) {
     if (!rt) return NULL;
     if (bytes <= rt->scratch_size) return rt->scratch;
     size_t size = (bytes + 4095) & ~(size_t)4095;
-    void *p = aligned_alloc(64, size);
+    void *p = af_alloc_big(size);
     if (!p) return NULL;
     free(rt->scratch);
     rt->scratch = p;

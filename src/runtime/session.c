@@ -291,7 +291,7 @@ static af_status run_planned(af_session *s, const af_tensor *const *bound, af_te
                        "time; use one session per thread)", s->model->path);
     af_status st = AF_OK;
     if (!s->arena && s->plan->arena_size) {
-        s->arena = aligned_alloc(AF_PLAN_ALIGN, (size_t)s->plan->arena_size);
+        s->arena = af_alloc_big((size_t)s->plan->arena_size);
         if (!s->arena)
             st = af_fail(err, AF_ERR_NOMEM, "%s: out of memory allocating the %llu-byte arena",
                          s->model->path, (unsigned long long)s->plan->arena_size);

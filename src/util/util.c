@@ -5,16 +5,30 @@
 
 #include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define ARENA_BLOCK (64 * 1024)
 
+/* Block data starts 64-byte aligned, so large allocations (constants, packed weights) start on
+ * a cache line and vector rows of them never straddle one more line than they must. */
 typedef struct block {
     struct block *next;
     size_t used, size;
-    _Alignas(16) unsigned char data[];
+    _Alignas(64) unsigned char data[];
 } block;
+
+void *af_alloc_big(size_t bytes) {
+    const size_t huge = (size_t)2 << 20;
+    if (bytes >= huge) {
+        size_t n = (bytes + huge - 1) & ~(huge - 1);
+        void *p = aligned_alloc(huge, n);
+        if (p) madvise(p, n, MADV_HUGEPAGE); /* a hint: without it, 4 KiB pages still work */
+        return p;
+    }
+    return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+}
 
 struct af_arena {
     block *head;
@@ -32,13 +46,14 @@ void af_arena_free(af_arena *a) {
 }
 
 void *af_arena_alloc(af_arena *a, size_t size) {
-    size = (size + 15) & ~(size_t)15;
+    size = size >= 1024 ? (size + 63) & ~(size_t)63 : (size + 15) & ~(size_t)15;
     if (size == 0) size = 16;
     block *b = a->head;
-    if (!b || b->size - b->used < size) {
+    if (b && size >= 1024) b->used = (b->used + 63) & ~(size_t)63;
+    if (!b || b->used > b->size || b->size - b->used < size) {
         size_t bsize = size > ARENA_BLOCK ? size : ARENA_BLOCK;
-        if (bsize > SIZE_MAX - sizeof(block)) return NULL;
-        b = malloc(sizeof(block) + bsize);
+        if (bsize > SIZE_MAX - sizeof(block) - ((size_t)2 << 20)) return NULL;
+        b = af_alloc_big(sizeof(block) + bsize);
         if (!b) return NULL;
         b->used = 0;
         b->size = bsize;

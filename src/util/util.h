@@ -33,6 +33,11 @@ char *af_arena_strdup(af_arena *a, const char *s);
 /* Grow an arena array of elements of `size` bytes to hold at least `need` (old copy is left). */
 bool af_arena_grow(af_arena *a, void **arr, int *cap, int need, size_t size);
 
+/* Memory for big buffers (arena blocks, the run arena, kernel scratch): 64-byte aligned; from
+ * 2 MiB on, 2 MiB aligned with the transparent-huge-page hint (fewer TLB misses while weights
+ * stream). Release with free(). NULL when out of memory. */
+void *af_alloc_big(size_t bytes);
+
 /* Overflow-checked helpers: return false on overflow. */
 static inline bool af_mul_i64(int64_t a, int64_t b, int64_t *r) {
     return !__builtin_mul_overflow(a, b, r);
