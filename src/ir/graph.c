@@ -153,6 +153,16 @@ void af_node_set_input(af_node *n, int slot, af_value *v) {
     }
 }
 
+int af_node_add_input(af_node *n, af_value *v) {
+    af_value **in = af_arena_calloc(n->graph->arena, (size_t)n->nin + 1, sizeof(af_value *));
+    if (!in) return -1;
+    if (n->nin) memcpy(in, n->in, (size_t)n->nin * sizeof(af_value *));
+    n->in = in; /* the use lists name slots, not the array: they stay right */
+    n->nin++;
+    af_node_set_input(n, n->nin - 1, v);
+    return n->nin - 1;
+}
+
 void af_node_set_output(af_node *n, int slot, af_value *v) {
     AF_ASSERT(slot >= 0 && slot < n->nout);
     if (n->out[slot] && n->out[slot]->producer == n) n->out[slot]->producer = NULL;
@@ -161,6 +171,16 @@ void af_node_set_output(af_node *n, int slot, af_value *v) {
         v->producer = n;
         v->producer_slot = slot;
     }
+}
+
+int af_node_add_output(af_node *n, af_value *v) {
+    af_value **out = af_arena_calloc(n->graph->arena, (size_t)n->nout + 1, sizeof(af_value *));
+    if (!out) return -1;
+    if (n->nout) memcpy(out, n->out, (size_t)n->nout * sizeof(af_value *));
+    n->out = out;
+    n->nout++;
+    af_node_set_output(n, n->nout - 1, v);
+    return n->nout - 1;
 }
 
 void af_value_replace_uses(af_value *from, af_value *to) {

@@ -181,6 +181,10 @@ af_value *af_graph_find(af_graph *g, const char *name);
 af_node *af_node_new(af_graph *g, af_op op, const char *name, int nin, int nout);
 void af_node_set_input(af_node *n, int slot, af_value *v);
 void af_node_set_output(af_node *n, int slot, af_value *v);
+/* Append an input slot reading v (an output slot producing v); its index, or -1 when out of
+ * memory. */
+int af_node_add_input(af_node *n, af_value *v);
+int af_node_add_output(af_node *n, af_value *v);
 /* A constant value owning zeroed data of the given type, from g's arena (fill type.data). */
 af_value *af_value_new_const(af_graph *g, const char *name, af_dtype dtype, int rank,
                              const int64_t *dims);

@@ -94,7 +94,22 @@ af_status fk_conv_cl_setup(const af_node *n, const af_tensor *const *in, fk_conv
     g->x = x->data;
     g->wt = w->data;
     g->b = b ? b->data : NULL;
+    int64_t gi = af_attr_int(n, "in_scale", -1);
+    if (gi >= 0) {
+        const af_tensor *gt = gi < n->nin ? in[gi] : NULL;
+        if (!gt || gt->dtype != AF_DTYPE_FLOAT || g->packed != 1 || g->kh != 1 || g->kw != 1 ||
+            g->group != 1 || af_tensor_numel(gt) != g->n * g->c)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                                "in_scale needs an [N, 1, 1, C] gate on a packed 1x1 conv");
+        g->gate = gt->data;
+    }
     return AF_OK;
+}
+
+/* pool_out = 1: output 1 is the mean over positions of output 0, [N, 1, 1, M] (for a
+ * squeeze-excite that reads it instead of pooling the output again). Depthwise only. */
+static bool pool_out(const af_node *n) {
+    return af_attr_int(n, "pool_out", 0) != 0 && n->nout == 2;
 }
 
 af_status fk_shape_conv_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
@@ -102,7 +117,14 @@ af_status fk_shape_conv_cl(const af_node *n, const af_tensor *const *in, af_tens
     fk_conv_cl g;
     af_status st = fk_conv_cl_setup(n, in, &g, err);
     if (st != AF_OK) return st;
+    if ((n->nout != 1 && !pool_out(n)) || (af_attr_int(n, "pool_out", 0) && (!pool_out(n) || g.packed == 1)))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "FusedConv has one output (two with pool_out on a depthwise conv)");
     af_tensor_set_type(&out[0], AF_DTYPE_FLOAT, g.y.rank, g.y.rank >= 0 ? g.y.dims : NULL);
+    if (pool_out(n)) {
+        int64_t d[4] = {g.y.rank >= 0 ? g.y.dims[0] : -1, 1, 1, g.y.rank >= 0 ? g.y.dims[3] : -1};
+        af_tensor_set_type(&out[1], AF_DTYPE_FLOAT, 4, d);
+    }
     return af_epilogue_validate(n, in, &out[0], err);
 }
 
@@ -152,7 +174,22 @@ static size_t dense_scratch_bytes(const fk_conv_cl *g) {
     int64_t hp = g->h, wp = g->w;
     if (needs_padding(g)) padded_extent(g, &hp, &wp);
     size_t img = needs_padding(g) ? (size_t)(g->n * hp * wp * g->c) * sizeof(float) : 0;
-    return ((img + 63) & ~(size_t)63) + (size_t)(g->kh * g->kw) * sizeof(int64_t);
+    size_t gated = g->gate ? af_gemm_packed_floats(g->c, g->m) * sizeof(float) : 0;
+    return ((img + 63) & ~(size_t)63) + ((gated + 63) & ~(size_t)63) +
+           (size_t)(g->kh * g->kw) * sizeof(int64_t);
+}
+
+/* The packed 1x1 weights with row k (input channel k) multiplied by gate[k], into dst: the
+ * squeeze-excite scale of X applied on the (smaller) weights instead. */
+static void gate_weights(const fk_conv_cl *g, const float *gate, float *dst) {
+    int64_t np = (g->m + AF_GEMM_NR - 1) / AF_GEMM_NR;
+    for (int64_t p = 0; p < np; p++) {
+        int64_t w = g->m - p * AF_GEMM_NR > AF_GEMM_NR / 2 ? AF_GEMM_NR : AF_GEMM_NR / 2;
+        const float *s = g->wt + p * AF_GEMM_NR * g->c;
+        float *d = dst + p * AF_GEMM_NR * g->c;
+        for (int64_t k = 0; k < g->c; k++)
+            for (int64_t j = 0; j < w; j++) d[k * w + j] = s[k * w + j] * gate[k];
+    }
 }
 
 /* The convolution into y (rows of M channels) through ep, using `scratch` (64-byte aligned,
@@ -165,8 +202,10 @@ static void conv_dense(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned
     bool merged = g->group == 1 && g->dw == 1; /* a window row is KW * C contiguous floats */
     int64_t ntaps = merged ? g->kh : g->kh * g->kw;
     size_t img = pad ? (size_t)(g->n * hp * wp * g->c) * sizeof(float) : 0;
+    size_t gated = g->gate ? af_gemm_packed_floats(g->c, g->m) * sizeof(float) : 0;
     float *xp = (float *)scratch;
-    int64_t *taps = (int64_t *)(scratch + ((img + 63) & ~(size_t)63));
+    float *wg = (float *)(scratch + ((img + 63) & ~(size_t)63));
+    int64_t *taps = (int64_t *)((unsigned char *)wg + ((gated + 63) & ~(size_t)63));
     if (pad) {
         pad_job pj = {g, xp, hp, wp};
         af_exec_parallel(ex, g->n * hp, pad_rows, &pj);
@@ -181,11 +220,16 @@ static void conv_dense(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned
     size_t per = af_gemm_packed_floats(g->kh * g->kw * g->cg, g->mg);
     for (int64_t b = 0; b < g->n; b++)
         for (int64_t gi = 0; gi < g->group; gi++) {
+            const float *w = g->wt + (size_t)gi * per;
+            if (g->gate) {
+                gate_weights(g, g->gate + b * g->c, wg);
+                w = wg;
+            }
             af_gemm gm = {xp + b * hp * wp * g->c + gi * g->cg,
                           flat ? 1 : g->oh, flat ? g->oh * g->ow : g->ow,
                           g->sh * wp * g->c, g->sw * g->c,
                           taps, ntaps, merged ? g->kw * g->c : g->cg,
-                          g->wt + (size_t)gi * per, g->mg,
+                          w, g->mg,
                           y + b * g->oh * g->ow * g->m + gi * g->mg, g->m,
                           ep, b * g->oh * g->ow, gi * g->mg};
             af_gemm_run(ex, &gm);
@@ -198,11 +242,11 @@ typedef struct dw_job {
     const fk_conv_cl *g;
     const af_vep *ep;
     float *y;
+    float *sums; /* NULL, or per slot [N][M] partial sums of the outputs (pool_out) */
 } dw_job;
 
 /* Output rows [begin, end) over batch x OH. */
 static void dw_rows(void *ctx, int slot, int64_t begin, int64_t end) {
-    (void)slot;
     const dw_job *j = ctx;
     const fk_conv_cl *g = j->g;
     const af_vec_ops *v = af_vec();
@@ -211,15 +255,16 @@ static void dw_rows(void *ctx, int slot, int64_t begin, int64_t end) {
         float *yr = j->y + r * g->ow * g->c;
         af_dw_row p = {g->x + b * g->h * g->w * g->c, g->h, g->w, g->c, g->wt, g->b,
                        g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->ph, g->pw, oh, g->ow, yr,
-                       j->ep, r * g->ow};
+                       j->ep, r * g->ow, j->sums ? j->sums + ((size_t)slot * g->n + b) * g->m : NULL};
         v->dw_row(&p);
     }
 }
 
-/* The convolution of g into y through the epilogue program ep (bias added here); scratch is
- * conv_scratch_bytes(g) at 64-byte alignment. */
-static void conv_run(const fk_conv_cl *g, const af_epilogue *ep, float *y, unsigned char *scratch,
-                     af_exec *ex) {
+/* The convolution of g into y through the epilogue program ep (bias added here), and with
+ * `mean` (depthwise only, may be NULL) the [N][M] means of y over positions; scratch is
+ * conv_scratch_bytes(g, mean != NULL, ex) at 64-byte alignment. */
+static void conv_run(const fk_conv_cl *g, const af_epilogue *ep, float *y, float *mean,
+                     unsigned char *scratch, af_exec *ex) {
     af_vep vep;
     af_vep_build(ep, y, g->m, &vep);
     if (g->packed == 1) {
@@ -227,12 +272,24 @@ static void conv_run(const fk_conv_cl *g, const af_epilogue *ep, float *y, unsig
         conv_dense(g, &vep, y, scratch, ex);
         return;
     }
-    dw_job j = {g, &vep, y}; /* the depthwise row kernel starts from the bias itself */
+    /* The depthwise row kernel starts from the bias itself. */
+    int slots = af_exec_threads(ex);
+    size_t per = (size_t)(g->n * g->m);
+    dw_job j = {g, &vep, y, mean ? (float *)scratch : NULL};
+    if (mean) memset(scratch, 0, (size_t)slots * per * sizeof(float));
     af_exec_parallel(ex, g->n * g->oh, dw_rows, &j);
+    if (!mean) return;
+    float inv = 1.0f / (float)(g->oh * g->ow);
+    for (size_t i = 0; i < per; i++) {
+        float sum = 0.0f;
+        for (int t = 0; t < slots; t++) sum += j.sums[(size_t)t * per + i];
+        mean[i] = sum * inv;
+    }
 }
 
-static size_t conv_scratch_bytes(const fk_conv_cl *g) {
-    return g->packed == 1 ? dense_scratch_bytes(g) : 0;
+static size_t conv_scratch_bytes(const fk_conv_cl *g, bool mean, af_exec *ex) {
+    if (g->packed == 1) return dense_scratch_bytes(g);
+    return mean ? (size_t)af_exec_threads(ex) * (size_t)(g->n * g->m) * sizeof(float) : 0;
 }
 
 /* Setup and run-time checks of a channels-last conv whose output type is `y`. */
@@ -252,13 +309,16 @@ af_status fk_kernel_conv_cl(const af_node *n, const af_tensor *const *in, af_ten
     af_epilogue ep;
     af_status st = conv_ready(n, in, &g, err);
     if (st == AF_OK) st = nn_check_out(n, &out[0], 4, g.y.dims, err);
+    bool mean = pool_out(n);
+    int64_t md[4] = {g.n, 1, 1, g.m};
+    if (st == AF_OK && mean) st = nn_check_out(n, &out[1], 4, md, err);
     if (st == AF_OK) st = af_epilogue_parse(n, in, &out[0], &ep, err);
     if (st != AF_OK) return st;
-    size_t bytes = conv_scratch_bytes(&g);
+    size_t bytes = conv_scratch_bytes(&g, mean, ex);
     unsigned char *scratch = bytes ? af_exec_scratch(ex, bytes) : NULL;
     if (bytes && !scratch)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory for %zu bytes of scratch", bytes);
-    conv_run(&g, &ep, out[0].data, scratch, ex);
+    conv_run(&g, &ep, out[0].data, mean ? out[1].data : NULL, scratch, ex);
     return AF_OK;
 }
 
@@ -334,7 +394,7 @@ af_status fk_kernel_cpf_cl(const af_node *n, const af_tensor *const *in, af_tens
     const fk_conv_cl *g = &c.conv;
     int64_t rows = g->oh * g->ow;
     size_t conv_floats = (size_t)(g->n * rows * g->m), wfloats = c.packed ? 0 : af_gemm_packed_floats(g->m, c.classes);
-    size_t cb = (conv_floats * sizeof(float) + 63) & ~(size_t)63, csb = conv_scratch_bytes(g);
+    size_t cb = (conv_floats * sizeof(float) + 63) & ~(size_t)63, csb = conv_scratch_bytes(g, false, ex);
     size_t pb = ((size_t)(g->n * g->m) * sizeof(float) + 63) & ~(size_t)63;
     size_t bytes = cb + ((csb + 63) & ~(size_t)63) + pb + wfloats * sizeof(float);
     unsigned char *s = af_exec_scratch(ex, bytes);
@@ -342,7 +402,7 @@ af_status fk_kernel_cpf_cl(const af_node *n, const af_tensor *const *in, af_tens
     float *conv = (float *)s, *pooled = (float *)(s + cb + ((csb + 63) & ~(size_t)63));
     float *wp = (float *)((unsigned char *)pooled + pb);
     /* The conv output lives only in scratch (cache-sized for a classification head). */
-    conv_run(g, &ep, conv, s + cb, ex);
+    conv_run(g, &ep, conv, NULL, s + cb, ex);
     const af_vec_ops *v = af_vec();
     for (int64_t b = 0; b < g->n; b++) {
         float *pr = pooled + b * g->m;

@@ -11,6 +11,9 @@ typedef struct fk_conv_cl {
     int64_t oh, ow, kh, kw, sh, sw, dh, dw, ph, pw; /* pads at the beginning */
     int packed; /* w_packed: 0 not yet, 1 GEMM panels, 2 depthwise */
     const float *x, *wt, *b;
+    /* in_scale: X's channels are multiplied by gate[n][c] (input in_scale, [N, 1, 1, C]; a
+     * squeeze-excite gate folded into this 1x1 conv), applied to the weights per image */
+    const float *gate;
 } fk_conv_cl;
 
 /* Check the node and its inputs (types only when data is absent) and fill g. */

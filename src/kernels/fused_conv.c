@@ -240,9 +240,9 @@ void fk_conv_row(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh,
 
 af_status fk_shape_fused_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
                               af_error *err) {
+    if (af_attr_int(n, "channels_last", 0)) return fk_shape_conv_cl(n, in, out, err);
     if (n->nout != 1)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "FusedConv has one output");
-    if (af_attr_int(n, "channels_last", 0)) return fk_shape_conv_cl(n, in, out, err);
     const af_tensor *x = nn_in(n, in, 0);
     if (x && x->dtype != AF_DTYPE_FLOAT)
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "FusedConv on %s (float32 only)",

@@ -319,14 +319,31 @@ af_status fk_shape_squeeze_excite(const af_node *n, const af_tensor *const *in, 
     se_act act, gate;
     int64_t c, cr;
     af_status st = se_setup(n, in, &act, &gate, &c, &cr, err);
-    if (st == AF_OK)
-        af_tensor_type_copy(&out[0], in[0]);
-    return st;
+    if (st != AF_OK) return st;
+    af_tensor_type_copy(&out[0], in[0]);
+    /* gate_only (made by the lowering when the next 1x1 conv applies the gate to its weights):
+     * the output is the gate itself, [N, 1, ..., 1, C] channels-last. */
+    if (af_attr_int(n, "gate_only", 0)) {
+        if (!af_attr_int(n, "channels_last", 0))
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "gate_only needs channels_last");
+        for (int i = 1; i + 1 < out[0].rank; i++) out[0].dims[i] = 1;
+    }
+    /* pooled (with gate_only): X is already the [N, 1, 1, C] means of the image. */
+    if (af_attr_int(n, "pooled", 0) && (!af_attr_int(n, "gate_only", 0) || in[0]->rank != 4 ||
+                                        in[0]->dims[1] != 1 || in[0]->dims[2] != 1))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "pooled needs gate_only and [N, 1, 1, C] means");
+    return AF_OK;
 }
 
 /* s_out[o] = act(b[o] + sum_i w[o, i] * s_in[i]) for a 1x1 conv on a [1, nin, 1...] input. */
 static void se_fc(const float *w, const float *b, const float *s_in, int64_t nin, int64_t nout,
                   const se_act *a, float *s_out) {
+    if (af_isa_get() != AF_ISA_REFERENCE) { /* the vector product, then bias and activation */
+        af_vec()->gemv(w, s_in, nout, nin, s_out);
+        for (int64_t o = 0; o < nout; o++)
+            s_out[o] = af_ep_unary(a->op, s_out[o] + (b ? b[o] : 0.0f), a->p0, a->p1);
+        return;
+    }
     for (int64_t o = 0; o < nout; o++) {
         double sum = b ? b[o] : 0.0;
         for (int64_t i = 0; i < nin; i++)
@@ -351,19 +368,25 @@ static void se_scale_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     af_vec()->ep_tile(j->v, j->y + begin * j->c, j->c, begin, 0, end - begin, j->c);
 }
 
-/* Channels-last: X [N, positions, C]; the mean over positions is a sum of rows of C. */
+/* Channels-last: X [N, positions, C]; the mean over positions is a sum of rows of C. With
+ * gate_only, y receives the N x C gates instead of the scaled X. */
 static void se_run_cl(const af_tensor *x, const af_tensor *w1, const af_tensor *b1,
                       const af_tensor *w2, const af_tensor *b2, const se_act *act,
                       const se_act *gate, int64_t c, int64_t cr, float *gap, float *mid,
-                      float *scale, float *y, af_exec *ex) {
+                      float *scale, float *y, bool gate_only, bool pooled, af_exec *ex) {
     int64_t batch = x->dims[0], hw = c > 0 && batch > 0 ? nn_numel(x) / (batch * c) : 0;
     const af_vec_ops *v = af_vec();
     for (int64_t b = 0; b < batch; b++) {
         const float *xb = (const float *)x->data + b * hw * c;
-        if (hw > 0) v->reduce_rows(xb, hw, c, 0, gap);
-        for (int64_t ch = 0; ch < c; ch++) gap[ch] = hw > 0 ? gap[ch] / (float)hw : 0.0f;
+        if (pooled) { /* X already holds the means (computed by the conv that made them) */
+            memcpy(gap, xb, (size_t)c * sizeof(float));
+        } else {
+            if (hw > 0) v->reduce_rows(xb, hw, c, 0, gap);
+            for (int64_t ch = 0; ch < c; ch++) gap[ch] = hw > 0 ? gap[ch] / (float)hw : 0.0f;
+        }
         se_fc(w1->data, b1 ? b1->data : NULL, gap, c, cr, act, mid);
-        se_fc(w2->data, b2 ? b2->data : NULL, mid, cr, c, gate, scale);
+        se_fc(w2->data, b2 ? b2->data : NULL, mid, cr, c, gate, gate_only ? y + b * c : scale);
+        if (gate_only) continue;
         af_vep vp;
         af_vep_build(NULL, y + b * hw * c, c, &vp);
         af_vep_prepend(&vp, AF_EP_MUL, AF_VEP_COL, scale);
@@ -384,7 +407,10 @@ af_status fk_kernel_squeeze_excite(const af_node *n, const af_tensor *const *in,
     if (!fk_has_data(x) || !fk_has_data(w1) || !fk_has_data(w2) || (b1 && !fk_has_data(b1)) ||
         (b2 && !fk_has_data(b2)) || cr < 0)
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
-    st = nn_check_out(n, &out[0], x->rank, x->dims, err);
+    bool gate_only = af_attr_int(n, "gate_only", 0) != 0;
+    af_tensor yt;
+    st = fk_shape_squeeze_excite(n, in, &yt, err);
+    if (st == AF_OK) st = nn_check_out(n, &out[0], yt.rank, yt.dims, err);
     if (st != AF_OK)
         return st;
     int64_t batch = x->dims[0], hw = nn_prod(x, 2, x->rank);
@@ -400,7 +426,8 @@ af_status fk_kernel_squeeze_excite(const af_node *n, const af_tensor *const *in,
     const float *xd = x->data;
     float *y = out[0].data;
     if (af_attr_int(n, "channels_last", 0)) {
-        se_run_cl(x, w1, b1, w2, b2, &act, &gate, c, cr, gap, mid, scale, y, ex);
+        se_run_cl(x, w1, b1, w2, b2, &act, &gate, c, cr, gap, mid, scale, y, gate_only,
+                  af_attr_int(n, "pooled", 0) != 0, ex);
         free(gap);
         free(mid);
         free(scale);

@@ -114,6 +114,7 @@ typedef struct af_dw_row {
     float *y;       /* [ow][c] */
     const af_vep *ep;
     int64_t row0;
+    float *sum; /* NULL, or [c]: every output of the row (after the epilogue) is added here */
 } af_dw_row;
 
 /* One output row of channels-last MaxPool / AveragePool over a 2-D window (no dilation):
@@ -149,6 +150,8 @@ typedef struct af_vec_ops {
     /* x[0..n) = softmax(x): exp(x - max) / sum, n >= 1 (a row of -inf gives NaN, as the
      * reference Softmax does). */
     void (*softmax_row)(float *x, int64_t n);
+    /* y[o] = sum_i w[o * n + i] * x[i] for o < rows (a matrix-vector product over rows of w). */
+    void (*gemv)(const float *w, const float *x, int64_t rows, int64_t n, float *y);
     /* Sum of x[0..n) (float, accumulated in vector lanes). */
     float (*row_sum)(const float *x, int64_t n);
     /* out[j] = sum (or max) over r < rows of x[r * cols + j], rows >= 1. */

@@ -270,6 +270,21 @@ static float row_sum(const float *x, int64_t n) {
     return vsum(acc);
 }
 
+static void gemv(const float *w, const float *x, int64_t rows, int64_t n, float *y) {
+    for (int64_t o = 0; o < rows; o++) {
+        const float *wr = w + o * n;
+        vf a0 = {0}, a1 = {0};
+        int64_t i = 0;
+        for (; i + 2 * VW <= n; i += 2 * VW) {
+            a0 += vload(wr + i) * vload(x + i);
+            a1 += vload(wr + i + VW) * vload(x + i + VW);
+        }
+        for (; i + VW <= n; i += VW) a0 += vload(wr + i) * vload(x + i);
+        if (i < n) a1 += vload_part(wr + i, n - i) * vload_part(x + i, n - i);
+        y[o] = vsum(a0 + a1);
+    }
+}
+
 static void layernorm(const float *x, float *y, int64_t n, float eps, const float *scale,
                       const float *bias) {
     float mean = row_sum(x, n) / (float)n;
@@ -366,6 +381,14 @@ static void dw_row(const af_dw_row *p) {
         }
         if (p->ep && (p->ep->nsteps || p->ep->generic))
             ep_tile(p->ep, p->y + ow * p->c, p->c, p->row0 + ow, 0, nb, p->c);
+        for (int i = 0; p->sum && i < nb; i++) { /* the pooled mean's sums, while in cache */
+            const float *y = p->y + (ow + i) * p->c;
+            int64_t c0 = 0;
+            for (; c0 + VW <= p->c; c0 += VW) vstore(p->sum + c0, vload(p->sum + c0) + vload(y + c0));
+            if (c0 < p->c)
+                vstore_part(p->sum + c0, vload_part(p->sum + c0, p->c - c0) + vload_part(y + c0, p->c - c0),
+                            p->c - c0);
+        }
         ow += nb;
     }
 }
@@ -464,6 +487,7 @@ const af_vec_ops VEC_TABLE = {
     .ep_tile = ep_tile,
     .unary = unary,
     .layernorm = layernorm,
+    .gemv = gemv,
     .dw_row = dw_row,
     .pool_row = pool_row,
     .softmax_row = softmax_row,

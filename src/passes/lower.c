@@ -206,6 +206,77 @@ static af_status pack_conv(af_graph *g, af_node *n, af_error *err) {
     return AF_OK;
 }
 
+/* ---- squeeze-excite into the next 1x1 conv ----------------------------------------------------- */
+
+static bool all_zero(const af_node *n, const char *name) {
+    const int64_t *v = NULL;
+    int c = af_attr_ints(n, name, &v);
+    for (int i = 0; i < c; i++)
+        if (v[i] != 0) return false;
+    return true;
+}
+
+static bool all_one(const af_node *n, const char *name) {
+    const int64_t *v = NULL;
+    int c = af_attr_ints(n, name, &v);
+    for (int i = 0; i < c; i++)
+        if (v[i] != 1) return false;
+    return true;
+}
+
+/* A channels-last SqueezeExcite whose only reader is a packed 1x1 conv (stride 1, no padding,
+ * one group): the conv applies the gate to its weights instead (W'[c][m] = W[c][m] * gate[c],
+ * per image), the SqueezeExcite only computes the gate (gate_only), and X * gate is never
+ * written. Taken when the weights are smaller than X, which is when it saves memory traffic. */
+static af_status fold_se(af_graph *g, af_node *se, af_error *err) {
+    af_value *y = se->nout == 1 ? se->out[0] : NULL, *x = se->in[0];
+    if (!y || y->is_output || y->nuses != 1 || !af_attr_int(se, "channels_last", 0) ||
+        af_attr_int(se, "gate_only", 0) || x->type.rank != 4)
+        return AF_OK;
+    af_node *cv = y->uses[0].node;
+    const int64_t *ws = NULL;
+    if (cv->op != AF_OP_FUSED_CONV || y->uses[0].slot != 0 || !af_attr_int(cv, "channels_last", 0) ||
+        af_attr_int(cv, "w_packed", 0) != 1 || af_attr_ints(cv, "w_shape", &ws) != 4 ||
+        ws[2] != 1 || ws[3] != 1 || af_attr_int(cv, "group", 1) != 1 ||
+        af_attr_int(cv, "in_scale", -1) >= 0 || !all_zero(cv, "pads") ||
+        !all_one(cv, "strides") || strcmp(af_attr_str(cv, "auto_pad", "NOTSET"), "NOTSET"))
+        return AF_OK;
+    const int64_t *xd = x->type.dims;
+    if (ws[0] >= xd[1] * xd[2]) return AF_OK; /* weights C x M vs X H x W x C, per image */
+    af_value *gate = af_value_new(g, af_graph_unique_name(g, "se_gate"));
+    if (!gate || !fu_set_int(se, "gate_only", 1))
+        return af_node_fail(err, se, AF_ERR_NOMEM, "out of memory");
+    gate->type = y->type;
+    gate->type.dims[1] = gate->type.dims[2] = 1;
+    af_node_set_output(se, 0, gate);
+    af_node_set_input(cv, 0, x);
+    int slot = af_node_add_input(cv, gate);
+    if (slot < 0 || !fu_set_int(cv, "in_scale", slot))
+        return af_node_fail(err, cv, AF_ERR_NOMEM, "out of memory");
+    y->producer = NULL;
+    return AF_OK;
+}
+
+/* A gate-only SqueezeExcite over the output of a channels-last depthwise conv: the conv also
+ * writes the means over positions of what it computes (pool_out, while each row is in cache)
+ * and the SqueezeExcite reads those (pooled) instead of reading X again. */
+static af_status pool_in_conv(af_graph *g, af_node *se, af_error *err) {
+    af_value *x = se->in[0];
+    af_node *dw = x->producer;
+    if (!af_attr_int(se, "gate_only", 0) || af_attr_int(se, "pooled", 0) || !dw ||
+        dw->op != AF_OP_FUSED_CONV || dw->nout != 1 || af_attr_int(dw, "w_packed", 0) != 2 ||
+        af_attr_int(dw, "pool_out", 0) || x->type.rank != 4)
+        return AF_OK;
+    af_value *mean = af_value_new(g, af_graph_unique_name(g, "dw_mean"));
+    if (!mean || af_node_add_output(dw, mean) < 0 || !fu_set_int(dw, "pool_out", 1) ||
+        !fu_set_int(se, "pooled", 1))
+        return af_node_fail(err, dw, AF_ERR_NOMEM, "out of memory");
+    mean->type = x->type;
+    mean->type.dims[1] = mean->type.dims[2] = 1;
+    af_node_set_input(se, 0, mean);
+    return AF_OK;
+}
+
 af_status af_pass_pack(af_graph *g, af_error *err) {
     af_status st = AF_OK;
     for (int i = 0; i < g->nnodes && !st; i++) {
@@ -214,5 +285,8 @@ af_status af_pass_pack(af_graph *g, af_error *err) {
         else if (n->op == AF_OP_FUSED_CONV) st = pack_conv(g, n, err);
         else if (n->op == AF_OP_CONV_POOL_FC && !(st = pack_conv(g, n, err))) st = pack_fc(g, n, err);
     }
+    for (int i = 0; i < g->nnodes && !st; i++)
+        if (g->nodes[i]->op == AF_OP_SQUEEZE_EXCITE && !(st = fold_se(g, g->nodes[i], err)))
+            st = pool_in_conv(g, g->nodes[i], err);
     return st ? st : af_graph_infer_shapes(g, err);
 }

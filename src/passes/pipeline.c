@@ -60,8 +60,8 @@ af_status af_lower(af_graph *g, af_error *err) {
     } passes[] = {
         {"lower", af_pass_lower},       /* Conv/MatMul/Gemm cores, BatchNorm scale-and-shift */
         {"layout", af_pass_layout},     /* channels-last convolution regions */
-        {"pack", af_pass_pack},         /* weights in GEMM panel order */
         {"simplify", af_pass_simplify}, /* the reorders nobody reads */
+        {"pack", af_pass_pack},         /* weights in GEMM panel order; SE gates into 1x1 convs */
     };
     if (af_isa_get() == AF_ISA_REFERENCE) return AF_OK;
     for (size_t i = 0; i < AF_COUNT(passes); i++) {
