@@ -1,14 +1,18 @@
 /* The roofline cost model behind the report's estimated speedups: an op takes
  * max(FLOPs / peak FMA rate, bytes moved / memory bandwidth), where bytes moved are its inputs
  * (weights included) and outputs; a fused op moves only its own inputs and outputs, which is
- * where fusion saves. The peak and the bandwidth are measured on this machine, one core, once
- * (an FMA loop with independent accumulators for 20 ms; memcpy of a 64 MiB buffer for about
- * 100 ms) and cached as JSON in $XDG_CACHE_HOME/autofusion/machine.json (else
- * ~/.cache/autofusion/machine.json; $AUTOFUSION_MACHINE_FILE overrides the path).
+ * where fusion saves. The rates are measured on this machine, one core, once: an FMA loop with
+ * independent accumulators, the GEMM core on a cache-resident problem (what convolutions and
+ * matrix products reach), memcpy within L2, within a few times L2 and of a 64 MiB buffer (where
+ * a tensor of each size lives right after its producer wrote it); they are cached as JSON in
+ * $XDG_CACHE_HOME/autofusion/machine.json (else ~/.cache/autofusion/machine.json;
+ * $AUTOFUSION_MACHINE_FILE overrides the path), per kernel ISA.
  *
  * Invariant: every estimate comes from these two measured numbers and the graph's types; there
  * is no constant speedup anywhere. Unknown dims count as 1 so that estimates stay finite. */
 #include "fusion/fusion.h"
+#include "kernels/cpu.h"
+#include "kernels/gemm.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -195,11 +199,11 @@ static double measure_flops(fma_loop *l) {
     return best;
 }
 
-/* Best copy bandwidth (bytes read + written per second) over about 100 ms of memcpy. */
-static double measure_bandwidth(void) {
-    size_t size = (size_t)64 << 20;
+/* Best copy bandwidth (bytes read + written per second) of a `size` buffer (halved while
+ * memory runs short) over about 100 ms of memcpy. */
+static double measure_bandwidth(size_t size) {
     char *a = NULL, *b = NULL;
-    while (size >= ((size_t)1 << 20)) {
+    while (size >= ((size_t)64 << 10)) {
         a = malloc(size);
         b = malloc(size);
         if (a && b) break;
@@ -212,7 +216,7 @@ static double measure_bandwidth(void) {
     memset(a, 1, size);
     memset(b, 2, size);
     double best = 0.0, start = now();
-    for (int rep = 0; rep < 50 && (rep < 3 || now() - start < 0.1); rep++) {
+    for (int rep = 0; rep < 5000 && (rep < 3 || now() - start < 0.1); rep++) {
         double t0 = now();
         memcpy(b, a, size);
         double dt = now() - t0;
@@ -222,6 +226,34 @@ static double measure_bandwidth(void) {
     free(a);
     free(b);
     return best > 0.0 ? best : 1e9;
+}
+
+/* Best rate of the GEMM core (the ISA in force, one thread) on a 192 x 256 x 512 problem whose
+ * operands stay in cache: what convolutions and matrix products run at. */
+static double measure_gemm(void) {
+    enum { M = 192, N = 256, K = 512 };
+    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N);
+    float *c = malloc(sizeof(float) * M * N), *p = malloc(sizeof(float) * af_gemm_packed_floats(K, N));
+    double best = 0.0;
+    if (a && b && c && p) {
+        for (int i = 0; i < M * K; i++) a[i] = (float)(i % 7) * 0.1f;
+        for (int i = 0; i < K * N; i++) b[i] = (float)(i % 5) * 0.1f;
+        af_gemm_pack(b, K, N, N, 1, p);
+        static const int64_t tap0[1] = {0};
+        af_gemm g = {a, 1, M, 0, K, tap0, 1, K, p, N, c, N, NULL, 0, 0};
+        double start = now();
+        for (int rep = 0; rep < 200 && (rep < 5 || now() - start < 0.05); rep++) {
+            double t0 = now();
+            af_gemm_run(NULL, &g);
+            double dt = now() - t0;
+            if (dt > 0.0 && 2.0 * M * N * K / dt > best) best = 2.0 * M * N * K / dt;
+        }
+    }
+    free(a);
+    free(b);
+    free(c);
+    free(p);
+    return best;
 }
 
 /* ---- the cache file ------------------------------------------------------------------------ */
@@ -241,19 +273,30 @@ static bool sane(double v, double lo, double hi) {
     return isfinite(v) && v >= lo && v <= hi;
 }
 
+static double num(json_t *root, const char *key) {
+    return json_number_value(json_object_get(root, key));
+}
+
+/* A record of version 2 measured with the kernels' ISA now in force. */
 static bool load(const char *path, af_machine *m) {
     json_error_t e;
     json_t *root = json_load_file(path, 0, &e);
     if (!root) return false;
-    double gf = json_number_value(json_object_get(root, "peak_gflops"));
-    double bw = json_number_value(json_object_get(root, "bandwidth_gbs"));
+    double gf = num(root, "peak_gflops"), gg = num(root, "gemm_gflops"), bw = num(root, "bandwidth_gbs");
+    double b2 = num(root, "l2_bandwidth_gbs"), b3 = num(root, "l3_bandwidth_gbs"), l2 = num(root, "l2_bytes");
     const char *isa = json_string_value(json_object_get(root, "isa"));
-    bool ok = json_integer_value(json_object_get(root, "version")) == 1 &&
-              sane(gf, 0.01, 1e6) && sane(bw, 0.01, 1e5);
+    bool ok = json_integer_value(json_object_get(root, "version")) == 2 && sane(gf, 0.01, 1e6) &&
+              sane(gg, 0.01, 1e6) && sane(bw, 0.01, 1e5) && sane(b2, 0.01, 1e5) &&
+              sane(b3, 0.01, 1e5) && sane(l2, 1024, 1e10) && isa &&
+              !strcmp(isa, af_isa_name(af_isa_get()));
     if (ok) {
         m->flops = gf * 1e9;
+        m->gemm_flops = gg * 1e9;
         m->bandwidth = bw * 1e9;
-        snprintf(m->isa, sizeof m->isa, "%s", isa ? isa : "?");
+        m->l2_bandwidth = b2 * 1e9;
+        m->l3_bandwidth = b3 * 1e9;
+        m->l2_bytes = l2;
+        snprintf(m->isa, sizeof m->isa, "%s", isa);
     }
     json_decref(root);
     return ok;
@@ -274,8 +317,12 @@ static void make_parents(const char *path) {
 
 /* Write atomically (temporary file, then rename); failures only mean the next run measures. */
 static void store(const char *path, const af_machine *m) {
-    json_t *root = json_pack("{s:i, s:f, s:f, s:s}", "version", 1, "peak_gflops", m->flops / 1e9,
-                             "bandwidth_gbs", m->bandwidth / 1e9, "isa", m->isa);
+    json_t *root = json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:s}", "version", 2,
+                             "peak_gflops", m->flops / 1e9, "gemm_gflops", m->gemm_flops / 1e9,
+                             "bandwidth_gbs", m->bandwidth / 1e9,
+                             "l2_bandwidth_gbs", m->l2_bandwidth / 1e9,
+                             "l3_bandwidth_gbs", m->l3_bandwidth / 1e9, "l2_bytes", m->l2_bytes,
+                             "isa", m->isa);
     if (!root) return;
     char tmp[4200];
     int n = snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
@@ -296,8 +343,13 @@ af_status af_machine_calibrate(const char *path, af_machine *m, af_error *err) {
     fma_loop l = pick_loop();
     m->flops = measure_flops(&l);
     if (!(m->flops > 0.0)) m->flops = 1e9;
-    m->bandwidth = measure_bandwidth();
-    snprintf(m->isa, sizeof m->isa, "%s", l.isa);
+    m->gemm_flops = measure_gemm();
+    if (!(m->gemm_flops > 0.0) || m->gemm_flops > m->flops) m->gemm_flops = m->flops;
+    m->l2_bytes = (double)af_cpu_l2();
+    m->bandwidth = measure_bandwidth((size_t)64 << 20);
+    m->l2_bandwidth = measure_bandwidth(af_cpu_l2() / 4); /* two buffers inside L2 */
+    m->l3_bandwidth = measure_bandwidth(af_cpu_l2() * 4);
+    snprintf(m->isa, sizeof m->isa, "%s", af_isa_name(af_isa_get()));
     if (path) store(path, m);
     return AF_OK;
 }
@@ -420,6 +472,36 @@ double af_cost_flops(const af_node *n) {
     }
     default: return out;
     }
+}
+
+static bool gemm_like(af_op op) {
+    return op == AF_OP_CONV || op == AF_OP_FUSED_CONV || op == AF_OP_MATMUL || op == AF_OP_GEMM ||
+           op == AF_OP_FUSED_MATMUL || op == AF_OP_CONV_POOL_FC || op == AF_OP_FUSED_ATTENTION ||
+           op == AF_OP_CONV_TRANSPOSE;
+}
+
+/* Seconds to move value v once. */
+static double move_time(const af_machine *m, const af_value *v) {
+    double b = value_bytes(v);
+    if (v->is_const && b > 65536.0) return b / m->bandwidth;
+    if (b <= m->l2_bytes) return b / m->l2_bandwidth;
+    if (b <= 8.0 * m->l2_bytes) return b / m->l3_bandwidth;
+    return b / m->bandwidth;
+}
+
+double af_cost_node_time(const af_machine *m, const af_node *n, double flops) {
+    if (!m) return 0.0;
+    double rate = gemm_like(n->op) ? m->gemm_flops : m->flops, tm = 0.0;
+    for (int i = 0; i < n->nin; i++) {
+        const af_value *v = n->in[i];
+        bool seen = false;
+        for (int k = 0; k < i && v && !seen; k++) seen = n->in[k] == v;
+        if (v && !seen) tm += move_time(m, v);
+    }
+    for (int i = 0; i < n->nout; i++)
+        if (n->out[i]) tm += move_time(m, n->out[i]);
+    double tc = rate > 0.0 ? flops / rate : 0.0;
+    return tc > tm ? tc : tm;
 }
 
 double af_cost_time(const af_machine *m, double flops, double bytes) {

@@ -248,7 +248,7 @@ static double node_flops(const af_fusion_ctx *cx, const af_node *n) {
 }
 
 static double node_time(const af_fusion_ctx *cx, const af_node *n) {
-    return af_cost_time(cx->mach, node_flops(cx, n), af_cost_bytes(n));
+    return af_cost_node_time(cx->mach, n, node_flops(cx, n));
 }
 
 /* NULL when the fused op's shape function accepts the node's inputs and gives out's type. */
@@ -391,7 +391,7 @@ af_status fu_commit(af_fusion_ctx *cx, af_match *m, af_node *fused, af_value *ou
         if (!af_arena_grow(g->arena, (void **)&cx->fl, &cx->flcap, cx->nfl + 1, sizeof(fu_flops)))
             return af_node_fail(err, fused, AF_ERR_NOMEM, "out of memory");
         cx->fl[cx->nfl++] = (fu_flops){fused, flops};
-        cx->fused += af_cost_time(cx->mach, flops, af_cost_bytes(fused));
+        cx->fused += af_cost_node_time(cx->mach, fused, flops);
     }
     return AF_OK;
 }

@@ -143,17 +143,23 @@ af_status af_fuse(af_graph *g, const af_fusion_config *cfg, af_fusion_report *re
 /* ---- the cost model (cost.c) ---------------------------------------------------------------- */
 
 /* One core's measured peak FMA rate and memory bandwidth. */
+/* One core's measured rates: the FMA peak, what the GEMM core reaches, and copy bandwidth for
+ * buffers in L2, in the next level (a few times L2) and in memory. */
 typedef struct af_machine {
-    double flops;     /* float32 FLOP/s (an FMA counts 2) */
-    double bandwidth; /* bytes/s (read + write) */
-    char isa[16];     /* "avx512", "avx2", "sse", "c" */
+    double flops;      /* float32 FLOP/s of an FMA loop (an FMA counts 2) */
+    double gemm_flops; /* FLOP/s of the GEMM core (kernels/gemm.h) on a cache-resident problem */
+    double bandwidth;  /* bytes/s (read + write) to and from memory */
+    double l2_bandwidth, l3_bandwidth; /* the same within L2 and within 8 x L2 */
+    double l2_bytes;   /* per-core L2 size (cpuinfo) */
+    char isa[16];      /* the kernels' ISA when measured: "avx512", "avx2", "generic" */
 } af_machine;
 
 /* The machine file path: $AUTOFUSION_MACHINE_FILE, else $XDG_CACHE_HOME/autofusion/machine.json,
  * else $HOME/.cache/autofusion/machine.json; NULL when none can be formed. */
 const char *af_machine_path(char *buf, size_t len);
-/* Load m from `path` (NULL: af_machine_path) when it holds a valid record, else measure (about
- * 150 ms) and write the record there (creating the folder; a write failure is not an error). */
+/* Load m from `path` (NULL: af_machine_path) when it holds a valid record for the kernels' ISA
+ * in force, else measure (about 300 ms) and write the record there (creating the folder; a
+ * write failure is not an error). */
 af_status af_machine_calibrate(const char *path, af_machine *m, af_error *err);
 /* The process-wide machine: calibrated once on first use (thread-safe). */
 const af_machine *af_machine_get(void);
@@ -162,5 +168,11 @@ double af_cost_flops(const af_node *n);
 double af_cost_bytes(const af_node *n);
 /* Estimated seconds: max(flops / peak, bytes / bandwidth). */
 double af_cost_time(const af_machine *m, double flops, double bytes);
+/* Estimated seconds of node n doing `flops`: the roofline with the GEMM core's rate for
+ * convolutions and matrix products (the FMA peak for the rest), and each tensor it reads or
+ * writes moved at the bandwidth of where a tensor of its size lives when the previous op just
+ * wrote it (L2, the next level, memory); constants of more than 64 KiB count as coming from
+ * memory (a model's weights do not stay in cache between runs). */
+double af_cost_node_time(const af_machine *m, const af_node *n, double flops);
 
 #endif

@@ -169,8 +169,11 @@ char *af_fusion_report_json(const af_fusion_report *r) {
         fail |= json_object_set_new(root, "ops_after", json_integer(r->ops_after));
         fail |= json_object_set_new(root, "overall_estimated_speedup",
                                     speedup(r->t_before, r->t_after));
-        json_t *mach = json_pack("{s:f, s:f}", "peak_gflops", r->peak_gflops, "bandwidth_gbs",
-                                 r->bandwidth_gbs);
+        const af_machine *m = af_machine_get();
+        json_t *mach = json_pack("{s:f, s:f, s:f, s:f, s:f}", "peak_gflops", r->peak_gflops,
+                                 "gemm_gflops", m->gemm_flops / 1e9, "bandwidth_gbs",
+                                 r->bandwidth_gbs, "l2_bandwidth_gbs", m->l2_bandwidth / 1e9,
+                                 "l3_bandwidth_gbs", m->l3_bandwidth / 1e9);
         fail |= !mach || json_object_set_new(root, "machine", mach);
     }
     if (!fail) out = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
