@@ -349,13 +349,23 @@ af_status af_exec_graph(const af_graph *g, const af_tensor *const *inputs, af_te
     return exec_top(g, NULL, NULL, NULL, inputs, outputs, err);
 }
 
+static void nothing(void *ctx, size_t i) {
+    (void)ctx, (void)i;
+}
+
 af_status af_exec_graph_planned(const af_graph *g, const af_plan *p, void *arena,
                                 af_runtime *rt, const af_tensor *const *inputs,
                                 af_tensor *outputs, af_error *err) {
     if (g->parent || p->nvalues != g->nvalues || (p->arena_size && !arena))
         return af_fail(err, AF_ERR_INTERNAL, "%s: the memory plan does not belong to this graph",
                        g->file ? g->file : "<model>");
-    return exec_top(g, p, arena, rt, inputs, outputs, err);
+    af_status st = exec_top(g, p, arena, rt, inputs, outputs, err);
+    /* Between runs the workers sleep instead of spinning: an idle session then leaves the
+     * cores to whoever needs them (another session, another process). */
+    if (rt && rt->pool)
+        pthreadpool_parallelize_1d(rt->pool, nothing, NULL, (size_t)rt->threads,
+                                   PTHREADPOOL_FLAG_YIELD_WORKERS);
+    return st;
 }
 
 af_status af_exec_subgraph(af_exec *x, const af_graph *body, const af_tensor *const *inputs,
