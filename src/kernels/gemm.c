@@ -187,6 +187,12 @@ static void run_panel(const gemm_job *j, const float *a, int64_t m, int64_t mr, 
         u.pf = g->b + np * AF_GEMM_NR * j->k + l0 * 16;
         u.pf_steps = ((l0 + per < lines ? per : lines - l0) + 1) / 2;
         u.pf_step = 32;
+    } else if (p % j->block == 0 && g->ntaps == 1 && g->rs_i == g->tap_len) {
+        /* B stays in cache: bring in the next tile's rows of A instead (contiguous here) while
+         * this tile's first panel runs; the panels after it find this tile's rows in L1. */
+        u.pf = a + mr * g->rs_i;
+        u.pf_steps = (mr * g->tap_len / 16 + 1) / 2;
+        u.pf_step = 32;
     }
     float tile[AF_GEMM_MR_MAX * AF_GEMM_NR];
     for (int64_t cc = 0; cc < valid;) {
