@@ -100,8 +100,9 @@ void af_gemm_pack(const float *b, int64_t k, int64_t n, int64_t sk, int64_t sn, 
 
 /* ---- the driver ----------------------------------------------------------------------------------- */
 
-/* How far ahead (in B rows) the first tile over a panel prefetches: about 6 KB of a 32-wide
- * panel, beyond the distance memory latency covers at the micro-kernels' pace. */
+/* How far ahead (in B rows) the micro-kernels prefetch B: about 6 KB of a 32-wide panel,
+ * beyond the distance memory latency covers at their pace. Every tile does it: measured
+ * (gemm_bench --cold), that beats one tile fetching for the others. */
 #define PREFETCH_ROWS 48
 
 /* The part of the epilogue the micro-kernels apply in registers: a leading bias (ADD of a
@@ -145,6 +146,7 @@ typedef struct gemm_job {
     const af_gemm *g;
     const af_vec_ops *v;
     int64_t k, npanels, block; /* panels per block */
+    int64_t nblocks;
     int64_t tiles_per_row;     /* M tiles per outer index o */
     int64_t ntiles;
     reg_ep rep;
@@ -165,8 +167,7 @@ static bool has_steps(const af_vep *v) {
 /* Rows [m, m + mr) (A rows at a) times panel p into C and through the epilogue: in registers
  * for the columns whole vectors cover, on the stored tile for the rest of the program and for
  * the last partial columns. */
-static void run_panel(const gemm_job *j, const float *a, int64_t m, int64_t mr, int64_t p,
-                      bool first, int64_t t) {
+static void run_panel(const gemm_job *j, const float *a, int64_t m, int64_t mr, int64_t p) {
     const af_gemm *g = j->g;
     const af_vec_ops *v = j->v;
     const reg_ep *re = &j->rep;
@@ -175,24 +176,16 @@ static void run_panel(const gemm_job *j, const float *a, int64_t m, int64_t mr, 
     int64_t row = g->ep_row0 + m, ld = g->ep ? g->ep->cols : 0;
     af_ukr_args u = {a, g->rs_i, g->tap_off, g->ntaps, g->tap_len, NULL, w, NULL, 0,
                      NULL, NULL, 0, 0, 0.0f, 0.0f, NULL, 0, 0};
-    int64_t np = p + j->block;
-    if (first) { /* B some rows ahead of where the K loop reads it */
-        u.pf = g->b + j0 * j->k + PREFETCH_ROWS * w;
-        u.pf_steps = j->k > PREFETCH_ROWS ? j->k - PREFETCH_ROWS : 0;
-        u.pf_step = w;
-    } else if (np < j->npanels && j->ntiles > 1) {
-        /* Tile t of the block takes its share of the same panel of the next block. */
-        int64_t lines = (j->k * panel_width(g->n, np) + 15) / 16, per = (lines + j->ntiles - 1) / j->ntiles;
-        int64_t l0 = t * per < lines ? t * per : lines;
-        u.pf = g->b + np * AF_GEMM_NR * j->k + l0 * 16;
-        u.pf_steps = ((l0 + per < lines ? per : lines - l0) + 1) / 2;
-        u.pf_step = 32;
-    } else if (p % j->block == 0 && g->ntaps == 1 && g->rs_i == g->tap_len) {
-        /* B stays in cache: bring in the next tile's rows of A instead (contiguous here) while
-         * this tile's first panel runs; the panels after it find this tile's rows in L1. */
+    if (j->nblocks == 1 && p == 0 && g->ntaps == 1 && g->rs_i == g->tap_len) {
+        /* All of B stays in cache: bring in the next tile's rows of A instead (contiguous
+         * here) while this tile's first panel runs; the panels after it find these in L1. */
         u.pf = a + mr * g->rs_i;
         u.pf_steps = (mr * g->tap_len / 16 + 1) / 2;
         u.pf_step = 32;
+    } else { /* B some rows ahead of where the K loop reads it (cheap when it is in cache) */
+        u.pf = g->b + j0 * j->k + PREFETCH_ROWS * w;
+        u.pf_steps = j->k > PREFETCH_ROWS ? j->k - PREFETCH_ROWS : 0;
+        u.pf_step = w;
     }
     float tile[AF_GEMM_MR_MAX * AF_GEMM_NR];
     for (int64_t cc = 0; cc < valid;) {
@@ -234,7 +227,6 @@ static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
     (void)slot;
     const gemm_job *j = ctx;
     const af_gemm *g = j->g;
-    int64_t last_blk = -1;
     for (int64_t it = begin; it < end; it++) {
         int64_t blk = it / j->ntiles, t = it % j->ntiles, o, i0, mr;
         tile_rows(j, t, &o, &i0, &mr);
@@ -242,16 +234,13 @@ static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
         const float *a = g->a + o * g->rs_o + i0 * g->rs_i;
         int64_t m = o * g->mi + i0, p1 = (blk + 1) * j->block;
         if (p1 > j->npanels) p1 = j->npanels;
-        /* The first tile this thread runs over a block brings its panels in from memory. */
-        bool first = blk != last_blk && j->ntiles > 1;
-        last_blk = blk;
-        for (int64_t p = blk * j->block; p < p1; p++) run_panel(j, a, m, mr, p, first, t);
+        for (int64_t p = blk * j->block; p < p1; p++) run_panel(j, a, m, mr, p);
     }
 }
 
 void af_gemm_run(af_exec *x, const af_gemm *g) {
     if (g->mo <= 0 || g->mi <= 0 || g->n <= 0) return;
-    gemm_job j = {g, af_vec(), g->ntaps * g->tap_len, (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 0, {0}};
+    gemm_job j = {g, af_vec(), g->ntaps * g->tap_len, (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 0, {0}};
     split_ep(g->ep, &j.rep);
     /* Panels per block: half the L2 for B, the rest for A rows and C. */
     int64_t panel_bytes = (j.k > 0 ? j.k : 1) * AF_GEMM_NR * (int64_t)sizeof(float);
@@ -260,6 +249,6 @@ void af_gemm_run(af_exec *x, const af_gemm *g) {
     if (j.block > j.npanels) j.block = j.npanels;
     j.tiles_per_row = (g->mi + j.v->mr - 1) / j.v->mr;
     j.ntiles = g->mo * j.tiles_per_row;
-    int64_t nblocks = (j.npanels + j.block - 1) / j.block;
-    af_exec_parallel(x, nblocks * j.ntiles, gemm_range, &j);
+    j.nblocks = (j.npanels + j.block - 1) / j.block;
+    af_exec_parallel(x, j.nblocks * j.ntiles, gemm_range, &j);
 }

@@ -41,10 +41,9 @@ typedef struct af_ukr_args {
     int64_t ldres;
     int act;
     float p0, p1;
-    /* Bringing B in from memory while computing: for the first pf_steps k steps, the two
+    /* Bringing data in from memory while computing: for the first pf_steps k steps, the two
      * cache lines at pf, pf + 16 are requested and pf advances by pf_step floats: B itself some
-     * rows ahead (the first tile over a panel nobody fetched), or a slice of the panel the next
-     * block of tiles needs, so that the stream spreads over the compute. */
+     * rows ahead of the K loop, or the rows of A the next tile reads. */
     const float *pf;
     int64_t pf_steps, pf_step;
 } af_ukr_args;
