@@ -62,7 +62,7 @@ static const struct opt {
     {"seed", INT, offsetof(cli, seed), RUN | BENCH, "N  seed of random inputs (default 0)"},
     {"iterations", INT, offsetof(cli, iterations), BENCH, "N  timed runs (default 50)"},
     {"warmup", INT, offsetof(cli, warmup), BENCH, "N  untimed runs first (default 5)"},
-    {"threads", INT, offsetof(cli, threads), BENCH | COMPILE, "N  threads (default all cores)"},
+    {"threads", INT, offsetof(cli, threads), RUN | BENCH | COMPILE, "N  threads (default all cores)"},
     {"compare", FLAG, offsetof(cli, compare), BENCH, "also time the unfused graph in the same process"},
     {"json", FLAG, offsetof(cli, json), BENCH | REPORT, "print JSON"},
     {"profile", STR, offsetof(cli, profile), BENCH, "F.json  per-node Chrome trace of the timed runs"},
