@@ -4,7 +4,8 @@
  * run on each ISA this CPU has (generic, AVX2, AVX-512). Outputs must agree within rtol 1e-4
  * (relative to the output's scale). Cases: convolution geometries (kernel 1 to 7, strides,
  * dilations, symmetric / asymmetric / SAME padding, groups, depthwise, channel counts that are
- * not multiples of a vector, batch 2), conv + BatchNorm + residual + activation chains, pooling,
+ * not multiples of a vector, batch 2, Winograd F(4x4, 3x3) with edge tiles), conv + BatchNorm +
+ * residual + activation chains, pooling,
  * SqueezeExcite and ConvPoolFc in channels-last, Concat on channels, a channels-last value that
  * is also a graph output, and MatMul / Gemm with packed weights. The layout cases also check
  * that reorders stand only at the edges of a channels-last region. */
@@ -380,6 +381,33 @@ static void test_conv_geometries(void **state) {
     }
 }
 
+/* Winograd F(4x4, 3x3) takes 3x3 stride-1 convs with at least 32 channels each way: output
+ * sizes that are not multiples of 4 (edge tiles), asymmetric and no padding, batch 2, and a
+ * residual block; held to the same tolerance as direct convolution. */
+static void b_wino_block(af_graph *g, af_value *x, const void *arg) {
+    (void)arg;
+    conv c1 = {32, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, NULL, true};
+    af_value *y = op1(g, "Relu", batchnorm(g, conv2d(g, x, &c1)));
+    conv c2 = {32, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, NULL, false};
+    mark_output(g, op1(g, "Relu", op2(g, "Add", batchnorm(g, conv2d(g, y, &c2)), y)));
+}
+
+static void test_winograd(void **state) {
+    (void)state;
+    static const conv ws[] = {
+        {48, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, NULL, true},
+        {33, {3, 3}, {1, 1}, {1, 1}, {0, 2, 1, 0}, 1, NULL, true},
+        {64, {3, 3}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, false},
+    };
+    static const int64_t xs[3][4] = {{2, 40, 13, 11}, {1, 32, 9, 14}, {1, 64, 6, 7}};
+    for (size_t i = 0; i < AF_COUNT(ws); i++) {
+        lcase c = {"winograd", {xs[i][0], xs[i][1], xs[i][2], xs[i][3]}, b_conv, &ws[i], 2, 1};
+        check(&c);
+    }
+    lcase block = {"winograd block", {1, 32, 10, 10}, b_wino_block, NULL, 2, 2};
+    check(&block);
+}
+
 static void test_depthwise(void **state) {
     (void)state;
     static const conv dws[] = {
@@ -451,6 +479,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_geometries),
         cmocka_unit_test(test_depthwise),
+        cmocka_unit_test(test_winograd),
         cmocka_unit_test(test_regions),
         cmocka_unit_test(test_matmul),
     };

@@ -39,7 +39,7 @@ af_status fk_conv_cl_setup(const af_node *n, const af_tensor *const *in, fk_conv
     wv.data = NULL;
     if (g->packed) {
         const int64_t *ws = NULL;
-        if ((g->packed != 1 && g->packed != 2) || af_attr_ints(n, "w_shape", &ws) != 4)
+        if (g->packed < 1 || g->packed > 3 || af_attr_ints(n, "w_shape", &ws) != 4)
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "w_packed needs w_shape [M, Cg, KH, KW]");
         wv.rank = 4;
         for (int i = 0; i < 4; i++) {
@@ -82,9 +82,14 @@ af_status fk_conv_cl_setup(const af_node *n, const af_tensor *const *in, fk_conv
     g->pw = win.pb[2];
     g->group = af_attr_int(n, "group", 1);
     g->mg = g->m / g->group;
+    if (g->packed == 3 && (g->kh != 3 || g->kw != 3 || g->sh != 1 || g->sw != 1 || g->dh != 1 ||
+                           g->dw != 1 || g->group != 1))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "Winograd weights need a 3x3 stride-1 undilated conv with one group");
     if (g->packed) {
-        int64_t want = g->packed == 2 ? g->kh * g->kw * g->m
-                                      : g->group * (int64_t)af_gemm_packed_floats(g->kh * g->kw * g->cg, g->mg);
+        int64_t want = g->packed == 2   ? g->kh * g->kw * g->m
+                       : g->packed == 3 ? 36 * (int64_t)af_gemm_packed_floats(g->c, g->m)
+                                        : g->group * (int64_t)af_gemm_packed_floats(g->kh * g->kw * g->cg, g->mg);
         if (g->packed == 2 && (g->cg != 1 || g->m != g->group))
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "depthwise weights need Cg = 1, M = group");
         if (w->rank != 1 || (w->dims[0] >= 0 && w->dims[0] != want))
@@ -236,6 +241,97 @@ static void conv_dense(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned
         }
 }
 
+/* ---- Winograd F(4x4, 3x3) --------------------------------------------------------------------------
+ * For a 3x3 stride-1 conv (w_packed = 3): the output in 4x4 tiles, each read from a 6x6 patch
+ * of the zero-bordered input. Three phases, each in parallel: every tile's patch transformed
+ * (V = B^T d B per channel, V[e][tile][c] for the 36 positions e), then for each position one
+ * GEMM of all tiles by the packed transformed weights U[e] (Cin x Cout, made by the pack pass:
+ * each U[e] is read once, while V and M stay in cache), then every tile transformed back
+ * (Y = A^T M A) and finished by the epilogue: 36 products of Cin x Cout per 16 outputs instead
+ * of 144. */
+
+typedef struct wino_job {
+    const fk_conv_cl *g;
+    const af_vep *ep;
+    const float *xp; /* the zero-bordered input, hp x wp */
+    int64_t hp, wp, th, tw, ntiles;
+    float *v, *mt, *y; /* V [36][ntiles][c], M [36][ntiles][m], output */
+    float *tile;       /* per slot: 16 x m */
+} wino_job;
+
+static void wino_in_tiles(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const wino_job *j = ctx;
+    const fk_conv_cl *g = j->g;
+    const af_vec_ops *v = af_vec();
+    for (int64_t tile = begin; tile < end; tile++) {
+        int64_t b = tile / (j->th * j->tw), r = tile % (j->th * j->tw);
+        const float *x = j->xp + ((b * j->hp + r / j->tw * 4) * j->wp + r % j->tw * 4) * g->c;
+        v->wino_in(x, j->wp * g->c, g->c, j->v + tile * g->c, j->ntiles * g->c);
+    }
+}
+
+static void wino_products(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const wino_job *j = ctx;
+    const fk_conv_cl *g = j->g;
+    size_t per = af_gemm_packed_floats(g->c, g->m);
+    static const int64_t tap0[1] = {0};
+    for (int64_t e = begin; e < end; e++) {
+        af_gemm gm = {j->v + e * j->ntiles * g->c, 1, j->ntiles, 0, g->c, tap0, 1, g->c,
+                      g->wt + (size_t)e * per, g->m, j->mt + e * j->ntiles * g->m, g->m, NULL, 0, 0};
+        af_gemm_run(NULL, &gm);
+    }
+}
+
+static void wino_out_tiles(void *ctx, int slot, int64_t begin, int64_t end) {
+    const wino_job *j = ctx;
+    const fk_conv_cl *g = j->g;
+    const af_vec_ops *v = af_vec();
+    int64_t m = g->m;
+    float *yt = j->tile + (size_t)slot * 16 * m;
+    for (int64_t tile = begin; tile < end; tile++) {
+        int64_t b = tile / (j->th * j->tw), r = tile % (j->th * j->tw);
+        int64_t oh0 = r / j->tw * 4, ow0 = r % j->tw * 4;
+        v->wino_out(j->mt + tile * m, j->ntiles * m, m, yt);
+        int64_t rows = g->oh - oh0 < 4 ? g->oh - oh0 : 4, cols = g->ow - ow0 < 4 ? g->ow - ow0 : 4;
+        for (int64_t i = 0; i < rows; i++) {
+            int64_t pos = (b * g->oh + oh0 + i) * g->ow + ow0;
+            float *dst = j->y + pos * m;
+            memcpy(dst, yt + i * 4 * m, (size_t)(cols * m) * sizeof(float));
+            if (j->ep->nsteps || j->ep->generic) v->ep_tile(j->ep, dst, m, pos, 0, cols, m);
+        }
+    }
+}
+
+/* Scratch of the Winograd path: the zero-bordered input covering whole tiles, V, M, and one
+ * output tile per thread. */
+static size_t wino_sizes(const fk_conv_cl *g, int threads, int64_t *hp, int64_t *wp, size_t *img,
+                         size_t *vm) {
+    int64_t ntiles = g->n * ((g->oh + 3) / 4) * ((g->ow + 3) / 4);
+    *hp = (g->oh + 3) / 4 * 4 + 2;
+    *wp = (g->ow + 3) / 4 * 4 + 2;
+    *img = ((size_t)(g->n * *hp * *wp * g->c) * sizeof(float) + 63) & ~(size_t)63;
+    *vm = ((size_t)(36 * ntiles * (g->c + g->m)) * sizeof(float) + 63) & ~(size_t)63;
+    return *img + *vm + (size_t)threads * 16 * (size_t)g->m * sizeof(float);
+}
+
+static void conv_winograd(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned char *scratch,
+                          af_exec *ex) {
+    int64_t hp, wp;
+    size_t img, vm;
+    wino_sizes(g, af_exec_threads(ex), &hp, &wp, &img, &vm);
+    pad_job pj = {g, (float *)scratch, hp, wp};
+    af_exec_parallel(ex, g->n * hp, pad_rows, &pj);
+    int64_t th = (g->oh + 3) / 4, tw = (g->ow + 3) / 4, ntiles = g->n * th * tw;
+    float *v = (float *)(scratch + img);
+    wino_job j = {g, ep, (float *)scratch, hp, wp, th, tw, ntiles, v, v + 36 * ntiles * g->c, y,
+                  (float *)(scratch + img + vm)};
+    af_exec_parallel(ex, ntiles, wino_in_tiles, &j);
+    af_exec_parallel(ex, 36, wino_products, &j);
+    af_exec_parallel(ex, ntiles, wino_out_tiles, &j);
+}
+
 /* ---- depthwise ----------------------------------------------------------------------------------- */
 
 typedef struct dw_job {
@@ -267,9 +363,10 @@ static void conv_run(const fk_conv_cl *g, const af_epilogue *ep, float *y, float
                      unsigned char *scratch, af_exec *ex) {
     af_vep vep;
     af_vep_build(ep, y, g->m, &vep);
-    if (g->packed == 1) {
+    if (g->packed != 2) {
         if (g->b) af_vep_prepend(&vep, AF_EP_ADD, AF_VEP_COL, g->b);
-        conv_dense(g, &vep, y, scratch, ex);
+        if (g->packed == 3) conv_winograd(g, &vep, y, scratch, ex);
+        else conv_dense(g, &vep, y, scratch, ex);
         return;
     }
     /* The depthwise row kernel starts from the bias itself. */
@@ -289,6 +386,11 @@ static void conv_run(const fk_conv_cl *g, const af_epilogue *ep, float *y, float
 
 static size_t conv_scratch_bytes(const fk_conv_cl *g, bool mean, af_exec *ex) {
     if (g->packed == 1) return dense_scratch_bytes(g);
+    if (g->packed == 3) {
+        int64_t hp, wp;
+        size_t img, vm;
+        return wino_sizes(g, af_exec_threads(ex), &hp, &wp, &img, &vm);
+    }
     return mean ? (size_t)af_exec_threads(ex) * (size_t)(g->n * g->m) * sizeof(float) : 0;
 }
 

@@ -238,6 +238,15 @@ static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
     }
 }
 
+void af_gemm_rows(const af_gemm *g) {
+    if (g->mo != 1 || g->mi <= 0 || g->n <= 0) return;
+    gemm_job j = {g, af_vec(), g->ntaps * g->tap_len, (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 1, {0}};
+    AF_ASSERT(g->mi <= j.v->mr);
+    split_ep(g->ep, &j.rep);
+    j.block = j.npanels;
+    for (int64_t p = 0; p < j.npanels; p++) run_panel(&j, g->a, 0, g->mi, p);
+}
+
 void af_gemm_run(af_exec *x, const af_gemm *g) {
     if (g->mo <= 0 || g->mi <= 0 || g->n <= 0) return;
     gemm_job j = {g, af_vec(), g->ntaps * g->tap_len, (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 0, {0}};

@@ -45,5 +45,9 @@ typedef struct af_gemm {
 
 /* Run g on x's threads (x may be NULL: the calling thread). */
 void af_gemm_run(af_exec *x, const af_gemm *g);
+/* The same for one tile of rows (mo = 1, mi at most the ISA's micro-kernel rows, af_vec()->mr)
+ * on the calling thread, without the blocking and threading set-up: for callers that run many
+ * small products of their own (Winograd's 36 per tile block). */
+void af_gemm_rows(const af_gemm *g);
 
 #endif

@@ -145,6 +145,13 @@ typedef struct af_vec_ops {
     void (*layernorm)(const float *x, float *y, int64_t n, float eps, const float *scale,
                       const float *bias);
     void (*dw_row)(const af_dw_row *p);
+    /* Winograd F(4x4, 3x3), channels along the vectors. wino_in: the 6x6 input patch at x
+     * (rows rs floats apart, positions c apart, c channels) to V = B^T d B, element (i, j) of
+     * channel k at v[(i * 6 + j) * vs + k]. wino_out: Y = A^T m A from the 36 products (element
+     * (i, j) of channel k at m[(i * 6 + j) * ms + k], c channels) into the 4 x 4 outputs at
+     * y[(i * 4 + j) * c + k]. */
+    void (*wino_in)(const float *x, int64_t rs, int64_t c, float *v, int64_t vs);
+    void (*wino_out)(const float *m, int64_t ms, int64_t c, float *y);
     void (*pool_row)(const af_pool_row *p);
     /* x[0..n) = softmax(x): exp(x - max) / sum, n >= 1 (a row of -inf gives NaN, as the
      * reference Softmax does). */

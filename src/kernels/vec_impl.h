@@ -393,6 +393,70 @@ static void dw_row(const af_dw_row *p) {
     }
 }
 
+/* ---- Winograd F(4x4, 3x3) transforms ----------------------------------------------------------------
+ * The matrices of Lavin and Gray (points 0, +-1, +-2, infinity):
+ *   B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1]
+ *   A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1]
+ * (G, for the weights, is applied once at packing time: passes/lower.c.) */
+
+static inline void bt6(const vf *d, vf *t) {
+    t[0] = 4.0f * d[0] - 5.0f * d[2] + d[4];
+    t[1] = -4.0f * (d[1] + d[2]) + d[3] + d[4];
+    t[2] = 4.0f * (d[1] - d[2]) - d[3] + d[4];
+    t[3] = 2.0f * (d[3] - d[1]) - d[2] + d[4];
+    t[4] = 2.0f * (d[1] - d[3]) - d[2] + d[4];
+    t[5] = 4.0f * d[1] - 5.0f * d[3] + d[5];
+}
+
+static inline void at6(const vf *m, vf *o) {
+    vf s12 = m[1] + m[2], d12 = m[1] - m[2], s34 = m[3] + m[4], d34 = m[3] - m[4];
+    o[0] = m[0] + s12 + s34;
+    o[1] = d12 + 2.0f * d34;
+    o[2] = s12 + 4.0f * s34;
+    o[3] = d12 + 8.0f * d34 + m[5];
+}
+
+static inline vf vload_n(const float *p, int64_t n) {
+    return n == VW ? vload(p) : vload_part(p, n);
+}
+
+static inline void vstore_n(float *p, vf v, int64_t n) {
+    if (n == VW) vstore(p, v);
+    else vstore_part(p, v, n);
+}
+
+static void wino_in(const float *x, int64_t rs, int64_t c, float *v, int64_t vs) {
+    for (int64_t k = 0; k < c; k += VW) {
+        int64_t n = c - k < VW ? c - k : VW;
+        vf t[6][6], col[6], r[6];
+        for (int j = 0; j < 6; j++) { /* B^T d: down each column of the patch */
+            for (int i = 0; i < 6; i++) col[i] = vload_n(x + i * rs + j * c + k, n);
+            bt6(col, r);
+            for (int i = 0; i < 6; i++) t[i][j] = r[i];
+        }
+        for (int i = 0; i < 6; i++) { /* (B^T d) B: along each row */
+            bt6(t[i], r);
+            for (int j = 0; j < 6; j++) vstore_n(v + (i * 6 + j) * vs + k, r[j], n);
+        }
+    }
+}
+
+static void wino_out(const float *m, int64_t ms, int64_t c, float *y) {
+    for (int64_t k = 0; k < c; k += VW) {
+        int64_t n = c - k < VW ? c - k : VW;
+        vf t[4][6], row[6], r[4];
+        for (int j = 0; j < 6; j++) {
+            for (int i = 0; i < 6; i++) row[i] = vload_n(m + (i * 6 + j) * ms + k, n);
+            at6(row, r);
+            for (int i = 0; i < 4; i++) t[i][j] = r[i];
+        }
+        for (int i = 0; i < 4; i++) {
+            at6(t[i], r);
+            for (int j = 0; j < 4; j++) vstore_n(y + (i * 4 + j) * c + k, r[j], n);
+        }
+    }
+}
+
 /* ---- pooling -------------------------------------------------------------------------------------- */
 
 /* Window positions kk < k at o * s - pb + kk inside [lo, hi). */
@@ -489,6 +553,8 @@ const af_vec_ops VEC_TABLE = {
     .layernorm = layernorm,
     .gemv = gemv,
     .dw_row = dw_row,
+    .wino_in = wino_in,
+    .wino_out = wino_out,
     .pool_row = pool_row,
     .softmax_row = softmax_row,
     .row_sum = row_sum,
