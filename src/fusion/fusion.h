@@ -158,7 +158,7 @@ typedef struct af_machine {
  * else $HOME/.cache/autofusion/machine.json; NULL when none can be formed. */
 const char *af_machine_path(char *buf, size_t len);
 /* Load m from `path` (NULL: af_machine_path) when it holds a valid record for the kernels' ISA
- * in force, else measure (about 300 ms) and write the record there (creating the folder; a
+ * in force, else measure (about 500 ms) and write the record there (creating the folder; a
  * write failure is not an error). */
 af_status af_machine_calibrate(const char *path, af_machine *m, af_error *err);
 /* The process-wide machine: calibrated once on first use (thread-safe). */
