@@ -415,6 +415,7 @@ static void test_depthwise(void **state) {
         {24, {5, 5}, {2, 2}, {1, 1}, {2, 2, 2, 2}, 24, NULL, true},
         {40, {3, 3}, {2, 2}, {2, 2}, {1, 2, 0, 1}, 40, NULL, false},
         {7, {3, 3}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 7, NULL, true},
+        {20, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, 20, NULL, true},
     };
     for (size_t i = 0; i < AF_COUNT(dws); i++) {
         lcase c = {"depthwise", {2, dws[i].m, 17, 10}, b_conv, &dws[i], 2, 1};

@@ -341,6 +341,33 @@ static inline __attribute__((always_inline)) void dw_block(const int NB, const a
     }
 }
 
+/* The same for stride 1 and dilation 1 with KW kernel columns: the NB + KW - 1 input columns
+ * a kernel row covers are loaded once and shared by the NB outputs and KW taps (27 loads per
+ * 36 FMAs for 3x3 instead of 45). */
+static inline __attribute__((always_inline)) void dw_block_s1(const int KW, const af_dw_row *p,
+                                                             int64_t khlo, int64_t khhi,
+                                                             int64_t ow0, int64_t c0, int64_t nc) {
+    enum { NB = 4 };
+    const int64_t c = p->c, ih0 = p->oh * p->sh - p->ph;
+    vf acc[NB];
+    vf bv = p->bias ? (nc == VW ? vload(p->bias + c0) : vload_part(p->bias + c0, nc)) : (vf){0};
+    for (int i = 0; i < NB; i++) acc[i] = bv;
+    for (int64_t kh = khlo; kh < khhi; kh++) {
+        const float *xr = p->x + ((ih0 + kh * p->dh) * p->w + ow0 - p->pw) * c + c0;
+        const float *wr = p->wt + kh * KW * c + c0;
+        vf xv[NB + 4], wv[5];
+        for (int q = 0; q < NB + KW - 1; q++) xv[q] = nc == VW ? vload(xr + q * c) : vload_part(xr + q * c, nc);
+        for (int kw = 0; kw < KW; kw++) wv[kw] = nc == VW ? vload(wr + kw * c) : vload_part(wr + kw * c, nc);
+        for (int kw = 0; kw < KW; kw++)
+            for (int i = 0; i < NB; i++) acc[i] += xv[i + kw] * wv[kw];
+    }
+    for (int i = 0; i < NB; i++) {
+        float *y = p->y + (ow0 + i) * c + c0;
+        if (nc == VW) vstore(y, acc[i]);
+        else vstore_part(y, acc[i], nc);
+    }
+}
+
 /* Channels [c0, c0 + nc) of output ow, skipping kernel columns outside the row. */
 static void dw_one(const af_dw_row *p, int64_t khlo, int64_t khhi, int64_t ow, int64_t c0,
                    int64_t nc) {
@@ -375,7 +402,9 @@ static void dw_row(const af_dw_row *p) {
         int nb = ow >= owlo && ow + 4 <= owhi ? 4 : 1;
         for (int64_t c0 = 0; c0 < p->c; c0 += VW) {
             int64_t nc = p->c - c0 < VW ? p->c - c0 : VW;
-            if (nb == 4) dw_block(4, p, khlo, khhi, ow, c0, nc);
+            if (nb == 4 && p->sw == 1 && p->dw == 1 && p->kw == 3) dw_block_s1(3, p, khlo, khhi, ow, c0, nc);
+            else if (nb == 4 && p->sw == 1 && p->dw == 1 && p->kw == 5) dw_block_s1(5, p, khlo, khhi, ow, c0, nc);
+            else if (nb == 4) dw_block(4, p, khlo, khhi, ow, c0, nc);
             else if (ow >= owlo && ow < owhi) dw_block(1, p, khlo, khhi, ow, c0, nc);
             else dw_one(p, khlo, khhi, ow, c0, nc);
         }
