@@ -439,6 +439,8 @@ af_status fa_kernel_attention(const af_node *n, const af_tensor *const *in, af_t
         views[i].col = g.offsets[i];
         views[i].order = g.layout[i];
     }
+    const float *mask = m ? m->data : NULL;
+    if (af_isa_get() != AF_ISA_REFERENCE) return ff_run(n, &g, views, mask, mst, y->data, x, err);
     size_t accn, ktn;
     float *acc = NULL, *kt = NULL;
     if (!af_mul_size((size_t)FA_TQ, (size_t)g.D, &accn) ||
@@ -447,12 +449,6 @@ af_status fa_kernel_attention(const af_node *n, const af_tensor *const *in, af_t
         free(acc);
         return af_node_fail(err, n, AF_ERR_NOMEM, "no memory for a %d x %lld tile", FA_TQ,
                             (long long)g.D);
-    }
-    const float *mask = m ? m->data : NULL;
-    if (af_isa_get() != AF_ISA_REFERENCE) {
-        free(kt);
-        free(acc);
-        return ff_run(n, &g, views, mask, mst, y->data, x, err);
     }
     for (int64_t b = 0; b < g.B; b++)
         for (int64_t h = 0; h < g.H; h++)

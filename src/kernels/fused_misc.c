@@ -414,23 +414,16 @@ af_status fk_kernel_squeeze_excite(const af_node *n, const af_tensor *const *in,
     if (st != AF_OK)
         return st;
     int64_t batch = x->dims[0], hw = nn_prod(x, 2, x->rank);
-    float *gap = malloc((size_t)(c > 0 ? c : 1) * sizeof(float));
-    float *mid = malloc((size_t)(cr > 0 ? cr : 1) * sizeof(float));
-    float *scale = malloc((size_t)(c > 0 ? c : 1) * sizeof(float));
-    if (!gap || !mid || !scale) {
-        free(gap);
-        free(mid);
-        free(scale);
-        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
-    }
+    /* Three small vectors, from the run's scratch (nothing allocated per run). */
+    size_t nc = (size_t)(c > 0 ? c : 1), nr = (size_t)(cr > 0 ? cr : 1);
+    float *gap = af_exec_scratch(ex, (2 * nc + nr) * sizeof(float));
+    float *mid = gap ? gap + nc : NULL, *scale = gap ? mid + nr : NULL;
+    if (!gap) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     const float *xd = x->data;
     float *y = out[0].data;
     if (af_attr_int(n, "channels_last", 0)) {
         se_run_cl(x, w1, b1, w2, b2, &act, &gate, c, cr, gap, mid, scale, y, gate_only,
                   af_attr_int(n, "pooled", 0) != 0, ex);
-        free(gap);
-        free(mid);
-        free(scale);
         return AF_OK;
     }
     for (int64_t b = 0; b < batch; b++) {
@@ -447,8 +440,5 @@ af_status fk_kernel_squeeze_excite(const af_node *n, const af_tensor *const *in,
             for (int64_t p = 0; p < hw; p++)
                 y[(b * c + ch) * hw + p] = xb[ch * hw + p] * scale[ch];
     }
-    free(gap);
-    free(mid);
-    free(scale);
     return AF_OK;
 }

@@ -32,6 +32,8 @@ struct af_runtime {
     void *scratch;
     size_t scratch_size;
     af_profile *prof; /* NULL unless profiling */
+    void *frame;      /* the main graph's per-value arrays, kept between runs */
+    size_t frame_size;
 };
 
 struct af_exec {
@@ -65,6 +67,7 @@ void af_runtime_free(af_runtime *rt) {
     af_profile_free(rt->prof);
     if (rt->pool) pthreadpool_destroy(rt->pool);
     free(rt->scratch);
+    free(rt->frame);
     free(rt);
 }
 
@@ -201,10 +204,17 @@ static bool place(const frame *f, const af_node *n, int o, const af_tensor *cons
     return true;
 }
 
+/* Slots of a node's inputs and outputs on the stack for the usual counts (no allocation per
+ * node), on the heap past them (a node may have very many). */
+enum { STACK_IN = 32, STACK_OUT = 8 };
+
 static af_status run_node(af_exec *x, frame *f, const af_node *n, af_error *err) {
-    /* On the heap: a node may have very many inputs or outputs. */
-    const af_tensor **in = calloc((size_t)n->nin + 1, sizeof(af_tensor *));
-    af_tensor *out = calloc((size_t)n->nout + 1, sizeof(af_tensor));
+    const af_tensor *in_stack[STACK_IN];
+    af_tensor out_stack[STACK_OUT];
+    bool heap_in = n->nin > STACK_IN, heap_out = n->nout > STACK_OUT;
+    const af_tensor **in = heap_in ? calloc((size_t)n->nin + 1, sizeof(af_tensor *)) : in_stack;
+    af_tensor *out = heap_out ? calloc((size_t)n->nout + 1, sizeof(af_tensor)) : out_stack;
+    if (!heap_out) memset(out_stack, 0, sizeof(af_tensor) * (size_t)(n->nout > 0 ? n->nout : 1));
     af_status st = AF_OK;
     if (!in || !out) {
         st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
@@ -244,8 +254,8 @@ static af_status run_node(af_exec *x, frame *f, const af_node *n, af_error *err)
         }
     }
 done:
-    free(in);
-    free(out);
+    if (heap_in) free(in);
+    if (heap_out) free(out);
     return st;
 }
 
@@ -298,30 +308,50 @@ static af_status run_frame(af_exec *x, frame *f, const af_tensor *const *inputs,
     return st;
 }
 
+/* The per-value arrays of a frame. The main graph's come from the runtime (made by the first
+ * run, zeroed by every later one: a steady-state run allocates nothing here); subgraph frames
+ * allocate theirs. */
+static bool frame_alloc(af_exec *x, frame *f, bool top) {
+    size_t n = (size_t)f->g->nvalues + 1;
+    size_t bytes = n * (sizeof(af_tensor) + sizeof(af_tensor *) + sizeof(int));
+    unsigned char *m;
+    if (top && x->rt != &x->own) {
+        af_runtime *rt = x->rt;
+        if (rt->frame_size < bytes) {
+            free(rt->frame);
+            rt->frame_size = 0;
+            if (!(rt->frame = malloc(bytes))) return false;
+            rt->frame_size = bytes;
+        }
+        m = rt->frame;
+        memset(m, 0, bytes);
+    } else if (!(m = calloc(1, bytes))) {
+        return false;
+    }
+    f->vals = (af_tensor *)m;
+    f->bound = (const af_tensor **)(m + n * sizeof(af_tensor));
+    f->left = (int *)(m + n * (sizeof(af_tensor) + sizeof(af_tensor *)));
+    return true;
+}
+
 static af_status exec_in(af_exec *x, frame *parent, const af_graph *g, const af_plan *plan,
                          void *arena, const af_tensor *const *inputs, int ninputs,
                          af_tensor *outputs, af_error *err) {
     frame f = {g, parent, NULL, NULL, NULL, plan, arena};
-    size_t n = (size_t)g->nvalues + 1;
-    f.vals = calloc(n, sizeof(af_tensor));
-    f.bound = calloc(n, sizeof(af_tensor *));
-    f.left = calloc(n, sizeof(int));
+    bool top = parent == NULL;
     af_status st;
-    if (!f.vals || !f.bound || !f.left)
-        st = af_fail(err, AF_ERR_NOMEM, "out of memory starting a run");
-    else
-        st = run_frame(x, &f, inputs, ninputs, outputs, err);
-    for (int i = 0; f.vals && i < g->nvalues; i++) af_tensor_release(&f.vals[i]);
-    free(f.vals);
-    free(f.bound);
-    free(f.left);
+    if (!frame_alloc(x, &f, top))
+        return af_fail(err, AF_ERR_NOMEM, "out of memory starting a run");
+    st = run_frame(x, &f, inputs, ninputs, outputs, err);
+    for (int i = 0; i < g->nvalues; i++) af_tensor_release(&f.vals[i]);
+    if (!top || x->rt == &x->own) free(f.vals);
     return st;
 }
 
 /* A run with the given runtime, or a one-thread one of its own whose scratch dies with it. */
 static af_status exec_top(const af_graph *g, const af_plan *p, void *arena, af_runtime *rt,
                           const af_tensor *const *inputs, af_tensor *outputs, af_error *err) {
-    af_exec x = {NULL, rt, {NULL, 1, NULL, 0, NULL}};
+    af_exec x = {NULL, rt, {NULL, 1, NULL, 0, NULL, NULL, 0}};
     if (!rt) x.rt = &x.own;
     af_status st = exec_in(&x, NULL, g, p, arena, inputs, g->ninputs, outputs, err);
     free(x.own.scratch);
@@ -329,7 +359,7 @@ static af_status exec_top(const af_graph *g, const af_plan *p, void *arena, af_r
 }
 
 void af_runtime_call(af_runtime *rt, void (*fn)(af_exec *x, void *ctx), void *ctx) {
-    af_exec x = {NULL, rt, {NULL, 1, NULL, 0, NULL}};
+    af_exec x = {NULL, rt, {NULL, 1, NULL, 0, NULL, NULL, 0}};
     if (!rt) x.rt = &x.own;
     fn(&x, ctx);
     free(x.own.scratch);
@@ -337,7 +367,7 @@ void af_runtime_call(af_runtime *rt, void (*fn)(af_exec *x, void *ctx), void *ct
 
 af_status af_runtime_kernel(af_runtime *rt, const af_node *n, const af_tensor *const *in,
                             af_tensor *out, af_error *err) {
-    af_exec x = {NULL, rt, {NULL, 1, NULL, 0, NULL}};
+    af_exec x = {NULL, rt, {NULL, 1, NULL, 0, NULL, NULL, 0}};
     if (!rt) x.rt = &x.own;
     af_status st = af_ops[n->op].kernel(n, in, out, &x, err);
     free(x.own.scratch);
