@@ -11,8 +11,8 @@
  * GEMM, no im2col).
  *
  * Work is split in M tiles (at most the ISA's MR rows, balanced so every tile is nearly full)
- * times blocks of B panels sized to half the L2 cache, so a block stays in L2 while every M
- * tile passes over it; threads take contiguous ranges of (block, tile) items.
+ * times blocks of B panels sized to a quarter of the L2 cache, so a block stays in L2 while
+ * every M tile passes over it; threads take contiguous ranges of (block, tile) items.
  */
 #ifndef AF_KERNELS_GEMM_H
 #define AF_KERNELS_GEMM_H
