@@ -104,16 +104,6 @@ af_status af_pass_lower(af_graph *g, af_error *err) {
 
 /* ---- packing -------------------------------------------------------------------------------- */
 
-/* Add an INTS attribute holding a copy of v[0..count) (arena memory). */
-static bool set_ints(af_graph *g, af_node *n, const char *name, const int64_t *v, int count) {
-    int64_t *copy = af_arena_alloc(g->arena, (size_t)count * sizeof(int64_t));
-    af_attr *a = copy ? af_node_add_attr(n, name, AF_ATTR_INTS) : NULL;
-    if (!a) return false;
-    memcpy(copy, v, (size_t)count * sizeof(int64_t));
-    a->ints = copy;
-    a->n = count;
-    return true;
-}
 
 /* A FusedMatMul whose B is a constant 2-D matrix reads it packed: input 1 becomes the packed
  * floats, b_shape = [K, N] and b_packed = 1 say how, trans_b is folded in. */
@@ -126,7 +116,7 @@ static af_status pack_matmul(af_graph *g, af_node *n, af_error *err) {
     int64_t len = (int64_t)af_gemm_packed_floats(k, nn);
     af_value *p = fu_const(g, "packed_b", 1, &len);
     int64_t dims[2] = {k, nn};
-    if (!p || !set_ints(g, n, "b_shape", dims, 2) || !fu_set_int(n, "b_packed", 1))
+    if (!p || !fu_set_ints(n, "b_shape", dims, 2) || !fu_set_int(n, "b_packed", 1))
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
     af_gemm_pack(b->type.data, k, nn, tb ? 1 : nn, tb ? k : 1, p->type.data);
     for (int a = 0; a < n->nattrs; a++)
@@ -146,7 +136,7 @@ static af_status pack_fc(af_graph *g, af_node *n, af_error *err) {
     int64_t k = w->type.dims[tb ? 1 : 0], nn = w->type.dims[tb ? 0 : 1];
     int64_t len = (int64_t)af_gemm_packed_floats(k, nn), dims[2] = {k, nn};
     af_value *p = fu_const(g, "packed_fc", 1, &len);
-    if (!p || !set_ints(g, n, "fc_shape", dims, 2) || !fu_set_int(n, "fc_packed", 1))
+    if (!p || !fu_set_ints(n, "fc_shape", dims, 2) || !fu_set_int(n, "fc_packed", 1))
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
     af_gemm_pack(w->type.data, k, nn, tb ? 1 : nn, tb ? k : 1, p->type.data);
     for (int a = 0; a < n->nattrs; a++)
@@ -228,7 +218,7 @@ static af_status pack_conv(af_graph *g, af_node *n, af_error *err) {
     if (wg) len = 36 * (int64_t)af_gemm_packed_floats(cg, m);
     af_value *p = fu_const(g, dw ? "packed_dw" : "packed_w", 1, &len);
     float *tmp = dw ? NULL : malloc(sizeof(float) * (size_t)((wg ? 36 : 1) * k * mg > 0 ? (wg ? 36 : 1) * k * mg : 1));
-    if (!p || (!dw && !tmp) || !set_ints(g, n, "w_shape", d, 4) ||
+    if (!p || (!dw && !tmp) || !fu_set_ints(n, "w_shape", d, 4) ||
         !fu_set_int(n, "w_packed", dw ? 2 : wg ? 3 : 1)) {
         free(tmp);
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
