@@ -104,44 +104,25 @@ af_status af_pass_lower(af_graph *g, af_error *err) {
 
 /* ---- packing -------------------------------------------------------------------------------- */
 
-
-/* A FusedMatMul whose B is a constant 2-D matrix reads it packed: input 1 becomes the packed
- * floats, b_shape = [K, N] and b_packed = 1 say how, trans_b is folded in. */
-static af_status pack_matmul(af_graph *g, af_node *n, af_error *err) {
-    af_value *b = n->nin > 1 ? n->in[1] : NULL;
-    if (!b || !fu_is_const(b) || !fu_is_f32(b) || b->type.rank != 2 || af_attr_int(n, "b_packed", 0))
+/* A constant 2-D weight matrix read as a GEMM's B (input `slot`, [K, N], or [N, K] when the
+ * node's `trans` attribute says so) replaced by its packed panels: `shape` = [K, N] and `flag`
+ * = 1 say how, `trans` is folded in. FusedMatMul's B (b_shape, b_packed) and a channels-last
+ * ConvPoolFc's FC weights (fc_shape, fc_packed). */
+static af_status pack_b(af_graph *g, af_node *n, int slot, const char *trans, const char *shape,
+                        const char *flag, af_error *err) {
+    af_value *b = n->nin > slot ? n->in[slot] : NULL;
+    if (!b || !fu_is_const(b) || !fu_is_f32(b) || b->type.rank != 2 || af_attr_int(n, flag, 0))
         return AF_OK;
-    bool tb = af_attr_int(n, "trans_b", 0) != 0;
+    bool tb = af_attr_int(n, trans, 0) != 0;
     int64_t k = b->type.dims[tb ? 1 : 0], nn = b->type.dims[tb ? 0 : 1];
-    int64_t len = (int64_t)af_gemm_packed_floats(k, nn);
+    int64_t len = (int64_t)af_gemm_packed_floats(k, nn), dims[2] = {k, nn};
     af_value *p = fu_const(g, "packed_b", 1, &len);
-    int64_t dims[2] = {k, nn};
-    if (!p || !fu_set_ints(n, "b_shape", dims, 2) || !fu_set_int(n, "b_packed", 1))
+    if (!p || !fu_set_ints(n, shape, dims, 2) || !fu_set_int(n, flag, 1))
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
     af_gemm_pack(b->type.data, k, nn, tb ? 1 : nn, tb ? k : 1, p->type.data);
     for (int a = 0; a < n->nattrs; a++)
-        if (!strcmp(n->attrs[a].name, "trans_b")) n->attrs[a].i = 0;
-    af_node_set_input(n, 1, p);
-    return AF_OK;
-}
-
-/* The FC of a channels-last ConvPoolFc (input 3, [M, classes] or fc_trans_b [classes, M])
- * packed as a GEMM B: fc_packed = 1, fc_shape = [M, classes]. */
-static af_status pack_fc(af_graph *g, af_node *n, af_error *err) {
-    af_value *w = n->nin > 3 ? n->in[3] : NULL;
-    if (!af_attr_int(n, "channels_last", 0) || af_attr_int(n, "fc_packed", 0) || !w ||
-        !fu_is_const(w) || !fu_is_f32(w) || w->type.rank != 2)
-        return AF_OK;
-    bool tb = af_attr_int(n, "fc_trans_b", 0) != 0;
-    int64_t k = w->type.dims[tb ? 1 : 0], nn = w->type.dims[tb ? 0 : 1];
-    int64_t len = (int64_t)af_gemm_packed_floats(k, nn), dims[2] = {k, nn};
-    af_value *p = fu_const(g, "packed_fc", 1, &len);
-    if (!p || !fu_set_ints(n, "fc_shape", dims, 2) || !fu_set_int(n, "fc_packed", 1))
-        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
-    af_gemm_pack(w->type.data, k, nn, tb ? 1 : nn, tb ? k : 1, p->type.data);
-    for (int a = 0; a < n->nattrs; a++)
-        if (!strcmp(n->attrs[a].name, "fc_trans_b")) n->attrs[a].i = 0;
-    af_node_set_input(n, 3, p);
+        if (!strcmp(n->attrs[a].name, trans)) n->attrs[a].i = 0;
+    af_node_set_input(n, slot, p);
     return AF_OK;
 }
 
@@ -311,9 +292,11 @@ af_status af_pass_pack(af_graph *g, af_error *err) {
     af_status st = AF_OK;
     for (int i = 0; i < g->nnodes && !st; i++) {
         af_node *n = g->nodes[i];
-        if (n->op == AF_OP_FUSED_MATMUL) st = pack_matmul(g, n, err);
+        if (n->op == AF_OP_FUSED_MATMUL) st = pack_b(g, n, 1, "trans_b", "b_shape", "b_packed", err);
         else if (n->op == AF_OP_FUSED_CONV) st = pack_conv(g, n, err);
-        else if (n->op == AF_OP_CONV_POOL_FC && !(st = pack_conv(g, n, err))) st = pack_fc(g, n, err);
+        else if (n->op == AF_OP_CONV_POOL_FC && af_attr_int(n, "channels_last", 0) &&
+                 !(st = pack_conv(g, n, err)))
+            st = pack_b(g, n, 3, "fc_trans_b", "fc_shape", "fc_packed", err);
     }
     for (int i = 0; i < g->nnodes && !st; i++)
         if (g->nodes[i]->op == AF_OP_SQUEEZE_EXCITE && !(st = fold_se(g, g->nodes[i], err)))
