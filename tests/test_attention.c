@@ -7,7 +7,10 @@
  * status.
  * Rule: the models of gen_attention_models.py (in $AF_ATTN_MODELS) imported twice, one copy fused
  * with only this rule enabled: the exact FusedAttention count, a valid graph, the near miss's
- * reason when it must not fire, and fused-vs-unfused outputs within rtol 1e-4. */
+ * reason when it must not fire, and fused-vs-unfused outputs within rtol 1e-4.
+ * Lowering: the same models through the whole pipeline (every rule, then af_lower): separate Q,
+ * K and V projections of one input become one packed GEMM the attention reads at column
+ * offsets {0, E, 2E}; outputs against the unfused model. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -422,12 +425,59 @@ static void test_rule_models(void **state) {
     }
 }
 
+/* Every FusedAttention of the lowered graph reads q, k and v from one FusedMatMul (the model's
+ * own packed projection, or the three merged by the lowering), at offsets 0, E and 2E. */
+static void check_merged(const char *name, const af_graph *g) {
+    for (int i = 0; i < g->nnodes; i++) {
+        const af_node *n = g->nodes[i];
+        if (n->op != AF_OP_FUSED_ATTENTION) continue;
+        const af_node *p = n->in[0]->producer;
+        const int64_t *off = NULL, *bs = NULL;
+        int64_t e = af_attr_int(n, "num_heads", 0) * af_attr_int(n, "head_dim", 0);
+        if (n->in[1] != n->in[0] || n->in[2] != n->in[0] || !p || p->op != AF_OP_FUSED_MATMUL)
+            fail_msg("%s: %s reads q, k, v from separate tensors", name, n->name);
+        assert_int_equal(af_attr_ints(n, "offsets", &off), 3);
+        assert_int_equal(off[0], 0);
+        assert_int_equal(off[1], e);
+        assert_int_equal(off[2], 2 * e);
+        assert_int_equal(af_attr_int(p, "b_packed", 0), 1);
+        assert_int_equal(af_attr_ints(p, "b_shape", &bs), 2);
+        assert_int_equal(bs[1], 3 * e);
+    }
+}
+
+static void test_lowered_qkv(void **state) {
+    (void)state;
+    static const char *const names[] = {"bert_block", "bert_mul_swapped", "bert2", "vit2"};
+    af_fusion_config cfg;
+    af_fusion_config_init(&cfg);
+    for (size_t c = 0; c < AF_COUNT(names); c++) {
+        af_model *ref = load(names[c]), *low = load(names[c]);
+        af_fusion_report rep;
+        af_error err;
+        af_fusion_report_init(&rep, names[c]);
+        if (af_optimize(low->graph, &cfg, &rep, &err) != AF_OK ||
+            af_lower(low->graph, &err) != AF_OK || af_graph_verify(low->graph, &err) != AF_OK)
+            fail_msg("%s: %s", names[c], err.message);
+        assert_true(count_op(low->graph, AF_OP_FUSED_ATTENTION) > 0);
+        check_merged(names[c], low->graph);
+        af_tensor *want = run_model(names[c], ref->graph);
+        af_tensor *got = run_model(names[c], low->graph);
+        compare(names[c], want, got, ref->graph->noutputs);
+        free_outputs(want, ref->graph->noutputs);
+        free_outputs(got, low->graph->noutputs);
+        af_fusion_report_free(&rep);
+        af_model_free(ref);
+        af_model_free(low);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernel_bert_layout),  cmocka_unit_test(test_kernel_vit_packed),
         cmocka_unit_test(test_kernel_cross_blocks), cmocka_unit_test(test_kernel_masked_blocks),
         cmocka_unit_test(test_shape_unknown_dims),  cmocka_unit_test(test_hostile),
-        cmocka_unit_test(test_rule_models),
+        cmocka_unit_test(test_rule_models),         cmocka_unit_test(test_lowered_qkv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

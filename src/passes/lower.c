@@ -288,8 +288,140 @@ static af_status pool_in_conv(af_graph *g, af_node *se, af_error *err) {
     return AF_OK;
 }
 
+/* ---- one GEMM for an attention's Q, K and V ---------------------------------------------------- */
+
+/* Q, K and V of a FusedAttention projected from the same input by three FusedMatMuls (same A,
+ * LayerNorm prologue, trans_a and alpha; constant 2-D B; constant or no bias; no epilogue), each
+ * read only by the attention, become one FusedMatMul writing [.., Nq + Nk + Nv]: A is read and
+ * normalised once instead of three times, and one GEMM three times as wide splits better across
+ * threads. The attention reads its heads in place at column offsets of that output, as it does
+ * for a model's own packed QKV projection. */
+typedef struct qkv {
+    af_node *p[3];
+    int64_t k, n[3];
+} qkv;
+
+static bool same_value_attr(const af_node *a, const af_node *b, const char *name, float dflt) {
+    return af_attr_float(a, name, dflt) == af_attr_float(b, name, dflt);
+}
+
+static bool qkv_match(const af_node *att, qkv *q) {
+    memset(q, 0, sizeof *q);
+    for (int i = 0; i < 3; i++) {
+        af_value *v = att->nin > i ? att->in[i] : NULL;
+        af_node *p = v ? v->producer : NULL;
+        if (!p || p->op != AF_OP_FUSED_MATMUL || p->nout != 1 || v->nuses != 1 || v->is_output ||
+            p->nin > 5 || af_node_attr(p, "epilogue") || af_attr_int(p, "b_packed", 0))
+            return false;
+        const af_value *b = p->in[1], *bias = p->nin > 2 ? p->in[2] : NULL;
+        if (!fu_is_const(b) || !fu_is_f32(b) || b->type.rank != 2 || v->type.rank < 2) return false;
+        bool tb = af_attr_int(p, "trans_b", 0) != 0;
+        q->p[i] = p;
+        q->n[i] = b->type.dims[tb ? 0 : 1];
+        int64_t k = b->type.dims[tb ? 1 : 0];
+        if (bias && (!fu_is_const(bias) || !fu_is_f32(bias) || bias->type.rank != 1 ||
+                     bias->type.dims[0] != q->n[i]))
+            return false;
+        if (i == 0) {
+            q->k = k;
+            continue;
+        }
+        const af_node *p0 = q->p[0];
+        if (p == p0 || (i == 2 && p == q->p[1]) || k != q->k || p->in[0] != p0->in[0] ||
+            p->nin != p0->nin || (p->nin > 3 && p->in[3] != p0->in[3]) || (p->nin > 4 && p->in[4] != p0->in[4]) ||
+            af_attr_int(p, "trans_a", 0) != af_attr_int(p0, "trans_a", 0) ||
+            !same_value_attr(p, p0, "alpha", 1.0f) || !same_value_attr(p, p0, "ln_epsilon", 1e-5f) ||
+            v->type.rank != att->in[0]->type.rank)
+            return false;
+    }
+    return true;
+}
+
+/* Provenance of the merged node: p0's "fusion_rule", and as "fused_nodes" the original nodes
+ * behind the three, each once. */
+static bool qkv_provenance(af_node *f, const qkv *q) {
+    const af_attr *fn[3], *rule = af_node_attr(q->p[0], "fusion_rule");
+    int total = 0;
+    for (int i = 0; i < 3; i++) {
+        fn[i] = af_node_attr(q->p[i], "fused_nodes");
+        if (!fn[i] || fn[i]->type != AF_ATTR_STRINGS || !rule) return true; /* not from fusion */
+        total += fn[i]->n;
+    }
+    const char **names = af_arena_calloc(f->graph->arena, (size_t)total + 1, sizeof(char *));
+    if (!names) return false;
+    int n = 0;
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < fn[i]->n; k++) {
+            int j = 0;
+            while (j < n && strcmp(names[j], fn[i]->strings[k])) j++;
+            if (j == n && fn[i]->strings[k]) names[n++] = fn[i]->strings[k];
+        }
+    if (!af_node_add_attr(f, "fused_nodes", AF_ATTR_STRINGS) ||
+        !af_node_add_attr(f, "fusion_rule", rule->type))
+        return false;
+    f->attrs[f->nattrs - 1] = *rule; /* both looked up after the last add moved the array */
+    f->attrs[f->nattrs - 2].strings = names;
+    f->attrs[f->nattrs - 2].n = n;
+    return true;
+}
+
+static af_status merge_qkv(af_graph *g, af_node *att, af_error *err) {
+    qkv q;
+    const int64_t *off = NULL;
+    if (!qkv_match(att, &q) || af_attr_ints(att, "offsets", &off) != 3) return AF_OK;
+    af_node *p0 = q.p[0];
+    int64_t ntot = q.n[0] + q.n[1] + q.n[2], kn[2] = {q.k, ntot};
+    bool has_bias = false;
+    for (int i = 0; i < 3; i++) has_bias |= q.p[i]->nin > 2 && q.p[i]->in[2];
+    af_value *b = fu_const(g, "qkv_weight", 2, kn);
+    af_value *bias = has_bias ? fu_const(g, "qkv_bias", 1, &ntot) : NULL;
+    af_value *y = af_value_new(g, af_graph_unique_name(g, "qkv"));
+    af_node *f = b && y && (bias || !has_bias)
+                     ? fu_node_new(g, AF_OP_FUSED_MATMUL, p0->name, p0->nin)
+                     : NULL;
+    int64_t *noff = af_arena_calloc(g->arena, 3, sizeof(int64_t));
+    if (!f || !noff || !fu_set_int(f, "trans_b", 0) || !fu_copy_attrs(f, p0) ||
+        !qkv_provenance(f, &q))
+        return af_node_fail(err, att, AF_ERR_NOMEM, "out of memory merging Q, K and V");
+    float *bd = b->type.data, *cd = bias ? bias->type.data : NULL;
+    for (int64_t i = 0, col = 0; i < 3; col += q.n[i], i++) {
+        const af_node *p = q.p[i];
+        const float *src = p->in[1]->type.data;
+        bool tb = af_attr_int(p, "trans_b", 0) != 0;
+        for (int64_t k = 0; k < q.k; k++)
+            for (int64_t j = 0; j < q.n[i]; j++)
+                bd[k * ntot + col + j] = src[tb ? j * q.k + k : k * q.n[i] + j];
+        if (cd && p->nin > 2 && p->in[2])
+            memcpy(cd + col, p->in[2]->type.data, (size_t)q.n[i] * sizeof(float));
+        noff[i] = off[i] + col;
+    }
+    af_node_set_input(f, 0, p0->in[0]);
+    af_node_set_input(f, 1, b);
+    if (p0->nin > 2) af_node_set_input(f, 2, bias);
+    for (int s = 3; s < p0->nin; s++) af_node_set_input(f, s, p0->in[s]);
+    y->type = att->in[0]->type;
+    y->type.dims[y->type.rank - 1] = ntot;
+    af_node_set_output(f, 0, y);
+    for (int a = 0; a < att->nattrs; a++)
+        if (!strcmp(att->attrs[a].name, "offsets")) att->attrs[a].ints = noff;
+    for (int i = 0; i < 3; i++) {
+        af_node_set_input(att, i, y);
+        af_node_remove(q.p[i]);
+    }
+    af_graph_renumber(g);
+    af_node_move_last_to(g, att->id);
+    af_graph_renumber(g);
+    return AF_OK;
+}
+
 af_status af_pass_pack(af_graph *g, af_error *err) {
     af_status st = AF_OK;
+    for (int i = 0; i < g->nnodes && !st; i++)
+        if (g->nodes[i]->op == AF_OP_FUSED_ATTENTION) {
+            af_node *att = g->nodes[i];
+            st = merge_qkv(g, att, err);
+            i = att->id; /* three nodes before it became one */
+        }
     for (int i = 0; i < g->nnodes && !st; i++) {
         af_node *n = g->nodes[i];
         if (n->op == AF_OP_FUSED_MATMUL) st = pack_b(g, n, 1, "trans_b", "b_shape", "b_packed", err);
