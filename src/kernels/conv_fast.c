@@ -341,6 +341,12 @@ typedef struct dw_job {
     float *sums; /* NULL, or per slot [N][M] partial sums of the outputs (pool_out) */
 } dw_job;
 
+/* Floats between two slots' partial sums: whole cache lines, so that the threads, which add
+ * into theirs at every output position, never write the same line. */
+static size_t dw_sums_stride(const fk_conv_cl *g) {
+    return ((size_t)(g->n * g->m) + 15) & ~(size_t)15;
+}
+
 /* Output rows [begin, end) over batch x OH. */
 static void dw_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     const dw_job *j = ctx;
@@ -351,7 +357,8 @@ static void dw_rows(void *ctx, int slot, int64_t begin, int64_t end) {
         float *yr = j->y + r * g->ow * g->c;
         af_dw_row p = {g->x + b * g->h * g->w * g->c, g->h, g->w, g->c, g->wt, g->b,
                        g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->ph, g->pw, oh, g->ow, yr,
-                       j->ep, r * g->ow, j->sums ? j->sums + ((size_t)slot * g->n + b) * g->m : NULL};
+                       j->ep, r * g->ow,
+                       j->sums ? j->sums + (size_t)slot * dw_sums_stride(g) + (size_t)(b * g->m) : NULL};
         v->dw_row(&p);
     }
 }
@@ -371,15 +378,15 @@ static void conv_run(const fk_conv_cl *g, const af_epilogue *ep, float *y, float
     }
     /* The depthwise row kernel starts from the bias itself. */
     int slots = af_exec_threads(ex);
-    size_t per = (size_t)(g->n * g->m);
+    size_t per = (size_t)(g->n * g->m), stride = dw_sums_stride(g);
     dw_job j = {g, &vep, y, mean ? (float *)scratch : NULL};
-    if (mean) memset(scratch, 0, (size_t)slots * per * sizeof(float));
+    if (mean) memset(scratch, 0, (size_t)slots * stride * sizeof(float));
     af_exec_parallel(ex, g->n * g->oh, dw_rows, &j);
     if (!mean) return;
     float inv = 1.0f / (float)(g->oh * g->ow);
     for (size_t i = 0; i < per; i++) {
         float sum = 0.0f;
-        for (int t = 0; t < slots; t++) sum += j.sums[(size_t)t * per + i];
+        for (int t = 0; t < slots; t++) sum += j.sums[(size_t)t * stride + i];
         mean[i] = sum * inv;
     }
 }
@@ -391,7 +398,7 @@ static size_t conv_scratch_bytes(const fk_conv_cl *g, bool mean, af_exec *ex) {
         size_t img, vm;
         return wino_sizes(g, af_exec_threads(ex), &hp, &wp, &img, &vm);
     }
-    return mean ? (size_t)af_exec_threads(ex) * (size_t)(g->n * g->m) * sizeof(float) : 0;
+    return mean ? (size_t)af_exec_threads(ex) * dw_sums_stride(g) * sizeof(float) : 0;
 }
 
 /* Setup and run-time checks of a channels-last conv whose output type is `y`. */

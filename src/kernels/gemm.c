@@ -223,18 +223,21 @@ static void run_panel(const gemm_job *j, const float *a, int64_t m, int64_t mr, 
         v->ep_tile(g->ep, c + full, g->ldc, row, g->ep_col0 + j0 + full, mr, valid - full);
 }
 
+/* Items are (block, M tile, panel of the block), in that order: a thread's contiguous range
+ * runs each tile across a block's panels (its rows of A stay in L1) and the block's panels
+ * across tiles (they stay in L2), and since every item costs the same, the static split over
+ * threads is even whatever the counts (5 panels in blocks of 3 and 2 included). */
 static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
     (void)slot;
     const gemm_job *j = ctx;
     const af_gemm *g = j->g;
+    int64_t per_block = j->ntiles * j->block;
     for (int64_t it = begin; it < end; it++) {
-        int64_t blk = it / j->ntiles, t = it % j->ntiles, o, i0, mr;
-        tile_rows(j, t, &o, &i0, &mr);
+        int64_t blk = it / per_block, rem = it % per_block, p0 = blk * j->block;
+        int64_t bl = j->npanels - p0 < j->block ? j->npanels - p0 : j->block, o, i0, mr;
+        tile_rows(j, rem / bl, &o, &i0, &mr);
         if (mr == 0) continue;
-        const float *a = g->a + o * g->rs_o + i0 * g->rs_i;
-        int64_t m = o * g->mi + i0, p1 = (blk + 1) * j->block;
-        if (p1 > j->npanels) p1 = j->npanels;
-        for (int64_t p = blk * j->block; p < p1; p++) run_panel(j, a, m, mr, p);
+        run_panel(j, g->a + o * g->rs_o + i0 * g->rs_i, o * g->mi + i0, mr, p0 + rem % bl);
     }
 }
 
@@ -257,8 +260,8 @@ void af_gemm_run(af_exec *x, const af_gemm *g) {
     j.block = (int64_t)(af_cpu_l2() / 4) / panel_bytes;
     if (j.block < 1) j.block = 1;
     if (j.block > j.npanels) j.block = j.npanels;
+    j.nblocks = (j.npanels + j.block - 1) / j.block;
     j.tiles_per_row = (g->mi + j.v->mr - 1) / j.v->mr;
     j.ntiles = g->mo * j.tiles_per_row;
-    j.nblocks = (j.npanels + j.block - 1) / j.block;
-    af_exec_parallel(x, j.nblocks * j.ntiles, gemm_range, &j);
+    af_exec_parallel(x, j.ntiles * j.npanels, gemm_range, &j);
 }
