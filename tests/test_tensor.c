@@ -3,13 +3,17 @@
  * and, on success, the output dtype, dims and values. Rows cover Reshape (0, -1, allowzero),
  * Slice (negative steps, clamping, INT64 bounds), Resize (modes, coordinate transforms,
  * nearest modes, exclude_outside, tf_crop_and_resize) and Pad (modes, cropping, opset 2 form).
- * A second group checks shape inference with values unknown, as at compile time. */
+ * A second group checks shape inference with values unknown, as at compile time; a third runs
+ * float32 Transposes (the fast blocked path where it applies: NCHW <-> NHWC, [R, C] -> [C, R],
+ * dims of 1 anywhere, odd sizes) with 1 and 2 threads against the reference's strided copy. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "kernels/cpu.h"
 #include "kernels/kernel.h"
+#include "runtime/exec.h"
 
 #define TENS_MAXV 64
 #include "test_util.h"
@@ -261,10 +265,65 @@ static void test_unknown_values(void **state) {
     af_arena_free(a);
 }
 
+
+/* Transpose on every ISA and 1 and 2 threads must equal the reference copy bit for bit. */
+static void test_transpose_fast(void **state) {
+    (void)state;
+    static const struct {
+        const char *perm;
+        int rank;
+        int64_t dims[4];
+    } cases[] = {
+        {"perm=0,2,3,1", 4, {1, 3, 150, 161}}, /* NCHW -> NHWC, a CNN input reorder (threaded) */
+        {"perm=0,3,1,2", 4, {2, 9, 11, 35}},  /* NHWC -> NCHW, batch 2 */
+        {"perm=1,0", 2, {33, 70}},            /* [R, C] -> [C, R] */
+        {"perm=0,2,1", 3, {1, 1, 300}},       /* only dims of 1 move: a copy */
+        {"perm=2,0,1,3", 4, {5, 1, 17, 1}},   /* merges to [5, 17] -> [17, 5] */
+        {"perm=0,2,1,3", 4, {2, 19, 3, 8}},   /* moves rows of 8: the reference's case */
+        {"perm=3,2,1,0", 4, {3, 4, 5, 6}},    /* full reversal: the reference's case */
+    };
+    af_runtime *rt = NULL;
+    af_error err;
+    assert_int_equal(af_runtime_new(2, &rt, &err), AF_OK);
+    af_isa best = af_isa_best();
+    for (size_t c = 0; c < AF_COUNT(cases); c++) {
+        af_arena *a = af_arena_new();
+        af_node *n = make_node(a, "Transpose", cases[c].perm, 13, 1, 1);
+        af_tensor *x = af_tensor_new(AF_DTYPE_FLOAT, cases[c].rank, cases[c].dims);
+        assert_non_null(x);
+        for (int64_t i = 0; i < af_tensor_numel(x); i++) ((float *)x->data)[i] = (float)i;
+        const af_tensor *in[1] = {x};
+        af_tensor want, got;
+        memset(&want, 0, sizeof want);
+        af_isa_set(AF_ISA_REFERENCE);
+        assert_int_equal(tu_run(n, in, &want, 1, &err), AF_OK);
+        for (int isa = AF_ISA_GENERIC; isa <= (int)best; isa++)
+            for (int threads = 1; threads <= 2; threads++) {
+                af_isa_set((af_isa)isa);
+                memset(&got, 0, sizeof got);
+                af_status st = af_ops[n->op].shape(n, in, &got, &err);
+                if (st == AF_OK) st = af_tensor_alloc(&got, &err);
+                if (st == AF_OK) st = af_runtime_kernel(threads == 2 ? rt : NULL, n, in, &got, &err);
+                assert_int_equal(st, AF_OK);
+                assert_int_equal(got.rank, want.rank);
+                if (memcmp(got.data, want.data, (size_t)af_tensor_numel(&want) * sizeof(float)))
+                    fail_msg("%s on %s, %d thread(s): differs from the reference", cases[c].perm,
+                             af_isa_name(af_isa_get()), threads);
+                af_tensor_release(&got);
+            }
+        af_isa_set(best);
+        af_tensor_release(&want);
+        af_tensor_free(x);
+        af_arena_free(a);
+    }
+    af_runtime_free(rt);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_unknown_values),
+        cmocka_unit_test(test_transpose_fast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

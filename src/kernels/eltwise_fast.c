@@ -3,7 +3,8 @@
  * can read them (same shape, per last-dim vector, per row, scalar), and the row-wise
  * LayerNormalization and Softmax over the last axis. The elementwise ones run through the
  * vector epilogue of vec.h, in parallel, in cache-sized pieces: one copy of the operand that
- * has the output's shape, then the step applied in place.
+ * has the output's shape, then the step applied in place. Also the Transposes that move whole
+ * rows (the layout pass's NCHW <-> NHWC reorders), in blocks.
  *
  * Invariant: a fast path only takes what it computes exactly as the reference kernel defines
  * it (up to float rounding); anything else returns false and the reference kernel runs. Inputs
@@ -248,5 +249,71 @@ bool fk_fast_row_sums(const af_tensor *x, int64_t rows, int64_t len, bool mean, 
         return false;
     sum_job j = {x->data, y->data, len, mean};
     af_exec_parallel(rows * len < 4 * PIECE ? NULL : ex, rows, sum_rows, &j);
+    return true;
+}
+
+/* ---- Transpose ------------------------------------------------------------------------------ */
+
+typedef struct tr_job {
+    const float *x;
+    float *y;
+    int64_t r, c, cblocks; /* x [B, r, c] -> y [B, c, r] */
+} tr_job;
+
+enum { TR_BLOCK = 16 }; /* 16 x 16 floats: one cache line per row of the block on both sides */
+
+/* Items are (batch, block of 16 columns of x = rows of y). */
+static void tr_blocks(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const tr_job *j = ctx;
+    for (int64_t it = begin; it < end; it++) {
+        int64_t b = it / j->cblocks, c0 = it % j->cblocks * TR_BLOCK;
+        int64_t c1 = c0 + TR_BLOCK < j->c ? c0 + TR_BLOCK : j->c;
+        const float *x = j->x + b * j->r * j->c;
+        float *y = j->y + b * j->r * j->c;
+        for (int64_t r0 = 0; r0 < j->r; r0 += TR_BLOCK) {
+            int64_t r1 = r0 + TR_BLOCK < j->r ? r0 + TR_BLOCK : j->r;
+            for (int64_t c = c0; c < c1; c++)
+                for (int64_t r = r0; r < r1; r++) y[c * j->r + r] = x[r * j->c + c];
+        }
+    }
+}
+
+bool fk_fast_transpose(const af_tensor *x, const int *perm, af_tensor *y, af_exec *ex) {
+    if (af_isa_get() == AF_ISA_REFERENCE || x->dtype != AF_DTYPE_FLOAT || x->rank < 2 ||
+        x->rank > AF_MAX_RANK)
+        return false;
+    /* Dims of 1 do not move anything: number the others, then cut the output's axes into runs
+     * that are consecutive in X (each run is one dim of a smaller transpose). */
+    int idx[AF_MAX_RANK], nd = 0;
+    for (int a = 0; a < x->rank; a++) idx[a] = x->dims[a] == 1 ? -1 : nd++;
+    int start[AF_MAX_RANK], last = -2, runs = 0;
+    int64_t size[AF_MAX_RANK];
+    for (int i = 0; i < x->rank; i++) {
+        int k = idx[perm[i]];
+        if (k < 0) continue;
+        if (k != last + 1) {
+            start[runs] = k;
+            size[runs++] = 1;
+        }
+        size[runs - 1] *= x->dims[perm[i]];
+        last = k;
+    }
+    /* Taken: [R, C] -> [C, R] and [B, R, C] -> [B, C, R]. */
+    tr_job j = {x->data, y->data, 0, 0, 0};
+    int64_t batch;
+    if (runs == 2 && start[0] > start[1]) {
+        batch = 1;
+        j.c = size[0];
+        j.r = size[1];
+    } else if (runs == 3 && start[0] == 0 && start[1] > start[2]) {
+        batch = size[0];
+        j.c = size[1];
+        j.r = size[2];
+    } else {
+        return false;
+    }
+    j.cblocks = (j.c + TR_BLOCK - 1) / TR_BLOCK;
+    af_exec_parallel(batch * j.r * j.c < 4 * PIECE ? NULL : ex, batch * j.cblocks, tr_blocks, &j);
     return true;
 }

@@ -25,6 +25,11 @@ bool fk_fast_layernorm(const af_tensor *x, const af_tensor *scale, const af_tens
 /* Softmax along rows of len contiguous floats. */
 bool fk_fast_softmax(const af_tensor *x, int64_t rows, int64_t len, af_tensor *y, af_exec *ex);
 
+/* Transpose by perm (checked by the caller) when it moves whole rows: X seen as [R, C] or
+ * [B, R, C] (dims of 1 ignored, neighbouring axes merged) becomes [C, R] or [B, C, R]; e.g.
+ * NCHW <-> NHWC. In parallel, in 16 x 16 blocks. */
+bool fk_fast_transpose(const af_tensor *x, const int *perm, af_tensor *y, af_exec *ex);
+
 /* Sum (or mean) of each of `rows` rows of len contiguous floats into y[rows]. */
 bool fk_fast_row_sums(const af_tensor *x, int64_t rows, int64_t len, bool mean, af_tensor *y,
                       af_exec *ex);

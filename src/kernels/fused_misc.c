@@ -335,13 +335,31 @@ af_status fk_shape_squeeze_excite(const af_node *n, const af_tensor *const *in, 
     return AF_OK;
 }
 
-/* s_out[o] = act(b[o] + sum_i w[o, i] * s_in[i]) for a 1x1 conv on a [1, nin, 1...] input. */
+typedef struct se_fc_job {
+    const float *w, *b, *s_in;
+    int64_t nin;
+    const se_act *a;
+    float *s_out;
+} se_fc_job;
+
+/* Outputs [begin, end): the vector product, then bias and activation. */
+static void se_fc_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const se_fc_job *j = ctx;
+    af_vec()->gemv(j->w + begin * j->nin, j->s_in, end - begin, j->nin, j->s_out + begin);
+    for (int64_t o = begin; o < end; o++)
+        j->s_out[o] = af_ep_unary(j->a->op, j->s_out[o] + (j->b ? j->b[o] : 0.0f), j->a->p0, j->a->p1);
+}
+
+/* s_out[o] = act(b[o] + sum_i w[o, i] * s_in[i]) for a 1x1 conv on a [1, nin, 1...] input.
+ * The weights (up to megabytes in EfficientNet's last stages) are read once per image, so the
+ * threads share the rows of large ones; a small one is not worth waking them for. */
 static void se_fc(const float *w, const float *b, const float *s_in, int64_t nin, int64_t nout,
-                  const se_act *a, float *s_out) {
-    if (af_isa_get() != AF_ISA_REFERENCE) { /* the vector product, then bias and activation */
-        af_vec()->gemv(w, s_in, nout, nin, s_out);
-        for (int64_t o = 0; o < nout; o++)
-            s_out[o] = af_ep_unary(a->op, s_out[o] + (b ? b[o] : 0.0f), a->p0, a->p1);
+                  const se_act *a, float *s_out, af_exec *ex) {
+    if (af_isa_get() != AF_ISA_REFERENCE) {
+        se_fc_job j = {w, b, s_in, nin, a, s_out};
+        if (nin * nout >= 65536) af_exec_parallel(ex, nout, se_fc_rows, &j);
+        else se_fc_rows(&j, 0, 0, nout);
         return;
     }
     for (int64_t o = 0; o < nout; o++) {
@@ -384,8 +402,8 @@ static void se_run_cl(const af_tensor *x, const af_tensor *w1, const af_tensor *
             if (hw > 0) v->reduce_rows(xb, hw, c, 0, gap);
             for (int64_t ch = 0; ch < c; ch++) gap[ch] = hw > 0 ? gap[ch] / (float)hw : 0.0f;
         }
-        se_fc(w1->data, b1 ? b1->data : NULL, gap, c, cr, act, mid);
-        se_fc(w2->data, b2 ? b2->data : NULL, mid, cr, c, gate, gate_only ? y + b * c : scale);
+        se_fc(w1->data, b1 ? b1->data : NULL, gap, c, cr, act, mid, ex);
+        se_fc(w2->data, b2 ? b2->data : NULL, mid, cr, c, gate, gate_only ? y + b * c : scale, ex);
         if (gate_only) continue;
         af_vep vp;
         af_vep_build(NULL, y + b * hw * c, c, &vp);
@@ -434,8 +452,8 @@ af_status fk_kernel_squeeze_excite(const af_node *n, const af_tensor *const *in,
                 sum += xb[ch * hw + p];
             gap[ch] = (float)(hw > 0 ? sum / (double)hw : 0.0);
         }
-        se_fc(w1->data, b1 ? b1->data : NULL, gap, c, cr, &act, mid);
-        se_fc(w2->data, b2 ? b2->data : NULL, mid, cr, c, &gate, scale);
+        se_fc(w1->data, b1 ? b1->data : NULL, gap, c, cr, &act, mid, ex);
+        se_fc(w2->data, b2 ? b2->data : NULL, mid, cr, c, &gate, scale, ex);
         for (int64_t ch = 0; ch < c; ch++)
             for (int64_t p = 0; p < hw; p++)
                 y[(b * c + ch) * hw + p] = xb[ch * hw + p] * scale[ch];

@@ -6,6 +6,7 @@
  * work for every fixed-size dtype (float16, bool, complex included). Each op has one parameter
  * function shared by its shape function and its kernel, so both always agree on the output
  * shape; every offset a kernel computes is derived from checked parameters and stays in bounds. */
+#include "kernels/eltwise_fast.h"
 #include "kernels/tensor_util.h"
 
 #include <stdlib.h>
@@ -302,7 +303,6 @@ af_status tn_shape_transpose(const af_node *n, const af_tensor *const *in, af_te
 af_status tn_kernel_transpose(const af_node *n, const af_tensor *const *in, af_tensor *out,
                               af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
-    (void)ex;
     const af_tensor *x = in[0];
     int perm[AF_MAX_RANK];
     size_t es;
@@ -311,6 +311,8 @@ af_status tn_kernel_transpose(const af_node *n, const af_tensor *const *in, af_t
         st = tn_esize(n, x, &es, err);
     if (st)
         return st;
+    if (fk_fast_transpose(x, perm, out, ex))
+        return AF_OK;
     int64_t xs[AF_MAX_RANK], vs[AF_MAX_RANK];
     af_strides(x, xs);
     for (int i = 0; i < x->rank; i++)
