@@ -3,13 +3,16 @@
  * convolution and transformer shapes, single thread unless --threads=N.
  *
  *   build/bench/gemm_bench [--threads=N] [--reps=N] [--isa=avx512|avx2|generic] [--cold]
+ *                          [--type=f32|f16|bf16]
  *
  * --cold gives every run its own copy of B (and of the packed B), cycling through 512 MB of
  * them, so the weights come from memory as they do in a model larger than the caches.
  *
  * Each shape runs `reps` times alternating the two libraries; the table gives the best and the
  * median time of each as GFLOP/s and the ratio of medians (OpenBLAS / ours: > 1 means faster).
- * Outputs are compared (max abs difference relative to the largest output). */
+ * Outputs are compared (max abs difference relative to the largest output). --type runs our side
+ * in half-precision B or bfloat16 A and B (--precision_mode's GEMMs; A converted before timing,
+ * as B is packed before it), OpenBLAS in float32. */
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
 
@@ -39,10 +42,14 @@ static void run(af_exec *x, void *ctx) { af_gemm_run(x, &((job *)ctx)->g); }
 
 int main(int argc, char **argv) {
     int threads = 1, reps = 30, cold = 0;
+    af_gemm_type type = AF_GEMM_F32;
     for (int i = 1; i < argc; i++) {
         if (!strncmp(argv[i], "--threads=", 10)) threads = atoi(argv[i] + 10);
         else if (!strncmp(argv[i], "--reps=", 7)) reps = atoi(argv[i] + 7);
         else if (!strcmp(argv[i], "--cold")) cold = 1;
+        else if (!strcmp(argv[i], "--type=f16")) type = AF_GEMM_F16;
+        else if (!strcmp(argv[i], "--type=bf16")) type = AF_GEMM_BF16;
+        else if (!strcmp(argv[i], "--type=f32")) type = AF_GEMM_F32;
         else if (!strncmp(argv[i], "--isa=", 6)) {
             int isa = af_isa_parse(argv[i] + 6);
             if (isa < AF_ISA_GENERIC) {
@@ -51,7 +58,8 @@ int main(int argc, char **argv) {
             }
             af_isa_set((af_isa)isa);
         } else {
-            fprintf(stderr, "usage: gemm_bench [--threads=N] [--reps=N] [--isa=NAME]\n");
+            fprintf(stderr, "usage: gemm_bench [--threads=N] [--reps=N] [--isa=NAME] [--cold] "
+                            "[--type=f32|f16|bf16]\n");
             return 2;
         }
     }
@@ -69,26 +77,32 @@ int main(int argc, char **argv) {
                                     {128, 768, 768},  {128, 3072, 768}, {197, 2304, 768},
                                     {3136, 64, 576},  {784, 256, 1152}, {196, 512, 2304},
                                     {128, 2304, 768}, {197, 768, 3072}, {49, 2048, 512}};
-    printf("ISA %s, %d thread(s), %d runs each, B %s; %s\n", af_isa_name(af_isa_get()), threads,
-           reps, cold ? "from memory (--cold)" : "in cache", openblas_get_config());
+    static const char *const tnames[] = {"f32", "f16", "bf16"};
+    printf("ISA %s, %s GEMM, %d thread(s), %d runs each, B %s; %s\n", af_isa_name(af_isa_get()),
+           tnames[type], threads, reps, cold ? "from memory (--cold)" : "in cache",
+           openblas_get_config());
     printf("| M | N | K | ours GFLOP/s (best/median) | OpenBLAS GFLOP/s (best/median) | OpenBLAS / ours (median time) | max rel diff |\n");
     printf("|--:|--:|--:|--:|--:|--:|--:|\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
-        size_t bfl = (size_t)K * N, pfl = af_gemm_packed_floats(K, N);
+        size_t bfl = (size_t)K * N, pfl = af_gemm_packed_bytes(type, K, N) / sizeof(float);
         int copies = cold ? (int)((256u << 20) / (bfl * sizeof(float))) + 1 : 1;
         float *A = malloc(sizeof(float) * (size_t)M * K), *B = malloc(sizeof(float) * bfl * (size_t)copies);
         float *C1 = malloc(sizeof(float) * (size_t)M * N), *C2 = malloc(sizeof(float) * (size_t)M * N);
         float *P = malloc(sizeof(float) * pfl * (size_t)copies);
         double *t1 = malloc(sizeof(double) * (size_t)reps), *t2 = malloc(sizeof(double) * (size_t)reps);
-        if (!A || !B || !C1 || !C2 || !P || !t1 || !t2) return 1;
+        uint16_t *A16 = malloc(sizeof(uint16_t) * (size_t)M * K);
+        if (!A || !B || !C1 || !C2 || !P || !t1 || !t2 || !A16) return 1;
         srand(1);
         for (size_t i = 0; i < (size_t)M * K; i++) A[i] = (float)rand() / RAND_MAX - 0.5f;
         for (size_t i = 0; i < bfl; i++) B[i] = (float)rand() / RAND_MAX - 0.5f;
         for (int c = 1; c < copies; c++) memcpy(B + bfl * (size_t)c, B, bfl * sizeof(float));
-        for (int c = 0; c < copies; c++) af_gemm_pack(B + bfl * (size_t)c, K, N, N, 1, P + pfl * (size_t)c);
+        for (int c = 0; c < copies; c++)
+            af_gemm_pack_type(type, B + bfl * (size_t)c, K, N, N, 1, P + pfl * (size_t)c);
+        af_vec()->to_bf16(A, A16, (int64_t)M * K);
         static const int64_t tap0[1] = {0};
-        job j = {{A, 1, M, 0, K, tap0, 1, K, P, N, C1, N, NULL, 0, 0}};
+        job j = {{type == AF_GEMM_BF16 ? (const void *)A16 : (const void *)A, 1, M, 0, K, tap0, 1,
+                  K, P, N, C1, N, NULL, 0, 0, type}};
         for (int w = 0; w < 2; w++) { /* warm-up */
             af_runtime_call(rt, run, &j);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, B, N, 0.0f, C2, N);
@@ -114,7 +128,7 @@ int main(int argc, char **argv) {
         double fl = 2.0 * M * N * K / 1e9, m1 = t1[reps / 2], m2 = t2[reps / 2];
         printf("| %d | %d | %d | %.1f / %.1f | %.1f / %.1f | %.2f | %.1e |\n", M, N, K, fl / t1[0],
                fl / m1, fl / t2[0], fl / m2, m2 / m1, mx > 0 ? md / mx : md);
-        free(A), free(B), free(C1), free(C2), free(P), free(t1), free(t2);
+        free(A), free(B), free(C1), free(C2), free(P), free(t1), free(t2), free(A16);
     }
     af_runtime_free(rt);
     return 0;

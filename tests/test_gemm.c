@@ -3,7 +3,9 @@
  * a vector and inside a panel, 16-wide last panels, K = 0 and odd K, tap offsets (the implicit
  * GEMM of a convolution), outer/inner row strides, one and two threads (same bits), and every
  * epilogue op with operands per column, per row, full-size, scalar and in a generic broadcast
- * (which must fall back to the reference epilogue). */
+ * (which must fall back to the reference epilogue); and the low-precision types (half B, and
+ * bfloat16 A and B in pairs along K, odd K padded) against double loops over the same rounded
+ * operands. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +13,7 @@
 
 #include "kernels/cpu.h"
 #include "kernels/gemm.h"
+#include "util/util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +38,7 @@ typedef struct prob {
     int64_t mo, mi, rs_o, rs_i, ntaps, tap_len, n;
     int64_t tap_off[9];
     size_t a_len;
+    int64_t kb; /* rows of B that are packed (0: all K); the rest are zero (a padded K) */
 } prob;
 
 static int64_t prob_k(const prob *p) { return p->ntaps * p->tap_len; }
@@ -75,19 +79,34 @@ typedef struct run_ctx {
 
 static void call_gemm(af_exec *x, void *ctx) { af_gemm_run(x, ((run_ctx *)ctx)->g); }
 
-/* Run p on the ISA in force with `threads` threads and compare with the double reference. */
-static void check_prob(const prob *p, const af_epilogue *ep, int threads, const char *what) {
-    int64_t m = p->mo * p->mi, k = prob_k(p);
+/* x rounded as the type stores it. */
+static float round_to(af_gemm_type t, float x) {
+    if (t == AF_GEMM_F16) return af_half_to_float(af_float_to_half(x));
+    if (t == AF_GEMM_BF16) return af_bf16_to_float(af_float_to_bf16(x));
+    return x;
+}
+
+/* Run p in type t on the ISA in force with `threads` threads and compare with the double
+ * reference over the same rounded operands. */
+static void check_prob_t(const prob *p, const af_epilogue *ep, int threads, const char *what,
+                         af_gemm_type t) {
+    int64_t m = p->mo * p->mi, k = prob_k(p), kb = p->kb ? p->kb : k;
     float *a = rnd_buf(p->a_len), *b = rnd_buf((size_t)(k * p->n));
-    float *packed = malloc((af_gemm_packed_floats(k, p->n) + 1) * sizeof(float));
+    void *packed = malloc(af_gemm_packed_bytes(t, kb, p->n) + 4);
+    uint16_t *a16 = malloc(p->a_len * sizeof(uint16_t) + 2);
     float *c = malloc((size_t)(m * p->n + 1) * sizeof(float));
     float *want = malloc((size_t)(m * p->n + 1) * sizeof(float));
-    assert_true(packed && c && want);
-    af_gemm_pack(b, k, p->n, p->n, 1, packed);
+    assert_true(packed && a16 && c && want);
+    af_gemm_pack_type(t, b, kb, p->n, p->n, 1, packed);
+    for (int64_t i = 0; i < k * p->n; i++) b[i] = i < kb * p->n ? round_to(t, b[i]) : 0.0f;
+    for (size_t i = 0; i < p->a_len; i++) { /* the caller's conversion of A */
+        a[i] = round_to(t, a[i]);
+        a16[i] = af_float_to_bf16(a[i]);
+    }
     af_vep v;
     af_vep_build(ep, c, p->n, &v);
-    af_gemm g = {a, p->mo, p->mi, p->rs_o, p->rs_i, p->tap_off, p->ntaps, p->tap_len,
-                 packed, p->n, c, p->n, &v, 0, 0};
+    af_gemm g = {t == AF_GEMM_BF16 ? (const void *)a16 : (const void *)a, p->mo, p->mi, p->rs_o,
+                 p->rs_i, p->tap_off, p->ntaps, p->tap_len, packed, p->n, c, p->n, &v, 0, 0, t};
     af_runtime *rt = NULL;
     af_error err;
     if (threads > 1) assert_int_equal(af_runtime_new(threads, &rt, &err), AF_OK);
@@ -96,21 +115,27 @@ static void check_prob(const prob *p, const af_epilogue *ep, int threads, const 
     af_runtime_call(rt, call_gemm, &ctx);
     af_runtime_free(rt);
     ref_gemm(p, a, b, ep, want);
+    static const char *const types[] = {"f32", "f16", "bf16"};
     char buf[256];
-    snprintf(buf, sizeof buf, "%s [%s, M %lld (%lldx%lld), N %lld, K %lld, %d threads]", what,
-             af_isa_name(af_isa_get()), (long long)m, (long long)p->mo, (long long)p->mi,
+    snprintf(buf, sizeof buf, "%s [%s, %s, M %lld (%lldx%lld), N %lld, K %lld, %d threads]", what,
+             af_isa_name(af_isa_get()), types[t], (long long)m, (long long)p->mo, (long long)p->mi,
              (long long)p->n, (long long)k, threads);
     expect_close(c, want, m * p->n, k, buf);
     free(a);
     free(b);
     free(packed);
+    free(a16);
     free(c);
     free(want);
 }
 
+static void check_prob(const prob *p, const af_epilogue *ep, int threads, const char *what) {
+    check_prob_t(p, ep, threads, what, AF_GEMM_F32);
+}
+
 /* A plain row-major M x K times K x N. */
 static prob plain(int64_t m, int64_t n, int64_t k) {
-    prob p = {1, m, 0, k, 1, k, n, {0}, (size_t)(m * k)};
+    prob p = {1, m, 0, k, 1, k, n, {0}, (size_t)(m * k), 0};
     return p;
 }
 
@@ -155,7 +180,7 @@ static void test_taps(void **state) {
             int64_t H = 9, W = 11, C = 5, OH = (H + 2 - 3) / s + 1, OW = (W + 2 - 3) / s + 1;
             int64_t Wp = W + 2;
             prob p = {OH, OW, s * Wp * C, s * C, 3, 3 * C, 19, {0, Wp * C, 2 * Wp * C},
-                      (size_t)((H + 2) * Wp * C)};
+                      (size_t)((H + 2) * Wp * C), 0};
             check_prob(&p, NULL, 1, "taps");
             check_prob(&p, NULL, 2, "taps");
         }
@@ -267,6 +292,41 @@ static void test_vep_kinds(void **state) {
     assert_int_equal(v.nsteps, 1);
 }
 
+/* Half and bfloat16 operands: shapes with every tail, K from 0 to 768, a 3x3 convolution over
+ * an even channel count, the epilogue in registers, and an odd K padded to pairs. */
+static void test_low_precision(void **state) {
+    (void)state;
+    static const int64_t ms[] = {1, 5, 12, 13, 29, 197};
+    static const int64_t ns[] = {7, 16, 33, 100};
+    static const int64_t ks[] = {0, 2, 18, 64, 768};
+    af_epilogue ep;
+    int64_t en = 33;
+    float *col = rnd_buf((size_t)en);
+    ep_case bias_relu = {"bias+relu", 2, {{AF_EP_ADD, AF_VEP_COL, 0}, {AF_EP_RELU, 0, 0}}, {{0}}};
+    FOR_EACH_ISA(isa) {
+        for (af_gemm_type t = AF_GEMM_F16; t <= AF_GEMM_BF16; t++) {
+            for (size_t i = 0; i < AF_COUNT(ms); i++)
+                for (size_t j = 0; j < AF_COUNT(ns); j++) {
+                    prob p = plain(ms[i], ns[j], ks[(i + j) % AF_COUNT(ks)]);
+                    check_prob_t(&p, NULL, 1 + (int)(i % 2), "plain", t);
+                }
+            int64_t H = 7, W = 9, C = 6, Wp = W + 2;
+            prob taps = {H, W, Wp * C, C, 3, 3 * C, 40, {0, Wp * C, 2 * Wp * C},
+                         (size_t)((H + 2) * Wp * C), 0};
+            check_prob_t(&taps, NULL, 2, "taps", t);
+            /* bfloat16 K = 17 as 9 pairs: the last pair's partner in B is zero. */
+            prob odd = plain(13, 50, t == AF_GEMM_BF16 ? 18 : 17);
+            odd.kb = 17;
+            check_prob_t(&odd, NULL, 1, "odd K", t);
+            fill_ep(&ep, &bias_relu, 29, en, col, NULL, NULL, NULL, NULL);
+            prob e = plain(29, en, 64);
+            check_prob_t(&e, &ep, 2, "epilogue", t);
+        }
+    }
+    free(col);
+    af_isa_set(af_isa_best());
+}
+
 static void test_packing(void **state) {
     (void)state;
     /* Panel widths: 50 columns leave 18 after the first panel, more than 16: two 32-wide. */
@@ -288,6 +348,7 @@ int main(void) {
         cmocka_unit_test(test_large_and_threads),
         cmocka_unit_test(test_taps),
         cmocka_unit_test(test_epilogue),
+        cmocka_unit_test(test_low_precision),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -236,7 +236,7 @@ static void conv_dense(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned
                           taps, ntaps, merged ? g->kw * g->c : g->cg,
                           w, g->mg,
                           y + b * g->oh * g->ow * g->m + gi * g->mg, g->m,
-                          ep, b * g->oh * g->ow, gi * g->mg};
+                          ep, b * g->oh * g->ow, gi * g->mg, AF_GEMM_F32};
             af_gemm_run(ex, &gm);
         }
 }
@@ -279,7 +279,7 @@ static void wino_products(void *ctx, int slot, int64_t begin, int64_t end) {
     static const int64_t tap0[1] = {0};
     for (int64_t e = begin; e < end; e++) {
         af_gemm gm = {j->v + e * j->ntiles * g->c, 1, j->ntiles, 0, g->c, tap0, 1, g->c,
-                      g->wt + (size_t)e * per, g->m, j->mt + e * j->ntiles * g->m, g->m, NULL, 0, 0};
+                      g->wt + (size_t)e * per, g->m, j->mt + e * j->ntiles * g->m, g->m, NULL, 0, 0, AF_GEMM_F32};
         af_gemm_run(NULL, &gm);
     }
 }
@@ -538,7 +538,7 @@ af_status fk_kernel_cpf_cl(const af_node *n, const af_tensor *const *in, af_tens
     af_vep_build(&fc_ep, out[0].data, c.classes, &fv);
     static const int64_t tap0[1] = {0};
     af_gemm gm = {pooled, 1, g->n, 0, g->m, tap0, 1, g->m, w, c.classes, out[0].data, c.classes,
-                  &fv, 0, 0};
+                  &fv, 0, 0, AF_GEMM_F32};
     af_gemm_run(ex, &gm);
     return AF_OK;
 }

@@ -11,6 +11,7 @@
 
 static struct {
     af_isa best;
+    int bf16; /* AVX512_BF16, and not switched off by AUTOFUSION_BF16=0 */
     size_t l1d, l2;
     int cores;
     atomic_int isa; /* the ISA in force */
@@ -42,6 +43,8 @@ static void cpu_init(void) {
             cpu.best = AF_ISA_AVX512;
         else if (cpuinfo_has_x86_avx2() && cpuinfo_has_x86_fma3())
             cpu.best = AF_ISA_AVX2;
+        const char *bf = getenv("AUTOFUSION_BF16");
+        cpu.bf16 = cpuinfo_has_x86_avx512bf16() && !(bf && !strcmp(bf, "0"));
         const struct cpuinfo_cache *l1 = cpuinfo_get_l1d_cache(0), *l2 = cpuinfo_get_l2_cache(0);
         /* A cache shared by several cores counts for its share only. */
         if (l1 && l1->size) cpu.l1d = l1->size;
@@ -82,6 +85,10 @@ af_isa af_isa_set(af_isa isa) {
     if (isa < AF_ISA_REFERENCE) isa = AF_ISA_REFERENCE;
     atomic_store(&cpu.isa, (int)isa);
     return isa;
+}
+
+int af_cpu_bf16(void) {
+    return af_isa_get() == AF_ISA_AVX512 && cpu.bf16;
 }
 
 size_t af_cpu_l1d(void) {

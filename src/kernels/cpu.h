@@ -28,6 +28,10 @@ const char *af_isa_name(af_isa isa);
 /* Parse a name as above; -1 when unknown. */
 int af_isa_parse(const char *name);
 
+/* The CPU has the AVX512_BF16 dot product, the ISA in force is AVX-512, and AUTOFUSION_BF16 is
+ * not "0" (which makes the BF16 kernels widen to float32 instead, for tests). */
+int af_cpu_bf16(void);
+
 /* Per-core data cache sizes in bytes (conservative defaults when cpuinfo cannot tell). */
 size_t af_cpu_l1d(void);
 size_t af_cpu_l2(void);

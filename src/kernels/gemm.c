@@ -7,12 +7,13 @@
  * into C's valid columns, so nothing is ever written past column N. */
 #include "kernels/gemm.h"
 #include "kernels/cpu.h"
+#include "util/util.h"
 
 #include <string.h>
 
 const af_vec_ops *af_vec(void) {
     switch (af_isa_get()) {
-    case AF_ISA_AVX512: return &af_vec_avx512;
+    case AF_ISA_AVX512: return af_cpu_bf16() ? &af_vec_avx512bf16 : &af_vec_avx512;
     case AF_ISA_AVX2: return &af_vec_avx2;
     default: return &af_vec_generic;
     }
@@ -98,6 +99,37 @@ void af_gemm_pack(const float *b, int64_t k, int64_t n, int64_t sk, int64_t sn, 
     }
 }
 
+size_t af_gemm_packed_bytes(af_gemm_type t, int64_t k, int64_t n) {
+    size_t f = af_gemm_packed_floats(t == AF_GEMM_BF16 ? (k + 1) / 2 : k, n);
+    return t == AF_GEMM_F16 ? 2 * f : 4 * f;
+}
+
+void af_gemm_pack_type(af_gemm_type t, const float *b, int64_t k, int64_t n, int64_t sk,
+                       int64_t sn, void *dst) {
+    if (t == AF_GEMM_F32) {
+        af_gemm_pack(b, k, n, sk, sn, dst);
+        return;
+    }
+    int64_t np = (n + AF_GEMM_NR - 1) / AF_GEMM_NR, rows = t == AF_GEMM_BF16 ? (k + 1) / 2 : k;
+    uint16_t *d = dst;
+    for (int64_t p = 0; p < np; p++) {
+        int64_t w = panel_width(n, p), j0 = p * AF_GEMM_NR;
+        uint16_t *dp = d + (t == AF_GEMM_BF16 ? 2 : 1) * j0 * rows;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < w; j++) {
+                bool in = j0 + j < n;
+                if (t == AF_GEMM_F16) {
+                    *dp++ = af_float_to_half(in ? b[r * sk + (j0 + j) * sn] : 0.0f);
+                    continue;
+                }
+                float lo = in ? b[2 * r * sk + (j0 + j) * sn] : 0.0f;
+                float hi = in && 2 * r + 1 < k ? b[(2 * r + 1) * sk + (j0 + j) * sn] : 0.0f;
+                *dp++ = af_float_to_bf16(lo);
+                *dp++ = af_float_to_bf16(hi);
+            }
+    }
+}
+
 /* ---- the driver ----------------------------------------------------------------------------------- */
 
 /* How far ahead (in B rows) the micro-kernels prefetch B: about 6 KB of a 32-wide panel,
@@ -145,7 +177,7 @@ static void split_ep(const af_vep *v, reg_ep *r) {
 typedef struct gemm_job {
     const af_gemm *g;
     const af_vec_ops *v;
-    int64_t k, npanels, block; /* panels per block */
+    int64_t k, npanels, block; /* rows of a packed panel (K, or K / 2 pairs); panels per block */
     int64_t nblocks;
     int64_t tiles_per_row;     /* M tiles per outer index o */
     int64_t ntiles;
@@ -167,33 +199,37 @@ static bool has_steps(const af_vep *v) {
 /* Rows [m, m + mr) (A rows at a) times panel p into C and through the epilogue: in registers
  * for the columns whole vectors cover, on the stored tile for the rest of the program and for
  * the last partial columns. */
-static void run_panel(const gemm_job *j, const float *a, int64_t m, int64_t mr, int64_t p) {
+static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, int64_t p) {
     const af_gemm *g = j->g;
     const af_vec_ops *v = j->v;
     const reg_ep *re = &j->rep;
     int64_t w = panel_width(g->n, p), j0 = p * AF_GEMM_NR;
     int64_t valid = g->n - j0 < w ? g->n - j0 : w, full = 0;
     int64_t row = g->ep_row0 + m, ld = g->ep ? g->ep->cols : 0;
+    /* Bytes per element of B (a 32-bit word per column and pair of rows for BF16) and of A. */
+    int64_t eb = g->type == AF_GEMM_F16 ? 2 : 4, ea = g->type == AF_GEMM_BF16 ? 2 : 4;
+    const char *panel = (const char *)g->b + j0 * j->k * eb;
     af_ukr_args u = {a, g->rs_i, g->tap_off, g->ntaps, g->tap_len, NULL, w, NULL, 0,
                      NULL, NULL, 0, 0, 0.0f, 0.0f, NULL, 0, 0};
     if (j->nblocks == 1 && p == 0 && g->ntaps == 1 && g->rs_i == g->tap_len) {
         /* All of B stays in cache: bring in the next tile's rows of A instead (contiguous
          * here) while this tile's first panel runs; the panels after it find these in L1. */
-        u.pf = a + mr * g->rs_i;
-        u.pf_steps = (mr * g->tap_len / 16 + 1) / 2;
-        u.pf_step = 32;
+        u.pf = (const char *)a + mr * g->rs_i * ea;
+        u.pf_steps = (mr * g->tap_len * ea / 64 + 1) / 2;
+        u.pf_step = 128;
     } else { /* B some rows ahead of where the K loop reads it (cheap when it is in cache) */
-        u.pf = g->b + j0 * j->k + PREFETCH_ROWS * w;
+        u.pf = panel + PREFETCH_ROWS * w * eb;
         u.pf_steps = j->k > PREFETCH_ROWS ? j->k - PREFETCH_ROWS : 0;
-        u.pf_step = w;
+        u.pf_step = w * eb;
     }
+    const af_ukr_fn(*ukr)[AF_GEMM_MR_MAX + 1] = v->ukr[g->type];
     float tile[AF_GEMM_MR_MAX * AF_GEMM_NR];
     for (int64_t cc = 0; cc < valid;) {
         int nv = w - cc >= 2 * v->vw ? 2 : 1;
         int64_t cols = (int64_t)nv * v->vw, got = valid - cc < cols ? valid - cc : cols;
         int64_t col = g->ep_col0 + j0 + cc;
         float *c = g->c + m * g->ldc + j0 + cc;
-        u.b = g->b + j0 * j->k + cc;
+        u.b = panel + cc * eb;
         if (got == cols) {
             u.c = c;
             u.ldc = g->ldc;
@@ -203,14 +239,14 @@ static void run_panel(const gemm_job *j, const float *a, int64_t m, int64_t mr, 
             u.act = re->act;
             u.p0 = re->p0;
             u.p1 = re->p1;
-            v->ukr[nv - 1][mr](&u);
+            ukr[nv - 1][mr](&u);
             full = cc + cols;
         } else { /* the last columns of C: compute whole vectors aside, keep the valid ones */
             u.c = tile;
             u.ldc = cols;
             u.bias = u.res = NULL;
             u.act = 0;
-            v->ukr[nv - 1][mr](&u);
+            ukr[nv - 1][mr](&u);
             for (int64_t r = 0; r < mr; r++)
                 memcpy(c + r * g->ldc, tile + r * cols, (size_t)got * sizeof(float));
         }
@@ -237,13 +273,23 @@ static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
         int64_t bl = j->npanels - p0 < j->block ? j->npanels - p0 : j->block, o, i0, mr;
         tile_rows(j, rem / bl, &o, &i0, &mr);
         if (mr == 0) continue;
-        run_panel(j, g->a + o * g->rs_o + i0 * g->rs_i, o * g->mi + i0, mr, p0 + rem % bl);
+        int64_t off = o * g->rs_o + i0 * g->rs_i;
+        const void *a = g->type == AF_GEMM_BF16 ? (const void *)((const uint16_t *)g->a + off)
+                                                : (const void *)((const float *)g->a + off);
+        run_panel(j, a, o * g->mi + i0, mr, p0 + rem % bl);
     }
+}
+
+/* Rows of one packed panel: K, or its K / 2 pairs in BF16. */
+static int64_t panel_rows(const af_gemm *g) {
+    AF_ASSERT(g->type != AF_GEMM_BF16 || g->tap_len % 2 == 0);
+    int64_t k = g->ntaps * g->tap_len;
+    return g->type == AF_GEMM_BF16 ? k / 2 : k;
 }
 
 void af_gemm_rows(const af_gemm *g) {
     if (g->mo != 1 || g->mi <= 0 || g->n <= 0) return;
-    gemm_job j = {g, af_vec(), g->ntaps * g->tap_len, (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 1, {0}};
+    gemm_job j = {g, af_vec(), panel_rows(g), (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 1, {0}};
     AF_ASSERT(g->mi <= j.v->mr);
     split_ep(g->ep, &j.rep);
     j.block = j.npanels;
@@ -252,11 +298,11 @@ void af_gemm_rows(const af_gemm *g) {
 
 void af_gemm_run(af_exec *x, const af_gemm *g) {
     if (g->mo <= 0 || g->mi <= 0 || g->n <= 0) return;
-    gemm_job j = {g, af_vec(), g->ntaps * g->tap_len, (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 0, {0}};
+    gemm_job j = {g, af_vec(), panel_rows(g), (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 0, {0}};
     split_ep(g->ep, &j.rep);
     /* Panels per block: a quarter of the L2 for B (measured a little faster than half on the
      * five benchmark models: more room for A rows, C and what the next block brings in). */
-    int64_t panel_bytes = (j.k > 0 ? j.k : 1) * AF_GEMM_NR * (int64_t)sizeof(float);
+    int64_t panel_bytes = (j.k > 0 ? j.k : 1) * AF_GEMM_NR * (g->type == AF_GEMM_F16 ? 2 : 4);
     j.block = (int64_t)(af_cpu_l2() / 4) / panel_bytes;
     if (j.block < 1) j.block = 1;
     if (j.block > j.npanels) j.block = j.npanels;

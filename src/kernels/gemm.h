@@ -10,6 +10,10 @@
  * be a row-major matrix, or the NHWC input of a convolution read through tap offsets (implicit
  * GEMM, no im2col).
  *
+ * Low precision (af_gemm_type, vec.h): B packed in half precision or in bfloat16 pairs, A in
+ * float32 or bfloat16 as the type says (the caller converts A once per call); C and the
+ * epilogue are float32 whatever the type.
+ *
  * Work is split in M tiles (at most the ISA's MR rows, balanced so every tile is nearly full)
  * times blocks of B panels sized to a quarter of the L2 cache, so a block stays in L2 while
  * every M tile passes over it; threads take contiguous ranges of (block, tile) items.
@@ -25,22 +29,31 @@ size_t af_gemm_packed_floats(int64_t k, int64_t n);
 /* Pack B[kk][j] = b[kk * sk + j * sn] (kk < k, j < n) into dst (af_gemm_packed_floats(k, n)
  * floats). sk = n, sn = 1 for a row-major K x N matrix; sk = 1, sn = k for its transpose. */
 void af_gemm_pack(const float *b, int64_t k, int64_t n, int64_t sk, int64_t sn, float *dst);
+/* Bytes of a packed K x N matrix of type t. */
+size_t af_gemm_packed_bytes(af_gemm_type t, int64_t k, int64_t n);
+/* af_gemm_pack in type t: F32 as above; F16 the same layout in halves; BF16 one 32-bit word per
+ * panel column for each pair of K rows (row 2i in its low half, 2i + 1 in its high half, 0 past
+ * K), rounded to nearest even. dst holds af_gemm_packed_bytes(t, k, n). */
+void af_gemm_pack_type(af_gemm_type t, const float *b, int64_t k, int64_t n, int64_t sk,
+                       int64_t sn, void *dst);
 
 /* One C = A x B. Output row m = o * mi + i (o < mo, i < mi) reads A at a + o * rs_o + i * rs_i,
  * its element k = t * tap_len + j at + tap_off[t] + j (K = ntaps * tap_len); it is written at
  * c + m * ldc, columns [0, n). A plain M x K matrix: mo = 1, mi = M, rs_i = lda, one tap
- * {0} of length K. ep (may be NULL) sees output (ep_row0 + m, ep_col0 + column). */
+ * {0} of length K. ep (may be NULL) sees output (ep_row0 + m, ep_col0 + column). Offsets and
+ * strides count elements of A's type; BF16 needs an even tap_len (pairs never straddle taps). */
 typedef struct af_gemm {
-    const float *a;
+    const void *a;
     int64_t mo, mi, rs_o, rs_i;
     const int64_t *tap_off;
     int64_t ntaps, tap_len;
-    const float *b; /* packed */
+    const void *b; /* packed, in type's format */
     int64_t n;
     float *c;
     int64_t ldc;
     const af_vep *ep;
     int64_t ep_row0, ep_col0;
+    af_gemm_type type; /* F32 unless set */
 } af_gemm;
 
 /* Run g on x's threads (x may be NULL: the calling thread). */

@@ -20,17 +20,28 @@
  * 14 rows would use 28 but leave too few general registers for the row pointers). */
 #define AF_GEMM_MR_MAX 12
 
+/* Element types of a GEMM's operands (gemm.h), the precisions of --precision_mode:
+ *   F32   A and B float32;
+ *   F16   A float32 (holding values the caller rounded to half precision), B packed in IEEE
+ *         half, widened in registers: fp32 arithmetic on half-precision data;
+ *   BF16  A bfloat16, B packed in pairs of bfloat16 along K (the element pairs of the
+ *         AVX512_BF16 dot product), fp32 accumulation. */
+typedef enum af_gemm_type { AF_GEMM_F32 = 0, AF_GEMM_F16 = 1, AF_GEMM_BF16 = 2 } af_gemm_type;
+#define AF_GEMM_TYPES 3
+
 /* One micro-kernel call: rows [0, mr) x columns [0, nv * vw) of C = A x B, overwritten.
  * Row r of A is read at a + r * rs; its k-th element (k = t * tap_len + i) at
  * a + r * rs + tap_off[t] + i: a plain matrix has one tap at offset 0, a convolution one tap per
  * kernel row (or per kernel position) so that A is the input tensor itself, never an im2col copy.
- * B row k is at b + k * bstride (a packed panel, see gemm.h). */
+ * B row k is at b + k * bstride (a packed panel, see gemm.h). Offsets count elements of the
+ * operands' type (af_gemm_type); with BF16, B "rows" are pairs of K rows (one 32-bit word per
+ * column) and tap_len is even. */
 typedef struct af_ukr_args {
-    const float *a;
+    const void *a;
     int64_t rs;
     const int64_t *tap_off;
     int64_t ntaps, tap_len;
-    const float *b;
+    const void *b;
     int64_t bstride;
     float *c;
     int64_t ldc;
@@ -42,9 +53,9 @@ typedef struct af_ukr_args {
     int act;
     float p0, p1;
     /* Bringing data in from memory while computing: for the first pf_steps k steps, the two
-     * cache lines at pf, pf + 16 are requested and pf advances by pf_step floats: B itself some
-     * rows ahead of the K loop, or the rows of A the next tile reads. */
-    const float *pf;
+     * cache lines at pf, pf + 64 bytes are requested and pf advances by pf_step bytes: B itself
+     * some rows ahead of the K loop, or the rows of A the next tile reads. */
+    const void *pf;
     int64_t pf_steps, pf_step;
 } af_ukr_args;
 
@@ -133,7 +144,8 @@ typedef struct af_vec_ops {
     const char *name;
     int vw;    /* floats per vector */
     int mr;    /* rows of the largest micro-kernel */
-    af_ukr_fn ukr[2][AF_GEMM_MR_MAX + 1]; /* [vectors - 1][rows]: nv * vw columns per call */
+    /* [af_gemm_type][vectors - 1][rows]: nv * vw columns per call */
+    af_ukr_fn ukr[AF_GEMM_TYPES][2][AF_GEMM_MR_MAX + 1];
     /* Apply v to the tile of `rows` x `cols` outputs at c (row stride ldc) whose first element
      * is output (row0, col0). */
     void (*ep_tile)(const af_vep *v, float *c, int64_t ldc, int64_t row0, int64_t col0,
@@ -158,13 +170,20 @@ typedef struct af_vec_ops {
     void (*softmax_row)(float *x, int64_t n);
     /* y[o] = sum_i w[o * n + i] * x[i] for o < rows (a matrix-vector product over rows of w). */
     void (*gemv)(const float *w, const float *x, int64_t rows, int64_t n, float *y);
+    /* y[i] = x[i] in bfloat16, rounded to nearest even (NaN stays NaN). */
+    void (*to_bf16)(const float *x, uint16_t *y, int64_t n);
+    /* y[i] = x[i] rounded to the nearest IEEE half value (beyond 65504: infinity), as float;
+     * y may be x. */
+    void (*round_f16)(const float *x, float *y, int64_t n);
     /* Sum of x[0..n) (float, accumulated in vector lanes). */
     float (*row_sum)(const float *x, int64_t n);
     /* out[j] = sum (or max) over r < rows of x[r * cols + j], rows >= 1. */
     void (*reduce_rows)(const float *x, int64_t rows, int64_t cols, int max, float *out);
 } af_vec_ops;
 
-extern const af_vec_ops af_vec_avx512, af_vec_avx2, af_vec_generic;
+/* af_vec_avx512bf16 is af_vec_avx512 with its BF16 micro-kernels on the AVX512_BF16 dot product
+ * (the others widen bfloat16 to float32 and use FMAs: same results up to rounding). */
+extern const af_vec_ops af_vec_avx512, af_vec_avx512bf16, af_vec_avx2, af_vec_generic;
 
 /* The table of the ISA in force (the generic one under AF_ISA_REFERENCE). */
 const af_vec_ops *af_vec(void);

@@ -8,6 +8,7 @@
  * vectors go through a zero-padded local copy, so every lane of a tail computes exactly what a
  * full vector would. */
 #include "kernels/vec.h"
+#include "util/util.h"
 
 #include <math.h>
 #include <string.h>
@@ -127,25 +128,150 @@ static inline vf bin_apply(int op, int rev, vf y, vf b) {
     }
 }
 
+/* ---- low-precision operands ----------------------------------------------------------------- */
+
+typedef uint32_t vu __attribute__((vector_size(VW * 4), aligned(4)));
+
+/* VW halves at p, widened. */
+static inline vf vload_half(const uint16_t *p) {
+#if defined(__AVX512F__) && VW == 16
+    __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    vf r;
+    memcpy(&r, &v, sizeof r);
+    return r;
+#elif defined(__F16C__) && VW == 8
+    __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    vf r;
+    memcpy(&r, &v, sizeof r);
+    return r;
+#else
+    vf r;
+    for (int i = 0; i < VW; i++) r[i] = af_half_to_float(p[i]);
+    return r;
+#endif
+}
+
+static inline vu vload_u(const void *p) {
+    vu v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* The low and high bfloat16 of each 32-bit word, as float32 (exact: a bfloat16 is the top half
+ * of a float32). */
+static inline vf bf16_lo(vu w) {
+    return (vf)(w << 16);
+}
+
+static inline vf bf16_hi(vu w) {
+    return (vf)(w & 0xffff0000u);
+}
+
+static inline float bf16_word_lo(uint32_t w) {
+    uint32_t u = w << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline float bf16_word_hi(uint32_t w) {
+    uint32_t u = w & 0xffff0000u;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void to_bf16(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX512BF16__) && VW == 16
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(y + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+#else
+    for (; i + VW <= n; i += VW) {
+        vu u = vload_u(x + i);
+        vu r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        vu nan = (vu)((u & 0x7fffffffu) > 0x7f800000u);
+        r = (r & ~nan) | (((u >> 16) | 0x40u) & nan);
+        for (int l = 0; l < VW; l++) y[i + l] = (uint16_t)r[l];
+    }
+#endif
+    for (; i < n; i++) y[i] = af_float_to_bf16(x[i]);
+}
+
+static void round_f16(const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX512F__) && VW == 16
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i),
+                                                                _MM_FROUND_TO_NEAREST_INT)));
+#elif defined(__F16C__) && VW == 8
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+                                                                _MM_FROUND_TO_NEAREST_INT)));
+#endif
+    for (; i < n; i++) y[i] = af_half_to_float(af_float_to_half(x[i]));
+}
+
 /* ---- GEMM micro-kernels ------------------------------------------------------------------------ */
 
-/* acc += row k of A (MR broadcasts) x row k of B (NV vectors). */
-#define UKR_STEP(MR, NV)                                                                          \
+/* acc += row k of A (MR broadcasts) x row k of B (NV vectors): float32 or half B. */
+#define UKR_STEP(MR, NV, BT)                                                                      \
     do {                                                                                          \
         vf bv[2];                                                                                 \
-        for (int j = 0; j < NV; j++) bv[j] = vload(b + j * VW);                                   \
+        for (int j = 0; j < NV; j++)                                                              \
+            bv[j] = BT == AF_GEMM_F16 ? vload_half((const uint16_t *)b + j * VW)                  \
+                                      : vload((const float *)b + j * VW);                         \
         _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                   \
-            float s = a[r * rs + k];                                                              \
+            float s = ((const float *)a)[r * rs + k];                                             \
             for (int j = 0; j < NV; j++) acc[r][j] += s * bv[j];                                  \
         }                                                                                         \
     } while (0)
 
-/* MR x NV vectors of C, accumulated over every tap in registers and stored once. MR, NV and PF
- * are constants at each instantiation below, so the accumulator array lives in registers and
+/* acc += the pair k of A rows (bfloat16 at 2k, 2k + 1) x the pair row k of B: the AVX512_BF16
+ * dot product where this file is compiled for it, else both halves widened and two FMAs. */
+#if defined(__AVX512BF16__) && VW == 16
+#define UKR_STEP_BF16(MR, NV)                                                                     \
+    do {                                                                                          \
+        __m512bh bw[2];                                                                           \
+        for (int j = 0; j < NV; j++) bw[j] = (__m512bh)_mm512_loadu_si512((const uint32_t *)b + j * VW); \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                   \
+            uint32_t w;                                                                           \
+            memcpy(&w, (const uint16_t *)a + r * rs + 2 * k, sizeof w);                           \
+            __m512bh av = (__m512bh)_mm512_set1_epi32((int)w);                                    \
+            for (int j = 0; j < NV; j++)                                                          \
+                acc[r][j] = (vf)_mm512_dpbf16_ps((__m512)acc[r][j], av, bw[j]);                   \
+        }                                                                                         \
+    } while (0)
+#else
+#define UKR_STEP_BF16(MR, NV)                                                                     \
+    do {                                                                                          \
+        vf blo[2], bhi[2];                                                                        \
+        for (int j = 0; j < NV; j++) {                                                            \
+            vu w = vload_u((const uint32_t *)b + j * VW);                                         \
+            blo[j] = bf16_lo(w);                                                                  \
+            bhi[j] = bf16_hi(w);                                                                  \
+        }                                                                                         \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                   \
+            uint32_t w;                                                                           \
+            memcpy(&w, (const uint16_t *)a + r * rs + 2 * k, sizeof w);                           \
+            float lo = bf16_word_lo(w), hi = bf16_word_hi(w);                                     \
+            for (int j = 0; j < NV; j++) acc[r][j] += lo * blo[j] + hi * bhi[j];                  \
+        }                                                                                         \
+    } while (0)
+#endif
+
+#define UKR_ANY_STEP(MR, NV, BT)                                                                  \
+    do {                                                                                          \
+        if (BT == AF_GEMM_BF16) UKR_STEP_BF16(MR, NV);                                            \
+        else UKR_STEP(MR, NV, BT);                                                                \
+    } while (0)
+
+/* MR x NV vectors of C, accumulated over every tap in registers and stored once. MR, NV, PF and
+ * BT are constants at each instantiation below, so the accumulator array lives in registers and
  * the loops unroll completely; PF = 0 instantiations have no prefetch code in their K loop at
  * all (a run-time test there costs registers the row pointers need). */
 static inline __attribute__((always_inline)) void ukr_body(const int MR, const int NV, const int PF,
-                                                           const af_ukr_args *p) {
+                                                           const int BT, const af_ukr_args *p) {
     vf acc[VEC_MR][2];
     for (int r = 0; r < MR; r++)
         for (int j = 0; j < NV; j++) acc[r][j] = (vf){0};
@@ -156,22 +282,25 @@ static inline __attribute__((always_inline)) void ukr_body(const int MR, const i
             if (p->res) __builtin_prefetch(p->res + r * p->ldres + j, 0, 3);
             __builtin_prefetch(p->c + r * p->ldc + j, 1, 3);
         }
-    const float *b = p->b, *pfp = p->pf;
-    const int64_t rs = p->rs, bs = p->bstride, len = p->tap_len, pfs = p->pf_step;
+    const int esz = BT == AF_GEMM_F16 ? 2 : 4; /* bytes per B element (a pair word for BF16) */
+    const char *b = p->b, *pfp = p->pf;
+    const int64_t rs = p->rs, bs = p->bstride * esz, pfs = p->pf_step;
+    const int64_t len = BT == AF_GEMM_BF16 ? p->tap_len / 2 : p->tap_len;
     int64_t pfn = p->pf_steps;
     for (int64_t t = 0; t < p->ntaps; t++) {
-        const float *a = p->a + p->tap_off[t];
+        const void *a = BT == AF_GEMM_BF16 ? (const void *)((const uint16_t *)p->a + p->tap_off[t])
+                                           : (const void *)((const float *)p->a + p->tap_off[t]);
         int64_t k = 0;
-        if (PF) { /* two lines of B requested per step, for as many steps as asked */
+        if (PF) { /* two lines requested per step, for as many steps as asked */
             int64_t kp = pfn < len ? pfn : len;
             for (; k < kp; k++, b += bs, pfp += pfs) {
                 __builtin_prefetch(pfp, 0, 2);
-                __builtin_prefetch(pfp + 16, 0, 2);
-                UKR_STEP(MR, NV);
+                __builtin_prefetch(pfp + 64, 0, 2);
+                UKR_ANY_STEP(MR, NV, BT);
             }
             pfn -= kp;
         }
-        for (; k < len; k++, b += bs) UKR_STEP(MR, NV);
+        for (; k < len; k++, b += bs) UKR_ANY_STEP(MR, NV, BT);
     }
     if (p->bias)
         for (int j = 0; j < NV; j++) {
@@ -188,26 +317,34 @@ static inline __attribute__((always_inline)) void ukr_body(const int MR, const i
         for (int j = 0; j < NV; j++) vstore(p->c + r * p->ldc + j * VW, acc[r][j]);
 }
 
-#define UKR(NV, MR)                                                                            \
-    static void ukr_##NV##_##MR(const af_ukr_args *p) {                                         \
-        if (p->pf_steps) ukr_body(MR, NV, 1, p);                                                \
-        else ukr_body(MR, NV, 0, p);                                                            \
+#define UKR(T, BT, NV, MR)                                                                     \
+    static void ukr_##T##_##NV##_##MR(const af_ukr_args *p) {                                   \
+        if (p->pf_steps) ukr_body(MR, NV, 1, BT, p);                                            \
+        else ukr_body(MR, NV, 0, BT, p);                                                        \
     }
-#define UKR_ROWS(NV) UKR(NV, 1) UKR(NV, 2) UKR(NV, 3) UKR(NV, 4) UKR(NV, 5) UKR(NV, 6)
-UKR_ROWS(1)
-UKR_ROWS(2)
+#define UKR_ROWS(T, BT, NV)                                                                    \
+    UKR(T, BT, NV, 1) UKR(T, BT, NV, 2) UKR(T, BT, NV, 3) UKR(T, BT, NV, 4) UKR(T, BT, NV, 5)  \
+    UKR(T, BT, NV, 6)
 #if VEC_MR > 6
-#define UKR_ROWS_HI(NV) UKR(NV, 7) UKR(NV, 8) UKR(NV, 9) UKR(NV, 10) UKR(NV, 11) UKR(NV, 12)
-UKR_ROWS_HI(1)
-UKR_ROWS_HI(2)
-#define UKR_HI(NV) , ukr_##NV##_7, ukr_##NV##_8, ukr_##NV##_9, ukr_##NV##_10, ukr_##NV##_11, \
-    ukr_##NV##_12
+#define UKR_ROWS_HI(T, BT, NV)                                                                 \
+    UKR(T, BT, NV, 7) UKR(T, BT, NV, 8) UKR(T, BT, NV, 9) UKR(T, BT, NV, 10)                   \
+    UKR(T, BT, NV, 11) UKR(T, BT, NV, 12)
+#define UKR_HI(T, NV)                                                                          \
+    , ukr_##T##_##NV##_7, ukr_##T##_##NV##_8, ukr_##T##_##NV##_9, ukr_##T##_##NV##_10,         \
+        ukr_##T##_##NV##_11, ukr_##T##_##NV##_12
 #else
-#define UKR_HI(NV)
+#define UKR_ROWS_HI(T, BT, NV)
+#define UKR_HI(T, NV)
 #endif
-#define UKR_TABLE(NV)                                                                          \
-    { NULL, ukr_##NV##_1, ukr_##NV##_2, ukr_##NV##_3, ukr_##NV##_4, ukr_##NV##_5,              \
-      ukr_##NV##_6 UKR_HI(NV) }
+#define UKR_TYPE(T, BT)                                                                        \
+    UKR_ROWS(T, BT, 1) UKR_ROWS(T, BT, 2) UKR_ROWS_HI(T, BT, 1) UKR_ROWS_HI(T, BT, 2)
+UKR_TYPE(f32, AF_GEMM_F32)
+UKR_TYPE(f16, AF_GEMM_F16)
+UKR_TYPE(bf16, AF_GEMM_BF16)
+#define UKR_TABLE(T, NV)                                                                       \
+    { NULL, ukr_##T##_##NV##_1, ukr_##T##_##NV##_2, ukr_##T##_##NV##_3, ukr_##T##_##NV##_4,    \
+      ukr_##T##_##NV##_5, ukr_##T##_##NV##_6 UKR_HI(T, NV) }
+#define UKR_TYPE_TABLE(T) { UKR_TABLE(T, 1), UKR_TABLE(T, 2) }
 
 /* Lanes [0, n) of output row `row` from column `col` on, through every step of v. */
 static inline vf ep_vec(const af_vep *v, vf y, int64_t row, int64_t col, int64_t n) {
@@ -576,7 +713,9 @@ const af_vec_ops VEC_TABLE = {
     .name = VEC_NAME,
     .vw = VW,
     .mr = VEC_MR,
-    .ukr = {UKR_TABLE(1), UKR_TABLE(2)},
+    .ukr = {UKR_TYPE_TABLE(f32), UKR_TYPE_TABLE(f16), UKR_TYPE_TABLE(bf16)},
+    .to_bf16 = to_bf16,
+    .round_f16 = round_f16,
     .ep_tile = ep_tile,
     .unary = unary,
     .layernorm = layernorm,
