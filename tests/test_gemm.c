@@ -91,9 +91,11 @@ static float round_to(af_gemm_type t, float x) {
 static void check_prob_t(const prob *p, const af_epilogue *ep, int threads, const char *what,
                          af_gemm_type t) {
     int64_t m = p->mo * p->mi, k = prob_k(p), kb = p->kb ? p->kb : k;
-    float *a = rnd_buf(p->a_len), *b = rnd_buf((size_t)(k * p->n));
+    /* AMX reads up to 32 rows past a tile's first: A gets that much slack (zeros). */
+    size_t slack = (size_t)(32 * p->rs_i + p->tap_off[p->ntaps - 1] + p->tap_len);
+    float *a = rnd_buf(p->a_len + slack), *b = rnd_buf((size_t)(k * p->n));
     void *packed = malloc(af_gemm_packed_bytes(t, kb, p->n) + 4);
-    uint16_t *a16 = malloc(p->a_len * sizeof(uint16_t) + 2);
+    uint16_t *a16 = calloc(p->a_len + slack, sizeof(uint16_t));
     float *c = malloc((size_t)(m * p->n + 1) * sizeof(float));
     float *want = malloc((size_t)(m * p->n + 1) * sizeof(float));
     assert_true(packed && a16 && c && want);
@@ -293,12 +295,12 @@ static void test_vep_kinds(void **state) {
 }
 
 /* Half and bfloat16 operands: shapes with every tail, K from 0 to 768, a 3x3 convolution over
- * an even channel count, the epilogue in registers, and an odd K padded to pairs. */
+ * 32 channels, the epilogue, and a K of 17 padded to 32. */
 static void test_low_precision(void **state) {
     (void)state;
     static const int64_t ms[] = {1, 5, 12, 13, 29, 197};
     static const int64_t ns[] = {7, 16, 33, 100};
-    static const int64_t ks[] = {0, 2, 18, 64, 768};
+    static const int64_t ks[] = {0, 32, 96, 64, 768};
     af_epilogue ep;
     int64_t en = 33;
     float *col = rnd_buf((size_t)en);
@@ -310,12 +312,12 @@ static void test_low_precision(void **state) {
                     prob p = plain(ms[i], ns[j], ks[(i + j) % AF_COUNT(ks)]);
                     check_prob_t(&p, NULL, 1 + (int)(i % 2), "plain", t);
                 }
-            int64_t H = 7, W = 9, C = 6, Wp = W + 2;
+            int64_t H = 7, W = 9, C = 32, Wp = W + 2; /* 32 + the rows AMX reads past the end */
             prob taps = {H, W, Wp * C, C, 3, 3 * C, 40, {0, Wp * C, 2 * Wp * C},
-                         (size_t)((H + 2) * Wp * C), 0};
+                         (size_t)((H + 2 + 4) * Wp * C), 0};
             check_prob_t(&taps, NULL, 2, "taps", t);
-            /* bfloat16 K = 17 as 9 pairs: the last pair's partner in B is zero. */
-            prob odd = plain(13, 50, t == AF_GEMM_BF16 ? 18 : 17);
+            /* bfloat16 K = 17 padded to 32: B's rows 17..31 are zero. */
+            prob odd = plain(13, 50, t == AF_GEMM_BF16 ? 32 : 17);
             odd.kb = 17;
             check_prob_t(&odd, NULL, 1, "odd K", t);
             fill_ep(&ep, &bias_relu, 29, en, col, NULL, NULL, NULL, NULL);

@@ -11,7 +11,8 @@
 
 static struct {
     af_isa best;
-    int bf16; /* AVX512_BF16, and not switched off by AUTOFUSION_BF16=0 */
+    int bf16;    /* AVX512_BF16, and not switched off by AUTOFUSION_BF16=0 */
+    int amx_off; /* AUTOFUSION_AMX=0 */
     size_t l1d, l2;
     int cores;
     atomic_int isa; /* the ISA in force */
@@ -43,7 +44,8 @@ static void cpu_init(void) {
             cpu.best = AF_ISA_AVX512;
         else if (cpuinfo_has_x86_avx2() && cpuinfo_has_x86_fma3())
             cpu.best = AF_ISA_AVX2;
-        const char *bf = getenv("AUTOFUSION_BF16");
+        const char *bf = getenv("AUTOFUSION_BF16"), *amx = getenv("AUTOFUSION_AMX");
+        cpu.amx_off = amx && !strcmp(amx, "0");
         cpu.bf16 = cpuinfo_has_x86_avx512bf16() && !(bf && !strcmp(bf, "0"));
         const struct cpuinfo_cache *l1 = cpuinfo_get_l1d_cache(0), *l2 = cpuinfo_get_l2_cache(0);
         /* A cache shared by several cores counts for its share only. */
@@ -85,6 +87,12 @@ af_isa af_isa_set(af_isa isa) {
     if (isa < AF_ISA_REFERENCE) isa = AF_ISA_REFERENCE;
     atomic_store(&cpu.isa, (int)isa);
     return isa;
+}
+
+int af_amx_available(void); /* kernels/gemm_amx.c */
+
+int af_cpu_amx(void) {
+    return af_isa_get() == AF_ISA_AVX512 && !cpu.amx_off && af_amx_available();
 }
 
 int af_cpu_bf16(void) {

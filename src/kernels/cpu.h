@@ -32,6 +32,10 @@ int af_isa_parse(const char *name);
  * not "0" (which makes the BF16 kernels widen to float32 instead, for tests). */
 int af_cpu_bf16(void);
 
+/* AMX-BF16 tiles usable (kernels/gemm_amx.c), the ISA in force is AVX-512, and AUTOFUSION_AMX
+ * is not "0": BF16 GEMMs then run on AMX. */
+int af_cpu_amx(void);
+
 /* Per-core data cache sizes in bytes (conservative defaults when cpuinfo cannot tell). */
 size_t af_cpu_l1d(void);
 size_t af_cpu_l2(void);

@@ -99,8 +99,12 @@ void af_gemm_pack(const float *b, int64_t k, int64_t n, int64_t sk, int64_t sn, 
     }
 }
 
+int64_t af_gemm_bf16_k(int64_t k) {
+    return (k + AF_GEMM_BF16_KB - 1) / AF_GEMM_BF16_KB * AF_GEMM_BF16_KB;
+}
+
 size_t af_gemm_packed_bytes(af_gemm_type t, int64_t k, int64_t n) {
-    size_t f = af_gemm_packed_floats(t == AF_GEMM_BF16 ? (k + 1) / 2 : k, n);
+    size_t f = af_gemm_packed_floats(t == AF_GEMM_BF16 ? af_gemm_bf16_k(k) / 2 : k, n);
     return t == AF_GEMM_F16 ? 2 * f : 4 * f;
 }
 
@@ -110,7 +114,8 @@ void af_gemm_pack_type(af_gemm_type t, const float *b, int64_t k, int64_t n, int
         af_gemm_pack(b, k, n, sk, sn, dst);
         return;
     }
-    int64_t np = (n + AF_GEMM_NR - 1) / AF_GEMM_NR, rows = t == AF_GEMM_BF16 ? (k + 1) / 2 : k;
+    int64_t np = (n + AF_GEMM_NR - 1) / AF_GEMM_NR;
+    int64_t rows = t == AF_GEMM_BF16 ? af_gemm_bf16_k(k) / 2 : k;
     uint16_t *d = dst;
     for (int64_t p = 0; p < np; p++) {
         int64_t w = panel_width(n, p), j0 = p * AF_GEMM_NR;
@@ -122,7 +127,7 @@ void af_gemm_pack_type(af_gemm_type t, const float *b, int64_t k, int64_t n, int
                     *dp++ = af_float_to_half(in ? b[r * sk + (j0 + j) * sn] : 0.0f);
                     continue;
                 }
-                float lo = in ? b[2 * r * sk + (j0 + j) * sn] : 0.0f;
+                float lo = in && 2 * r < k ? b[2 * r * sk + (j0 + j) * sn] : 0.0f;
                 float hi = in && 2 * r + 1 < k ? b[(2 * r + 1) * sk + (j0 + j) * sn] : 0.0f;
                 *dp++ = af_float_to_bf16(lo);
                 *dp++ = af_float_to_bf16(hi);
@@ -181,13 +186,20 @@ typedef struct gemm_job {
     int64_t nblocks;
     int64_t tiles_per_row;     /* M tiles per outer index o */
     int64_t ntiles;
+    bool amx;                  /* BF16 on AMX: tiles of 32 rows, blocks by af_amx_block */
     reg_ep rep;
 } gemm_job;
 
-/* Tile t: outer index o, first inner row i0 and row count. */
+/* Tile t: outer index o, first inner row i0 and row count. Balanced for the vector kernels;
+ * whole 32-row tiles first on AMX, whose blocks compute 16 or 32 rows anyway. */
 static void tile_rows(const gemm_job *j, int64_t t, int64_t *o, int64_t *i0, int64_t *mr) {
     int64_t mi = j->g->mi, tpr = j->tiles_per_row, q = t % tpr;
     *o = t / tpr;
+    if (j->amx) {
+        *i0 = 32 * q;
+        *mr = mi - *i0 < 32 ? mi - *i0 : 32;
+        return;
+    }
     *i0 = mi * q / tpr;
     *mr = mi * (q + 1) / tpr - *i0;
 }
@@ -259,6 +271,26 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, i
         v->ep_tile(g->ep, c + full, g->ldc, row, g->ep_col0 + j0 + full, mr, valid - full);
 }
 
+/* Rows [m, m + mr) times panel p on AMX: the block straight into C when it covers whole tiles
+ * inside C, else into a local tile whose valid part is copied; then the whole epilogue program
+ * on those outputs while they are in L1. */
+static void run_panel_amx(const gemm_job *j, const uint16_t *a, int64_t m, int64_t mr, int64_t p) {
+    const af_gemm *g = j->g;
+    int64_t w = panel_width(g->n, p), j0 = p * AF_GEMM_NR;
+    int64_t valid = g->n - j0 < w ? g->n - j0 : w, computed = mr > 16 ? 32 : 16;
+    float tile[32 * AF_GEMM_NR], *c = g->c + m * g->ldc + j0;
+    bool direct = valid == w && mr == computed;
+    af_amx_args u = {a, g->rs_i, g->tap_off, g->ntaps, g->tap_len,
+                     (const uint32_t *)g->b + j0 * j->k, w, mr, direct ? c : tile,
+                     direct ? g->ldc : AF_GEMM_NR};
+    af_amx_block(&u);
+    if (!direct)
+        for (int64_t r = 0; r < mr; r++)
+            memcpy(c + r * g->ldc, tile + r * AF_GEMM_NR, (size_t)valid * sizeof(float));
+    if (has_steps(g->ep))
+        j->v->ep_tile(g->ep, c, g->ldc, g->ep_row0 + m, g->ep_col0 + j0, mr, valid);
+}
+
 /* Items are (block, M tile, panel of the block), in that order: a thread's contiguous range
  * runs each tile across a block's panels (its rows of A stay in L1) and the block's panels
  * across tiles (they stay in L2), and since every item costs the same, the static split over
@@ -268,29 +300,36 @@ static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
     const gemm_job *j = ctx;
     const af_gemm *g = j->g;
     int64_t per_block = j->ntiles * j->block;
+    if (j->amx) af_amx_begin();
     for (int64_t it = begin; it < end; it++) {
         int64_t blk = it / per_block, rem = it % per_block, p0 = blk * j->block;
         int64_t bl = j->npanels - p0 < j->block ? j->npanels - p0 : j->block, o, i0, mr;
         tile_rows(j, rem / bl, &o, &i0, &mr);
         if (mr == 0) continue;
         int64_t off = o * g->rs_o + i0 * g->rs_i;
+        if (j->amx) {
+            run_panel_amx(j, (const uint16_t *)g->a + off, o * g->mi + i0, mr, p0 + rem % bl);
+            continue;
+        }
         const void *a = g->type == AF_GEMM_BF16 ? (const void *)((const uint16_t *)g->a + off)
                                                 : (const void *)((const float *)g->a + off);
         run_panel(j, a, o * g->mi + i0, mr, p0 + rem % bl);
     }
+    if (j->amx) af_amx_end();
 }
 
 /* Rows of one packed panel: K, or its K / 2 pairs in BF16. */
 static int64_t panel_rows(const af_gemm *g) {
-    AF_ASSERT(g->type != AF_GEMM_BF16 || g->tap_len % 2 == 0);
+    AF_ASSERT(g->type != AF_GEMM_BF16 || g->tap_len % AF_GEMM_BF16_KB == 0);
     int64_t k = g->ntaps * g->tap_len;
     return g->type == AF_GEMM_BF16 ? k / 2 : k;
 }
 
 void af_gemm_rows(const af_gemm *g) {
     if (g->mo != 1 || g->mi <= 0 || g->n <= 0) return;
-    gemm_job j = {g, af_vec(), panel_rows(g), (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 1, {0}};
-    AF_ASSERT(g->mi <= j.v->mr);
+    gemm_job j = {g, af_vec(), panel_rows(g), (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 1,
+                  false, {0}};
+    AF_ASSERT(g->mi <= j.v->mr && g->type != AF_GEMM_BF16);
     split_ep(g->ep, &j.rep);
     j.block = j.npanels;
     for (int64_t p = 0; p < j.npanels; p++) run_panel(&j, g->a, 0, g->mi, p);
@@ -298,7 +337,8 @@ void af_gemm_rows(const af_gemm *g) {
 
 void af_gemm_run(af_exec *x, const af_gemm *g) {
     if (g->mo <= 0 || g->mi <= 0 || g->n <= 0) return;
-    gemm_job j = {g, af_vec(), panel_rows(g), (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 0, {0}};
+    gemm_job j = {g, af_vec(), panel_rows(g), (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 0,
+                  g->type == AF_GEMM_BF16 && af_cpu_amx(), {0}};
     split_ep(g->ep, &j.rep);
     /* Panels per block: a quarter of the L2 for B (measured a little faster than half on the
      * five benchmark models: more room for A rows, C and what the next block brings in). */
@@ -307,7 +347,8 @@ void af_gemm_run(af_exec *x, const af_gemm *g) {
     if (j.block < 1) j.block = 1;
     if (j.block > j.npanels) j.block = j.npanels;
     j.nblocks = (j.npanels + j.block - 1) / j.block;
-    j.tiles_per_row = (g->mi + j.v->mr - 1) / j.v->mr;
+    int64_t mr = j.amx ? 32 : j.v->mr;
+    j.tiles_per_row = (g->mi + mr - 1) / mr;
     j.ntiles = g->mo * j.tiles_per_row;
     af_exec_parallel(x, j.ntiles * j.npanels, gemm_range, &j);
 }

@@ -29,11 +29,16 @@ size_t af_gemm_packed_floats(int64_t k, int64_t n);
 /* Pack B[kk][j] = b[kk * sk + j * sn] (kk < k, j < n) into dst (af_gemm_packed_floats(k, n)
  * floats). sk = n, sn = 1 for a row-major K x N matrix; sk = 1, sn = k for its transpose. */
 void af_gemm_pack(const float *b, int64_t k, int64_t n, int64_t sk, int64_t sn, float *dst);
+/* BF16 operands come in blocks of 32 along K (an AMX tile's depth): packed B has K rounded up
+ * with zero rows, and A (converted by the caller) has every tap padded with zeros to a multiple
+ * of 32 elements. af_gemm_bf16_k(k) is that rounded K. */
+#define AF_GEMM_BF16_KB 32
+int64_t af_gemm_bf16_k(int64_t k);
 /* Bytes of a packed K x N matrix of type t. */
 size_t af_gemm_packed_bytes(af_gemm_type t, int64_t k, int64_t n);
 /* af_gemm_pack in type t: F32 as above; F16 the same layout in halves; BF16 one 32-bit word per
  * panel column for each pair of K rows (row 2i in its low half, 2i + 1 in its high half, 0 past
- * K), rounded to nearest even. dst holds af_gemm_packed_bytes(t, k, n). */
+ * K up to af_gemm_bf16_k(k)), rounded to nearest even. dst holds af_gemm_packed_bytes(t, k, n). */
 void af_gemm_pack_type(af_gemm_type t, const float *b, int64_t k, int64_t n, int64_t sk,
                        int64_t sn, void *dst);
 
@@ -41,7 +46,9 @@ void af_gemm_pack_type(af_gemm_type t, const float *b, int64_t k, int64_t n, int
  * its element k = t * tap_len + j at + tap_off[t] + j (K = ntaps * tap_len); it is written at
  * c + m * ldc, columns [0, n). A plain M x K matrix: mo = 1, mi = M, rs_i = lda, one tap
  * {0} of length K. ep (may be NULL) sees output (ep_row0 + m, ep_col0 + column). Offsets and
- * strides count elements of A's type; BF16 needs an even tap_len (pairs never straddle taps). */
+ * strides count elements of A's type; BF16 needs tap_len a multiple of AF_GEMM_BF16_KB, and
+ * A readable 32 rows (of rs_i) past each tile's first row (AMX loads whole 16-row tiles and
+ * drops the rows it does not need). */
 typedef struct af_gemm {
     const void *a;
     int64_t mo, mi, rs_o, rs_i;
@@ -62,5 +69,27 @@ void af_gemm_run(af_exec *x, const af_gemm *g);
  * on the calling thread, without the blocking and threading set-up: for callers that run many
  * small products of their own (Winograd's 36 per tile block). */
 void af_gemm_rows(const af_gemm *g);
+
+/* ---- AMX (gemm_amx.c): BF16 GEMMs run there when the CPU and the kernel allow ------------------ */
+
+/* AMX-BF16 is present and the tile state was granted to this process (checked once). */
+int af_amx_available(void);
+/* Configure the tiles on the calling thread / give them back (around a run of blocks). */
+void af_amx_begin(void);
+void af_amx_end(void);
+/* One block of C = A x B in bfloat16: `rows` (1..32; 16 or 32 are computed, and stored) rows
+ * from a (row stride rs, taps as af_gemm) times one packed panel b of width w (16 or 32),
+ * written whole (16 or 32 rows x w columns) at c with row stride ldc. */
+typedef struct af_amx_args {
+    const uint16_t *a;
+    int64_t rs;
+    const int64_t *tap_off;
+    int64_t ntaps, tap_len;
+    const uint32_t *b;
+    int64_t w, rows;
+    float *c;
+    int64_t ldc;
+} af_amx_args;
+void af_amx_block(const af_amx_args *p);
 
 #endif
