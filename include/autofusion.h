@@ -96,6 +96,14 @@ typedef struct af_options {
                                        {"Switch":{"GraphFusion":{"ALL":"off","X":"on"}}} */
     int no_lower; /* 1: keep the graph as fusion left it (what the report describes, for an ONNX
                      export) instead of lowering it for the fast kernels (layout, packing) */
+    const char *precision_mode; /* NULL or "fp32"; "bf16": GEMMs and convolutions in bfloat16
+                                   (AMX or AVX512_BF16) with float32 accumulation; "fp16":
+                                   their weights and inputs in half precision, float32
+                                   arithmetic; "mixed": bf16 with the precision-sensitive parts
+                                   of fused ops in float32. ATC's names are accepted too
+                                   (force_fp32, must_keep_origin_dtype, force_fp16,
+                                   allow_fp32_to_fp16, allow_mix_precision) */
+    const char *keep_fp32;      /* "A,B": fusion rules, node names or op types kept in float32 */
 } af_options;
 
 /* Defaults: all cores, fusion on, errors only. The environment also switches fusions off
@@ -149,6 +157,9 @@ af_status af_session_run(af_session *s, const char *const *names, const af_tenso
  * or "reference"; static string). */
 int af_session_threads(const af_session *s);
 const char *af_session_isa(const af_session *s);
+/* The precision mode the session was prepared with ("fp32", "bf16", "fp16", "mixed"; static):
+ * a compiled model's own, or --precision_mode's canonical name. */
+const char *af_session_precision(const af_session *s);
 
 /* Per-node profiling, written as a Chrome trace (the JSON that ONNX Runtime's profiler writes;
  * open it in Perfetto or chrome://tracing): after af_session_profile_start every run records

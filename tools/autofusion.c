@@ -30,6 +30,7 @@ typedef struct cli {
     long iterations, warmup, threads, framework;
     bool compare, json, no_fusion;
     const char *output, *disable_fusion, *fusion_switch_file, *report, *log, *precision_mode;
+    const char *keep_fp32;
     const char *export_onnx, *profile;
     char *command_line; /* the compile command as given (stored in the .afm) */
 } cli;
@@ -52,7 +53,8 @@ static const struct opt {
     {"input", INPUT, 0, RUN | BENCH, "NAME=FILE  .npy or TensorProto .pb (repeatable)"},
     {"output_dir", STR, offsetof(cli, output_dir), RUN, "DIR  write each output as DIR/<name>.npy"},
     {"input_shape", STR, offsetof(cli, input_shape), LOADS, "\"name:1,3,224,224;...\"  fix symbolic dims"},
-    {"precision_mode", STR, offsetof(cli, precision_mode), COMPILE, "fp32  (bf16, fp16, mixed: not yet)"},
+    {"precision_mode", STR, offsetof(cli, precision_mode), LOADS, "fp32|bf16|fp16|mixed  (ATC's force_fp32, force_fp16, allow_mix_precision...)"},
+    {"keep_fp32", STR, offsetof(cli, keep_fp32), LOADS, "A,B  fusion rules, node names or op types kept in fp32"},
     {"disable_fusion", STR, offsetof(cli, disable_fusion), LOADS, "A,B  switch fusion rules off"},
     {"fusion_switch_file", STR, offsetof(cli, fusion_switch_file), LOADS, "F  ATC switch file (Name:off lines or JSON)"},
     {"no_fusion", FLAG, offsetof(cli, no_fusion), RUN | BENCH, "run the unfused graph (same kernels)"},
@@ -267,6 +269,8 @@ static af_session *open_session(const cli *c, bool no_fusion) {
     opt.no_fusion = no_fusion;
     opt.disable_fusion = c->disable_fusion;
     opt.fusion_switch_file = c->fusion_switch_file;
+    opt.precision_mode = c->precision_mode;
+    opt.keep_fp32 = c->keep_fp32;
     af_session *s = NULL;
     af_error err;
     if (af_session_new(c->model, &opt, &s, &err)) {
@@ -509,12 +513,6 @@ static int check_compile_args(cli *c) {
                 c->framework);
         return 2;
     }
-    if (c->precision_mode && strcmp(c->precision_mode, "fp32") && strcmp(c->precision_mode, "force_fp32") &&
-        strcmp(c->precision_mode, "must_keep_origin_dtype")) {
-        fprintf(stderr, "autofusion compile: --precision_mode=%s is not available in this version: fp32 only\n",
-                c->precision_mode);
-        return 2;
-    }
     bool ok = !c->log;
     for (size_t i = 0; i < AF_COUNT(logs) && !ok; i++) ok = !strcmp(c->log, logs[i]);
     if (!ok) {
@@ -554,7 +552,8 @@ static int cmd_compile(cli *c) {
     char path[4096];
     snprintf(path, sizeof path, "%s%s", c->output, ends_with(c->output, ".afm") ? "" : ".afm");
     const char *json = af_session_report(s, 1), *text = af_session_report(s, 0);
-    af_afm_kv kv[] = {{"precision_mode", "fp32"}, {"fusion_report", json ? json : "{}"}};
+    af_afm_kv kv[] = {{"precision_mode", af_session_precision(s)},
+                      {"fusion_report", json ? json : "{}"}};
     af_afm_meta meta = {AF_VERSION, c->command_line, kv, (int)AF_COUNT(kv)};
     if (log_info(c) && text) fputs(text, stdout);
     if (c->report && (!json || af_fusion_report_write_json(af_session_fusion_report(s), c->report, &err))) {

@@ -277,18 +277,20 @@ static double num(json_t *root, const char *key) {
     return json_number_value(json_object_get(root, key));
 }
 
-/* A record of version 2 measured with the kernels' ISA now in force. */
+/* The file holds one record per ISA ({"version": 3, "avx512": {...}, "avx2": {...}}), so that
+ * runs on different ISAs (the tests' AUTOFUSION_ISA variants) do not evict each other's. Load
+ * the record of the kernels' ISA now in force. */
 static bool load(const char *path, af_machine *m) {
     json_error_t e;
     json_t *root = json_load_file(path, 0, &e);
     if (!root) return false;
-    double gf = num(root, "peak_gflops"), gg = num(root, "gemm_gflops"), bw = num(root, "bandwidth_gbs");
-    double b2 = num(root, "l2_bandwidth_gbs"), b3 = num(root, "l3_bandwidth_gbs"), l2 = num(root, "l2_bytes");
-    const char *isa = json_string_value(json_object_get(root, "isa"));
-    bool ok = json_integer_value(json_object_get(root, "version")) == 2 && sane(gf, 0.01, 1e6) &&
-              sane(gg, 0.01, 1e6) && sane(bw, 0.01, 1e5) && sane(b2, 0.01, 1e5) &&
-              sane(b3, 0.01, 1e5) && sane(l2, 1024, 1e10) && isa &&
-              !strcmp(isa, af_isa_name(af_isa_get()));
+    const char *isa = af_isa_name(af_isa_get());
+    json_t *r = json_integer_value(json_object_get(root, "version")) == 3
+                    ? json_object_get(root, isa) : NULL;
+    double gf = num(r, "peak_gflops"), gg = num(r, "gemm_gflops"), bw = num(r, "bandwidth_gbs");
+    double b2 = num(r, "l2_bandwidth_gbs"), b3 = num(r, "l3_bandwidth_gbs"), l2 = num(r, "l2_bytes");
+    bool ok = r && sane(gf, 0.01, 1e6) && sane(gg, 0.01, 1e6) && sane(bw, 0.01, 1e5) &&
+              sane(b2, 0.01, 1e5) && sane(b3, 0.01, 1e5) && sane(l2, 1024, 1e10);
     if (ok) {
         m->flops = gf * 1e9;
         m->gemm_flops = gg * 1e9;
@@ -315,15 +317,24 @@ static void make_parents(const char *path) {
     }
 }
 
-/* Write atomically (temporary file, then rename); failures only mean the next run measures. */
+/* m's record into the file (the other ISAs' records kept), written atomically (temporary file,
+ * then rename); failures only mean the next run measures. */
 static void store(const char *path, const af_machine *m) {
-    json_t *root = json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:s}", "version", 2,
-                             "peak_gflops", m->flops / 1e9, "gemm_gflops", m->gemm_flops / 1e9,
-                             "bandwidth_gbs", m->bandwidth / 1e9,
-                             "l2_bandwidth_gbs", m->l2_bandwidth / 1e9,
-                             "l3_bandwidth_gbs", m->l3_bandwidth / 1e9, "l2_bytes", m->l2_bytes,
-                             "isa", m->isa);
-    if (!root) return;
+    json_error_t e;
+    json_t *root = json_load_file(path, 0, &e);
+    if (!root || !json_is_object(root) ||
+        json_integer_value(json_object_get(root, "version")) != 3) {
+        json_decref(root);
+        root = json_pack("{s:i}", "version", 3);
+    }
+    json_t *r = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "peak_gflops", m->flops / 1e9,
+                          "gemm_gflops", m->gemm_flops / 1e9, "bandwidth_gbs", m->bandwidth / 1e9,
+                          "l2_bandwidth_gbs", m->l2_bandwidth / 1e9,
+                          "l3_bandwidth_gbs", m->l3_bandwidth / 1e9, "l2_bytes", m->l2_bytes);
+    if (!root || !r || json_object_set_new(root, m->isa, r)) {
+        json_decref(root);
+        return;
+    }
     char tmp[4200];
     int n = snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
     if (n > 0 && (size_t)n < sizeof tmp) {

@@ -16,15 +16,15 @@ typedef const char *(*fu_check_fn)(af_fusion_ctx *, af_node *, af_match *);
 typedef af_status (*fu_apply_fn)(af_fusion_ctx *, af_match *, af_error *);
 
 typedef struct fu_rule {
-    const char *name, *pattern, *conditions;
+    const char *name, *pattern, *conditions, *precision;
     af_op anchor; /* AF_OP_COUNT: every node */
     fu_check_fn check;
     fu_apply_fn apply;
 } fu_rule;
 
 static const fu_rule rules[AF_RULE_COUNT] = {
-#define AF_RULE(id, name, pattern, anchor, check, apply, conditions)                             \
-    {name, pattern, conditions, anchor, check, apply},
+#define AF_RULE(id, name, pattern, anchor, check, apply, conditions, precision)                  \
+    {name, pattern, conditions, precision, anchor, check, apply},
 #include "fusion/rules.def"
 #undef AF_RULE
 };
@@ -60,6 +60,10 @@ const char *af_fusion_rule_pattern(int r) {
 
 const char *af_fusion_rule_conditions(int r) {
     return r >= 0 && r < AF_RULE_COUNT ? rules[r].conditions : NULL;
+}
+
+const char *af_fusion_rule_precision(int r) {
+    return r >= 0 && r < AF_RULE_COUNT ? rules[r].precision : NULL;
 }
 
 /* ---- matching and guards ------------------------------------------------------------------- */
@@ -206,6 +210,19 @@ bool fu_set_int(af_node *n, const char *name, int64_t v) {
     af_attr *a = af_node_add_attr(n, name, AF_ATTR_INT);
     if (a) a->i = v;
     return a != NULL;
+}
+
+bool fu_set_str(af_node *n, const char *name, const char *v) {
+    size_t len = strlen(v);
+    char *copy = af_arena_strndup(n->graph->arena, v, len);
+    af_attr *a = NULL;
+    for (int i = 0; i < n->nattrs && !a; i++)
+        if (!strcmp(n->attrs[i].name, name) && n->attrs[i].type == AF_ATTR_STRING) a = &n->attrs[i];
+    if (!a && copy) a = af_node_add_attr(n, name, AF_ATTR_STRING);
+    if (!a || !copy) return false;
+    a->s = copy;
+    a->slen = len;
+    return true;
 }
 
 bool fu_set_float(af_node *n, const char *name, float v) {

@@ -36,7 +36,7 @@
 /* ---- the rule table ------------------------------------------------------------------------ */
 
 typedef enum af_rule_id {
-#define AF_RULE(id, name, pattern, anchor, check, apply, conditions) AF_RULE_##id,
+#define AF_RULE(id, name, pattern, anchor, check, apply, conditions, precision) AF_RULE_##id,
 #include "fusion/rules.def"
 #undef AF_RULE
     AF_RULE_COUNT
@@ -46,6 +46,9 @@ typedef enum af_rule_id {
 const char *af_fusion_rule_name(int r);
 const char *af_fusion_rule_pattern(int r);
 const char *af_fusion_rule_conditions(int r);
+/* NULL when rule r is not precision-sensitive, else what of its fused op stays float32 under
+ * --precision_mode=mixed (rules.def's last column). */
+const char *af_fusion_rule_precision(int r);
 /* Rule id of a name or alias ("MatMulBiasReluFusionOp" is MatMulBiasActFusionOp); -1 if none. */
 int af_fusion_rule_find(const char *name);
 /* `autofusion --list-fusions`: every rule with its pattern and conditions, in table order. */
@@ -101,6 +104,15 @@ typedef struct af_fusion_miss {
     const char *reason; /* static */
 } af_fusion_miss;
 
+/* The precision one op of the final graph runs in (after lowering): the fused ops and every
+ * GEMM core, when a precision mode other than fp32 was asked for. */
+typedef struct af_precision_entry {
+    char *node, *op, *rules; /* owned; rules "" for an op no rule made */
+    char *precision;         /* owned: "fp32", "bf16", "fp16" */
+    char *why;               /* owned; NULL unless it stays fp32 against the mode */
+    bool prologue_fp32;      /* mixed: its sensitive prologue reads float32 */
+} af_precision_entry;
+
 #define AF_FUSION_MAX_STATS (2 * AF_RULE_COUNT)
 
 typedef struct af_fusion_report {
@@ -113,6 +125,10 @@ typedef struct af_fusion_report {
     int ops_before, ops_after; /* node counts, subgraphs included */
     double t_before, t_after;  /* estimated seconds of the whole graph */
     double peak_gflops, bandwidth_gbs; /* the machine the estimates are for */
+    char *precision_mode;              /* owned; NULL: fp32 (no precision section) */
+    char *precision_note;              /* owned; e.g. why the mode fell back to fp32 */
+    af_precision_entry *prec;
+    int nprec;
 } af_fusion_report;
 
 /* Empty report for `model` (a name for the header line; may be NULL). */
@@ -123,9 +139,14 @@ void af_fusion_report_print(const af_fusion_report *r, FILE *f);
 /* The JSON report as a malloc'd string (free() it); NULL when out of memory. Keys: "model",
  * "graph_fusion" {name: {pattern, match_times, effect_times, fused_into, estimated_speedup,
  * near_misses [{node, op_type, reason}], disabled, disabled_by}}, "ops_before", "ops_after",
- * "overall_estimated_speedup", "machine" {peak_gflops, bandwidth_gbs}. */
+ * "overall_estimated_speedup", "machine" {peak_gflops, bandwidth_gbs}, and with a precision mode
+ * "precision" {mode, note, ops [{node, op, rules, precision, why, prologue_fp32}]}. */
 char *af_fusion_report_json(const af_fusion_report *r);
 af_status af_fusion_report_write_json(const af_fusion_report *r, const char *path, af_error *err);
+/* Record the precision of every reported op of g (fused ops and GEMM cores, as the precision
+ * pass marked them) under `mode`, with `note` (may be NULL) for the whole graph. */
+af_status af_fusion_report_precision(af_fusion_report *r, const af_graph *g, const char *mode,
+                                     const char *note, af_error *err);
 /* Applied matches of rule r over all its names (handy for tests and summaries). */
 int af_fusion_report_applied(const af_fusion_report *r, int rule);
 /* Overall estimated speedup: t_before / t_after (1 when nothing was estimated). */

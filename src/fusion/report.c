@@ -19,14 +19,77 @@ void af_fusion_report_init(af_fusion_report *r, const char *model) {
     }
 }
 
+static char *dup(const char *s) {
+    if (!s) return NULL;
+    size_t n = strlen(s);
+    char *d = malloc(n + 1);
+    if (d) memcpy(d, s, n + 1);
+    return d;
+}
+
 void af_fusion_report_free(af_fusion_report *r) {
     for (int i = 0; i < r->nmisses; i++) {
         free(r->misses[i].node);
         free(r->misses[i].op_type);
     }
     free(r->misses);
+    for (int i = 0; i < r->nprec; i++) {
+        af_precision_entry *e = &r->prec[i];
+        free(e->node), free(e->op), free(e->rules), free(e->precision), free(e->why);
+    }
+    free(r->prec);
+    free(r->precision_mode);
+    free(r->precision_note);
     free(r->model);
     memset(r, 0, sizeof *r);
+}
+
+af_status af_fusion_report_precision(af_fusion_report *r, const af_graph *g, const char *mode,
+                                     const char *note, af_error *err) {
+    free(r->precision_mode);
+    free(r->precision_note);
+    r->precision_mode = dup(mode);
+    r->precision_note = dup(note);
+    if (!r->precision_mode || (note && !r->precision_note))
+        return af_fail(err, AF_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < g->nnodes; i++) {
+        const af_node *n = g->nodes[i];
+        const char *prec = af_attr_str(n, "precision", NULL);
+        if (!prec) continue;
+        af_precision_entry *e = realloc(r->prec, sizeof *e * (size_t)(r->nprec + 1));
+        if (!e) return af_fail(err, AF_ERR_NOMEM, "out of memory");
+        r->prec = e;
+        e = &r->prec[r->nprec];
+        memset(e, 0, sizeof *e);
+        e->node = dup(n->name);
+        e->op = dup(af_ops[n->op].name);
+        e->rules = dup(af_attr_str(n, "fusion_rule", ""));
+        e->precision = dup(prec);
+        e->why = dup(af_attr_str(n, "precision_why", NULL));
+        e->prologue_fp32 = af_attr_int(n, "prologue_fp32", 0) != 0;
+        r->nprec++;
+        if (!e->node || !e->op || !e->rules || !e->precision ||
+            (af_attr_str(n, "precision_why", NULL) && !e->why))
+            return af_fail(err, AF_ERR_NOMEM, "out of memory");
+    }
+    return AF_OK;
+}
+
+/* "[AF] Precision: bf16 (...)": counts per precision, then every op that stays fp32 with its
+ * reason (grouped: one line per reason, a few names each) and the low-precision ops. */
+static void print_precision(const af_fusion_report *r, FILE *f) {
+    if (!r->precision_mode) return;
+    int low = 0;
+    for (int i = 0; i < r->nprec; i++) low += strcmp(r->prec[i].precision, "fp32") != 0;
+    fprintf(f, "[AF] Precision: %s, %d of %d ops in low precision%s%s\n", r->precision_mode, low,
+            r->nprec, r->precision_note ? "; " : "", r->precision_note ? r->precision_note : "");
+    for (int i = 0; i < r->nprec; i++) {
+        const af_precision_entry *e = &r->prec[i];
+        fprintf(f, "[AF]   %-5s %-16s %s%s%s%s%s%s\n", e->precision, e->op, e->node,
+                e->rules[0] ? " (" : "", e->rules, e->rules[0] ? ")" : "",
+                e->why ? ": " : e->prologue_fp32 ? ": LayerNorm prologue in fp32" : "",
+                e->why ? e->why : "");
+    }
 }
 
 int af_fusion_report_applied(const af_fusion_report *r, int rule) {
@@ -99,6 +162,30 @@ void af_fusion_report_print(const af_fusion_report *r, FILE *f) {
     fprintf(f, "[AF] Total operators before fusion: %d\n", r->ops_before);
     fprintf(f, "[AF] Total operators after fusion: %d\n", r->ops_after);
     fprintf(f, "[AF] Overall estimated speedup: %.2fx\n", ratio(r->t_before, r->t_after));
+    print_precision(r, f);
+}
+
+/* The "precision" object of the JSON report; NULL when out of memory. */
+static json_t *precision_json(const af_fusion_report *r) {
+    json_t *o = json_object(), *ops = json_array();
+    int fail = !o || !ops || json_object_set_new(o, "mode", json_string(r->precision_mode));
+    if (!fail && r->precision_note)
+        fail = json_object_set_new(o, "note", json_string(r->precision_note));
+    if (!fail) fail = json_object_set(o, "ops", ops); /* o holds a reference, ops ours */
+    for (int i = 0; i < r->nprec && !fail; i++) {
+        const af_precision_entry *e = &r->prec[i];
+        json_t *x = json_pack("{s:s, s:s, s:s, s:s, s:b}", "node", e->node, "op", e->op, "rules",
+                              e->rules, "precision", e->precision, "prologue_fp32",
+                              e->prologue_fp32);
+        fail = !x || (e->why && json_object_set_new(x, "why", json_string(e->why)));
+        if (x) fail |= json_array_append_new(ops, x);
+    }
+    json_decref(ops);
+    if (fail) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 /* Two decimals, as the text shows. */
@@ -175,6 +262,10 @@ char *af_fusion_report_json(const af_fusion_report *r) {
                                  r->bandwidth_gbs, "l2_bandwidth_gbs", m->l2_bandwidth / 1e9,
                                  "l3_bandwidth_gbs", m->l3_bandwidth / 1e9);
         fail |= !mach || json_object_set_new(root, "machine", mach);
+        if (r->precision_mode) {
+            json_t *pj = precision_json(r);
+            fail |= !pj || json_object_set_new(root, "precision", pj);
+        }
     }
     if (!fail) out = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(gf);
@@ -202,6 +293,9 @@ void af_fusion_list(FILE *f) {
     for (int r = 0; r < AF_RULE_COUNT; r++) {
         fprintf(f, "%s\n  pattern:    %s\n  conditions: %s\n", af_fusion_rule_name(r),
                 af_fusion_rule_pattern(r), af_fusion_rule_conditions(r));
+        const char *prec = af_fusion_rule_precision(r);
+        fprintf(f, "  precision:  %s%s\n", prec ? "sensitive: fp32 under mixed for " : "insensitive",
+                prec ? prec : "");
         if (r == AF_RULE_MATMUL_BIAS_ACT)
             fprintf(f, "  alias:      MatMulBiasReluFusionOp\n");
     }

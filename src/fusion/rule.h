@@ -62,7 +62,7 @@ typedef struct af_match {
 } af_match;
 
 /* Declarations of every rule's check and apply. */
-#define AF_RULE(id, name, pattern, anchor, check, apply, conditions)                             \
+#define AF_RULE(id, name, pattern, anchor, check, apply, conditions, precision)                  \
     const char *check(af_fusion_ctx *, af_node *, af_match *);                                 \
     af_status apply(af_fusion_ctx *, af_match *, af_error *);
 #include "fusion/rules.def"
@@ -149,6 +149,8 @@ af_node *fu_node_new(af_graph *g, af_op op, const char *name, int nin);
 bool fu_copy_attrs(af_node *dst, const af_node *src);
 bool fu_set_int(af_node *n, const char *name, int64_t v);
 bool fu_set_float(af_node *n, const char *name, float v);
+/* Set (replacing the one there) a STRING attribute; false when out of memory. */
+bool fu_set_str(af_node *n, const char *name, const char *v);
 bool fu_set_ints(af_node *n, const char *name, const int64_t *v, int count);
 bool fu_set_floats(af_node *n, const char *name, const float *v, int count);
 /* A new float32 constant named after hint (data zeroed, to be filled); NULL when out of memory. */

@@ -29,12 +29,16 @@ af_status fk_conv_cl_setup(const af_node *n, const af_tensor *const *in, fk_conv
     memset(g, 0, sizeof *g);
     const af_tensor *x = nn_in(n, in, 0), *w = nn_in(n, in, 1), *b = nn_in(n, in, 2);
     if (!x || !w) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input X or W");
-    if (x->dtype != AF_DTYPE_FLOAT || w->dtype != AF_DTYPE_FLOAT || (b && b->dtype != AF_DTYPE_FLOAT))
+    g->packed = (int)af_attr_int(n, "w_packed", 0);
+    g->wt_type = w->dtype == AF_DTYPE_BFLOAT16 ? AF_GEMM_BF16
+                 : w->dtype == AF_DTYPE_FLOAT16 ? AF_GEMM_F16 : AF_GEMM_F32;
+    bool low_w = g->packed == 1 && g->wt_type != AF_GEMM_F32;
+    if (x->dtype != AF_DTYPE_FLOAT || (w->dtype != AF_DTYPE_FLOAT && !low_w) ||
+        (b && b->dtype != AF_DTYPE_FLOAT))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "FusedConv on %s (float32 only)",
-                            af_dtype_name(x->dtype));
+                            af_dtype_name(x->dtype != AF_DTYPE_FLOAT ? x->dtype : w->dtype));
     if (x->rank >= 0 && x->rank != 4)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "channels-last FusedConv needs a 4-D X");
-    g->packed = (int)af_attr_int(n, "w_packed", 0);
     af_tensor wv = *w;
     wv.data = NULL;
     if (g->packed) {
@@ -86,15 +90,20 @@ af_status fk_conv_cl_setup(const af_node *n, const af_tensor *const *in, fk_conv
                            g->dw != 1 || g->group != 1))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
                             "Winograd weights need a 3x3 stride-1 undilated conv with one group");
+    if (g->wt_type != AF_GEMM_F32 && g->group != 1)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "half or bfloat16 weights need one group");
     if (g->packed) {
+        int64_t cp = g->wt_type == AF_GEMM_BF16 ? af_gemm_bf16_k(g->cg) : g->cg;
         int64_t want = g->packed == 2   ? g->kh * g->kw * g->m
                        : g->packed == 3 ? 36 * (int64_t)af_gemm_packed_floats(g->c, g->m)
-                                        : g->group * (int64_t)af_gemm_packed_floats(g->kh * g->kw * g->cg, g->mg);
+                       : g->wt_type != AF_GEMM_F32
+                           ? (int64_t)(af_gemm_packed_bytes(g->wt_type, g->kh * g->kw * cp, g->m) / 2)
+                           : g->group * (int64_t)af_gemm_packed_floats(g->kh * g->kw * g->cg, g->mg);
         if (g->packed == 2 && (g->cg != 1 || g->m != g->group))
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "depthwise weights need Cg = 1, M = group");
         if (w->rank != 1 || (w->dims[0] >= 0 && w->dims[0] != want))
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
-                                "packed W must be 1-D with %lld floats", (long long)want);
+                                "packed W must be 1-D with %lld elements", (long long)want);
     }
     g->x = x->data;
     g->wt = w->data;
@@ -241,6 +250,105 @@ static void conv_dense(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned
         }
 }
 
+/* ---- half and bfloat16 (--precision_mode) ------------------------------------------------------- */
+
+/* X converted once per run for a half or bfloat16 conv: zero-bordered like pad_rows, each
+ * position's channels multiplied by the squeeze-excite gate when there is one (in_scale: here
+ * rather than on the weights, which are not float32), rounded to the type; bfloat16 positions
+ * hold cp channels (a multiple of AF_GEMM_BF16_KB, zero padded) so every kernel position is a tap
+ * of whole K blocks. */
+typedef struct low_job {
+    const fk_conv_cl *g;
+    int64_t hp, wp, cp;
+    uint16_t *d16; /* BF16 */
+    float *d32;    /* F16: float32 holding half values */
+} low_job;
+
+enum { LOW_CHUNK = 256 }; /* channels converted at a time through a stack buffer */
+
+static void low_position(const low_job *p, const float *src, const float *gate, int64_t pos) {
+    const fk_conv_cl *g = p->g;
+    const af_vec_ops *v = af_vec();
+    float tmp[LOW_CHUNK];
+    for (int64_t c0 = 0; c0 < g->c; c0 += LOW_CHUNK) {
+        int64_t nc = g->c - c0 < LOW_CHUNK ? g->c - c0 : LOW_CHUNK;
+        const float *s = src + c0;
+        if (gate) {
+            for (int64_t k = 0; k < nc; k++) tmp[k] = s[k] * gate[c0 + k];
+            s = tmp;
+        }
+        if (p->d16) v->to_bf16(s, p->d16 + pos * p->cp + c0, nc);
+        else v->round_f16(s, p->d32 + pos * p->cp + c0, nc);
+    }
+    if (p->d16) memset(p->d16 + pos * p->cp + g->c, 0, (size_t)(p->cp - g->c) * sizeof(uint16_t));
+}
+
+static void low_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const low_job *p = ctx;
+    const fk_conv_cl *g = p->g;
+    size_t es = p->d16 ? sizeof(uint16_t) : sizeof(float);
+    for (int64_t r = begin; r < end; r++) {
+        int64_t b = r / p->hp, ih = r % p->hp - g->ph;
+        const float *gate = g->gate ? g->gate + b * g->c : NULL;
+        for (int64_t iwp = 0; iwp < p->wp; iwp++) {
+            int64_t iw = iwp - g->pw, pos = r * p->wp + iwp;
+            if (ih < 0 || ih >= g->h || iw < 0 || iw >= g->w) {
+                char *d = p->d16 ? (char *)(p->d16 + pos * p->cp) : (char *)(p->d32 + pos * p->cp);
+                memset(d, 0, (size_t)p->cp * es);
+                continue;
+            }
+            low_position(p, g->x + ((b * g->h + ih) * g->w + iw) * g->c, gate, pos);
+        }
+    }
+}
+
+/* Elements of the converted image and the slack after it (bfloat16: AMX reads up to 32 rows of
+ * A past a tile's first row). */
+static void low_sizes(const fk_conv_cl *g, int64_t *hp, int64_t *wp, int64_t *cp, size_t *img,
+                      size_t *slack) {
+    *hp = g->h;
+    *wp = g->w;
+    if (needs_padding(g)) padded_extent(g, hp, wp);
+    *cp = g->wt_type == AF_GEMM_BF16 ? af_gemm_bf16_k(g->c) : g->c;
+    *img = (size_t)(g->n * *hp * *wp * *cp);
+    *slack = g->wt_type == AF_GEMM_BF16 ? (size_t)(32 * g->sw * *cp) : 0;
+}
+
+static size_t low_scratch_bytes(const fk_conv_cl *g) {
+    int64_t hp, wp, cp;
+    size_t img, slack, es = g->wt_type == AF_GEMM_BF16 ? 2 : 4;
+    low_sizes(g, &hp, &wp, &cp, &img, &slack);
+    return (((img + slack) * es + 63) & ~(size_t)63) + (size_t)(g->kh * g->kw) * sizeof(int64_t);
+}
+
+static void conv_low(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned char *scratch,
+                     af_exec *ex) {
+    int64_t hp, wp, cp;
+    size_t img, slack;
+    low_sizes(g, &hp, &wp, &cp, &img, &slack);
+    bool bf = g->wt_type == AF_GEMM_BF16;
+    size_t es = bf ? 2 : 4;
+    low_job j = {g, hp, wp, cp, bf ? (uint16_t *)scratch : NULL, bf ? NULL : (float *)scratch};
+    int64_t *taps = (int64_t *)(scratch + (((img + slack) * es + 63) & ~(size_t)63));
+    if (slack) memset(scratch + img * es, 0, slack * es);
+    af_exec_parallel(ex, g->n * hp, low_rows, &j);
+    /* bfloat16: one tap per kernel position (channels padded); half: per kernel row, as float32 */
+    bool merged = !bf && g->dw == 1;
+    int64_t ntaps = 0;
+    for (int64_t i = 0; i < g->kh; i++)
+        for (int64_t k = 0; k < (merged ? 1 : g->kw); k++) taps[ntaps++] = (i * g->dh * wp + k * g->dw) * cp;
+    bool flat = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && !needs_padding(g);
+    for (int64_t b = 0; b < g->n; b++) {
+        size_t off = (size_t)(b * hp * wp * cp);
+        af_gemm gm = {bf ? (const void *)(j.d16 + off) : (const void *)(j.d32 + off),
+                      flat ? 1 : g->oh, flat ? g->oh * g->ow : g->ow, g->sh * wp * cp, g->sw * cp,
+                      taps, ntaps, merged ? g->kw * cp : cp, g->wt, g->m,
+                      y + b * g->oh * g->ow * g->m, g->m, ep, b * g->oh * g->ow, 0, g->wt_type};
+        af_gemm_run(ex, &gm);
+    }
+}
+
 /* ---- Winograd F(4x4, 3x3) --------------------------------------------------------------------------
  * For a 3x3 stride-1 conv (w_packed = 3): the output in 4x4 tiles, each read from a 6x6 patch
  * of the zero-bordered input. Three phases, each in parallel: every tile's patch transformed
@@ -373,6 +481,7 @@ static void conv_run(const fk_conv_cl *g, const af_epilogue *ep, float *y, float
     if (g->packed != 2) {
         if (g->b) af_vep_prepend(&vep, AF_EP_ADD, AF_VEP_COL, g->b);
         if (g->packed == 3) conv_winograd(g, &vep, y, scratch, ex);
+        else if (g->wt_type != AF_GEMM_F32) conv_low(g, &vep, y, scratch, ex);
         else conv_dense(g, &vep, y, scratch, ex);
         return;
     }
@@ -392,7 +501,7 @@ static void conv_run(const fk_conv_cl *g, const af_epilogue *ep, float *y, float
 }
 
 static size_t conv_scratch_bytes(const fk_conv_cl *g, bool mean, af_exec *ex) {
-    if (g->packed == 1) return dense_scratch_bytes(g);
+    if (g->packed == 1) return g->wt_type != AF_GEMM_F32 ? low_scratch_bytes(g) : dense_scratch_bytes(g);
     if (g->packed == 3) {
         int64_t hp, wp;
         size_t img, vm;

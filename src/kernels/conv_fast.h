@@ -4,12 +4,14 @@
 #define AF_KERNELS_CONV_FAST_H
 
 #include "kernels/fused.h"
+#include "kernels/vec.h"
 
 typedef struct fk_conv_cl {
     af_tensor y; /* output type [N, OH, OW, M] (rank -1 while X's rank is unknown) */
     int64_t n, h, w, c, m, cg, mg, group;
     int64_t oh, ow, kh, kw, sh, sw, dh, dw, ph, pw; /* pads at the beginning */
     int packed; /* w_packed: 0 not yet, 1 GEMM panels, 2 depthwise */
+    af_gemm_type wt_type; /* packed GEMM panels in half or bfloat16 (--precision_mode) */
     const float *x, *wt, *b;
     /* in_scale: X's channels are multiplied by gate[n][c] (input in_scale, [N, 1, 1, C]; a
      * squeeze-excite gate folded into this 1x1 conv), applied to the weights per image */

@@ -26,6 +26,7 @@ typedef struct fk_mm {
     int rank; /* output rank */
     int64_t dims[AF_MAX_RANK];
     bool packed;  /* B was packed by the lower pass (gemm.h): `b` then points at bpk */
+    af_gemm_type bt; /* the packed B's type: float32, half, bfloat16 (--precision_mode) */
     af_tensor bpk; /* the packed B seen as its logical [K, N] */
 } fk_mm;
 
@@ -56,8 +57,9 @@ static af_status mm_vec(const af_node *n, const af_tensor *t, const char *what, 
     return AF_OK;
 }
 
-/* B packed at compile time: a 1-D float tensor of exactly the packed size of b_shape = [K, N]
- * (trans_b already applied). Afterwards g->b is the logical [K, N] view of those floats. */
+/* B packed at compile time: a 1-D tensor of exactly the packed size of b_shape = [K, N]
+ * (trans_b already applied): float32, or half / bfloat16 for a node the precision pass lowered.
+ * Afterwards g->b is the logical [K, N] view of those elements. */
 static af_status mm_packed_b(const af_node *n, fk_mm *g, af_error *err) {
     const int64_t *shape = NULL;
     int64_t kn;
@@ -67,10 +69,13 @@ static af_status mm_packed_b(const af_node *n, fk_mm *g, af_error *err) {
     if (g->tb)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "a packed B is never transposed");
     const af_tensor *b = g->b;
-    int64_t want = (int64_t)af_gemm_packed_floats(shape[0], shape[1]);
+    g->bt = b->dtype == AF_DTYPE_BFLOAT16 ? AF_GEMM_BF16
+            : b->dtype == AF_DTYPE_FLOAT16 ? AF_GEMM_F16 : AF_GEMM_F32;
+    int64_t want = (int64_t)(af_gemm_packed_bytes(g->bt, shape[0], shape[1]) /
+                             (g->bt == AF_GEMM_F32 ? 4 : 2));
     if (b->rank != 1 || (b->dims[0] >= 0 && b->dims[0] != want))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
-                            "packed B must be 1-D with %lld floats for [%lld, %lld]",
+                            "packed B must be 1-D with %lld elements for [%lld, %lld]",
                             (long long)want, (long long)shape[0], (long long)shape[1]);
     g->packed = true;
     g->bpk = *b;
@@ -93,9 +98,11 @@ static af_status mm_setup(const af_node *n, const af_tensor *const *in, fk_mm *g
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input A or B");
     if (n->nout != 1)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "FusedMatMul has one output");
-    if (g->a->dtype != AF_DTYPE_FLOAT || g->b->dtype != AF_DTYPE_FLOAT)
+    bool low_b = af_attr_int(n, "b_packed", 0) &&
+                 (g->b->dtype == AF_DTYPE_BFLOAT16 || g->b->dtype == AF_DTYPE_FLOAT16);
+    if (g->a->dtype != AF_DTYPE_FLOAT || (g->b->dtype != AF_DTYPE_FLOAT && !low_b))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "FusedMatMul on %s (float32 only)",
-                            af_dtype_name(g->a->dtype));
+                            af_dtype_name(g->a->dtype != AF_DTYPE_FLOAT ? g->a->dtype : g->b->dtype));
     if (g->lnb && !g->lns)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "ln_bias without ln_scale");
     g->ta = af_attr_int(n, "trans_a", 0) != 0;
@@ -330,6 +337,83 @@ static void mm_prepare_a(const fk_mm *g, float eps, float *dst) {
         v->layernorm(a + r * g->k, dst + r * g->k, g->k, eps, g->lns->data, bi);
 }
 
+/* ---- half and bfloat16 (--precision_mode) --------------------------------------------------- */
+
+/* A converted for a low-precision GEMM: row r of every batch entry (nbatch * M rows), through
+ * the LayerNorm prologue when there is one, rounded to the GEMM's type: bfloat16 rows of
+ * af_gemm_bf16_k(K) (zero padded, and 32 zero rows after the last for the AMX tiles), or
+ * float32 rows holding half-precision values. Without prologue_fp32 the input is rounded
+ * first, as if it had been stored in that type. */
+typedef struct mm_low {
+    const fk_mm *g;
+    float eps;
+    bool round_first;
+    int64_t kp;
+    uint16_t *a16;
+    float *a32;  /* F16: the converted rows; BF16: per slot, one row of LayerNorm output */
+} mm_low;
+
+static void mm_round(af_gemm_type t, float *x, int64_t n, uint16_t *tmp16) {
+    const af_vec_ops *v = af_vec();
+    if (t == AF_GEMM_F16) {
+        v->round_f16(x, x, n);
+        return;
+    }
+    v->to_bf16(x, tmp16, n);
+    for (int64_t i = 0; i < n; i++) x[i] = af_bf16_to_float(tmp16[i]);
+}
+
+static void mm_low_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    const mm_low *j = ctx;
+    const fk_mm *g = j->g;
+    const af_vec_ops *v = af_vec();
+    for (int64_t r = begin; r < end; r++) {
+        int64_t aoff, boff;
+        mm_offsets(g, r / g->m, &aoff, &boff);
+        const float *a = (const float *)g->a->data + aoff + r % g->m * g->k;
+        bool bf = g->bt == AF_GEMM_BF16;
+        float *row = bf ? j->a32 + (size_t)slot * (size_t)g->k : j->a32 + r * g->k;
+        uint16_t *out = bf ? j->a16 + r * j->kp : NULL;
+        memcpy(row, a, (size_t)g->k * sizeof(float));
+        if (g->lns) {
+            if (j->round_first) mm_round(g->bt, row, g->k, out);
+            v->layernorm(row, row, g->k, j->eps, g->lns->data, g->lnb ? g->lnb->data : NULL);
+        }
+        if (!bf) {
+            v->round_f16(row, row, g->k);
+            continue;
+        }
+        v->to_bf16(row, out, g->k);
+        memset(out + g->k, 0, (size_t)(j->kp - g->k) * sizeof(uint16_t));
+    }
+}
+
+static af_status mm_run_low(const af_node *n, const fk_mm *g, const af_vep *vep, float *y,
+                            af_exec *ex, af_error *err) {
+    int64_t nbatch = 1;
+    for (int i = 0; i < g->nb; i++) nbatch *= g->bdims[i];
+    int64_t rows = nbatch * g->m, slots = af_exec_threads(ex);
+    bool bf = g->bt == AF_GEMM_BF16;
+    mm_low j = {g, af_attr_float(n, "ln_epsilon", 1e-5f), !af_attr_int(n, "prologue_fp32", 0),
+                bf ? af_gemm_bf16_k(g->k) : g->k, NULL, NULL};
+    size_t a16 = bf ? (size_t)((rows + 32) * j.kp) * sizeof(uint16_t) : 0;
+    size_t a32 = (size_t)((bf ? slots : rows) * g->k) * sizeof(float);
+    size_t off = (a16 + 63) & ~(size_t)63;
+    unsigned char *scratch = af_exec_scratch(ex, off + a32 + 64);
+    if (!scratch)
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory for %zu bytes of scratch",
+                            off + a32 + 64);
+    j.a16 = bf ? (uint16_t *)scratch : NULL;
+    j.a32 = (float *)(scratch + off);
+    if (bf) memset(j.a16 + rows * j.kp, 0, (size_t)(32 * j.kp) * sizeof(uint16_t));
+    af_exec_parallel(rows * g->k < 16384 ? NULL : ex, rows, mm_low_rows, &j);
+    static const int64_t tap0[1] = {0};
+    af_gemm gm = {bf ? (const void *)j.a16 : (const void *)j.a32, 1, rows, 0, j.kp, tap0, 1, j.kp,
+                  g->b->data, g->n, y, g->n, vep, 0, 0, g->bt};
+    af_gemm_run(ex, &gm);
+    return AF_OK;
+}
+
 /* Y = epilogue(alpha * op(LN(A)) x B + bias) on the GEMM core. */
 static af_status mm_run_fast(const af_node *n, const fk_mm *g, const af_epilogue *ep, float *y,
                              af_exec *ex, af_error *err) {
@@ -338,6 +422,7 @@ static af_status mm_run_fast(const af_node *n, const fk_mm *g, const af_epilogue
     af_vep_build(ep, y, g->n, &vep);
     if (g->bias) af_vep_prepend(&vep, AF_EP_ADD, AF_VEP_COL, g->bias->data);
     if (alpha != 1.0f) af_vep_prepend(&vep, AF_EP_MUL, AF_VEP_SCALAR, &alpha);
+    if (g->bt != AF_GEMM_F32) return mm_run_low(n, g, &vep, y, ex, err);
     mm_fast f = {g, &vep, g->a->data, NULL, 0, y, 1};
     for (int i = 0; i < g->nb; i++) f.nbatch *= g->bdims[i];
     bool shared_b = true, dense_a = true;

@@ -13,6 +13,7 @@
  * statistics, training mode) are left as they are.
  */
 #include "fusion/rule.h"
+#include "kernels/cpu.h"
 #include "kernels/gemm.h"
 #include "passes/rewrite.h"
 
@@ -108,18 +109,43 @@ af_status af_pass_lower(af_graph *g, af_error *err) {
  * node's `trans` attribute says so) replaced by its packed panels: `shape` = [K, N] and `flag`
  * = 1 say how, `trans` is folded in. FusedMatMul's B (b_shape, b_packed) and a channels-last
  * ConvPoolFc's FC weights (fc_shape, fc_packed). */
+/* The GEMM type node n's precision attribute asks for (precision.c). */
+static af_gemm_type gemm_type(const af_node *n) {
+    const char *p = af_attr_str(n, "precision", "fp32");
+    return !strcmp(p, "bf16") ? AF_GEMM_BF16 : !strcmp(p, "fp16") ? AF_GEMM_F16 : AF_GEMM_F32;
+}
+
+/* n cannot run its precision after all: fp32, and why. */
+static af_status keep_fp32(af_node *n, const char *why, af_error *err) {
+    if (!fu_set_str(n, "precision", "fp32") || !fu_set_str(n, "precision_why", why))
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+    return AF_OK;
+}
+
+/* A constant for `bytes` of packed weights of type t: float32, or half / bfloat16 elements. */
+static af_value *packed_const(af_graph *g, af_gemm_type t, size_t bytes) {
+    int64_t len = (int64_t)(t == AF_GEMM_F32 ? bytes / 4 : bytes / 2);
+    if (t == AF_GEMM_F32) return fu_const(g, "packed_b", 1, &len);
+    return af_value_new_const(g, af_graph_unique_name(g, "packed_b"),
+                              t == AF_GEMM_F16 ? AF_DTYPE_FLOAT16 : AF_DTYPE_BFLOAT16, 1, &len);
+}
+
+/* A constant 2-D weight matrix read as a GEMM's B (input `slot`, [K, N], or [N, K] when the
+ * node's `trans` attribute says so) replaced by its packed panels, in the node's precision:
+ * `shape` = [K, N] and `flag` = 1 say how, `trans` is folded in. FusedMatMul's B (b_shape,
+ * b_packed) and a channels-last ConvPoolFc's FC weights (fc_shape, fc_packed). */
 static af_status pack_b(af_graph *g, af_node *n, int slot, const char *trans, const char *shape,
                         const char *flag, af_error *err) {
     af_value *b = n->nin > slot ? n->in[slot] : NULL;
     if (!b || !fu_is_const(b) || !fu_is_f32(b) || b->type.rank != 2 || af_attr_int(n, flag, 0))
         return AF_OK;
     bool tb = af_attr_int(n, trans, 0) != 0;
-    int64_t k = b->type.dims[tb ? 1 : 0], nn = b->type.dims[tb ? 0 : 1];
-    int64_t len = (int64_t)af_gemm_packed_floats(k, nn), dims[2] = {k, nn};
-    af_value *p = fu_const(g, "packed_b", 1, &len);
+    af_gemm_type t = n->op == AF_OP_FUSED_MATMUL ? gemm_type(n) : AF_GEMM_F32;
+    int64_t k = b->type.dims[tb ? 1 : 0], nn = b->type.dims[tb ? 0 : 1], dims[2] = {k, nn};
+    af_value *p = packed_const(g, t, af_gemm_packed_bytes(t, k, nn));
     if (!p || !fu_set_ints(n, shape, dims, 2) || !fu_set_int(n, flag, 1))
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
-    af_gemm_pack(b->type.data, k, nn, tb ? 1 : nn, tb ? k : 1, p->type.data);
+    af_gemm_pack_type(t, b->type.data, k, nn, tb ? 1 : nn, tb ? k : 1, p->type.data);
     for (int a = 0; a < n->nattrs; a++)
         if (!strcmp(n->attrs[a].name, trans)) n->attrs[a].i = 0;
     af_node_set_input(n, slot, p);
@@ -177,10 +203,36 @@ static void wino_weight(const float *k, double *u) {
         for (int j = 0; j < 6; j++) u[i * 6 + j] = t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2];
 }
 
+/* The dense weights of a one-group conv in half precision (the float32 layout below) or in
+ * bfloat16 pairs over k = (kh * KW + kw) * Cp + c, the channels padded to Cp, a multiple of
+ * AF_GEMM_BF16_KB, with zero rows: each kernel position is then a tap of whole K blocks (the
+ * kernel converts X to bfloat16 with the same padding). */
+static af_status pack_conv_low(af_graph *g, af_node *n, af_gemm_type t, af_error *err) {
+    const af_value *w = n->in[1];
+    const int64_t *d = w->type.dims;
+    int64_t m = d[0], c = d[1], taps = d[2] * d[3];
+    int64_t cp = t == AF_GEMM_BF16 ? af_gemm_bf16_k(c) : c, k = taps * cp;
+    af_value *p = packed_const(g, t, af_gemm_packed_bytes(t, k, m));
+    float *tmp = calloc((size_t)(k * m > 0 ? k * m : 1), sizeof(float));
+    if (!p || !tmp || !fu_set_ints(n, "w_shape", d, 4) || !fu_set_int(n, "w_packed", 1)) {
+        free(tmp);
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
+    }
+    const float *src = w->type.data;
+    for (int64_t o = 0; o < m; o++)
+        for (int64_t ci = 0; ci < c; ci++)
+            for (int64_t tp = 0; tp < taps; tp++) tmp[(tp * cp + ci) * m + o] = src[(o * c + ci) * taps + tp];
+    af_gemm_pack_type(t, tmp, k, m, m, 1, p->type.data);
+    free(tmp);
+    af_node_set_input(n, 1, p);
+    return AF_OK;
+}
+
 /* A channels-last FusedConv reads its constant weights packed:
  *   w_packed = 1: per group, the GEMM panels of B[k][m] with k = (kh * KW + kw) * Cg + c (the
  *                 order in which an NHWC input row holds a kernel window), groups one after
- *                 the other, each af_gemm_packed_floats(KH * KW * Cg, M / group) floats;
+ *                 the other, each af_gemm_packed_floats(KH * KW * Cg, M / group) floats; in
+ *                 half or bfloat16 when the weights have that dtype (pack_conv_low);
  *   w_packed = 2: depthwise, [KH * KW][M];
  *   w_packed = 3: Winograd, for each of the 36 transform positions the GEMM panels of
  *                 U[c][m] = (G g G^T)[position] of kernel (m, c), one after the other.
@@ -195,6 +247,18 @@ static af_status pack_conv(af_graph *g, af_node *n, af_error *err) {
     if (group < 1 || m % group) return AF_OK; /* the kernel's shape checks will say why */
     int64_t mg = m / group, k = kh * kw * cg, taps = kh * kw;
     bool dw = depthwise(n, w), wg = !dw && winograd(n, w);
+    af_gemm_type t = gemm_type(n);
+    if (t != AF_GEMM_F32) {
+        /* Winograd's fewer products win over bfloat16 without AMX, and over half storage. */
+        const char *why = dw ? "depthwise: bound by memory traffic, runs fp32"
+                          : group > 1 ? "grouped convolution runs fp32"
+                          : wg && (t == AF_GEMM_F16 || !af_cpu_amx())
+                              ? "Winograd F(4x4, 3x3) in fp32 is faster here"
+                              : NULL;
+        if (!why) return pack_conv_low(g, n, t, err);
+        af_status st = keep_fp32(n, why, err);
+        if (st) return st;
+    }
     int64_t len = dw ? taps * m : group * (int64_t)af_gemm_packed_floats(k, mg);
     if (wg) len = 36 * (int64_t)af_gemm_packed_floats(cg, m);
     af_value *p = fu_const(g, dw ? "packed_dw" : "packed_w", 1, &len);

@@ -39,12 +39,30 @@ af_status af_pass_layout(af_graph *g, af_error *err);
  * comes from a depthwise conv, that conv also writes X's means for the SqueezeExcite. */
 af_status af_pass_pack(af_graph *g, af_error *err);
 
+/* Precision modes (precision.c): --precision_mode's names and ATC's aliases. */
+typedef enum af_precision { AF_PREC_FP32, AF_PREC_BF16, AF_PREC_FP16, AF_PREC_MIXED } af_precision;
+/* The mode a name means ("fp32", "bf16", "fp16", "mixed", "force_fp32", "allow_mix_precision",
+ * ...); -1 when unknown. */
+int af_precision_parse(const char *name);
+const char *af_precision_name(af_precision p);
+/* False (with the reason) when this CPU cannot run the mode's low-precision arithmetic. */
+bool af_precision_supported(af_precision p, const char **why);
+typedef struct af_precision_cfg {
+    af_precision mode;
+    const char *keep_fp32; /* "A,B": rules, node names or op types that stay fp32 (may be NULL) */
+} af_precision_cfg;
+/* Mark each GEMM core with the precision it runs in (see precision.c); cfg NULL: fp32. An
+ * unknown --keep_fp32 name is AF_ERR_INVALID_ARG. */
+af_status af_pass_precision(af_graph *g, const af_precision_cfg *cfg, af_error *err);
+
 /* The whole pipeline, in order (src/passes/pipeline.c). */
 af_status af_optimize(af_graph *g, const struct af_fusion_config *cfg,
                       struct af_fusion_report *rep, af_error *err);
 /* The lowering stage, after af_optimize or on its own for the unfused graph: lower, layout,
- * pack, then dead-code removal. Does nothing under AF_ISA_REFERENCE (kernels/cpu.h). */
+ * dead-code removal, precision (prec may be NULL: fp32), pack. Does nothing under
+ * AF_ISA_REFERENCE (kernels/cpu.h). */
 af_status af_lower(af_graph *g, af_error *err);
+af_status af_lower_precision(af_graph *g, const af_precision_cfg *prec, af_error *err);
 
 /* ---- opset-independent readers (rewrite.c) --------------------------------------------------
  * Kernels choose between an op's attribute form and its input form by the model's opset, so

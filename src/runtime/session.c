@@ -27,6 +27,7 @@ struct af_session {
     af_runtime *rt;             /* threads and kernel scratch */
     void *arena;                /* plan->arena_size bytes, made by the first run */
     atomic_int running;         /* a run is using the arena */
+    const char *precision;      /* static: the mode's canonical name */
 };
 
 void af_options_init(af_options *opt) {
@@ -102,8 +103,37 @@ static af_status optimize(af_session *s, af_error *err) {
     if (st) return st;
     af_fusion_report_init(&s->report, s->model->path);
     s->fused = true;
-    st = af_optimize(s->model->graph, &cfg, &s->report, err);
-    if (!st && af_fusion_log_requested()) af_fusion_report_print(&s->report, stderr);
+    return af_optimize(s->model->graph, &cfg, &s->report, err);
+}
+
+/* --precision_mode as a configuration for the lowering. */
+static af_status precision_config(const af_options *o, const char *file, af_precision_cfg *pc,
+                                  af_error *err) {
+    pc->mode = AF_PREC_FP32;
+    pc->keep_fp32 = o->keep_fp32;
+    if (!o->precision_mode) return AF_OK;
+    int m = af_precision_parse(o->precision_mode);
+    if (m < 0)
+        return af_fail(err, AF_ERR_INVALID_ARG,
+                       "%s: unknown precision mode '%s': fp32, bf16, fp16 or mixed (ATC's "
+                       "force_fp32, must_keep_origin_dtype, force_fp16, allow_fp32_to_fp16, "
+                       "allow_mix_precision, allow_mix_precision_bf16 also work)",
+                       file, o->precision_mode);
+    pc->mode = (af_precision)m;
+    return AF_OK;
+}
+
+/* Lower for the fast kernels in the session's precision, and record it in the report. */
+static af_status lower(af_session *s, af_error *err) {
+    af_precision_cfg pc;
+    af_status st = precision_config(&s->opt, s->model->path, &pc, err);
+    if (!st) st = af_lower_precision(s->model->graph, &pc, err);
+    s->precision = af_precision_name(pc.mode);
+    const char *note = NULL;
+    if (!st && s->fused && pc.mode != AF_PREC_FP32) {
+        af_precision_supported(pc.mode, &note);
+        st = af_fusion_report_precision(&s->report, s->model->graph, s->precision, note, err);
+    }
     return st;
 }
 
@@ -119,7 +149,7 @@ static af_status make_plan(af_session *s, af_plan **file_plan, af_error *err) {
 }
 
 static af_status finish(af_model *m, af_plan *file_plan, const af_options *opt, bool compiled,
-                        af_session **out, af_error *err) {
+                        const char *file_precision, af_session **out, af_error *err) {
     af_session *s = calloc(1, sizeof *s);
     af_status st = AF_OK;
     if (!s) {
@@ -144,15 +174,21 @@ static af_status finish(af_model *m, af_plan *file_plan, const af_options *opt, 
         if (st) goto fail;
     }
     /* Fused or not, the graph then runs on the fast kernels (a compiled model already does). */
+    s->precision = "fp32";
+    for (int p = 0; compiled && file_precision && p <= AF_PREC_MIXED; p++)
+        if (!strcmp(file_precision, af_precision_name((af_precision)p)))
+            s->precision = af_precision_name((af_precision)p);
     if (!compiled && !s->opt.no_lower) {
-        st = af_lower(m->graph, err);
+        st = lower(s, err);
         if (st) goto fail;
     }
+    if (s->fused && af_fusion_log_requested()) af_fusion_report_print(&s->report, stderr);
     st = make_plan(s, &file_plan, err);
     if (!st) st = af_runtime_new(s->opt.threads, &s->rt, err);
     if (st) goto fail;
     /* Borrowed strings are not kept past this call. */
     s->opt.input_shape = s->opt.disable_fusion = s->opt.fusion_switch_file = NULL;
+    s->opt.precision_mode = s->opt.keep_fp32 = NULL;
     *out = s;
     return AF_OK;
 fail:
@@ -175,9 +211,13 @@ af_status af_session_new(const char *path, const af_options *opt, af_session **o
     af_plan *plan = NULL;
     *out = NULL;
     bool compiled = is_afm(path);
-    af_status st = compiled ? af_afm_load_with_plan(path, &m, NULL, &plan, err)
+    af_afm_meta meta = {0};
+    af_status st = compiled ? af_afm_load_with_plan(path, &m, &meta, &plan, err)
                             : af_model_load(path, &m, err);
-    return st ? st : finish(m, plan, opt, compiled, out, err);
+    const char *prec = NULL;
+    for (int i = 0; i < meta.nkv; i++)
+        if (!strcmp(meta.kv[i].key, "precision_mode")) prec = meta.kv[i].value;
+    return st ? st : finish(m, plan, opt, compiled, prec, out, err);
 }
 
 af_status af_session_new_from_bytes(const void *bytes, size_t len, const char *name,
@@ -185,7 +225,7 @@ af_status af_session_new_from_bytes(const void *bytes, size_t len, const char *n
     af_model *m = NULL;
     *out = NULL;
     af_status st = af_model_load_bytes(bytes, len, name, &m, err);
-    return st ? st : finish(m, NULL, opt, false, out, err);
+    return st ? st : finish(m, NULL, opt, false, NULL, out, err);
 }
 
 const char *af_session_report(af_session *s, int json) {
@@ -364,6 +404,10 @@ af_status af_session_profile_end(af_session *s, const char *path, af_error *err)
 }
 
 int af_session_threads(const af_session *s) { return af_runtime_threads(s->rt); }
+
+const char *af_session_precision(const af_session *s) {
+    return s->precision;
+}
 
 const char *af_session_isa(const af_session *s) {
     (void)s;
