@@ -41,6 +41,7 @@ af_status fk_conv_cl_setup(const af_node *n, const af_tensor *const *in, fk_conv
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "channels-last FusedConv needs a 4-D X");
     af_tensor wv = *w;
     wv.data = NULL;
+    wv.dtype = AF_DTYPE_FLOAT; /* the logical weights, whatever type the packed ones are in */
     if (g->packed) {
         const int64_t *ws = NULL;
         if (g->packed < 1 || g->packed > 3 || af_attr_ints(n, "w_shape", &ws) != 4)
