@@ -15,6 +15,7 @@
 #include "kernels/gemm.h"
 #include "util/util.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -329,6 +330,35 @@ static void test_low_precision(void **state) {
     af_isa_set(af_isa_best());
 }
 
+/* The vector conversions against the scalar ones, bit for bit: bfloat16 rounding to nearest
+ * even (ties, NaN, infinities; denormals may flush to zero, as the AVX512_BF16 conversion
+ * does) and rounding to half values (overflow to infinity). */
+static void test_conversions(void **state) {
+    (void)state;
+    enum { N = 1000 };
+    float x[N], h[N];
+    uint16_t b[N];
+    for (int i = 0; i < N; i++) x[i] = rnd() * (float)(1 << (i % 40)) * (i % 3 ? 1.0f : 1e-6f);
+    static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65504.0f, 65520.0f,
+                                    1e-40f, 1.00390625f, 1.01171875f, 7e4f, -1e9f};
+    memcpy(x, special, sizeof special);
+    FOR_EACH_ISA(isa) {
+        af_vec()->to_bf16(x, b, N);
+        af_vec()->round_f16(x, h, N);
+        for (int i = 0; i < N; i++) {
+            float hr = af_half_to_float(af_float_to_half(x[i]));
+            bool flushed = fabsf(x[i]) < FLT_MIN && (b[i] & 0x7fff) == 0; /* AVX512_BF16: DAZ */
+            if (b[i] != af_float_to_bf16(x[i]) && !(isnan(x[i]) && (b[i] & 0x7fff) > 0x7f80) &&
+                !flushed)
+                fail_msg("%s to_bf16(%.9g) = 0x%04x, want 0x%04x", af_isa_name(isa), x[i], b[i],
+                         af_float_to_bf16(x[i]));
+            if (memcmp(&h[i], &hr, sizeof hr) && !(isnan(h[i]) && isnan(hr)))
+                fail_msg("%s round_f16(%.9g) = %.9g, want %.9g", af_isa_name(isa), x[i], h[i], hr);
+        }
+    }
+    af_isa_set(af_isa_best());
+}
+
 static void test_packing(void **state) {
     (void)state;
     /* Panel widths: 50 columns leave 18 after the first panel, more than 16: two 32-wide. */
@@ -351,6 +381,7 @@ int main(void) {
         cmocka_unit_test(test_taps),
         cmocka_unit_test(test_epilogue),
         cmocka_unit_test(test_low_precision),
+        cmocka_unit_test(test_conversions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

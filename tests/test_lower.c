@@ -220,21 +220,50 @@ static int count_reorders(const af_graph *g) {
     return k;
 }
 
-static void compare(const lcase *c, const char *mode, const af_tensor *want, const af_tensor *got) {
+/* Within float rounding of the reference (fp32); within the rounding of the type's inputs for
+ * bf16 / fp16 / mixed (8 or 11 significant bits on every GEMM input, float32 sums): max error
+ * relative to the largest output, and the cosine of the two outputs. */
+static void compare(const lcase *c, const char *mode, af_precision prec, const af_tensor *want,
+                    const af_tensor *got) {
     assert_int_equal(want->rank, got->rank);
     for (int d = 0; d < want->rank; d++) assert_int_equal(want->dims[d], got->dims[d]);
     int64_t n = af_tensor_numel(want);
     const float *a = want->data, *b = got->data;
-    double scale = 0;
+    double scale = 0, dot = 0, na = 0, nb = 0, worst = 0;
     for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(a[i]));
-    for (int64_t i = 0; i < n; i++)
-        if (!(fabs((double)a[i] - b[i]) <= 1e-4 * fabs(a[i]) + 2e-5 * (scale > 1 ? scale : 1)))
-            fail_msg("%s (%s, %s): element %lld: %.8g, reference %.8g", c->name, mode,
-                     af_isa_name(af_isa_get()), (long long)i, b[i], a[i]);
+    if (prec == AF_PREC_FP32) {
+        for (int64_t i = 0; i < n; i++)
+            if (!(fabs((double)a[i] - b[i]) <= 1e-4 * fabs(a[i]) + 2e-5 * (scale > 1 ? scale : 1)))
+                fail_msg("%s (%s, %s): element %lld: %.8g, reference %.8g", c->name, mode,
+                         af_isa_name(af_isa_get()), (long long)i, b[i], a[i]);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)a[i] - b[i]));
+        dot += (double)a[i] * b[i];
+        na += (double)a[i] * a[i];
+        nb += (double)b[i] * b[i];
+    }
+    double tol = prec == AF_PREC_FP16 ? 4e-3 : 4e-2, cosine = na > 0 && nb > 0 ? dot / sqrt(na * nb) : 1;
+    if (!(worst <= tol * (scale > 1e-3 ? scale : 1e-3)) || !(cosine >= 0.999))
+        fail_msg("%s (%s, %s, %s): max error %.3g of %.3g, cosine %.6f", c->name, mode,
+                 af_precision_name(prec), af_isa_name(af_isa_get()), worst, scale, cosine);
 }
 
-/* The reference once; then unfused and fused, lowered, on every ISA with 1 and 2 threads. */
-static void check(const lcase *c) {
+/* Nodes whose packed weights are in the low-precision type. */
+static int count_low(const af_graph *g) {
+    int k = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const af_node *n = g->nodes[i];
+        af_dtype t = n->nin > 1 && n->in[1] ? n->in[1]->type.dtype : AF_DTYPE_FLOAT;
+        k += t == AF_DTYPE_BFLOAT16 || t == AF_DTYPE_FLOAT16;
+    }
+    return k;
+}
+
+/* The reference once; then unfused and fused, lowered in precision `prec`, on every ISA with 1
+ * and 2 threads. */
+static void check_prec(const lcase *c, af_precision prec) {
     af_tensor *x = input_of(c);
     af_isa best = af_isa_best();
     af_arena *ra = af_arena_new();
@@ -246,25 +275,29 @@ static void check(const lcase *c) {
     af_runtime *rt2 = NULL;
     af_error err;
     assert_int_equal(af_runtime_new(2, &rt2, &err), AF_OK);
+    af_precision_cfg pc = {prec, NULL};
     for (af_isa isa = AF_ISA_GENERIC; isa <= best; isa++)
         for (int fuse = 0; fuse < 2; fuse++) {
             af_isa_set(isa);
             af_arena *a = af_arena_new();
             af_graph *g = build(a, c, 7);
             if (fuse && af_optimize(g, NULL, NULL, &err)) fail_msg("%s: %s", c->name, err.message);
-            if (af_lower(g, &err)) fail_msg("%s: %s", c->name, err.message);
+            if (af_lower_precision(g, &pc, &err)) fail_msg("%s: %s", c->name, err.message);
             if (count_channels_last(g) < c->min_cl)
                 fail_msg("%s: %d channels-last nodes after lowering (at least %d)", c->name,
                          count_channels_last(g), c->min_cl);
             if (c->max_reorders >= 0 && count_reorders(g) > c->max_reorders)
                 fail_msg("%s: %d reorders after lowering (at most %d)", c->name, count_reorders(g),
                          c->max_reorders);
+            const char *why = NULL;
+            if (prec != AF_PREC_FP32 && af_precision_supported(prec, &why) && count_low(g) < 1)
+                fail_msg("%s: no op lowered to %s", c->name, af_precision_name(prec));
             for (int t = 0; t < 2; t++) {
                 af_tensor got[4];
                 memset(got, 0, sizeof got);
                 run(c, g, x, got, t ? rt2 : NULL);
                 for (int o = 0; o < rg->noutputs; o++) {
-                    compare(c, fuse ? "fused" : "unfused", &want[o], &got[o]);
+                    compare(c, fuse ? "fused" : "unfused", prec, &want[o], &got[o]);
                     af_tensor_release(&got[o]);
                 }
             }
@@ -275,6 +308,10 @@ static void check(const lcase *c) {
     for (int o = 0; o < rg->noutputs; o++) af_tensor_release(&want[o]);
     af_arena_free(ra);
     af_tensor_free(x);
+}
+
+static void check(const lcase *c) {
+    check_prec(c, AF_PREC_FP32);
 }
 
 /* ---- cases ---------------------------------------------------------------------------------------- */
@@ -520,6 +557,30 @@ static void test_steady_state(void **state) {
     af_arena_free(a);
 }
 
+/* --precision_mode: bf16, fp16 and mixed on convolutions (pointwise, strided, padded, the
+ * stem, 3x3 blocks that Winograd would take in fp32, channel counts that are not multiples of
+ * 32), a squeeze-excite block (its gate applied to the converted input), the head and MatMul /
+ * Gemm with epilogues, within each type's rounding of the fp32 reference. */
+static void test_precision(void **state) {
+    (void)state;
+    static const mm_case mm = {0, 50, false, false, false}, gm = {0, 33, true, true, false};
+    static const lcase cases[] = {
+        {"pointwise", {2, 20, 13, 11}, b_conv, &geoms[0], 2, 1},
+        {"strided pointwise", {1, 3, 13, 11}, b_conv, &geoms[1], 2, 1},
+        {"3x3 same", {1, 20, 13, 11}, b_conv, &geoms[2], 2, 1},
+        {"3x3 stride 2", {1, 3, 13, 11}, b_conv, &geoms[3], 2, 1},
+        {"dilated", {1, 20, 13, 11}, b_conv, &geoms[4], 2, 1},
+        {"stem", {1, 3, 23, 21}, b_conv, &geoms[6], 2, 1},
+        {"resnet block", {1, 40, 12, 12}, b_wino_block, NULL, 2, 2},
+        {"squeeze-excite", {1, 48, 9, 9}, b_se, NULL, 2, 2},
+        {"matmul", {2, 3, 29, 19}, b_matmul, &mm, 0, 0},
+        {"gemm", {2, 3, 29, 19}, b_matmul, &gm, 0, 0},
+    };
+    static const af_precision modes[] = {AF_PREC_BF16, AF_PREC_FP16, AF_PREC_MIXED};
+    for (size_t m = 0; m < AF_COUNT(modes); m++)
+        for (size_t i = 0; i < AF_COUNT(cases); i++) check_prec(&cases[i], modes[m]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_steady_state),
@@ -528,6 +589,7 @@ int main(void) {
         cmocka_unit_test(test_winograd),
         cmocka_unit_test(test_regions),
         cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_precision),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -170,7 +170,8 @@ typedef struct af_vec_ops {
     void (*softmax_row)(float *x, int64_t n);
     /* y[o] = sum_i w[o * n + i] * x[i] for o < rows (a matrix-vector product over rows of w). */
     void (*gemv)(const float *w, const float *x, int64_t rows, int64_t n, float *y);
-    /* y[i] = x[i] in bfloat16, rounded to nearest even (NaN stays NaN). */
+    /* y[i] = x[i] in bfloat16, rounded to nearest even (NaN stays NaN; float32 denormals may
+     * become zero, as AVX512_BF16's conversion makes them). */
     void (*to_bf16)(const float *x, uint16_t *y, int64_t n);
     /* y[i] = x[i] rounded to the nearest IEEE half value (beyond 65504: infinity), as float;
      * y may be x. */
