@@ -7,6 +7,7 @@
 #include "onnx/export.h"
 #include "onnx/onnx.h"
 #include "runtime/session.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <math.h>
@@ -17,27 +18,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define MAX_INPUTS 64
-
-typedef struct cli {
-    const char *model;
-    const char *output_dir;
-    const char *input_shape;
-    const char *input_name[MAX_INPUTS];
-    const char *input_file[MAX_INPUTS];
-    int ninputs;
-    long seed;
-    long iterations, warmup, threads, framework;
-    bool compare, json, no_fusion;
-    const char *output, *disable_fusion, *fusion_switch_file, *report, *log, *precision_mode;
-    const char *keep_fp32;
-    const char *export_onnx, *profile;
-    char *command_line; /* the compile command as given (stored in the .afm) */
-} cli;
-
 typedef enum { FLAG, STR, INT, INPUT } opt_kind;
-enum { RUN = 1, BENCH = 2, COMPILE = 4, REPORT = 8, INSPECT = 16 };
-#define LOADS (RUN | BENCH | COMPILE | REPORT) /* commands that prepare a model */
+enum { RUN = 1, BENCH = 2, COMPILE = 4, REPORT = 8, INSPECT = 16, VERIFY = 32 };
+#define LOADS (RUN | BENCH | COMPILE | REPORT | VERIFY) /* commands that prepare a model */
 
 /* One row per option: name (with '_'), kind, where it goes, which commands take it. */
 static const struct opt {
@@ -50,7 +33,7 @@ static const struct opt {
     {"model", STR, offsetof(cli, model), COMPILE, "M.onnx  the model to compile"},
     {"output", STR, offsetof(cli, output), COMPILE, "OUT  write OUT.afm"},
     {"framework", INT, offsetof(cli, framework), COMPILE, "5  ONNX (ATC's number; the only one)"},
-    {"input", INPUT, 0, RUN | BENCH, "NAME=FILE  .npy or TensorProto .pb (repeatable)"},
+    {"input", INPUT, 0, RUN | BENCH | VERIFY, "NAME=FILE  .npy or TensorProto .pb (repeatable)"},
     {"output_dir", STR, offsetof(cli, output_dir), RUN, "DIR  write each output as DIR/<name>.npy"},
     {"input_shape", STR, offsetof(cli, input_shape), LOADS, "\"name:1,3,224,224;...\"  fix symbolic dims"},
     {"precision_mode", STR, offsetof(cli, precision_mode), LOADS, "fp32|bf16|fp16|mixed  (ATC's force_fp32, force_fp16, allow_mix_precision...)"},
@@ -61,10 +44,12 @@ static const struct opt {
     {"report", STR, offsetof(cli, report), COMPILE, "F.json  write the fusion report as JSON"},
     {"log", STR, offsetof(cli, log), COMPILE, "error|warning|info|debug  info prints the report"},
     {"export_onnx", STR, offsetof(cli, export_onnx), COMPILE, "F.onnx  write the fused graph as ONNX (Netron)"},
-    {"seed", INT, offsetof(cli, seed), RUN | BENCH, "N  seed of random inputs (default 0)"},
+    {"seed", INT, offsetof(cli, seed), RUN | BENCH | VERIFY, "N  seed of random inputs (default 0)"},
+    {"rtol", STR, offsetof(cli, rtol), VERIFY, "R  relative tolerance per element (default by precision)"},
+    {"atol", STR, offsetof(cli, atol), VERIFY, "A  absolute tolerance per element (default by precision)"},
     {"iterations", INT, offsetof(cli, iterations), BENCH, "N  timed runs (default 50)"},
     {"warmup", INT, offsetof(cli, warmup), BENCH, "N  untimed runs first (default 5)"},
-    {"threads", INT, offsetof(cli, threads), RUN | BENCH | COMPILE, "N  threads (default all cores)"},
+    {"threads", INT, offsetof(cli, threads), RUN | BENCH | COMPILE | VERIFY, "N  threads (default all cores)"},
     {"compare", FLAG, offsetof(cli, compare), BENCH, "also time the unfused graph in the same process"},
     {"json", FLAG, offsetof(cli, json), BENCH | REPORT, "print JSON"},
     {"profile", STR, offsetof(cli, profile), BENCH, "F.json  per-node Chrome trace of the timed runs"},
@@ -80,6 +65,7 @@ static const struct command {
     {"bench", BENCH, "MODEL", "latency statistics (trtexec style), --compare: fused vs unfused"},
     {"report", REPORT, "MODEL.onnx", "the fusion report without writing a model"},
     {"inspect", INSPECT, "MODEL.afm", "header, command line, ops, fused ops, sizes"},
+    {"verify", VERIFY, "MODEL.onnx", "fused / low precision vs unfused fp32; names the culprits when over tolerance"},
 };
 
 static int usage(FILE *f) {
@@ -214,19 +200,12 @@ static af_tensor *random_input(const af_tensor *type, uint64_t *state) {
     return t;
 }
 
-/* The inputs of one run: the files given, random data for the rest. */
-typedef struct inputs {
-    af_tensor *t[MAX_INPUTS];
-    const char *names[MAX_INPUTS];
-    int n;
-} inputs;
-
-static void inputs_free(inputs *in) {
+void inputs_free(inputs *in) {
     for (int i = 0; i < in->n; i++) af_tensor_free(in->t[i]);
     in->n = 0;
 }
 
-static int inputs_make(const cli *c, const af_session *s, inputs *in) {
+int inputs_make(const cli *c, const af_session *s, inputs *in) {
     af_error err;
     uint64_t state = 0x9E3779B97F4A7C15ULL ^ (uint64_t)c->seed;
     for (int i = 0; i < c->ninputs; i++) {
@@ -261,23 +240,31 @@ static int inputs_make(const cli *c, const af_session *s, inputs *in) {
     return 0;
 }
 
-static af_session *open_session(const cli *c, bool no_fusion) {
-    af_options opt;
-    af_options_init(&opt);
-    opt.input_shape = c->input_shape;
-    opt.threads = (int)c->threads;
-    opt.no_fusion = no_fusion;
-    opt.disable_fusion = c->disable_fusion;
-    opt.fusion_switch_file = c->fusion_switch_file;
-    opt.precision_mode = c->precision_mode;
-    opt.keep_fp32 = c->keep_fp32;
+void cli_options(const cli *c, af_options *opt) {
+    af_options_init(opt);
+    opt->input_shape = c->input_shape;
+    opt->threads = (int)c->threads;
+    opt->disable_fusion = c->disable_fusion;
+    opt->fusion_switch_file = c->fusion_switch_file;
+    opt->precision_mode = c->precision_mode;
+    opt->keep_fp32 = c->keep_fp32;
+}
+
+af_session *cli_session(const cli *c, const af_options *opt) {
     af_session *s = NULL;
     af_error err;
-    if (af_session_new(c->model, &opt, &s, &err)) {
+    if (af_session_new(c->model, opt, &s, &err)) {
         fprintf(stderr, "autofusion: %s\n", err.message);
         return NULL;
     }
     return s;
+}
+
+static af_session *open_session(const cli *c, bool no_fusion) {
+    af_options opt;
+    cli_options(c, &opt);
+    opt.no_fusion = no_fusion;
+    return cli_session(c, &opt);
 }
 
 static double tensor_sum(const af_tensor *t) {
@@ -299,7 +286,7 @@ static void output_path(char *buf, size_t len, const char *dir, const char *name
     snprintf(buf + o, len - o, ".npy");
 }
 
-static int run_once(af_session *s, const inputs *in, af_tensor **out) {
+int run_once(af_session *s, const inputs *in, af_tensor **out) {
     af_error err;
     if (af_session_run(s, in->names, (const af_tensor *const *)in->t, (size_t)in->n, out, &err)) {
         fprintf(stderr, "autofusion: %s\n", err.message);
@@ -308,7 +295,7 @@ static int run_once(af_session *s, const inputs *in, af_tensor **out) {
     return 0;
 }
 
-static void outputs_free(af_tensor **out, int n) {
+void outputs_free(af_tensor **out, int n) {
     for (int i = 0; i < n; i++) {
         af_tensor_free(out[i]);
         out[i] = NULL;
@@ -634,6 +621,7 @@ int main(int argc, char **argv) {
         case BENCH: rc = cmd_bench(&c); break;
         case COMPILE: rc = cmd_compile(&c); break;
         case REPORT: rc = cmd_report(&c); break;
+        case VERIFY: rc = cmd_verify(&c); break;
         default: rc = cmd_inspect(&c); break;
         }
     }
