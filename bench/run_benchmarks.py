@@ -97,6 +97,12 @@ def bench_pair(args, name, threads):
     return ours, ort, est, min(load), isa
 
 
+def machine_peak(machine, isa="avx512"):
+    """The FMA peak (GFLOP/s per core) of the machine file: one record per ISA (version 3)."""
+    rec = machine.get(isa) or next((v for v in machine.values() if isinstance(v, dict)), {})
+    return rec.get("peak_gflops", machine.get("peak_gflops", 0.0))
+
+
 def med(v):
     return statistics.median(v)
 
@@ -116,7 +122,7 @@ def main():
     os.makedirs(args.dir, exist_ok=True)
     ensure_models(names, args.dir)
     machine = json.load(open(os.path.expanduser("~/.cache/autofusion/machine.json")))
-    peak = machine["peak_gflops"]
+    peak = machine_peak(machine)
     results = []
     print("| model | threads | unfused ms (median / min) | fused ms | ORT all ms | ORT disabled ms "
           "| fused / ORT all | fused vs unfused | estimated | fused GFLOP/s | % of peak |")

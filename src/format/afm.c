@@ -1661,6 +1661,11 @@ static void print_fused(FILE *out, const af_graph *g) {
             put_text(out, n->name);
             fprintf(out, " (%s) by ", n->op_type);
             put_text(out, rule->s);
+            const af_attr *prec = af_node_attr(n, "precision");
+            if (prec && prec->type == AF_ATTR_STRING) {
+                fputs(" in ", out);
+                put_text(out, prec->s);
+            }
             if (from && from->type == AF_ATTR_STRINGS) {
                 fprintf(out, ", from %d node%s:", from->n, from->n == 1 ? "" : "s");
                 for (int k = 0; k < from->n; k++) {

@@ -101,7 +101,7 @@ void af_afm_info_free(af_afm_info *info);
 
 /* Print what `autofusion inspect` shows: header, writer version and command line, metadata,
  * graph inputs and outputs, the op histogram, every fused op with its provenance (attributes
- * "fusion_rule" and "fused_nodes"), the weights size (bytes of every constant) and the arena:
+ * "fusion_rule" and "fused_nodes") and precision (attribute "precision"), the weights size (bytes of every constant) and the arena:
  * "arena: N bytes (lower bound M, ratio R), ..." from the stored plan, or "not planned". */
 af_status af_afm_inspect(const char *path, FILE *out, af_error *err);
 
