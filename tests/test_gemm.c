@@ -338,7 +338,7 @@ static void test_conversions(void **state) {
     enum { N = 1000 };
     float x[N], h[N];
     uint16_t b[N];
-    for (int i = 0; i < N; i++) x[i] = rnd() * (float)(1 << (i % 40)) * (i % 3 ? 1.0f : 1e-6f);
+    for (int i = 0; i < N; i++) x[i] = rnd() * ldexpf(1.0f, i % 40) * (i % 3 ? 1.0f : 1e-6f);
     static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65504.0f, 65520.0f,
                                     1e-40f, 1.00390625f, 1.01171875f, 7e4f, -1e9f};
     memcpy(x, special, sizeof special);
