@@ -242,6 +242,8 @@ static af_value *prog_chain(af_graph *g, const prog *p, af_value *y) {
             set_float(n, "alpha", s->p0);
             y = n->out[0];
             break;
+        case AF_EP_CUSTOM_UNARY:
+        case AF_EP_CUSTOM_BINARY: fail_msg("custom steps are tested with plugins (test_plugin)");
         }
     }
     return y;

@@ -2,6 +2,7 @@
  * One option table serves every command; options are accepted as --a_b or --a-b, and --k=v or
  * --k v. Every failure prints one line naming the file and the reason and exits non-zero. */
 #include "autofusion.h"
+#include "autofusion_plugin.h"
 #include "format/afm.h"
 #include "fusion/fusion.h"
 #include "onnx/export.h"
@@ -18,7 +19,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-typedef enum { FLAG, STR, INT, INPUT } opt_kind;
+typedef enum { FLAG, STR, INT, INPUT, PLUGIN } opt_kind;
 enum { RUN = 1, BENCH = 2, COMPILE = 4, REPORT = 8, INSPECT = 16, VERIFY = 32 };
 #define LOADS (RUN | BENCH | COMPILE | REPORT | VERIFY) /* commands that prepare a model */
 
@@ -35,6 +36,7 @@ static const struct opt {
     {"framework", INT, offsetof(cli, framework), COMPILE, "5  ONNX (ATC's number; the only one)"},
     {"input", INPUT, 0, RUN | BENCH | VERIFY, "NAME=FILE  .npy or TensorProto .pb (repeatable)"},
     {"output_dir", STR, offsetof(cli, output_dir), RUN, "DIR  write each output as DIR/<name>.npy"},
+    {"plugin", PLUGIN, 0, LOADS | INSPECT, "LIB.so  load custom ops and fusion rules (repeatable)"},
     {"input_shape", STR, offsetof(cli, input_shape), LOADS, "\"name:1,3,224,224;...\"  fix symbolic dims"},
     {"precision_mode", STR, offsetof(cli, precision_mode), LOADS, "fp32|bf16|fp16|mixed  (ATC's force_fp32, force_fp16, allow_mix_precision...)"},
     {"keep_fp32", STR, offsetof(cli, keep_fp32), LOADS, "A,B  fusion rules, node names or op types kept in fp32"},
@@ -86,7 +88,8 @@ static int usage(FILE *f) {
     }
     fprintf(f, "\nInputs not given get random data of the declared shape (symbolic dims 1).\n"
                "Environment: AUTOFUSION_DISABLE_LIST=A,B (alias GE_FUSION_DISABLE_LIST) switches\n"
-               "fusions off; AUTOFUSION_FUSION_LOG=1 (alias GE_GRAPH_FUSION_LOG=1) prints the report.\n");
+               "fusions off; AUTOFUSION_FUSION_LOG=1 (alias GE_GRAPH_FUSION_LOG=1) prints the report;\n"
+               "AUTOFUSION_PLUGINS=a.so:b.so loads plugins (include/autofusion_plugin.h).\n");
     return f == stderr ? 2 : 0;
 }
 
@@ -104,6 +107,14 @@ static const struct opt *find_opt(const char *arg, const char **inline_val) {
         return &opts[k];
     }
     return NULL;
+}
+
+/* Load one plugin; 0, or 1 after printing why not. */
+static int load_plugin(const char *path) {
+    af_error err;
+    if (af_plugin_load(path, &err) == AF_OK) return 0;
+    fprintf(stderr, "autofusion: %s\n", err.message);
+    return 1;
 }
 
 static int parse(int argc, char **argv, int command, cli *c) {
@@ -146,6 +157,8 @@ static int parse(int argc, char **argv, int command, cli *c) {
                 return 2;
             }
             *(long *)((char *)c + o->offset) = n;
+        } else if (o->kind == PLUGIN) {
+            if (load_plugin(v)) return 2;
         } else {
             const char *eq = strrchr(v, '=');
             if (!eq || eq == v || !eq[1] || c->ninputs == MAX_INPUTS) {
@@ -602,6 +615,20 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "--list-fusions") || !strcmp(cmd, "--list_fusions")) {
+        af_error err;
+        if (af_plugin_load_env(&err) != AF_OK) {
+            fprintf(stderr, "autofusion: %s\n", err.message);
+            return 2;
+        }
+        for (int i = 2; i < argc; i++) {
+            const char *v = NULL;
+            const struct opt *o = find_opt(argv[i], &v);
+            if (!o || o->kind != PLUGIN || (!v && i + 1 >= argc)) {
+                fprintf(stderr, "autofusion --list-fusions: unexpected argument '%s'\n", argv[i]);
+                return 2;
+            }
+            if (load_plugin(v ? v : argv[++i])) return 2;
+        }
         af_fusion_list(stdout);
         return 0;
     }

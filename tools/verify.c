@@ -217,7 +217,7 @@ static int candidates(const cli *c, names *ops, names *rules, char **strs) {
         ops->v[ops->n++] = p;
         p += l + 1;
     }
-    for (int rule = 0; r && rule < AF_RULE_COUNT; rule++)
+    for (int rule = 0; r && rule < af_fusion_rule_count(); rule++)
         if (af_fusion_report_applied(r, rule) > 0) rules->v[rules->n++] = af_fusion_rule_name(rule);
     *strs = buf;
     af_session_free(s);

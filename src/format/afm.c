@@ -8,6 +8,7 @@
  * are rebuilt by af_node_set_input, subgraph captures are recomputed from what nodes read).
  */
 #include "format/afm.h"
+#include "ir/plugin.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -564,6 +565,38 @@ static af_status write_graphs(writer *w, af_error *err) {
     return st;
 }
 
+/* Append key to the comma-separated list (once); false when it does not fit. */
+static bool list_add(char *list, size_t cap, const char *key) {
+    size_t n = strlen(list), k = strlen(key);
+    for (const char *p = list; *p;) {
+        size_t l = strcspn(p, ",");
+        if (l == k && !strncmp(p, key, k)) return true;
+        p += l + (p[l] == ',');
+    }
+    if (n + (n > 0) + k + 1 > cap) return false;
+    if (n) list[n++] = ',';
+    memcpy(list + n, key, k + 1);
+    return true;
+}
+
+/* "domain:name,..." of the plugins' ops the graphs use, as nodes or as epilogue steps, into list
+ * (cap bytes): what loading the file needs registered. */
+static void plugin_ops(const writer *w, char *list, size_t cap) {
+    list[0] = '\0';
+    for (int i = 0; i < w->ngraphs; i++)
+        for (int k = 0; k < w->graphs[i]->nnodes; k++) {
+            const af_node *n = w->graphs[i]->nodes[k];
+            char key[512];
+            if (n->op == AF_OP_CUSTOM) {
+                snprintf(key, sizeof key, "%s:%s", n->domain, n->op_type);
+                if (!list_add(list, cap, key)) return;
+            }
+            const af_attr *c = af_node_attr(n, "custom_ops");
+            for (int j = 0; c && c->type == AF_ATTR_STRINGS && j < c->n; j++)
+                if (c->strings[j] && !list_add(list, cap, c->strings[j])) return;
+        }
+}
+
 static void write_model_meta(writer *w, const af_graph *g, const af_afm_meta *meta) {
     wbuf *m = &w->sec[SEC_MODEL], *mt = &w->sec[SEC_META];
     wb_u64(m, 8); /* the ONNX IR version the graph follows */
@@ -576,14 +609,46 @@ static void write_model_meta(writer *w, const af_graph *g, const af_afm_meta *me
     }
     const char *version = meta && meta->version ? meta->version : AF_VERSION;
     int nkv = meta && meta->kv && meta->nkv > 0 ? meta->nkv : 0;
+    char ops[4096];
+    plugin_ops(w, ops, sizeof ops);
     wb_u32(mt, str_id(w, version));
     wb_u32(mt, str_id(w, meta ? meta->command_line : NULL));
-    wb_u32(mt, (uint32_t)nkv);
+    wb_u32(mt, (uint32_t)(nkv + (ops[0] != '\0')));
     wb_u32(mt, 0);
     for (int i = 0; i < nkv; i++) {
         wb_u32(mt, str_id(w, meta->kv[i].key ? meta->kv[i].key : ""));
         wb_u32(mt, str_id(w, meta->kv[i].value ? meta->kv[i].value : ""));
     }
+    if (ops[0]) {
+        wb_u32(mt, str_id(w, "plugin_ops"));
+        wb_u32(mt, str_id(w, ops));
+    }
+}
+
+/* Every op of meta's "plugin_ops" is registered; else an error naming those that are not. */
+static af_status check_plugin_ops(const char *file, const af_afm_meta *meta, af_error *err) {
+    const char *ops = NULL;
+    for (int i = 0; i < meta->nkv; i++)
+        if (!strcmp(meta->kv[i].key, "plugin_ops")) ops = meta->kv[i].value;
+    char missing[1024] = "";
+    for (const char *p = ops; p && *p;) {
+        size_t l = strcspn(p, ",");
+        char key[512];
+        snprintf(key, sizeof key, "%.*s", (int)(l < sizeof key ? l : sizeof key - 1), p);
+        if (!af_plugin_op_key(key)) list_add(missing, sizeof missing, key);
+        p += l + (p[l] == ',');
+    }
+    if (!missing[0]) return AF_OK;
+    char shown[2 * sizeof missing];
+    size_t k = 0;
+    for (const char *p = missing; *p; p++) { /* "a,b" as "a, b" */
+        shown[k++] = *p;
+        if (*p == ',') shown[k++] = ' ';
+    }
+    shown[k] = '\0';
+    return af_fail(err, AF_ERR_UNSUPPORTED,
+                   "%s: the model needs custom ops that no loaded plugin defines: %s (give their "
+                   "plugin with --plugin or AUTOFUSION_PLUGINS)", file, shown);
 }
 
 /* The plan section: empty without a plan; else the arena size and one entry per planned value
@@ -1512,6 +1577,7 @@ af_status af_afm_load_with_plan(const char *path, af_model **out, af_afm_meta *m
     }
     if (!st) st = open_sections(&L, err);
     if (!st) st = read_meta(&L, &meta, err);
+    if (!st) st = check_plugin_ops(L.file, &meta, err);
     if (!st) st = read_model(&L, m, &opsets, &nopsets, err);
     if (!st) st = build_graphs(&L, m, opsets, nopsets, err);
     if (!st) st = build_nodes(&L, err);

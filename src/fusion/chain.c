@@ -6,6 +6,7 @@
  * its operand is a float32 value other than the chain value that broadcasts unidirectionally to
  * the program's output, and every parameter is a compile-time constant. */
 #include "fusion/rule.h"
+#include "ir/plugin.h"
 
 #include <math.h>
 #include <string.h>
@@ -80,8 +81,40 @@ static int64_t binary_op(af_op op) {
     }
 }
 
+/* A plugin's op as a custom step: ELEMWISE with map reading y, or BROADCAST with map2 reading y
+ * and an operand that broadcasts to the output. */
+static const char *custom_step(fu_epi *e, const af_node *n, const af_value *y, const af_tensor *out) {
+    const af_custom_op *c = af_plugin_op(n->domain, n->op_type);
+    if (!c || c->op_class == AF_CUSTOM_OPAQUE || n->nout != 1 || !n->out[0]) return AF_NO_MATCH;
+    int k = e->n;
+    bool unary = c->op_class == AF_CUSTOM_ELEMWISE;
+    if (unary ? n->nin != 1 || n->in[0] != y : n->nin != 2 || !n->in[0] || !n->in[1])
+        return AF_NO_MATCH;
+    if (unary ? !c->map : !c->map2) return "the custom op gives no per-element function";
+    int slot = unary || n->in[0] == y ? 0 : 1;
+    af_value *t = unary ? NULL : n->in[1 - slot];
+    if (!unary && (n->in[slot] != y || t == y)) return AF_NO_MATCH;
+    if (!fu_is_f32(n->out[0]) || (t && !fu_is_f32(t))) return "dtype is not float32";
+    if (t) {
+        const char *why = fu_fits(&t->type, out);
+        if (why) return why;
+    }
+    if (!fu_same_shape(&n->out[0]->type, out)) return "broadcast does not fit the output";
+    float p[2] = {0.0f, 0.0f};
+    if (c->params) c->params((const af_pnode *)n, &af_plugin_graph_api, p);
+    e->op[k] = unary ? AF_EP_CUSTOM_UNARY : AF_EP_CUSTOM_BINARY;
+    e->flags[k] = slot == 1 ? AF_EP_REVERSED : 0;
+    e->p0[k] = p[0];
+    e->p1[k] = p[1];
+    e->operand[k] = t;
+    e->custom[k] = c;
+    e->n++;
+    return NULL;
+}
+
 const char *fu_epi_append(fu_epi *e, const af_node *n, const af_value *y, const af_tensor *out) {
     if (e->n >= AF_EP_MAX_STEPS) return AF_NO_MATCH;
+    if (n->op == AF_OP_CUSTOM) return custom_step(e, n, y, out);
     int k = e->n;
     int64_t op;
     float p0, p1;
@@ -119,6 +152,7 @@ const char *fu_epi_load(fu_epi *e, const af_node *fused, int first) {
     const float *ps = NULL;
     int nops = af_attr_ints(fused, "epilogue", &ops);
     int nps = af_attr_floats(fused, "epilogue_params", &ps);
+    const af_attr *names = af_node_attr(fused, "custom_ops");
     if (nops < 0) return NULL;
     if (nops % 3 || nops / 3 > AF_EP_MAX_STEPS || (nps >= 0 && nps != nops / 3 * 2))
         return "fused op has a malformed epilogue";
@@ -128,6 +162,13 @@ const char *fu_epi_load(fu_epi *e, const af_node *fused, int first) {
         e->flags[s] = flags;
         e->p0[s] = nps > 0 ? ps[2 * s] : 0.0f;
         e->p1[s] = nps > 0 ? ps[2 * s + 1] : 0.0f;
+        if (op == AF_EP_CUSTOM_UNARY || op == AF_EP_CUSTOM_BINARY) {
+            int64_t c = flags >> AF_EP_CUSTOM_SHIFT;
+            if (flags < 0 || !names || names->type != AF_ATTR_STRINGS || c >= names->n ||
+                !(e->custom[s] = af_plugin_op_key(names->strings[c])))
+                return "fused op has a custom step whose op is not loaded";
+            e->flags[s] = flags & AF_EP_REVERSED;
+        }
         if (af_ep_is_binary(op)) {
             if (idx < first || idx >= fused->nin || !fused->in[idx])
                 return "fused op has a malformed epilogue";
@@ -150,7 +191,8 @@ af_status fu_epi_emit(af_node *dst, const fu_epi *e, int first, af_error *err) {
     if (e->n == 0) return AF_OK;
     int64_t ops[3 * AF_EP_MAX_STEPS];
     float ps[2 * AF_EP_MAX_STEPS];
-    int slot = first;
+    const char *names[AF_EP_MAX_STEPS];
+    int ncustom = 0, slot = first;
     for (int s = 0; s < e->n; s++) {
         int64_t idx = -1;
         if (e->operand[s]) {
@@ -161,11 +203,26 @@ af_status fu_epi_emit(af_node *dst, const fu_epi *e, int first, af_error *err) {
         ops[3 * s] = e->op[s];
         ops[3 * s + 1] = idx;
         ops[3 * s + 2] = e->flags[s];
+        if (e->custom[s]) { /* the op by name: the .afm must not depend on load order */
+            char key[512];
+            af_plugin_op_key_of(e->custom[s], key, sizeof key);
+            names[ncustom] = af_arena_strdup(dst->graph->arena, key);
+            if (!names[ncustom]) return af_node_fail(err, dst, AF_ERR_NOMEM, "out of memory");
+            ops[3 * s + 2] |= (int64_t)ncustom++ << AF_EP_CUSTOM_SHIFT;
+        }
         ps[2 * s] = e->p0[s];
         ps[2 * s + 1] = e->p1[s];
     }
     if (!fu_set_ints(dst, "epilogue", ops, 3 * e->n) ||
         !fu_set_floats(dst, "epilogue_params", ps, 2 * e->n))
         return af_node_fail(err, dst, AF_ERR_NOMEM, "out of memory");
+    if (ncustom) {
+        const char **list = af_arena_calloc(dst->graph->arena, (size_t)ncustom, sizeof *list);
+        af_attr *at = list ? af_node_add_attr(dst, "custom_ops", AF_ATTR_STRINGS) : NULL;
+        if (!at) return af_node_fail(err, dst, AF_ERR_NOMEM, "out of memory");
+        memcpy(list, names, sizeof *list * (size_t)ncustom);
+        at->strings = list;
+        at->n = ncustom;
+    }
     return AF_OK;
 }

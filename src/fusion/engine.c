@@ -8,6 +8,7 @@
  * fused node with its op's shape function and its place in the node order before it touches
  * the graph, then rewires completely; a rule's check never changes the graph. */
 #include "fusion/rule.h"
+#include "ir/plugin.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -48,18 +49,37 @@ struct af_fusion_ctx {
     int commits;
     fu_flops *fl;
     int nfl, flcap;
+    af_plugin_match pm; /* a plugin rule's match, from its check to plugin_apply */
 };
 
+/* Rules past the built-in ones are the plugins', in load order. */
+static const af_custom_rule *plugin_rule(int r) {
+    return r >= AF_RULE_COUNT ? af_plugin_rule(r - AF_RULE_COUNT) : NULL;
+}
+
+int af_fusion_rule_count(void) {
+    return AF_RULE_COUNT + af_plugin_rule_count();
+}
+
+bool af_fusion_rule_is_plugin(int r) {
+    return plugin_rule(r) != NULL;
+}
+
 const char *af_fusion_rule_name(int r) {
-    return r >= 0 && r < AF_RULE_COUNT ? rules[r].name : NULL;
+    const af_custom_rule *p = plugin_rule(r);
+    return r >= 0 && r < AF_RULE_COUNT ? rules[r].name : p ? p->name : NULL;
 }
 
 const char *af_fusion_rule_pattern(int r) {
-    return r >= 0 && r < AF_RULE_COUNT ? rules[r].pattern : NULL;
+    const af_custom_rule *p = plugin_rule(r);
+    if (r >= 0 && r < AF_RULE_COUNT) return rules[r].pattern;
+    return p ? (p->pattern ? p->pattern : p->anchor_op) : NULL;
 }
 
 const char *af_fusion_rule_conditions(int r) {
-    return r >= 0 && r < AF_RULE_COUNT ? rules[r].conditions : NULL;
+    const af_custom_rule *p = plugin_rule(r);
+    if (r >= 0 && r < AF_RULE_COUNT) return rules[r].conditions;
+    return p ? (p->conditions ? p->conditions : "the plugin's check") : NULL;
 }
 
 const char *af_fusion_rule_precision(int r) {
@@ -192,6 +212,7 @@ af_node *fu_node_new(af_graph *g, af_op op, const char *name, int nin) {
 
 static bool is_ours_attr(const char *name) {
     return !strcmp(name, "epilogue") || !strcmp(name, "epilogue_params") ||
+           !strcmp(name, "custom_ops") ||
            !strcmp(name, "fusion_rule") || !strcmp(name, "fused_nodes");
 }
 
@@ -387,7 +408,7 @@ af_status fu_commit(af_fusion_ctx *cx, af_match *m, af_node *fused, af_value *ou
         cx->declined = why;
         return AF_OK;
     }
-    const char *rule = m->report_as ? m->report_as : rules[cx->rule].name;
+    const char *rule = m->report_as ? m->report_as : af_fusion_rule_name(cx->rule);
     if (!provenance(m, fused, covers, rule))
         return af_node_fail(err, fused, AF_ERR_NOMEM, "out of memory");
     double flops = 0.0;
@@ -430,6 +451,86 @@ void fu_remove_if_dead(af_fusion_ctx *cx, af_node *n) {
     af_node_remove(n);
 }
 
+/* ---- plugin rules ----------------------------------------------------------------------------- */
+
+/* Is n a node of g? (A plugin hands back pointers: nothing is dereferenced before this.) */
+static bool node_of(const af_graph *g, const af_pnode *n) {
+    for (int i = 0; n && i < g->nnodes; i++)
+        if ((const af_pnode *)g->nodes[i] == n) return true;
+    return false;
+}
+
+/* The plugin rule's anchor: its op, and for a custom op its domain and name. */
+static bool plugin_anchor(const af_custom_rule *p, const af_node *n) {
+    if (strcmp(n->op_type, p->anchor_op)) return false;
+    const char *d = p->anchor_domain && strcmp(p->anchor_domain, "ai.onnx") ? p->anchor_domain : "";
+    const char *nd = n->domain && strcmp(n->domain, "ai.onnx") ? n->domain : "";
+    return !strcmp(d, nd);
+}
+
+/* The check of a plugin rule: the plugin's check, then what it matched turned into an af_match
+ * after every index and pointer in it is checked (a plugin's mistake is a near miss). */
+static const char *plugin_check(af_fusion_ctx *cx, af_node *n, af_match *m) {
+    const af_custom_rule *p = plugin_rule(cx->rule);
+    if (!plugin_anchor(p, n)) return AF_NO_MATCH;
+    af_plugin_match *pm = &cx->pm;
+    memset(pm, 0, sizeof *pm);
+    const char *why = p->check((const af_pnode *)n, &af_plugin_graph_api, pm);
+    if (why) return why;
+    const af_graph *g = n->graph;
+    if (pm->nnodes < 1 || pm->nnodes > AF_PLUGIN_MATCH_MAX || pm->nodes[0] != (const af_pnode *)n ||
+        pm->ninputs < 0 || pm->ninputs > AF_PLUGIN_MATCH_MAX || pm->nattrs < 0 ||
+        pm->nattrs > (int)AF_COUNT(pm->attrs) || pm->out_node < 0 || pm->out_node >= pm->nnodes)
+        return "the plugin's match is malformed";
+    for (int i = 0; i < pm->nnodes; i++)
+        if (!node_of(g, pm->nodes[i]) || !fu_match_add(m, (af_node *)pm->nodes[i]))
+            return "the plugin's match names a node outside the graph";
+    for (int k = 0; k < pm->ninputs; k++) {
+        int i = pm->inputs[k].node, in = pm->inputs[k].input;
+        if (i < 0 || i >= pm->nnodes || in < 0 || in >= ((const af_node *)pm->nodes[i])->nin)
+            return "the plugin's match names an input that does not exist";
+    }
+    for (int a = 0; a < pm->nattrs; a++)
+        if (!pm->attrs[a].name || !*pm->attrs[a].name) return "the plugin's match is malformed";
+    const af_node *o = (const af_node *)pm->nodes[pm->out_node];
+    if (pm->out_output < 0 || pm->out_output >= o->nout || !o->out[pm->out_output])
+        return "the plugin's match names an output that does not exist";
+    fu_match_output(m, o->out[pm->out_output]);
+    return NULL;
+}
+
+/* One node of the rule's fused op over the matched inputs, with the match's attributes. */
+static af_status plugin_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
+    const af_custom_rule *p = plugin_rule(cx->rule);
+    const af_plugin_match *pm = &cx->pm;
+    af_node *a = m->node[0];
+    af_arena *ar = a->graph->arena;
+    af_node *f = fu_node_new(a->graph, AF_OP_CUSTOM, a->name, pm->ninputs);
+    if (!f) return af_node_fail(err, a, AF_ERR_NOMEM, "out of memory");
+    f->domain = af_arena_strndup(ar, p->fused_domain, strlen(p->fused_domain));
+    f->op_type = af_arena_strndup(ar, p->fused_op, strlen(p->fused_op));
+    bool ok = f->domain && f->op_type;
+    for (int k = 0; k < pm->ninputs; k++) {
+        const af_node *src = (const af_node *)pm->nodes[pm->inputs[k].node];
+        af_node_set_input(f, k, src->in[pm->inputs[k].input]);
+    }
+    for (int i = 0; ok && i < pm->nattrs; i++) {
+        const char *name = af_arena_strndup(ar, pm->attrs[i].name, strlen(pm->attrs[i].name));
+        ok = name && (pm->attrs[i].is_float ? fu_set_float(f, name, pm->attrs[i].f)
+                                            : fu_set_int(f, name, pm->attrs[i].i));
+    }
+    if (!ok) return af_node_fail(err, a, AF_ERR_NOMEM, "out of memory");
+    return fu_commit(cx, m, f, m->out[0], fu_all(m), err);
+}
+
+/* The row of rule r: a built-in one, or the glue around a plugin's. */
+static fu_rule rule_row(int r) {
+    const af_custom_rule *p = plugin_rule(r);
+    if (!p) return rules[r];
+    return (fu_rule){p->name, af_fusion_rule_pattern(r), af_fusion_rule_conditions(r), NULL,
+                     AF_OP_COUNT, plugin_check, plugin_apply};
+}
+
 /* ---- the walk ------------------------------------------------------------------------------ */
 
 static af_fusion_stat *stat_for(af_fusion_report *r, int rule, const char *name) {
@@ -456,7 +557,7 @@ static af_status record_miss(af_fusion_ctx *cx, const char *name, const char *op
     af_fusion_report *r = cx->rep;
     if (!r) return AF_OK;
     if (count) {
-        af_fusion_stat *s = stat_for(r, cx->rule, rules[cx->rule].name);
+        af_fusion_stat *s = stat_for(r, cx->rule, af_fusion_rule_name(cx->rule));
         if (s) s->matched++;
     }
     if (r->nmisses == r->misses_cap) {
@@ -492,7 +593,7 @@ static void record_applied(af_fusion_ctx *cx, const char *name) {
 
 /* Offer every node of g that existed when the rule started to rule r. */
 static af_status run_rule(af_fusion_ctx *cx, af_graph *g, int r, af_error *err) {
-    const fu_rule *rule = &rules[r];
+    const fu_rule row = rule_row(r), *rule = &row;
     int count = g->nnodes;
     if (count == 0) return AF_OK;
     af_node **snap = malloc((size_t)count * sizeof *snap);
@@ -544,7 +645,10 @@ static af_status fuse_graph(af_fusion_ctx *cx, af_graph *g, const af_fusion_conf
             if (st != AF_OK) return st;
         }
     }
-    for (int r = 0; r < AF_RULE_COUNT; r++) {
+    /* Plugin rules first: they name bigger, specific patterns the generic rules would split. */
+    int nrules = af_fusion_rule_count();
+    for (int i = 0; i < nrules; i++) {
+        int r = (AF_RULE_COUNT + i) % nrules;
         if (cfg && cfg->disabled[r]) continue;
         af_status st = run_rule(cx, g, r, err);
         if (st != AF_OK) return st;

@@ -29,6 +29,7 @@
 #define AF_FUSION_H
 
 #include "ir/ir.h"
+#include "ir/plugin.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -42,6 +43,11 @@ typedef enum af_rule_id {
     AF_RULE_COUNT
 } af_rule_id;
 
+/* Rule ids: the built-in rules, 0..AF_RULE_COUNT, then the plugins' rules in load order, up to
+ * af_fusion_rule_count() (< AF_RULE_MAX). */
+#define AF_RULE_MAX (AF_RULE_COUNT + AF_PLUGIN_MAX_RULES)
+int af_fusion_rule_count(void);
+bool af_fusion_rule_is_plugin(int r);
 /* Name, pattern and conditions of rule r (static strings); NULL when r is out of range. */
 const char *af_fusion_rule_name(int r);
 const char *af_fusion_rule_pattern(int r);
@@ -51,15 +57,16 @@ const char *af_fusion_rule_conditions(int r);
 const char *af_fusion_rule_precision(int r);
 /* Rule id of a name or alias ("MatMulBiasReluFusionOp" is MatMulBiasActFusionOp); -1 if none. */
 int af_fusion_rule_find(const char *name);
-/* `autofusion --list-fusions`: every rule with its pattern and conditions, in table order. */
+/* `autofusion --list-fusions`: every rule with its pattern and conditions, in table order, then
+ * the plugins' rules. */
 void af_fusion_list(FILE *f);
 
 /* ---- switches (switches.c) ----------------------------------------------------------------- */
 
 typedef struct af_fusion_config {
-    bool disabled[AF_RULE_COUNT];
-    const char *disabled_as[AF_RULE_COUNT]; /* the name as the user spelled it (static) */
-    const char *disabled_by[AF_RULE_COUNT]; /* where: "--disable_fusion", "AUTOFUSION_DISABLE_LIST",
+    bool disabled[AF_RULE_MAX];
+    const char *disabled_as[AF_RULE_MAX]; /* the name as the user spelled it (static) */
+    const char *disabled_by[AF_RULE_MAX]; /* where: "--disable_fusion", "AUTOFUSION_DISABLE_LIST",
                                                "GE_FUSION_DISABLE_LIST", "--fusion_switch_file" */
 } af_fusion_config;
 
@@ -113,7 +120,7 @@ typedef struct af_precision_entry {
     bool prologue_fp32;      /* mixed: its sensitive prologue reads float32 */
 } af_precision_entry;
 
-#define AF_FUSION_MAX_STATS (2 * AF_RULE_COUNT)
+#define AF_FUSION_MAX_STATS (2 * AF_RULE_MAX)
 
 typedef struct af_fusion_report {
     char *model; /* owned */

@@ -135,7 +135,7 @@ static void print_misses(const af_fusion_report *r, int rule, FILE *f) {
 
 void af_fusion_report_print(const af_fusion_report *r, FILE *f) {
     fprintf(f, "[AF] Graph Fusion Report: %s\n", r->model ? r->model : "<model>");
-    for (int rule = 0; rule < AF_RULE_COUNT; rule++) {
+    for (int rule = 0; rule < af_fusion_rule_count(); rule++) {
         bool any = false;
         for (int i = 0; i < r->nstats; i++) {
             const af_fusion_stat *s = &r->stats[i];
@@ -153,7 +153,7 @@ void af_fusion_report_print(const af_fusion_report *r, FILE *f) {
         }
         print_misses(r, rule, f);
     }
-    for (int rule = 0; rule < AF_RULE_COUNT; rule++)
+    for (int rule = 0; rule < af_fusion_rule_count(); rule++)
         if (r->cfg.disabled[rule])
             fprintf(f, "[AF]   Disabled: %s (%s)\n",
                     r->cfg.disabled_as[rule] ? r->cfg.disabled_as[rule]
@@ -233,7 +233,7 @@ char *af_fusion_report_json(const af_fusion_report *r) {
     json_t *root = json_object(), *gf = json_object();
     char *out = NULL;
     int fail = !root || !gf;
-    for (int rule = 0; rule < AF_RULE_COUNT && !fail; rule++) {
+    for (int rule = 0; rule < af_fusion_rule_count() && !fail; rule++) {
         const char *name = af_fusion_rule_name(rule);
         const af_fusion_stat *own = NULL;
         for (int i = 0; i < r->nstats; i++)
@@ -290,9 +290,13 @@ af_status af_fusion_report_write_json(const af_fusion_report *r, const char *pat
 }
 
 void af_fusion_list(FILE *f) {
-    for (int r = 0; r < AF_RULE_COUNT; r++) {
+    for (int r = 0; r < af_fusion_rule_count(); r++) {
         fprintf(f, "%s\n  pattern:    %s\n  conditions: %s\n", af_fusion_rule_name(r),
                 af_fusion_rule_pattern(r), af_fusion_rule_conditions(r));
+        const af_custom_rule *p = af_plugin_rule(r - AF_RULE_COUNT);
+        if (p)
+            fprintf(f, "  plugin:     %s (fuses into %s:%s)\n", af_plugin_rule_owner(r - AF_RULE_COUNT),
+                    p->fused_domain, p->fused_op);
         const char *prec = af_fusion_rule_precision(r);
         fprintf(f, "  precision:  %s%s\n", prec ? "sensitive: fp32 under mixed for " : "insensitive",
                 prec ? prec : "");

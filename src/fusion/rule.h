@@ -42,6 +42,7 @@ typedef struct fu_epi {
     int64_t flags[AF_EP_MAX_STEPS];
     float p0[AF_EP_MAX_STEPS], p1[AF_EP_MAX_STEPS];
     af_value *operand[AF_EP_MAX_STEPS]; /* binary steps; NULL for unary ones */
+    const struct af_custom_op *custom[AF_EP_MAX_STEPS]; /* custom steps: the plugin's op */
 } fu_epi;
 
 typedef struct af_match {
@@ -103,7 +104,8 @@ void fu_epi_init(fu_epi *e);
  * LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Silu, Gelu, Tanh, Elu); false for anything else. */
 bool fu_act_op(const af_node *n, int64_t *op, float *p0, float *p1);
 /* Append node n, which reads the chain value y (its other input, for a binary op, is the operand),
- * as a step of a program whose output type is `out`. NULL when appended; AF_NO_MATCH when n is
+ * as a step of a program whose output type is `out` (a plugin's ELEMWISE op with map, or its
+ * BROADCAST op with map2, is a custom step). NULL when appended; AF_NO_MATCH when n is
  * not an op an epilogue can express this way (or the program is full); else a reason (the operand
  * does not fit the output, dtype...). */
 const char *fu_epi_append(fu_epi *e, const af_node *n, const af_value *y, const af_tensor *out);

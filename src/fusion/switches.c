@@ -22,10 +22,12 @@ static const struct {
 };
 
 #define MAX_SWITCH_FILE (1 << 20)
+#define ALL AF_RULE_MAX /* lookup's id of "ALL": every rule */
 
-/* Rule of name[0..len) and its static spelling; "ALL" is AF_RULE_COUNT; -1 when unknown. */
+/* Rule of name[0..len) and its static spelling; "ALL" is ALL; -1 when unknown. Plugin rules
+ * are found once their plugin is loaded. */
 static int lookup(const char *name, size_t len, const char **spelled) {
-    for (int r = 0; r < AF_RULE_COUNT; r++) {
+    for (int r = 0; r < af_fusion_rule_count(); r++) {
         const char *s = af_fusion_rule_name(r);
         if (strlen(s) == len && !strncmp(s, name, len)) {
             *spelled = s;
@@ -40,7 +42,7 @@ static int lookup(const char *name, size_t len, const char **spelled) {
     }
     if (len == 3 && !strncmp(name, "ALL", 3)) {
         *spelled = "ALL";
-        return AF_RULE_COUNT;
+        return ALL;
     }
     return -1;
 }
@@ -48,16 +50,15 @@ static int lookup(const char *name, size_t len, const char **spelled) {
 int af_fusion_rule_find(const char *name) {
     const char *spelled;
     int r = name ? lookup(name, strlen(name), &spelled) : -1;
-    return r == AF_RULE_COUNT ? -1 : r;
+    return r == ALL ? -1 : r;
 }
 
 static af_status unknown(af_error *err, const char *where, const char *name, size_t len) {
     char valid[1024] = "";
     size_t used = 0;
-    for (int r = 0; r <= AF_RULE_COUNT + (int)AF_COUNT(aliases); r++) {
-        const char *s = r < AF_RULE_COUNT ? af_fusion_rule_name(r)
-                        : r < AF_RULE_COUNT + (int)AF_COUNT(aliases) ? aliases[r - AF_RULE_COUNT].name
-                                                                     : "ALL";
+    int nr = af_fusion_rule_count(), na = (int)AF_COUNT(aliases);
+    for (int r = 0; r <= nr + na; r++) {
+        const char *s = r < nr ? af_fusion_rule_name(r) : r < nr + na ? aliases[r - nr].name : "ALL";
         int k = snprintf(valid + used, sizeof valid - used, "%s%s", used ? ", " : "", s);
         if (k < 0 || (size_t)k >= sizeof valid - used) break;
         used += (size_t)k;
@@ -68,10 +69,10 @@ static af_status unknown(af_error *err, const char *where, const char *name, siz
 
 static void set_rule(af_fusion_config *cfg, int r, bool off, const char *spelled,
                      const char *source) {
-    int lo = r == AF_RULE_COUNT ? 0 : r, hi = r == AF_RULE_COUNT ? AF_RULE_COUNT : r + 1;
+    int lo = r == ALL ? 0 : r, hi = r == ALL ? af_fusion_rule_count() : r + 1;
     for (int k = lo; k < hi; k++) {
         cfg->disabled[k] = off;
-        cfg->disabled_as[k] = off ? (r == AF_RULE_COUNT ? af_fusion_rule_name(k) : spelled) : NULL;
+        cfg->disabled_as[k] = off ? (r == ALL ? af_fusion_rule_name(k) : spelled) : NULL;
         cfg->disabled_by[k] = off ? source : NULL;
     }
 }
@@ -151,7 +152,7 @@ static af_status parse_json(af_fusion_config *cfg, const char *path, const char 
                 st = unknown(err, path, key, strlen(key));
                 break;
             }
-            if ((r == AF_RULE_COUNT) != (pass == 0)) continue;
+            if ((r == ALL) != (pass == 0)) continue;
             const char *v = json_string_value(val);
             int off = v ? parse_off(v, strlen(v)) : -1;
             if (off < 0) {
@@ -210,7 +211,7 @@ static af_status parse_lines(af_fusion_config *cfg, const char *path, const char
             if (off < 0)
                 return af_fail(err, AF_ERR_INVALID_ARG, "%s:%d: value must be on or off", path,
                                line);
-            if ((r == AF_RULE_COUNT) == (pass == 0)) set_rule(cfg, r, off, spelled, SOURCE);
+            if ((r == ALL) == (pass == 0)) set_rule(cfg, r, off, spelled, SOURCE);
         }
     }
     return AF_OK;

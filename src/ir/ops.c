@@ -1,4 +1,5 @@
 /* The op table built from ops.def, and lookup by ONNX name. */
+#include "ir/plugin.h"
 #include "kernels/kernel.h"
 
 #include <string.h>
@@ -17,10 +18,10 @@ static bool op_is_training(int op) {
 af_op af_op_lookup(const char *domain, const char *op_type) {
     bool ours = domain && !strcmp(domain, AF_DOMAIN);
     bool training = domain && !strcmp(domain, "ai.onnx.preview.training");
-    if (!ours && !training && domain && *domain && strcmp(domain, "ai.onnx")) return AF_OP_COUNT;
-    for (int i = ours ? AF_OP_GELU : 0; i < (ours ? AF_OP_COUNT : AF_OP_GELU); i++)
+    bool onnx = !domain || !*domain || !strcmp(domain, "ai.onnx");
+    for (int i = ours ? AF_OP_GELU : 0; (ours || onnx || training) && i < (ours ? AF_OP_CUSTOM : AF_OP_GELU); i++)
         if (!strcmp(af_ops[i].name, op_type) && op_is_training(i) == training) return (af_op)i;
-    return AF_OP_COUNT;
+    return !ours && af_plugin_op(domain, op_type) ? AF_OP_CUSTOM : AF_OP_COUNT;
 }
 
-bool af_op_is_ours(af_op op) { return op >= AF_OP_GELU && op < AF_OP_COUNT; }
+bool af_op_is_ours(af_op op) { return op >= AF_OP_GELU && op < AF_OP_CUSTOM; }

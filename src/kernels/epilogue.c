@@ -4,14 +4,15 @@
  * Invariant: a parsed af_epilogue only holds steps that af_epilogue_apply can run, with operand
  * strides that keep every read inside the operand (validated once per kernel call). */
 #include "kernels/epilogue.h"
+#include "ir/plugin.h"
 #include "kernels/nn_common.h"
 
 bool af_ep_is_binary(int64_t op) {
-    return op >= AF_EP_ADD && op <= AF_EP_DIV;
+    return (op >= AF_EP_ADD && op <= AF_EP_DIV) || op == AF_EP_CUSTOM_BINARY;
 }
 
 bool af_ep_is_unary(int64_t op) {
-    return op >= AF_EP_RELU && op <= AF_EP_ELU;
+    return (op >= AF_EP_RELU && op <= AF_EP_ELU) || op == AF_EP_CUSTOM_UNARY;
 }
 
 const char *af_ep_unary_check(int64_t op, float p0, float p1) {
@@ -74,6 +75,28 @@ static bool ep_broadcastable(const af_tensor *t, const af_tensor *y) {
     return true;
 }
 
+/* The plugin op of custom step s (flags >> AF_EP_CUSTOM_SHIFT indexes "custom_ops"), which
+ * must be loaded and give the function the step calls. */
+static af_status ep_custom(const af_node *n, int s, int64_t op, int64_t flags,
+                           const af_custom_op **out, af_error *err) {
+    const af_attr *names = af_node_attr(n, "custom_ops");
+    int64_t k = flags >> AF_EP_CUSTOM_SHIFT;
+    if (flags < 0 || !names || names->type != AF_ATTR_STRINGS || k >= names->n || !names->strings[k])
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "epilogue step %d: custom op %lld is not in custom_ops", s, (long long)k);
+    const af_custom_op *c = af_plugin_op_key(names->strings[k]);
+    if (!c)
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED,
+                            "epilogue step %d: custom op '%s' is not loaded (give its plugin with "
+                            "--plugin or AUTOFUSION_PLUGINS)", s, names->strings[k]);
+    if (op == AF_EP_CUSTOM_UNARY ? !c->map : !c->map2)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "epilogue step %d: custom op '%s' has no %s function", s,
+                            names->strings[k], op == AF_EP_CUSTOM_UNARY ? "map" : "map2");
+    *out = c;
+    return AF_OK;
+}
+
 /* Shared walk over the program: validates every step; fills ep when it is not NULL (then dims
  * must be known and operand data present). */
 static af_status ep_check(const af_node *n, const af_tensor *const *in, const af_tensor *y,
@@ -107,9 +130,15 @@ static af_status ep_check(const af_node *n, const af_tensor *const *in, const af
     for (int s = 0; s < nsteps; s++) {
         int64_t op = prog[3 * s], opnd = prog[3 * s + 1], flags = prog[3 * s + 2];
         float p0 = nparams > 0 ? params[2 * s] : 0.0f, p1 = nparams > 0 ? params[2 * s + 1] : 0.0f;
-        if (flags & ~(int64_t)AF_EP_REVERSED)
+        bool custom = op == AF_EP_CUSTOM_UNARY || op == AF_EP_CUSTOM_BINARY;
+        if (!custom && (flags & ~(int64_t)AF_EP_REVERSED))
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "epilogue step %d: flags %lld", s,
                                 (long long)flags);
+        const af_custom_op *cop = NULL;
+        if (custom) {
+            af_status st = ep_custom(n, s, op, flags, &cop, err);
+            if (st) return st;
+        }
         const af_tensor *t = NULL;
         if (af_ep_is_binary(op)) {
             if (opnd < 0 || opnd >= n->nin || !in[opnd])
@@ -147,6 +176,7 @@ static af_status ep_check(const af_node *n, const af_tensor *const *in, const af
         st->reversed = (flags & AF_EP_REVERSED) != 0;
         st->p0 = p0;
         st->p1 = p1;
+        st->custom = cop;
         if (t) {
             int64_t cnt = nn_numel(t);
             if (!t->data || cnt < 0 || (size_t)cnt > t->nbytes / sizeof(float))
@@ -197,8 +227,32 @@ af_status af_epilogue_parse(const af_node *n, const af_tensor *const *in, const 
         }                                                                                         \
     } while (0)
 
-static void ep_binary_run(af_ep_op op, bool rev, float *y, int64_t len, const float *b,
+/* A plugin's map2 over a run whose operand advances by bs (0: one value): contiguous operands
+ * go straight in, the others through a local buffer. */
+static void ep_custom_run(const af_ep_step *st, float *y, int64_t len, const float *b, int64_t bs) {
+    const float p[2] = {st->p0, st->p1};
+    float tmp[256];
+    for (int64_t j = 0; j < len;) {
+        int64_t m = bs == 1 ? len - j : (len - j < 256 ? len - j : 256);
+        const float *bb = b + j * bs;
+        if (bs != 1) {
+            for (int64_t i = 0; i < m; i++) tmp[i] = b[(j + i) * bs];
+            bb = tmp;
+        }
+        if (st->reversed) st->custom->map2(p, bb, y + j, y + j, m);
+        else st->custom->map2(p, y + j, bb, y + j, m);
+        j += m;
+    }
+}
+
+static void ep_binary_run(const af_ep_step *st, float *y, int64_t len, const float *b,
                           int64_t bs) {
+    af_ep_op op = st->op;
+    bool rev = st->reversed;
+    if (op == AF_EP_CUSTOM_BINARY) {
+        ep_custom_run(st, y, len, b, bs);
+        return;
+    }
     switch (op) {
     case AF_EP_ADD: EP_RUN(rev ? bv + yv : yv + bv); break;
     case AF_EP_SUB: EP_RUN(rev ? bv - yv : yv - bv); break;
@@ -216,7 +270,7 @@ static void ep_apply_binary(const af_epilogue *ep, const af_ep_step *st, float *
                             const int64_t *idx) {
     int r = ep->rank;
     if (r == 0) { /* scalar output: the run is at most one element, the operand a scalar */
-        ep_binary_run(st->op, st->reversed, y, len, st->operand, 0);
+        ep_binary_run(st, y, len, st->operand, 0);
         return;
     }
     int64_t cur[AF_MAX_RANK], off = 0;
@@ -231,7 +285,7 @@ static void ep_apply_binary(const af_epilogue *ep, const af_ep_step *st, float *
             seg = len - j;
         if (seg <= 0)
             break; /* the run went past the output's end: callers never ask for that */
-        ep_binary_run(st->op, st->reversed, y + j, seg, st->operand + off, ls);
+        ep_binary_run(st, y + j, seg, st->operand + off, ls);
         j += seg;
         cur[r - 1] += seg;
         off += seg * ls;
@@ -248,7 +302,11 @@ static void ep_apply_binary(const af_epilogue *ep, const af_ep_step *st, float *
 /* One unary step over the run: the cheap piecewise ops inline, the rest through af_ep_unary. */
 static void ep_apply_unary(const af_ep_step *st, float *y, int64_t len) {
     float p0 = st->p0, p1 = st->p1;
+    const float p[2] = {p0, p1};
     switch (st->op) {
+    case AF_EP_CUSTOM_UNARY:
+        st->custom->map(p, y, y, len);
+        break;
     case AF_EP_RELU:
         for (int64_t j = 0; j < len; j++)
             y[j] = y[j] < 0.0f ? 0.0f : y[j];

@@ -31,11 +31,16 @@ typedef enum af_ep_op {
     AF_EP_SILU = 11,
     AF_EP_GELU = 12,        /* p0: 0 erf form, 1 tanh form */
     AF_EP_TANH = 13,
-    AF_EP_ELU = 14          /* p0 alpha */
+    AF_EP_ELU = 14,         /* p0 alpha */
+    AF_EP_CUSTOM_UNARY = 15, /* a plugin's ELEMWISE op: its map(p, y) */
+    AF_EP_CUSTOM_BINARY = 16 /* a plugin's BROADCAST op: its map2(p, y, operand) */
 } af_ep_op;
 
 /* flags bit of a binary step: y = operand (op) y. */
 #define AF_EP_REVERSED 1
+/* Custom steps: flags >> AF_EP_CUSTOM_SHIFT is the index of the op's "domain:name" in the fused
+ * node's "custom_ops" STRINGS attribute; p0, p1 are the op's parameters (its params()). */
+#define AF_EP_CUSTOM_SHIFT 1
 
 /* Longest program a fused node may carry (the fusion engine must not build longer ones). */
 #define AF_EP_MAX_STEPS 32
@@ -45,6 +50,7 @@ typedef struct af_ep_step {
     bool reversed;
     float p0, p1;
     const float *operand;          /* binary steps: the operand's data; NULL for unary steps */
+    const struct af_custom_op *custom; /* custom steps: the plugin's op */
     int64_t strides[AF_MAX_RANK];  /* broadcast strides of the operand over the output shape */
 } af_ep_step;
 
@@ -55,7 +61,8 @@ typedef struct af_epilogue {
     af_ep_step steps[AF_EP_MAX_STEPS];
 } af_epilogue;
 
-/* True for ADD..DIV (steps with an operand); true for RELU..ELU. */
+/* True for ADD..DIV and CUSTOM_BINARY (steps with an operand); true for RELU..ELU and
+ * CUSTOM_UNARY. */
 bool af_ep_is_binary(int64_t op);
 bool af_ep_is_unary(int64_t op);
 

@@ -63,6 +63,8 @@ void af_vep_build(const af_epilogue *ep, float *y, int64_t cols, af_vep *v) {
         o->kind = AF_VEP_NONE;
         if (st->operand) o->kind = ep->rank == 0 ? AF_VEP_SCALAR : vep_kind(ep, st->strides);
         if (st->operand && o->kind == AF_VEP_NONE) v->generic = ep;
+        /* A plugin's function runs on arrays: the reference epilogue calls it per run. */
+        if (st->custom) v->generic = ep;
     }
     v->nsteps = v->generic || !ep ? 0 : ep->nsteps;
 }

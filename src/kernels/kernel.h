@@ -4,6 +4,7 @@
 #define AF_KERNEL_H
 
 #include "ir/ir.h"
+#include "ir/plugin.h"
 
 #include <math.h>
 #include <string.h>

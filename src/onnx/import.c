@@ -826,10 +826,13 @@ static af_status declare_node(const imp *c, af_graph *g, scope *s, node_rec *nr,
                              "a Constant has no inputs and one output, not %d and %d", nin, nout);
     } else {
         af_op op = af_op_lookup(nr->domain, nr->op_type);
+        bool onnx = !*nr->domain || !strcmp(nr->domain, "ai.onnx");
         if (op == AF_OP_COUNT)
             return node_fail(c, nr, err, AF_ERR_UNSUPPORTED,
-                             "op '%s' of domain '%s' is not supported", nr->op_type,
-                             *nr->domain ? nr->domain : "ai.onnx");
+                             "op '%s' of domain '%s' is not supported%s", nr->op_type,
+                             onnx ? "ai.onnx" : nr->domain,
+                             onnx ? "" : " (a custom op: give its plugin with --plugin or "
+                                         "AUTOFUSION_PLUGINS)");
         nr->node = af_node_new(g, op, nr->name, nin, nout);
         if (!nr->node) return nomem(c, err);
         nr->node->op_type = nr->op_type;

@@ -13,6 +13,7 @@
 #include "runtime/plan.h"
 #include "runtime/profile.h"
 #include "runtime/session.h"
+#include "ir/plugin.h"
 
 #include <stdatomic.h>
 #include <string.h>
@@ -212,7 +213,9 @@ af_status af_session_new(const char *path, const af_options *opt, af_session **o
     *out = NULL;
     bool compiled = is_afm(path);
     af_afm_meta meta = {0};
-    af_status st = compiled ? af_afm_load_with_plan(path, &m, &meta, &plan, err)
+    af_status st = af_plugin_load_env(err);
+    if (st) return st;
+    st = compiled ? af_afm_load_with_plan(path, &m, &meta, &plan, err)
                             : af_model_load(path, &m, err);
     const char *prec = NULL;
     for (int i = 0; i < meta.nkv; i++)
@@ -224,7 +227,8 @@ af_status af_session_new_from_bytes(const void *bytes, size_t len, const char *n
                                     const af_options *opt, af_session **out, af_error *err) {
     af_model *m = NULL;
     *out = NULL;
-    af_status st = af_model_load_bytes(bytes, len, name, &m, err);
+    af_status st = af_plugin_load_env(err);
+    if (!st) st = af_model_load_bytes(bytes, len, name, &m, err);
     return st ? st : finish(m, NULL, opt, false, NULL, out, err);
 }
 

@@ -1,11 +1,12 @@
 /* ElementwiseFusionOp, the generic fuser that runs last: a chain of ops an epilogue can express
  * (Add, Sub, Mul, Div with an operand that broadcasts to the output; the activations of
- * fu_act_op) joins the epilogue of the Conv, MatMul, Gemm or fused op that produces its first
+ * fu_act_op; a plugin's ELEMWISE and BROADCAST ops that give their per-element function) joins the epilogue of the Conv, MatMul, Gemm or fused op that produces its first
  * input; a chain of two or more such ops with no such producer becomes one FusedElementwise.
  *
  * Invariant: the anchor is the first op of the chain; the chain grows only through values with a
  * single reader that are not graph outputs, so nothing outside reads what disappears. */
 #include "fusion/rule.h"
+#include "ir/plugin.h"
 
 #include <string.h>
 
@@ -49,6 +50,10 @@ const char *fr_ew_check(af_fusion_ctx *cx, af_node *e, af_match *m) {
     bool act = fu_act_op(e, &op, &p0, &p1);
     bool bin = (e->op == AF_OP_ADD || e->op == AF_OP_SUB || e->op == AF_OP_MUL ||
                 e->op == AF_OP_DIV) && e->nin == 2 && e->in[0] && e->in[1];
+    /* A plugin's ELEMWISE / BROADCAST op joins like an activation / a binary op. */
+    const af_custom_op *c = e->op == AF_OP_CUSTOM ? af_plugin_op(e->domain, e->op_type) : NULL;
+    act |= c && c->op_class == AF_CUSTOM_ELEMWISE;
+    bin |= c && c->op_class == AF_CUSTOM_BROADCAST && e->nin == 2 && e->in[0] && e->in[1];
     if ((!act && !bin) || e->nout < 1 || !e->out[0]) return AF_NO_MATCH;
     /* The main data path of a binary op: the input shaped like the output when the other is
      * not (a bias, a scale); none when both are (a residual Add). */
