@@ -24,6 +24,11 @@
  * that names them. Every problem with a plugin (missing file, missing entry point, another ABI
  * version, a name registered twice, a malformed description) is a clear error, never a crash.
  *
+ * Threads: compute runs on one thread at a time per node; map and map2 run from the worker
+ * threads concurrently, each call on its own piece of the output, and must be thread-safe
+ * (pure functions of their arguments are). params runs once, when the op joins an epilogue: its
+ * values are stored in the compiled model.
+ *
  * ABI: a plugin is built against AF_PLUGIN_ABI_VERSION and says so in its description; another
  * version is refused. Strings are UTF-8, NUL-terminated. Functions return 0 on success, or
  * non-zero after writing a one-line reason into msg (msg_len bytes, always NUL-terminated).

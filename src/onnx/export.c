@@ -256,7 +256,7 @@ static af_status write_node(exporter *x, const af_node *n, af_error *err) {
     for (int k = 0; k < nout; k++)
         pb_str(&x->b, NODE_OUTPUT, n->out[k] ? vname(n->out[k], buf, sizeof buf) : "");
     pb_str(&x->b, NODE_NAME, n->name);
-    pb_str(&x->b, NODE_OP_TYPE, af_ops[n->op].name);
+    pb_str(&x->b, NODE_OP_TYPE, n->op == AF_OP_CUSTOM ? n->op_type : af_ops[n->op].name);
     for (int a = 0; a < n->nattrs && !st; a++) {
         /* Provenance on a standard op (a canonical LayerNormalization left in place) is not
          * part of its ONNX schema; only our own ops carry it in the file. */
@@ -337,18 +337,48 @@ static void write_opset(exporter *x, const char *domain, int64_t version) {
     pb_end(&x->b, m);
 }
 
+enum { MAX_DOMAINS = 64 };
+
+/* Add d to the domains with an opset import (false when it was there or the list is full). */
+static bool new_domain(const char **seen, int *n, const char *d) {
+    for (int i = 0; i < *n; i++)
+        if (!strcmp(seen[i], d)) return false;
+    if (*n == MAX_DOMAINS) return false;
+    seen[(*n)++] = d;
+    return true;
+}
+
+/* Version 1 of every custom op domain (a plugin's rule may make ops of a domain the model did
+ * not import) that has no opset import yet. */
+static void write_custom_opsets(exporter *x, const af_graph *g, const char **seen, int *n) {
+    for (int i = 0; i < g->nnodes; i++) {
+        const af_node *c = g->nodes[i];
+        if (c->op == AF_OP_CUSTOM && new_domain(seen, n, node_domain(c)))
+            write_opset(x, node_domain(c), 1);
+        for (int a = 0; a < c->nattrs; a++) {
+            const af_attr *at = &c->attrs[a];
+            if (at->type == AF_ATTR_GRAPH) write_custom_opsets(x, at->g, seen, n);
+            for (int k = 0; at->type == AF_ATTR_GRAPHS && k < at->n; k++)
+                write_custom_opsets(x, at->graphs[k], seen, n);
+        }
+    }
+}
+
 static af_status write_model(exporter *x, const af_graph *g, af_error *err) {
     pb_int(&x->b, MODEL_IR_VERSION, IR_VERSION);
     pb_str(&x->b, MODEL_PRODUCER_NAME, "autofusion");
     pb_str(&x->b, MODEL_PRODUCER_VERSION, AF_VERSION);
     af_status st = write_graph(x, MODEL_GRAPH, g, err);
+    const char *seen[MAX_DOMAINS] = {"", AF_DOMAIN};
+    int nseen = 2;
     write_opset(x, "", af_graph_opset(g));
     for (int i = 0; i < g->nopsets; i++) {
         const char *d = g->opsets[i].domain ? g->opsets[i].domain : "";
-        if (*d && strcmp(d, "ai.onnx") && strcmp(d, AF_DOMAIN))
+        if (*d && strcmp(d, "ai.onnx") && new_domain(seen, &nseen, d))
             write_opset(x, d, g->opsets[i].version);
     }
     if (uses_our_ops(g)) write_opset(x, AF_DOMAIN, 1);
+    write_custom_opsets(x, g, seen, &nseen);
     return st;
 }
 

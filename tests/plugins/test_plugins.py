@@ -218,6 +218,17 @@ def test_torch_mish_model(mish_model):
     without = report_json(path, tmp)
     assert with_plugin["graph_fusion"]["MishFusionOp"]["effect_times"] == 2
     assert with_plugin["ops_after"] < without["ops_after"]
+    # The graph with the rule's Mish ops left as nodes exports as valid ONNX (their domain
+    # imported), and that file runs like the model.
+    exported = os.path.join(tmp, "mish_ops.onnx")
+    r = af("compile", f"--model={path}", f"--output={os.path.join(tmp, 'e')}", f"--plugin={EXAMPLE}",
+           "--disable_fusion=ElementwiseFusionOp", f"--export_onnx={exported}")
+    assert r.returncode == 0, r.stderr
+    m = onnx.load(exported)
+    onnx.checker.check_model(m)
+    assert [n.op_type for n in m.graph.node if n.domain == "ai.example"] == ["Mish", "Mish"]
+    assert "ai.example" in [o.domain for o in m.opset_import]
+    close(run(exported, tmp, x, f"--plugin={EXAMPLE}"), ref, rtol=1e-4, atol=1e-4)
 
 
 def test_list_fusions():
