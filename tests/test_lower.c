@@ -261,6 +261,10 @@ static int count_low(const af_graph *g) {
     return k;
 }
 
+/* Depthwise convs of the fused graphs checked so far that computed their expand conv
+ * themselves (pro_w). */
+static int merged_seen;
+
 /* The reference once; then unfused and fused, lowered in precision `prec`, on every ISA with 1
  * and 2 threads. */
 static void check_prec(const lcase *c, af_precision prec) {
@@ -283,6 +287,8 @@ static void check_prec(const lcase *c, af_precision prec) {
             af_graph *g = build(a, c, 7);
             if (fuse && af_optimize(g, NULL, NULL, &err)) fail_msg("%s: %s", c->name, err.message);
             if (af_lower_precision(g, &pc, &err)) fail_msg("%s: %s", c->name, err.message);
+            for (int i = 0; fuse && i < g->nnodes; i++)
+                merged_seen += af_attr_int(g->nodes[i], "pro_w", -1) >= 0;
             if (count_channels_last(g) < c->min_cl)
                 fail_msg("%s: %d channels-last nodes after lowering (at least %d)", c->name,
                          count_channels_last(g), c->min_cl);
@@ -461,6 +467,62 @@ static void test_depthwise(void **state) {
     }
 }
 
+/* An inverted-residual block: 1x1 expand + BN + SiLU, depthwise conv (geometry arg) + BN +
+ * SiLU, optionally a squeeze-excite, 1x1 projection + BN, and the residual when shapes allow. */
+typedef struct mb_case {
+    int64_t expand;
+    conv dw;
+    bool se, bn;
+} mb_case;
+
+static void b_mbconv(af_graph *g, af_value *x, const void *arg) {
+    const mb_case *m = arg;
+    conv ex = {m->expand, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, !m->bn};
+    af_value *y = conv2d(g, x, &ex);
+    if (m->bn) y = batchnorm(g, y);
+    y = op2(g, "Mul", y, op1(g, "Sigmoid", y));
+    conv dw = m->dw;
+    dw.m = dw.group = m->expand;
+    y = batchnorm(g, conv2d(g, y, &dw));
+    y = op2(g, "Mul", y, op1(g, "Sigmoid", y));
+    if (m->se) {
+        conv f1 = {4, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, true};
+        conv f2 = {m->expand, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, true};
+        af_value *s = op1(g, "GlobalAveragePool", y);
+        s = op1(g, "Sigmoid", conv2d(g, op1(g, "Relu", conv2d(g, s, &f1)), &f2));
+        y = op2(g, "Mul", y, s);
+    }
+    conv pr = {x->type.dims[1], {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, false};
+    y = batchnorm(g, conv2d(g, y, &pr));
+    infer(g);
+    bool same = y->type.rank == 4;
+    for (int d = 0; same && d < 4; d++) same = y->type.dims[d] == x->type.dims[d];
+    if (same) y = op2(g, "Add", y, x);
+    mark_output(g, y);
+}
+
+/* The expand conv computed inside the depthwise conv (forced for these sizes): stride 1 and 2,
+ * 3x3 and 5x5, dilation, asymmetric and no padding, batch 2, channel counts off the vector
+ * width, with a squeeze-excite reading the pooled output, against the reference. */
+static void test_expand_depthwise(void **state) {
+    (void)state;
+    static const mb_case mbs[] = {
+        {48, {0, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 0, NULL, true}, false, true},
+        {36, {0, {5, 5}, {2, 2}, {1, 1}, {2, 2, 2, 2}, 0, NULL, true}, true, true},
+        {21, {0, {3, 3}, {1, 1}, {2, 2}, {2, 1, 0, 2}, 0, NULL, true}, false, false},
+        {40, {0, {3, 3}, {2, 1}, {1, 1}, {0, 0, 0, 0}, 0, NULL, true}, true, true},
+    };
+    static const int64_t xs[][4] = {{1, 8, 15, 13}, {2, 12, 17, 10}, {1, 7, 9, 19}, {2, 16, 11, 11}};
+    setenv("AUTOFUSION_MERGE_EXPAND", "1", 1);
+    for (size_t i = 0; i < AF_COUNT(mbs); i++) {
+        merged_seen = 0;
+        lcase c = {"expand + depthwise", {xs[i][0], xs[i][1], xs[i][2], xs[i][3]}, b_mbconv, &mbs[i], 2, 2};
+        check(&c);
+        if (merged_seen == 0) fail_msg("case %zu: the expand conv was not merged", i);
+    }
+    unsetenv("AUTOFUSION_MERGE_EXPAND");
+}
+
 /* Channels-last regions have reorders at their edges only: the input's and the output's. */
 static void test_regions(void **state) {
     (void)state;
@@ -586,6 +648,7 @@ int main(void) {
         cmocka_unit_test(test_steady_state),
         cmocka_unit_test(test_conv_geometries),
         cmocka_unit_test(test_depthwise),
+        cmocka_unit_test(test_expand_depthwise),
         cmocka_unit_test(test_winograd),
         cmocka_unit_test(test_regions),
         cmocka_unit_test(test_matmul),

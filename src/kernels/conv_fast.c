@@ -24,11 +24,47 @@ static af_tensor nchw_view(const af_tensor *t) {
     return v;
 }
 
+/* A merged expand conv (pro_w >= 0): its weights and bias checked against X [N, H, W, pro_c]
+ * and E = pro_m channels; *xd becomes the type the depthwise conv reads, [N, H, W, E]. */
+static af_status pro_setup(const af_node *n, const af_tensor *const *in, fk_conv_cl *g,
+                           af_tensor *xd, af_error *err) {
+    int64_t wi = af_attr_int(n, "pro_w", -1), bi = af_attr_int(n, "pro_b", -1);
+    int64_t e = af_attr_int(n, "pro_m", 0);
+    const af_tensor *x = in[0], *w = wi < n->nin ? nn_in(n, in, (int)wi) : NULL;
+    const af_tensor *b = bi >= 0 && bi < n->nin ? nn_in(n, in, (int)bi) : NULL;
+    if (!w || (bi >= 0 && !b) || e < 1 || e > (1 << 24) || af_attr_int(n, "w_packed", 0) != 2 ||
+        w->dtype != AF_DTYPE_FLOAT || w->rank != 1 || (b && (b->dtype != AF_DTYPE_FLOAT ||
+                                                              b->rank != 1 || b->dims[0] != e)))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "a merged expand conv needs pro_m >= 1, packed float32 weights "
+                            "(pro_w) and a bias of pro_m (pro_b) on a depthwise conv");
+    *xd = *x;
+    xd->data = NULL;
+    if (x->rank != 4) return AF_OK;
+    int64_t c0 = x->dims[3];
+    if (c0 >= 0 && w->dims[0] >= 0 && w->dims[0] != (int64_t)af_gemm_packed_floats(c0, e))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "merged expand weights must be %lld x %lld packed",
+                            (long long)c0, (long long)e);
+    xd->dims[3] = e;
+    g->pro_x = x->data;
+    g->pro_wt = w->data;
+    g->pro_b = b ? b->data : NULL;
+    g->pro_c = c0;
+    return AF_OK;
+}
+
 af_status fk_conv_cl_setup(const af_node *n, const af_tensor *const *in, fk_conv_cl *g,
                            af_error *err) {
     memset(g, 0, sizeof *g);
     const af_tensor *x = nn_in(n, in, 0), *w = nn_in(n, in, 1), *b = nn_in(n, in, 2);
     if (!x || !w) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input X or W");
+    af_tensor xd;
+    if (af_attr_int(n, "pro_w", -1) >= 0) {
+        af_status st = pro_setup(n, in, g, &xd, err);
+        if (st != AF_OK) return st;
+        x = &xd;
+    }
     g->packed = (int)af_attr_int(n, "w_packed", 0);
     g->wt_type = w->dtype == AF_DTYPE_BFLOAT16 ? AF_GEMM_BF16
                  : w->dtype == AF_DTYPE_FLOAT16 ? AF_GEMM_F16 : AF_GEMM_F32;
@@ -467,7 +503,70 @@ static void dw_rows(void *ctx, int slot, int64_t begin, int64_t end) {
         af_dw_row p = {g->x + b * g->h * g->w * g->c, g->h, g->w, g->c, g->wt, g->b,
                        g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->ph, g->pw, oh, g->ow, yr,
                        j->ep, r * g->ow,
-                       j->sums ? j->sums + (size_t)slot * dw_sums_stride(g) + (size_t)(b * g->m) : NULL};
+                       j->sums ? j->sums + (size_t)slot * dw_sums_stride(g) + (size_t)(b * g->m) : NULL,
+                       NULL};
+        v->dw_row(&p);
+    }
+}
+
+/* ---- a depthwise conv with its 1x1 expand conv merged in ---------------------------------------- */
+
+/* Each thread walks its output rows in order, keeping the expanded input rows the kernel window
+ * covers in a ring of `span` rows (input row ih in slot ih % span): each expanded row is
+ * computed once per thread (by the GEMM core, one output row of the expand at a time, with its
+ * epilogue) and read from cache by the depthwise kernel; the [N, H, W, E] tensor between the two
+ * convs is never written. */
+enum { PRO_MAX_SPAN = 64 };
+
+static int64_t pro_span(const fk_conv_cl *g) {
+    return (g->kh - 1) * g->dh + 1;
+}
+
+static size_t pro_ring_floats(const fk_conv_cl *g) {
+    return ((size_t)(pro_span(g) * g->w * g->c) + 15) & ~(size_t)15;
+}
+
+typedef struct pro_job {
+    const fk_conv_cl *g;
+    const af_vep *ep, *pro;
+    float *y, *ring, *sums;
+} pro_job;
+
+/* Expanded input row ih of image b into dst ([W][E]). */
+static void pro_expand_row(const pro_job *j, int64_t b, int64_t ih, float *dst) {
+    const fk_conv_cl *g = j->g;
+    static const int64_t tap0[1] = {0};
+    int64_t row = b * g->h + ih;
+    af_gemm gm = {g->pro_x + row * g->w * g->pro_c, 1, g->w, 0, g->pro_c, tap0, 1, g->pro_c,
+                  g->pro_wt, g->c, dst, g->c, j->pro, row * g->w, 0, AF_GEMM_F32};
+    af_gemm_run(NULL, &gm);
+}
+
+static void pro_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    const pro_job *j = ctx;
+    const fk_conv_cl *g = j->g;
+    const af_vec_ops *v = af_vec();
+    int64_t span = pro_span(g), have[PRO_MAX_SPAN], img = -1;
+    float *ring = j->ring + (size_t)slot * pro_ring_floats(g);
+    for (int64_t r = begin; r < end; r++) {
+        int64_t b = r / g->oh, oh = r % g->oh, ih0 = oh * g->sh - g->ph;
+        if (b != img) /* another image: nothing in the ring is its */
+            for (int64_t s = 0; s < span; s++) have[s] = -1;
+        img = b;
+        const float *rows[PRO_MAX_SPAN];
+        for (int64_t k = 0; k < g->kh; k++) {
+            int64_t ih = ih0 + k * g->dh, s = ih % span;
+            rows[k] = NULL;
+            if (ih < 0 || ih >= g->h) continue;
+            float *dst = ring + s * g->w * g->c;
+            if (have[s] != ih) pro_expand_row(j, b, ih, dst);
+            have[s] = ih;
+            rows[k] = dst;
+        }
+        af_dw_row p = {NULL, g->h, g->w, g->c, g->wt, g->b, g->kh, g->kw, g->sh, g->sw, g->dh, g->dw,
+                       g->ph, g->pw, oh, g->ow, j->y + r * g->ow * g->c, j->ep, r * g->ow,
+                       j->sums ? j->sums + (size_t)slot * dw_sums_stride(g) + (size_t)(b * g->m) : NULL,
+                       rows};
         v->dw_row(&p);
     }
 }
@@ -475,8 +574,8 @@ static void dw_rows(void *ctx, int slot, int64_t begin, int64_t end) {
 /* The convolution of g into y through the epilogue program ep (bias added here), and with
  * `mean` (depthwise only, may be NULL) the [N][M] means of y over positions; scratch is
  * conv_scratch_bytes(g, mean != NULL, ex) at 64-byte alignment. */
-static void conv_run(const fk_conv_cl *g, const af_epilogue *ep, float *y, float *mean,
-                     unsigned char *scratch, af_exec *ex) {
+static void conv_run(const fk_conv_cl *g, const af_epilogue *ep, const af_epilogue *pro,
+                     float *y, float *mean, unsigned char *scratch, af_exec *ex) {
     af_vep vep;
     af_vep_build(ep, y, g->m, &vep);
     if (g->packed != 2) {
@@ -489,14 +588,24 @@ static void conv_run(const fk_conv_cl *g, const af_epilogue *ep, float *y, float
     /* The depthwise row kernel starts from the bias itself. */
     int slots = af_exec_threads(ex);
     size_t per = (size_t)(g->n * g->m), stride = dw_sums_stride(g);
-    dw_job j = {g, &vep, y, mean ? (float *)scratch : NULL};
+    float *sums = mean ? (float *)scratch : NULL;
     if (mean) memset(scratch, 0, (size_t)slots * stride * sizeof(float));
-    af_exec_parallel(ex, g->n * g->oh, dw_rows, &j);
+    if (g->pro_x) {
+        af_vep pv;
+        af_vep_build(pro, NULL, g->c, &pv);
+        if (g->pro_b) af_vep_prepend(&pv, AF_EP_ADD, AF_VEP_COL, g->pro_b);
+        float *ring = (float *)(scratch + (mean ? ((size_t)slots * stride * sizeof(float) + 63) & ~(size_t)63 : 0));
+        pro_job pj = {g, &vep, &pv, y, ring, sums};
+        af_exec_parallel(ex, g->n * g->oh, pro_rows, &pj);
+    } else {
+        dw_job j = {g, &vep, y, sums};
+        af_exec_parallel(ex, g->n * g->oh, dw_rows, &j);
+    }
     if (!mean) return;
     float inv = 1.0f / (float)(g->oh * g->ow);
     for (size_t i = 0; i < per; i++) {
         float sum = 0.0f;
-        for (int t = 0; t < slots; t++) sum += j.sums[(size_t)t * stride + i];
+        for (int t = 0; t < slots; t++) sum += sums[(size_t)t * stride + i];
         mean[i] = sum * inv;
     }
 }
@@ -508,7 +617,9 @@ static size_t conv_scratch_bytes(const fk_conv_cl *g, bool mean, af_exec *ex) {
         size_t img, vm;
         return wino_sizes(g, af_exec_threads(ex), &hp, &wp, &img, &vm);
     }
-    return mean ? (size_t)af_exec_threads(ex) * dw_sums_stride(g) * sizeof(float) : 0;
+    size_t sums = mean ? (size_t)af_exec_threads(ex) * dw_sums_stride(g) * sizeof(float) : 0;
+    if (!g->pro_x) return sums;
+    return ((sums + 63) & ~(size_t)63) + (size_t)af_exec_threads(ex) * pro_ring_floats(g) * sizeof(float);
 }
 
 /* Setup and run-time checks of a channels-last conv whose output type is `y`. */
@@ -532,12 +643,24 @@ af_status fk_kernel_conv_cl(const af_node *n, const af_tensor *const *in, af_ten
     int64_t md[4] = {g.n, 1, 1, g.m};
     if (st == AF_OK && mean) st = nn_check_out(n, &out[1], 4, md, err);
     if (st == AF_OK) st = af_epilogue_parse(n, in, &out[0], &ep, err);
+    /* A merged expand conv's program, over its [N, H, W, E] output; only kinds the vector
+     * epilogue runs per tile (the ring rows are not that tensor's memory). */
+    af_epilogue pro;
+    af_tensor pt = {AF_DTYPE_FLOAT, 4, {g.n, g.h, g.w, g.c}, NULL, 0, 0};
+    if (st == AF_OK && g.pro_x) {
+        st = af_epilogue_parse_attr(n, in, &pt, "pro_epilogue", &pro, err);
+        af_vep pv;
+        af_vep_build(&pro, NULL, g.c, &pv);
+        if (st == AF_OK && (pv.generic || pro_span(&g) > PRO_MAX_SPAN))
+            st = af_node_fail(err, n, AF_ERR_UNSUPPORTED,
+                              "merged expand conv: epilogue operands or kernel height not supported");
+    }
     if (st != AF_OK) return st;
     size_t bytes = conv_scratch_bytes(&g, mean, ex);
     unsigned char *scratch = bytes ? af_exec_scratch(ex, bytes) : NULL;
     if (bytes && !scratch)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory for %zu bytes of scratch", bytes);
-    conv_run(&g, &ep, out[0].data, mean ? out[1].data : NULL, scratch, ex);
+    conv_run(&g, &ep, g.pro_x ? &pro : NULL, out[0].data, mean ? out[1].data : NULL, scratch, ex);
     return AF_OK;
 }
 
@@ -621,7 +744,7 @@ af_status fk_kernel_cpf_cl(const af_node *n, const af_tensor *const *in, af_tens
     float *conv = (float *)s, *pooled = (float *)(s + cb + ((csb + 63) & ~(size_t)63));
     float *wp = (float *)((unsigned char *)pooled + pb);
     /* The conv output lives only in scratch (cache-sized for a classification head). */
-    conv_run(g, &ep, conv, NULL, s + cb, ex);
+    conv_run(g, &ep, NULL, conv, NULL, s + cb, ex);
     const af_vec_ops *v = af_vec();
     for (int64_t b = 0; b < g->n; b++) {
         float *pr = pooled + b * g->m;

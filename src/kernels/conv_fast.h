@@ -16,6 +16,12 @@ typedef struct fk_conv_cl {
     /* in_scale: X's channels are multiplied by gate[n][c] (input in_scale, [N, 1, 1, C]; a
      * squeeze-excite gate folded into this 1x1 conv), applied to the weights per image */
     const float *gate;
+    /* pro_w >= 0: a depthwise conv whose 1x1 expand conv was merged in (passes/lower.c). X
+     * (input 0) is the expand's input [N, H, W, pro_c]; the C = E channels the depthwise conv
+     * reads are computed from it row by row (pro_wt packed pro_c x C, bias pro_b or NULL, then
+     * the program in pro_epilogue) and never stored whole. x is NULL then. */
+    const float *pro_x, *pro_wt, *pro_b;
+    int64_t pro_c;
 } fk_conv_cl;
 
 /* Check the node and its inputs (types only when data is absent) and fill g. */

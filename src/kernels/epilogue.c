@@ -7,6 +7,8 @@
 #include "ir/plugin.h"
 #include "kernels/nn_common.h"
 
+#include <stdio.h>
+
 bool af_ep_is_binary(int64_t op) {
     return (op >= AF_EP_ADD && op <= AF_EP_DIV) || op == AF_EP_CUSTOM_BINARY;
 }
@@ -100,11 +102,13 @@ static af_status ep_custom(const af_node *n, int s, int64_t op, int64_t flags,
 /* Shared walk over the program: validates every step; fills ep when it is not NULL (then dims
  * must be known and operand data present). */
 static af_status ep_check(const af_node *n, const af_tensor *const *in, const af_tensor *y,
-                          af_epilogue *ep, af_error *err) {
+                          const char *attr, af_epilogue *ep, af_error *err) {
     const int64_t *prog = NULL;
     const float *params = NULL;
-    int nprog = af_attr_ints(n, "epilogue", &prog);
-    int nparams = af_attr_floats(n, "epilogue_params", &params);
+    char pname[64];
+    snprintf(pname, sizeof pname, "%s_params", attr);
+    int nprog = af_attr_ints(n, attr, &prog);
+    int nparams = af_attr_floats(n, pname, &params);
     if (ep) {
         memset(ep, 0, sizeof(*ep));
         ep->rank = y->rank;
@@ -192,15 +196,21 @@ static af_status ep_check(const af_node *n, const af_tensor *const *in, const af
 
 af_status af_epilogue_validate(const af_node *n, const af_tensor *const *in, const af_tensor *y,
                                af_error *err) {
-    return ep_check(n, in, y, NULL, err);
+    return ep_check(n, in, y, "epilogue", NULL, err);
+}
+
+af_status af_epilogue_parse_attr(const af_node *n, const af_tensor *const *in,
+                                 const af_tensor *y, const char *attr, af_epilogue *ep,
+                                 af_error *err) {
+    for (int i = 0; i < y->rank; i++)
+        if (y->dims[i] < 0)
+            return af_node_fail(err, n, AF_ERR_INTERNAL, "output shape unknown at run time");
+    return ep_check(n, in, y, attr, ep, err);
 }
 
 af_status af_epilogue_parse(const af_node *n, const af_tensor *const *in, const af_tensor *y,
                             af_epilogue *ep, af_error *err) {
-    for (int i = 0; i < y->rank; i++)
-        if (y->dims[i] < 0)
-            return af_node_fail(err, n, AF_ERR_INTERNAL, "output shape unknown at run time");
-    return ep_check(n, in, y, ep, err);
+    return af_epilogue_parse_attr(n, in, y, "epilogue", ep, err);
 }
 
 /* y[j] = y[j] (op) b[j * bs] (or b (op) y with `rev`) for j < len. One loop per op and per

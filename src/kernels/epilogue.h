@@ -80,6 +80,10 @@ af_status af_epilogue_validate(const af_node *n, const af_tensor *const *in, con
  * present) into ep. No epilogue attribute means an empty program. */
 af_status af_epilogue_parse(const af_node *n, const af_tensor *const *in, const af_tensor *y,
                             af_epilogue *ep, af_error *err);
+/* The same for the program in attributes `attr` and `attr`_params (a merged prologue's). */
+af_status af_epilogue_parse_attr(const af_node *n, const af_tensor *const *in,
+                                 const af_tensor *y, const char *attr, af_epilogue *ep,
+                                 af_error *err);
 
 /* Apply ep to the contiguous run y[0..len) of the output whose first element has multi-index
  * idx[0..ep->rank) (row-major order: the run may wrap across rows). */

@@ -125,6 +125,9 @@ typedef struct af_dw_row {
     const af_vep *ep;
     int64_t row0;
     float *sum; /* NULL, or [c]: every output of the row (after the epilogue) is added here */
+    /* NULL: input row ih is at x + ih * w * c. Else xrows[k] is the row kernel row k reads
+     * (ih = oh * sh - ph + k * dh), for the rows inside the image; x is then unused. */
+    const float *const *xrows;
 } af_dw_row;
 
 /* One output row of channels-last MaxPool / AveragePool over a 2-D window (no dilation):

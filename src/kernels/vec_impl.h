@@ -450,17 +450,22 @@ static void layernorm(const float *x, float *y, int64_t n, float eps, const floa
 
 /* ---- depthwise convolution ------------------------------------------------------------------------ */
 
+/* Input row of kernel row kh (inside the image) of the output row p describes. */
+static inline const float *dw_xrow(const af_dw_row *p, int64_t kh) {
+    return p->xrows ? p->xrows[kh] : p->x + (p->oh * p->sh - p->ph + kh * p->dh) * p->w * p->c;
+}
+
 /* Channels [c0, c0 + nc) of outputs ow0 .. ow0 + NB - 1, all of whose kernel columns are inside
  * the row (checked by the caller); NB outputs share each weight vector load. */
 static inline __attribute__((always_inline)) void dw_block(const int NB, const af_dw_row *p,
                                                           int64_t khlo, int64_t khhi, int64_t ow0,
                                                           int64_t c0, int64_t nc) {
-    const int64_t c = p->c, ih0 = p->oh * p->sh - p->ph;
+    const int64_t c = p->c;
     vf acc[4];
     vf bv = p->bias ? (nc == VW ? vload(p->bias + c0) : vload_part(p->bias + c0, nc)) : (vf){0};
     for (int i = 0; i < NB; i++) acc[i] = bv;
     for (int64_t kh = khlo; kh < khhi; kh++) {
-        const float *xr = p->x + (ih0 + kh * p->dh) * p->w * c + c0;
+        const float *xr = dw_xrow(p, kh) + c0;
         const float *wr = p->wt + kh * p->kw * c + c0;
         for (int64_t kw = 0; kw < p->kw; kw++) {
             vf wv = nc == VW ? vload(wr + kw * c) : vload_part(wr + kw * c, nc);
@@ -485,12 +490,12 @@ static inline __attribute__((always_inline)) void dw_block_s1(const int KW, cons
                                                              int64_t khlo, int64_t khhi,
                                                              int64_t ow0, int64_t c0, int64_t nc) {
     enum { NB = 4 };
-    const int64_t c = p->c, ih0 = p->oh * p->sh - p->ph;
+    const int64_t c = p->c;
     vf acc[NB];
     vf bv = p->bias ? (nc == VW ? vload(p->bias + c0) : vload_part(p->bias + c0, nc)) : (vf){0};
     for (int i = 0; i < NB; i++) acc[i] = bv;
     for (int64_t kh = khlo; kh < khhi; kh++) {
-        const float *xr = p->x + ((ih0 + kh * p->dh) * p->w + ow0 - p->pw) * c + c0;
+        const float *xr = dw_xrow(p, kh) + (ow0 - p->pw) * c + c0;
         const float *wr = p->wt + kh * KW * c + c0;
         vf xv[NB + 4], wv[5];
         for (int q = 0; q < NB + KW - 1; q++) xv[q] = nc == VW ? vload(xr + q * c) : vload_part(xr + q * c, nc);
@@ -508,13 +513,13 @@ static inline __attribute__((always_inline)) void dw_block_s1(const int KW, cons
 /* Channels [c0, c0 + nc) of output ow, skipping kernel columns outside the row. */
 static void dw_one(const af_dw_row *p, int64_t khlo, int64_t khhi, int64_t ow, int64_t c0,
                    int64_t nc) {
-    const int64_t c = p->c, ih0 = p->oh * p->sh - p->ph, iw0 = ow * p->sw - p->pw;
+    const int64_t c = p->c, iw0 = ow * p->sw - p->pw;
     vf acc = p->bias ? (nc == VW ? vload(p->bias + c0) : vload_part(p->bias + c0, nc)) : (vf){0};
     for (int64_t kh = khlo; kh < khhi; kh++)
         for (int64_t kw = 0; kw < p->kw; kw++) {
             int64_t iw = iw0 + kw * p->dw;
             if (iw < 0 || iw >= p->w) continue;
-            const float *q = p->x + ((ih0 + kh * p->dh) * p->w + iw) * c + c0;
+            const float *q = dw_xrow(p, kh) + iw * c + c0;
             const float *wq = p->wt + (kh * p->kw + kw) * c + c0;
             acc += (nc == VW ? vload(q) : vload_part(q, nc)) * (nc == VW ? vload(wq) : vload_part(wq, nc));
         }

@@ -352,6 +352,120 @@ static af_status pool_in_conv(af_graph *g, af_node *se, af_error *err) {
     return AF_OK;
 }
 
+/* ---- a 1x1 expand conv into the depthwise conv that reads it ----------------------------------- */
+
+/* An inverted-residual block's expand (a packed float32 1x1 conv, stride 1, no padding, one
+ * group, no gate) read only by a channels-last depthwise conv, both made by fusion (an unfused
+ * graph has its BatchNorm and activation between them): the
+ * depthwise conv computes the expanded rows itself, a few at a time (kernels/conv_fast.c), so
+ * the expanded tensor, the largest of the block, never goes to memory. Taken when that tensor
+ * is larger than the L2 cache (smaller ones stay in cache anyway) and the expand weights are
+ * small enough to stay in it beside a few rows (each expanded row reads all of them). Every
+ * operand of the expand's epilogue must broadcast per channel, per element or as a scalar (the
+ * forms its vector epilogue runs on rows of the ring). */
+static bool pro_operand_ok(const af_value *v, const af_value *y) {
+    const af_tensor *t = &v->type;
+    int64_t n = af_tensor_numel(t), e = y->type.dims[3];
+    if (n == 1 || fu_same_shape(t, &y->type)) return true;
+    return t->rank >= 1 && t->dims[t->rank - 1] == e && n == e;
+}
+
+/* AUTOFUSION_MERGE_EXPAND=0 keeps the two convs apart (A/B measurements); =1 merges whatever
+ * the sizes (tests); unset: by size. */
+static int merge_expand_mode(void) {
+    const char *env = getenv("AUTOFUSION_MERGE_EXPAND");
+    return !env ? 1 : !strcmp(env, "0") ? 0 : 2;
+}
+
+static bool expand_into_dw(const af_node *d, const af_node *e) {
+    const int64_t *ws = NULL, *prog = NULL;
+    const af_value *y = e ? e->out[0] : NULL;
+    if (!e || e->op != AF_OP_FUSED_CONV || e->nout != 1 || !y || y->is_output || y->nuses != 1 ||
+        d->in[0] != y || !af_node_attr(e, "fusion_rule") || !af_node_attr(d, "fusion_rule") ||
+        !af_attr_int(e, "channels_last", 0) || af_attr_int(e, "w_packed", 0) != 1 ||
+        af_attr_ints(e, "w_shape", &ws) != 4 || ws[2] != 1 || ws[3] != 1 ||
+        af_attr_int(e, "group", 1) != 1 || af_attr_int(e, "in_scale", -1) >= 0 ||
+        af_node_attr(e, "custom_ops") || !all_zero(e, "pads") || !all_one(e, "strides") ||
+        strcmp(af_attr_str(e, "auto_pad", "NOTSET"), "NOTSET") || !e->in[1] ||
+        e->in[1]->type.dtype != AF_DTYPE_FLOAT || y->type.rank != 4 ||
+        af_attr_int(d, "w_packed", 0) != 2 || af_attr_int(d, "pro_w", -1) >= 0)
+        return false;
+    const int64_t *yd = y->type.dims;
+    size_t l2 = af_cpu_l2();
+    double tensor = 4.0 * (double)(yd[0] * yd[1] * yd[2] * yd[3]), weights = 4.0 * (double)(ws[0] * ws[1]);
+    if (merge_expand_mode() == 1 && (tensor < 0.5 * (double)l2 || weights > (double)l2 / 4))
+        return false;
+    int np = af_attr_ints(e, "epilogue", &prog);
+    for (int s = 0; s + 2 < np; s += 3)
+        if (prog[s + 1] >= 0 && (prog[s + 1] >= e->nin || !e->in[prog[s + 1]] ||
+                                 !pro_operand_ok(e->in[prog[s + 1]], y)))
+            return false;
+    return true;
+}
+
+/* "fused_nodes" of a's then b's, and b's "fusion_rule" with a's rules it lacks, onto b. */
+static bool merge_provenance(const af_node *a, af_node *b) {
+    const af_attr *fa = af_node_attr(a, "fused_nodes"), *fb = af_node_attr(b, "fused_nodes");
+    const char *ra = af_attr_str(a, "fusion_rule", ""), *rb = af_attr_str(b, "fusion_rule", "");
+    if (!fa || !fb || fa->type != AF_ATTR_STRINGS || fb->type != AF_ATTR_STRINGS) return true;
+    const char **names = af_arena_calloc(b->graph->arena, (size_t)(fa->n + fb->n) + 1, sizeof(char *));
+    char *rules = af_arena_alloc(b->graph->arena, strlen(ra) + strlen(rb) + 2);
+    if (!names || !rules) return false;
+    memcpy(names, fa->strings, sizeof(char *) * (size_t)fa->n);
+    memcpy(names + fa->n, fb->strings, sizeof(char *) * (size_t)fb->n);
+    strcpy(rules, rb);
+    for (const char *p = ra; *p;) {
+        size_t l = strcspn(p, ",");
+        bool have = false;
+        for (const char *q = rb; *q && !have;) {
+            size_t m = strcspn(q, ",");
+            have = m == l && !strncmp(p, q, l);
+            q += m + (q[m] == ',');
+        }
+        if (!have && l) {
+            strcat(rules, ",");
+            strncat(rules, p, l);
+        }
+        p += l + (p[l] == ',');
+    }
+    for (int i = 0; i < b->nattrs; i++) {
+        if (!strcmp(b->attrs[i].name, "fused_nodes")) {
+            b->attrs[i].strings = names;
+            b->attrs[i].n = fa->n + fb->n;
+        }
+    }
+    return fu_set_str(b, "fusion_rule", rules);
+}
+
+static af_status merge_expand(af_graph *g, af_node *d, af_error *err) {
+    af_node *e = d->in[0] ? d->in[0]->producer : NULL;
+    if (!expand_into_dw(d, e)) return AF_OK;
+    const int64_t *prog = NULL, *ws = NULL;
+    const float *params = NULL;
+    int np = af_attr_ints(e, "epilogue", &prog), npar = af_attr_floats(e, "epilogue_params", &params);
+    af_attr_ints(e, "w_shape", &ws);
+    int64_t *nprog = np > 0 ? af_arena_calloc(g->arena, (size_t)np, sizeof(int64_t)) : NULL;
+    int wi = af_node_add_input(d, e->in[1]), bi = e->nin > 2 && e->in[2] ? af_node_add_input(d, e->in[2]) : -1;
+    bool ok = wi >= 0 && (np <= 0 || nprog) && (bi >= 0 || e->nin <= 2 || !e->in[2]);
+    for (int s = 0; ok && s + 2 < np; s += 3) {
+        nprog[s] = prog[s];
+        nprog[s + 2] = prog[s + 2];
+        nprog[s + 1] = prog[s + 1] < 0 ? -1 : af_node_add_input(d, e->in[prog[s + 1]]);
+        ok = prog[s + 1] < 0 || nprog[s + 1] >= 0;
+    }
+    ok = ok && fu_set_int(d, "pro_w", wi) && fu_set_int(d, "pro_b", bi) &&
+         fu_set_int(d, "pro_m", ws[0]) && (np <= 0 || fu_set_ints(d, "pro_epilogue", nprog, np)) &&
+         (npar <= 0 || fu_set_floats(d, "pro_epilogue_params", params, npar)) &&
+         merge_provenance(e, d);
+    if (!ok) return af_node_fail(err, d, AF_ERR_NOMEM, "out of memory merging the expand conv");
+    af_value *y = e->out[0];
+    af_node_set_input(d, 0, e->in[0]);
+    af_node_remove(e);
+    y->producer = NULL;
+    af_graph_renumber(g);
+    return AF_OK;
+}
+
 /* ---- one GEMM for an attention's Q, K and V ---------------------------------------------------- */
 
 /* Q, K and V of a FusedAttention projected from the same input by three FusedMatMuls (same A,
@@ -497,5 +611,11 @@ af_status af_pass_pack(af_graph *g, af_error *err) {
     for (int i = 0; i < g->nnodes && !st; i++)
         if (g->nodes[i]->op == AF_OP_SQUEEZE_EXCITE && !(st = fold_se(g, g->nodes[i], err)))
             st = pool_in_conv(g, g->nodes[i], err);
+    for (int i = 0; i < g->nnodes && !st; i++)
+        if (g->nodes[i]->op == AF_OP_FUSED_CONV && merge_expand_mode()) {
+            af_node *d = g->nodes[i];
+            st = merge_expand(g, d, err);
+            i = d->id;
+        }
     return st ? st : af_graph_infer_shapes(g, err);
 }
