@@ -151,7 +151,7 @@ def main():
         geo *= med(r["unfused"]) / med(r["fused"])
     if ones:
         print(f"\ngeomean fused vs unfused speedup (1 thread): {geo ** (1 / len(ones)):.3f}x; "
-              f"peak {peak:.1f} GFLOP/s per core ({machine['isa']}), "
+              f"peak {peak:.1f} GFLOP/s per core ({results[-1]['isa']}), "
               f"{sum(len(r['fused']) for r in results) // max(1, len(results))} runs per cell")
     if args.json:
         with open(args.json, "w") as fh:
