@@ -145,19 +145,14 @@ void af_gemm_pack_type(af_gemm_type t, const float *b, int64_t k, int64_t n, int
 #define PREFETCH_ROWS 48
 
 /* The part of the epilogue the micro-kernels apply in registers: a leading bias (ADD of a
- * column vector), then a residual (ADD of a full-size operand), then one activation; `rest` is
- * what follows, applied to the stored tile. */
+ * column vector), then a residual (ADD of a full-size operand); `rest` is what follows, applied
+ * to the stored tile while it is in L1 (activations too: ep_tile runs each step over the whole
+ * tile with its constants in registers, which measured faster than calling the activation on
+ * every register of the tile). */
 typedef struct reg_ep {
     const float *bias, *res;
-    int act;
-    float p0, p1;
     af_vep rest;
 } reg_ep;
-
-static bool reg_act(int op) {
-    return op == AF_EP_RELU || op == AF_EP_CLIP || op == AF_EP_LEAKY_RELU || op == AF_EP_SIGMOID ||
-           op == AF_EP_SILU || op == AF_EP_GELU || op == AF_EP_HARD_SWISH || op == AF_EP_TANH;
-}
 
 static void split_ep(const af_vep *v, reg_ep *r) {
     memset(r, 0, offsetof(reg_ep, rest));
@@ -166,11 +161,6 @@ static void split_ep(const af_vep *v, reg_ep *r) {
         const af_vep_step *st = v->steps;
         if (s < v->nsteps && st[s].op == AF_EP_ADD && st[s].kind == AF_VEP_COL) r->bias = st[s++].x;
         if (s < v->nsteps && st[s].op == AF_EP_ADD && st[s].kind == AF_VEP_FULL) r->res = st[s++].x;
-        if (s < v->nsteps && st[s].kind == AF_VEP_NONE && reg_act(st[s].op)) {
-            r->act = st[s].op;
-            r->p0 = st[s].p0;
-            r->p1 = st[s++].p1;
-        }
     }
     memset(&r->rest, 0, offsetof(af_vep, steps));
     if (!v) return;
@@ -224,7 +214,7 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, i
     int64_t eb = g->type == AF_GEMM_F16 ? 2 : 4, ea = g->type == AF_GEMM_BF16 ? 2 : 4;
     const char *panel = (const char *)g->b + j0 * j->k * eb;
     af_ukr_args u = {a, g->rs_i, g->tap_off, g->ntaps, g->tap_len, NULL, w, NULL, 0,
-                     NULL, NULL, 0, 0, 0.0f, 0.0f, NULL, 0, 0};
+                     NULL, NULL, 0, NULL, 0, 0};
     if (j->nblocks == 1 && p == 0 && g->ntaps == 1 && g->rs_i == g->tap_len) {
         /* All of B stays in cache: bring in the next tile's rows of A instead (contiguous
          * here) while this tile's first panel runs; the panels after it find these in L1. */
@@ -250,16 +240,12 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, i
             u.bias = re->bias ? re->bias + col : NULL;
             u.res = re->res ? re->res + row * ld + col : NULL;
             u.ldres = ld;
-            u.act = re->act;
-            u.p0 = re->p0;
-            u.p1 = re->p1;
             ukr[nv - 1][mr](&u);
             full = cc + cols;
         } else { /* the last columns of C: compute whole vectors aside, keep the valid ones */
             u.c = tile;
             u.ldc = cols;
             u.bias = u.res = NULL;
-            u.act = 0;
             ukr[nv - 1][mr](&u);
             for (int64_t r = 0; r < mr; r++)
                 memcpy(c + r * g->ldc, tile + r * cols, (size_t)got * sizeof(float));

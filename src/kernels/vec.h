@@ -46,12 +46,10 @@ typedef struct af_ukr_args {
     float *c;
     int64_t ldc;
     /* The start of the epilogue program, applied in registers before the store (gemm.c picks
-     * it): + bias[j], then + res[r * ldres + j], then the activation act (an af_ep_op, 0 for
-     * none) with parameters p0, p1. */
+     * it): + bias[j], then + res[r * ldres + j]. (Activations run on the stored tile, through
+     * ep_tile: one dispatch per tile instead of one per register.) */
     const float *bias, *res;
     int64_t ldres;
-    int act;
-    float p0, p1;
     /* Bringing data in from memory while computing: for the first pf_steps k steps, the two
      * cache lines at pf, pf + 64 bytes are requested and pf advances by pf_step bytes: B itself
      * some rows ahead of the K loop, or the rows of A the next tile reads. */
