@@ -460,9 +460,12 @@ static void test_depthwise(void **state) {
         {40, {3, 3}, {2, 2}, {2, 2}, {1, 2, 0, 1}, 40, NULL, false},
         {7, {3, 3}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 7, NULL, true},
         {20, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, 20, NULL, true},
+        /* weights over 16 KB: the row kernel passes over the channels in chunks */
+        {200, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, 200, NULL, true},
+        {470, {3, 3}, {2, 2}, {1, 1}, {1, 0, 1, 1}, 470, NULL, false},
     };
     for (size_t i = 0; i < AF_COUNT(dws); i++) {
-        lcase c = {"depthwise", {2, dws[i].m, 17, 10}, b_conv, &dws[i], 2, 1};
+        lcase c = {"depthwise", {i < 5 ? 2 : 1, dws[i].m, i < 5 ? 17 : 9, 10}, b_conv, &dws[i], 2, 1};
         check(&c);
     }
 }
@@ -530,6 +533,7 @@ static void test_regions(void **state) {
         {"resnet block", {1, 8, 12, 12}, b_block, NULL, 2, 2},
         {"pools", {2, 5, 15, 15}, b_pools, NULL, 3, 5},
         {"squeeze-excite", {1, 16, 9, 9}, b_se, NULL, 2, 2},
+        {"squeeze-excite, chunked depthwise", {1, 480, 6, 7}, b_se, NULL, 2, 2},
         {"head", {2, 16, 7, 7}, b_head, NULL, 2, 1},
         {"concat", {1, 6, 10, 10}, b_concat, NULL, 3, 2},
         {"reshape reader", {1, 4, 9, 9}, b_reshape, NULL, 3, 1},
