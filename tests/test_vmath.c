@@ -53,6 +53,10 @@ static double ref_gelu_tanh(double x) {
     return x / (1 + exp(-2 * u));
 }
 
+static double ref_softplus(double x) {
+    return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
+}
+
 /* ---- the functions under test, one vector at a time ------------------------------------------ */
 
 static vf f_exp(vf x) { return vm_exp(x); }
@@ -62,6 +66,7 @@ static vf f_tanh(vf x) { return vm_tanh(x); }
 static vf f_erf(vf x) { return vm_erf(x); }
 static vf f_gelu_erf(vf x) { return vm_gelu_erf(x); }
 static vf f_gelu_tanh(vf x) { return vm_gelu_tanh(x); }
+static vf f_softplus(vf x) { return vm_softplus(x); }
 
 typedef struct fcase {
     const char *name;
@@ -83,6 +88,7 @@ static const fcase cases[] = {
     {"erf", f_erf, erf, 1.5, -INFINITY, FLT_MIN},
     {"gelu_erf", f_gelu_erf, ref_gelu_erf, 3.0, -1.0, 8e-8},
     {"gelu_tanh", f_gelu_tanh, ref_gelu_tanh, 3.0, -1.0, 8e-8},
+    {"softplus", f_softplus, ref_softplus, 3.0, -INFINITY, FLT_MIN},
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
@@ -230,7 +236,8 @@ static const exact exacts[] = {
     {5, 0.0f, 0.0f, 0},          {5, INFINITY, INFINITY, 0},    {5, -INFINITY, 0.0f, 0},
     {5, 1e30f, 1e30f, 0},        {5, -1e30f, 0.0f, 0},          {6, 0.0f, 0.0f, 0},
     {6, INFINITY, INFINITY, 0},  {6, -INFINITY, 0.0f, 0},       {6, 1e30f, 1e30f, 0},
-    {6, -1e30f, 0.0f, 0},
+    {6, -1e30f, 0.0f, 0},         {7, INFINITY, INFINITY, 0},
+    {7, -INFINITY, 0.0f, 0},      {7, 1e30f, 1e30f, 0},          {7, -1000.0f, 0.0f, 0},
 };
 
 static void test_exact(void **state) {

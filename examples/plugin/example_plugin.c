@@ -12,22 +12,43 @@
  * in the epilogue of the convolution or matrix product before them: a Conv followed by
  * Softplus, Tanh and Mul ends as one FusedConv whose epilogue calls Mish on each output tile.
  *
- * Build: cc -shared -fPIC -O2 -I<autofusion>/include example_plugin.c -o libaf_example_plugin.so -lm
+ * Build: cc -shared -fPIC -O3 -fno-trapping-math -I<autofusion>/include example_plugin.c \
+ *            -o libaf_example_plugin.so -lm
  * Use:   autofusion run model.onnx --plugin=./libaf_example_plugin.so
  */
 #include "autofusion_plugin.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #define DOMAIN "ai.example"
 
+/* e^x for x in [-87, 20] without libm, so that the loops below vectorise (a libm call per
+ * element cannot): e^x = 2^n e^r, n = round(x / ln2), |r| <= ln2 / 2, e^r by a degree-6 Taylor
+ * polynomial (relative error below 2e-7), 2^n put into the exponent bits. */
+static inline float exp_approx(float x) {
+    float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f; /* round to nearest: 1.5 * 2^23 */
+    float r = x - n * 0.693145752f - n * 1.42860677e-06f;
+    float p = 1.0f / 720, q;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    memcpy(&q, &bits, sizeof q);
+    return p * q;
+}
+
 /* mish(x) = x * tanh(softplus(x)) = x * n / (n + 2) with n = e^x (e^x + 2): one exp, no log.
- * Past x = 20, n overflows nothing yet but the ratio is 1 to float precision; below -20 the
- * product underflows to -0 harmlessly. Written as one loop the compiler can vectorise. */
+ * x is clamped to [-87, 20] for the exp: past 20 the ratio is 1 to float precision, below -87
+ * the product is 0 to float precision. */
 static float mish(float x) {
-    float e = expf(x < 20.0f ? x : 20.0f), n = e * (e + 2.0f);
+    float c = x < -87.0f ? -87.0f : x > 20.0f ? 20.0f : x;
+    float e = exp_approx(c), n = e * (e + 2.0f);
     return x * n / (n + 2.0f);
 }
 
@@ -98,6 +119,10 @@ static void scaled_tanh_map(const float p[2], const float *x, float *y, long lon
     for (long long i = 0; i < n; i++) y[i] = p[0] * tanhf(p[1] * x[i]);
 }
 
+/* Compiled for AVX-512, AVX2 and baseline x86-64, the best picked when the plugin loads (GCC's
+ * target_clones); with -fno-trapping-math (CMakeLists.txt) the loop vectorises: 16 Mish values
+ * per iteration on AVX-512. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
 static void mish_map(const float p[2], const float *x, float *y, long long n) {
     (void)p;
     for (long long i = 0; i < n; i++) y[i] = mish(x[i]);

@@ -84,6 +84,7 @@ static bool unary_op(const af_node *n, int *op, float *p0, float *p1) {
     }
     case AF_OP_ERF: *op = AF_VUN_ERF; return true;
     case AF_OP_EXP: *op = AF_VUN_EXP; return true;
+    case AF_OP_SOFTPLUS: *op = AF_VUN_SOFTPLUS; return true;
     case AF_OP_SQRT: *op = AF_VUN_SQRT; return true;
     case AF_OP_RECIPROCAL: *op = AF_VUN_RECIPROCAL; return true;
     case AF_OP_NEG: *op = AF_VUN_NEG; return true;

@@ -105,7 +105,8 @@ typedef enum af_vun_op {
     AF_VUN_RECIPROCAL,
     AF_VUN_NEG,
     AF_VUN_ABS,
-    AF_VUN_SQUARE
+    AF_VUN_SQUARE,
+    AF_VUN_SOFTPLUS
 } af_vun_op;
 
 /* One output row of a channels-last depthwise convolution (one input channel per output

@@ -110,6 +110,7 @@ static inline __attribute__((always_inline)) vf un_apply(int op, vf x, float p0,
     case AF_VUN_NEG: return -x;
     case AF_VUN_ABS: return vm_abs(x);
     case AF_VUN_SQUARE: return x * x;
+    case AF_VUN_SOFTPLUS: return vm_softplus(x);
     default: return x;
     }
 }
@@ -375,6 +376,7 @@ static void un_rows(int op, float p0, float p1, const float *src, int64_t lds, f
     case AF_VUN_NEG: UN_ROWS(AF_VUN_NEG) break;
     case AF_VUN_ABS: UN_ROWS(AF_VUN_ABS) break;
     case AF_VUN_SQUARE: UN_ROWS(AF_VUN_SQUARE) break;
+    case AF_VUN_SOFTPLUS: UN_ROWS(AF_VUN_SOFTPLUS) break;
     default: UN_ROWS(0) break; /* identity */
     }
 }

@@ -25,11 +25,12 @@
  *   vm_erf        1.13 / 1.30 ulp   likewise; abs 7.7e-8 anywhere
  *   vm_gelu_erf   2.43 / 2.53 ulp   x >= -1; abs 5.6e-8 for x < -1
  *   vm_gelu_tanh  2.60 ulp          x >= -1; abs 4.7e-8 for x < -1
+ *   vm_softplus   2.38 ulp          where normal; 0 where e^x is not (x < -87.34)
  * (GELU below -1 is ill-conditioned in float: rounding x / sqrt2 or the cubic alone moves the
  * result by up to ~200 ulps at x = -10, so only the absolute error is small there.) None
  * returns NaN for a non-NaN input; NaN in gives NaN out. Cost at VW 16: exp about 17 vector
  * instructions, expm1 20, sigmoid 22 + a division, tanh 27 + a division, erf 33, gelu_erf 42,
- * gelu_tanh 23 + a division.
+ * gelu_tanh 23 + a division, softplus 28 + a division.
  *
  * The polynomial coefficients are minimax fits (Lawson's iteration on Chebyshev nodes, exact
  * values from mpmath) rounded to float one at a time, lowest order first, refitting the rest
@@ -204,6 +205,29 @@ VM_INLINE vf vm_tanh(vf x) {
      * bits into the exponent. */
     vf y = vm_select(a >= VM_TANH_SMALL, big, vm_tanh_small(a));
     return vm_copysign(y, x);
+}
+
+/* ---- softplus ------------------------------------------------------------------------------- */
+
+/* log1p(t) for t in [0, 1] as 2 atanh(s), s = t / (2 + t) in [0, 1/3]: the odd series
+ * 2s (1 + s^2/3 + s^4/5 + ...) to s^14 / 15 (the next term is below 2^-28 relative), with no
+ * cancellation anywhere on the interval. */
+VM_INLINE vf vm_log1p01(vf t) {
+    vf s = t / (2.0f + t), s2 = s * s;
+    vf p = s2 * (1.0f / 15.0f) + (1.0f / 13.0f);
+    p = p * s2 + (1.0f / 11.0f);
+    p = p * s2 + (1.0f / 9.0f);
+    p = p * s2 + (1.0f / 7.0f);
+    p = p * s2 + (1.0f / 5.0f);
+    p = p * s2 + (1.0f / 3.0f);
+    return (2.0f * s) * (p * s2) + 2.0f * s;
+}
+
+/* log(1 + e^x) = max(x, 0) + log1p(e^-|x|): the log's argument stays in [0, 1], so neither side
+ * overflows or cancels; +inf for +inf, 0 for -inf and below -87.34 (e^x is not a normal float
+ * there), NaN for NaN. */
+VM_INLINE vf vm_softplus(vf x) {
+    return vm_max(x, vm_splat(0.0f)) + vm_log1p01(vm_exp(-vm_abs(x)));
 }
 
 /* ---- erf and GELU --------------------------------------------------------------------------- */
