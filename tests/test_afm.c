@@ -696,7 +696,7 @@ static void forge_checksums(unsigned char *b, size_t len) {
         unsigned char *e = b + 32 + 32 * s;
         uint64_t off = rd64(e + 8), size = rd64(e + 16);
         if (off <= len && size <= len - off) {
-            uint64_t h = XXH64(b + off, size, 0);
+            uint64_t h = af_afm_section_hash(b + off, size);
             memcpy(e + 24, &h, 8);
         }
     }
@@ -907,10 +907,10 @@ static void test_forged_reasons(void **state) {
     assert_non_null(gelu);
     memcpy(gelu, "Gulp", 4);
     expect_forged_error(b, len, "not supported");
-    /* Another version: the one before (no plan section) and the one after. */
+    /* Another version: the one before (XXH64 checksums) and the one after. */
     af_model *m = NULL;
     af_error err;
-    for (unsigned char v = 1; v <= 3; v += 2) {
+    for (unsigned char v = 2; v <= 4; v += 2) {
         char want[96];
         memcpy(b, buf, len);
         b[8] = v;
@@ -918,7 +918,7 @@ static void test_forged_reasons(void **state) {
         write_bytes(tmp_path("vx.afm"), b, len);
         assert_int_equal(af_afm_load(tmp_path("vx.afm"), &m, NULL, &err), AF_ERR_UNSUPPORTED);
         assert_null(m);
-        snprintf(want, sizeof want, "format version %u is not supported (this build reads version 2)",
+        snprintf(want, sizeof want, "format version %u is not supported (this build reads version 3)",
                  v);
         if (!strstr(err.message, want)) fail_msg("'%s' lacks '%s'", err.message, want);
     }
@@ -987,7 +987,7 @@ static void test_meta_and_inspect(void **state) {
     FILE *f = open_memstream(&text, &tlen);
     assert_int_equal(af_afm_inspect(path, f, &err), AF_OK);
     fclose(f);
-    static const char *needles[] = {"format version 2", "command line: autofusion compile",
+    static const char *needles[] = {"format version 3", "command line: autofusion compile",
                                     "meta precision_mode: fp32", "FusedConv", "Gelu",
                                     "by ConvBNReluFusionOp, from 3 nodes: conv bn relu",
                                     "weights:", "arena: 0 bytes (lower bound 0, ratio 1.000)"};

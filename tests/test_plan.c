@@ -737,7 +737,7 @@ static void wr64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
 static void forge_checksums(unsigned char *b) {
     for (int s = 0; s < NSEC; s++) {
         unsigned char *e = b + 32 + 32 * s;
-        wr64(e + 24, XXH64(b + rd64(e + 8), rd64(e + 16), 0));
+        wr64(e + 24, af_afm_section_hash(b + rd64(e + 8), rd64(e + 16)));
     }
     wr64(b + HDR - 8, XXH64(b, HDR - 8, 0));
 }

@@ -11,8 +11,10 @@
 #include "ir/plugin.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -699,21 +701,106 @@ static bool write_zeros(int fd, uint64_t n) {
     return true;
 }
 
-/* The weights section's checksum, over the bytes as they will be in the file (with padding). */
-static bool weights_hash(const writer *w, uint64_t *h) {
-    static const uint8_t zeros[WEIGHT_ALIGN];
-    XXH64_state_t *s = XXH64_createState();
-    if (!s) return false;
-    XXH64_reset(s, 0);
-    uint64_t at = 0;
-    for (size_t i = 0; i < w->nw; i++) {
-        XXH64_update(s, zeros, (size_t)(w->w[i].off - at));
-        if (w->w[i].nbytes) XXH64_update(s, w->w[i].data, (size_t)w->w[i].nbytes);
-        at = w->w[i].off + w->w[i].nbytes;
+/* ---- section checksums ------------------------------------------------------------------------ */
+
+static uint64_t chunks_of(uint64_t n) {
+    return n ? (n + AF_AFM_HASH_CHUNK - 1) / AF_AFM_HASH_CHUNK : 0;
+}
+
+/* The checksum of a list of chunk hashes (little-endian u64 each, in list). */
+static uint64_t combine(const uint8_t *list, uint64_t nchunks) {
+    return XXH3_64bits(list, (size_t)(8 * nchunks));
+}
+
+typedef struct hash_job {
+    const uint8_t *p;
+    uint64_t n, nchunks;
+    uint8_t *list;
+    int threads, id;
+} hash_job;
+
+static void *hash_chunks(void *arg) {
+    const hash_job *j = arg;
+    for (uint64_t c = (uint64_t)j->id; c < j->nchunks; c += (uint64_t)j->threads) {
+        uint64_t lo = c * AF_AFM_HASH_CHUNK, len = j->n - lo < AF_AFM_HASH_CHUNK ? j->n - lo : AF_AFM_HASH_CHUNK;
+        set64(j->list + 8 * c, XXH3_64bits(j->p + lo, (size_t)len));
     }
-    *h = XXH64_digest(s);
-    XXH64_freeState(s);
-    return true;
+    return NULL;
+}
+
+uint64_t af_afm_section_hash(const void *p, uint64_t n) {
+    uint8_t small[8 * 16], *list = small;
+    uint64_t nchunks = chunks_of(n);
+    if (nchunks > 16 && !(list = malloc((size_t)(8 * nchunks)))) {
+        /* No room for the list: the same value, the chunks one at a time through a state. */
+        XXH3_state_t *s = XXH3_createState();
+        if (!s) return 0; /* the load then reports a checksum mismatch */
+        XXH3_64bits_reset(s);
+        for (uint64_t c = 0; c < nchunks; c++) {
+            uint8_t e[8];
+            uint64_t lo = c * AF_AFM_HASH_CHUNK, len = n - lo < AF_AFM_HASH_CHUNK ? n - lo : AF_AFM_HASH_CHUNK;
+            set64(e, XXH3_64bits((const uint8_t *)p + lo, (size_t)len));
+            XXH3_64bits_update(s, e, 8);
+        }
+        uint64_t h = XXH3_64bits_digest(s);
+        XXH3_freeState(s);
+        return h;
+    }
+    /* Large sections on up to 4 threads: hashing runs at the memory bandwidth one core gets. */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = nchunks >= 8 ? (int)(cpus < 1 ? 1 : cpus > 4 ? 4 : cpus) : 1;
+    hash_job jobs[4];
+    pthread_t tid[4];
+    int started = 1;
+    for (int t = 0; t < threads; t++) jobs[t] = (hash_job){p, n, nchunks, list, threads, t};
+    for (int t = 1; t < threads; t++, started++)
+        if (pthread_create(&tid[t], NULL, hash_chunks, &jobs[t])) break;
+    for (int t = started; t < threads; t++) hash_chunks(&jobs[t]); /* threads that did not start */
+    hash_chunks(&jobs[0]);
+    for (int t = 1; t < started; t++) pthread_join(tid[t], NULL);
+    uint64_t h = combine(list, nchunks);
+    if (list != small) free(list);
+    return h;
+}
+
+/* Feed bytes [lo, hi) of the weights section as it will be in the file (pieces and the zero
+ * padding between them) to s; *piece is the first piece that may reach past lo. */
+static void feed_weights(const writer *w, size_t *piece, uint64_t lo, uint64_t hi, XXH3_state_t *s) {
+    static const uint8_t zeros[WEIGHT_ALIGN];
+    for (uint64_t at = lo; at < hi;) {
+        while (*piece < w->nw && w->w[*piece].off + w->w[*piece].nbytes <= at) (*piece)++;
+        const wpiece *p = *piece < w->nw ? &w->w[*piece] : NULL;
+        uint64_t next = p && p->off < hi ? (p->off > at ? p->off : at) : hi;
+        if (next > at) { /* padding */
+            uint64_t k = next - at < sizeof zeros ? next - at : sizeof zeros;
+            XXH3_64bits_update(s, zeros, (size_t)k);
+            at += k;
+            continue;
+        }
+        uint64_t end = p->off + p->nbytes < hi ? p->off + p->nbytes : hi;
+        XXH3_64bits_update(s, (const uint8_t *)p->data + (at - p->off), (size_t)(end - at));
+        at = end;
+    }
+}
+
+/* The weights section's checksum (af_afm_section_hash of the bytes it will have in the file). */
+static bool weights_hash(const writer *w, uint64_t *h) {
+    uint64_t nchunks = chunks_of(w->wsize);
+    uint8_t *list = malloc((size_t)(8 * nchunks) + 8);
+    XXH3_state_t *s = XXH3_createState();
+    bool ok = list && s;
+    size_t piece = 0;
+    for (uint64_t c = 0; ok && c < nchunks; c++) {
+        uint64_t lo = c * AF_AFM_HASH_CHUNK;
+        uint64_t hi = w->wsize - lo < AF_AFM_HASH_CHUNK ? w->wsize : lo + AF_AFM_HASH_CHUNK;
+        XXH3_64bits_reset(s);
+        feed_weights(w, &piece, lo, hi, s);
+        set64(list + 8 * c, XXH3_64bits_digest(s));
+    }
+    if (ok) *h = combine(list, nchunks);
+    free(list);
+    XXH3_freeState(s);
+    return ok;
 }
 
 /* Lay the sections out after the header, build the header and write everything to fd. */
@@ -740,7 +827,7 @@ static bool write_file(const writer *w, int fd) {
         set32(e, (uint32_t)s + 1);
         set64(e + 8, off[s]);
         set64(e + 16, size[s]);
-        set64(e + 24, s == SEC_WEIGHTS ? wh : hash_bytes(w->sec[s].p, w->sec[s].n));
+        set64(e + 24, s == SEC_WEIGHTS ? wh : af_afm_section_hash(w->sec[s].p, w->sec[s].n));
     }
     set64(hdr + HDR_SIZE - 8, hash_bytes(hdr, HDR_SIZE - 8));
     if (!af_write_all(fd, hdr, sizeof hdr)) return false;
@@ -943,7 +1030,7 @@ static af_status check_header(loader *L, af_error *err) {
     }
     if (end != L->len) return BAD(-1, "%zu bytes follow the last section", L->len - (size_t)end);
     for (int s = 0; s < NSEC; s++)
-        if (hash_bytes(L->sec[s].p, (size_t)L->sec[s].size) !=
+        if (af_afm_section_hash(L->sec[s].p, L->sec[s].size) !=
             get64(h + HDR_FIXED + HDR_ENTRY * s + 24))
             return BAD(s, "checksum mismatch (the file is damaged or was altered)");
     return AF_OK;

@@ -1,11 +1,13 @@
 /* The compiled model file (.afm): an optimized IR graph, its constants and its metadata, written
  * once by `autofusion compile` and mapped (read-only, zero copy) by every run.
  *
- * Layout (all integers little-endian; format version 2, which added the plan section; a file of
- * any other version is refused with a message naming both versions):
+ * Layout (all integers little-endian; format version 3: version 2 added the plan section, 3
+ * made the section checksums chunked; a file of any other version is refused with a message
+ * naming both versions):
  *
  *   header    magic "AFM1\r\n\x1a\n", format version, header size, file size, section count,
- *             a table of sections {kind, offset, size, xxHash64}, and the header's own xxHash64
+ *             a table of sections {kind, offset, size, checksum}, and the header's own xxHash64;
+ *             a section's checksum is af_afm_section_hash of its bytes
  *   STRINGS   every name and string attribute, deduplicated, each NUL-terminated
  *   META      writer version, compile command line, key/value pairs
  *   MODEL     ir_version, opset imports, graph count
@@ -40,7 +42,13 @@
 
 #include <stdio.h>
 
-#define AF_AFM_FORMAT_VERSION 2
+#define AF_AFM_FORMAT_VERSION 3
+
+/* A section's checksum: XXH3-64 over the little-endian list of the XXH3-64 hashes of its
+ * 8 MiB chunks (the loader hashes the chunks of a large section on several threads: a
+ * BERT-Base file's 440 MB of weights took 80-120 ms on one). */
+#define AF_AFM_HASH_CHUNK (8u << 20)
+uint64_t af_afm_section_hash(const void *p, uint64_t n);
 
 typedef struct af_afm_kv {
     const char *key;
