@@ -223,7 +223,7 @@ static void round_f16(const float *x, float *y, int64_t n) {
             bv[j] = BT == AF_GEMM_F16 ? vload_half((const uint16_t *)b + j * VW)                  \
                                       : vload((const float *)b + j * VW);                         \
         _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                   \
-            float s = ((const float *)a)[r * rs + k];                                             \
+            float s = ar[r / 3][(r % 3) * rs];                                                    \
             for (int j = 0; j < NV; j++) acc[r][j] += s * bv[j];                                  \
         }                                                                                         \
     } while (0)
@@ -292,16 +292,25 @@ static inline __attribute__((always_inline)) void ukr_body(const int MR, const i
         const void *a = BT == AF_GEMM_BF16 ? (const void *)((const uint16_t *)p->a + p->tap_off[t])
                                            : (const void *)((const float *)p->a + p->tap_off[t]);
         int64_t k = 0;
+        /* float A rows through four pointers a third of the tile apart, advanced with k: row r
+         * is ar[r / 3][(r % 3) * rs], an address of one base and the row stride (scaled by 4 or
+         * 8), so the K loop keeps 5 registers for A where 12 row offsets spilled. */
+        const float *ar[4];
+        for (int q = 0; q < 4; q++) ar[q] = (const float *)a + q * 3 * rs;
         if (PF) { /* two lines requested per step, for as many steps as asked */
             int64_t kp = pfn < len ? pfn : len;
             for (; k < kp; k++, b += bs, pfp += pfs) {
                 __builtin_prefetch(pfp, 0, 2);
                 __builtin_prefetch(pfp + 64, 0, 2);
                 UKR_ANY_STEP(MR, NV, BT);
+                for (int q = 0; q < 4; q++) ar[q]++;
             }
             pfn -= kp;
         }
-        for (; k < len; k++, b += bs) UKR_ANY_STEP(MR, NV, BT);
+        for (; k < len; k++, b += bs) {
+            UKR_ANY_STEP(MR, NV, BT);
+            for (int q = 0; q < 4; q++) ar[q]++;
+        }
     }
     if (p->bias)
         for (int j = 0; j < NV; j++) {
