@@ -296,20 +296,20 @@ static inline __attribute__((always_inline)) void ukr_body(const int MR, const i
          * is ar[r / 3][(r % 3) * rs], an address of one base and the row stride (scaled by 4 or
          * 8), so the K loop keeps 5 registers for A where 12 row offsets spilled. */
         const float *ar[4];
-        for (int q = 0; q < 4; q++) ar[q] = (const float *)a + q * 3 * rs;
+        for (int q = 0; q < (MR + 2) / 3; q++) ar[q] = (const float *)a + q * 3 * rs;
         if (PF) { /* two lines requested per step, for as many steps as asked */
             int64_t kp = pfn < len ? pfn : len;
             for (; k < kp; k++, b += bs, pfp += pfs) {
                 __builtin_prefetch(pfp, 0, 2);
                 __builtin_prefetch(pfp + 64, 0, 2);
                 UKR_ANY_STEP(MR, NV, BT);
-                for (int q = 0; q < 4; q++) ar[q]++;
+                for (int q = 0; q < (MR + 2) / 3; q++) ar[q]++;
             }
             pfn -= kp;
         }
         for (; k < len; k++, b += bs) {
             UKR_ANY_STEP(MR, NV, BT);
-            for (int q = 0; q < 4; q++) ar[q]++;
+            for (int q = 0; q < (MR + 2) / 3; q++) ar[q]++;
         }
     }
     if (p->bias)
