@@ -141,7 +141,8 @@ typedef const af_plugin_desc *(*af_plugin_describe_fn)(void);
 
 /* Load a plugin (once per path: loading it again does nothing). */
 af_status af_plugin_load(const char *path, af_error *err);
-/* Load every plugin of AUTOFUSION_PLUGINS (colon-separated paths), once per process. */
+/* Load every plugin of AUTOFUSION_PLUGINS (colon-separated paths); those loaded already are
+ * found by path and skipped, so sessions may call it each time. */
 af_status af_plugin_load_env(af_error *err);
 
 #ifdef __cplusplus

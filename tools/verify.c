@@ -84,26 +84,22 @@ static const char *joined(const names *u, const unsigned char *on) {
     return buf;
 }
 
+/* "given,extra" in buf; given or extra alone when the other is NULL. */
+static const char *join_list(char *buf, size_t len, const char *given, const char *extra) {
+    if (!extra || !given) return extra ? extra : given;
+    snprintf(buf, len, "%s,%s", given, extra);
+    return buf;
+}
+
 /* Run the fused model with these precision keeps and disabled rules (either may be NULL);
  * *ok says whether every output is within tolerance. `print` prints the per-output figures.
  * Returns 0, or 1 when the model could not be prepared or run. */
 static int trial(verify *v, const char *keep, const char *disable, bool print, bool *ok) {
     af_options opt;
     cli_options(v->c, &opt);
-    char dis[65536];
-    if (disable && v->c->disable_fusion) {
-        snprintf(dis, sizeof dis, "%s,%s", v->c->disable_fusion, disable);
-        opt.disable_fusion = dis;
-    } else if (disable) {
-        opt.disable_fusion = disable;
-    }
-    char kp[65536];
-    if (keep && v->c->keep_fp32) {
-        snprintf(kp, sizeof kp, "%s,%s", v->c->keep_fp32, keep);
-        opt.keep_fp32 = kp;
-    } else if (keep) {
-        opt.keep_fp32 = keep;
-    }
+    char dis[65536], kp[65536];
+    opt.disable_fusion = join_list(dis, sizeof dis, v->c->disable_fusion, disable);
+    opt.keep_fp32 = join_list(kp, sizeof kp, v->c->keep_fp32, keep);
     v->tests++;
     af_session *s = cli_session(v->c, &opt);
     af_tensor **got = s ? calloc((size_t)v->nout + 1, sizeof *got) : NULL;

@@ -707,9 +707,17 @@ static uint64_t chunks_of(uint64_t n) {
     return n ? (n + AF_AFM_HASH_CHUNK - 1) / AF_AFM_HASH_CHUNK : 0;
 }
 
-/* The checksum of a list of chunk hashes (little-endian u64 each, in list). */
-static uint64_t combine(const uint8_t *list, uint64_t nchunks) {
-    return XXH3_64bits(list, (size_t)(8 * nchunks));
+/* XXH3 of chunk c of the n bytes at p. */
+static uint64_t chunk_hash(const uint8_t *p, uint64_t n, uint64_t c) {
+    uint64_t lo = c * AF_AFM_HASH_CHUNK;
+    return XXH3_64bits(p + lo, (size_t)(n - lo < AF_AFM_HASH_CHUNK ? n - lo : AF_AFM_HASH_CHUNK));
+}
+
+/* Append one chunk hash (little-endian) to the running checksum s. */
+static void add_chunk(XXH3_state_t *s, uint64_t h) {
+    uint8_t e[8];
+    set64(e, h);
+    XXH3_64bits_update(s, e, 8);
 }
 
 typedef struct hash_job {
@@ -721,45 +729,39 @@ typedef struct hash_job {
 
 static void *hash_chunks(void *arg) {
     const hash_job *j = arg;
-    for (uint64_t c = (uint64_t)j->id; c < j->nchunks; c += (uint64_t)j->threads) {
-        uint64_t lo = c * AF_AFM_HASH_CHUNK, len = j->n - lo < AF_AFM_HASH_CHUNK ? j->n - lo : AF_AFM_HASH_CHUNK;
-        set64(j->list + 8 * c, XXH3_64bits(j->p + lo, (size_t)len));
-    }
+    for (uint64_t c = (uint64_t)j->id; c < j->nchunks; c += (uint64_t)j->threads)
+        set64(j->list + 8 * c, chunk_hash(j->p, j->n, c));
     return NULL;
 }
 
 uint64_t af_afm_section_hash(const void *p, uint64_t n) {
-    uint8_t small[8 * 16], *list = small;
     uint64_t nchunks = chunks_of(n);
-    if (nchunks > 16 && !(list = malloc((size_t)(8 * nchunks)))) {
-        /* No room for the list: the same value, the chunks one at a time through a state. */
-        XXH3_state_t *s = XXH3_createState();
-        if (!s) return 0; /* the load then reports a checksum mismatch */
-        XXH3_64bits_reset(s);
-        for (uint64_t c = 0; c < nchunks; c++) {
-            uint8_t e[8];
-            uint64_t lo = c * AF_AFM_HASH_CHUNK, len = n - lo < AF_AFM_HASH_CHUNK ? n - lo : AF_AFM_HASH_CHUNK;
-            set64(e, XXH3_64bits((const uint8_t *)p + lo, (size_t)len));
-            XXH3_64bits_update(s, e, 8);
-        }
-        uint64_t h = XXH3_64bits_digest(s);
-        XXH3_freeState(s);
-        return h;
-    }
-    /* Large sections on up to 4 threads: hashing runs at the memory bandwidth one core gets. */
+    /* Large sections on up to 4 threads (hashing runs at the memory bandwidth one core gets),
+     * their chunk hashes into a list; otherwise, or without memory for the list, one thread
+     * adding each chunk's hash to the checksum as it goes (the same value). */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = nchunks >= 8 ? (int)(cpus < 1 ? 1 : cpus > 4 ? 4 : cpus) : 1;
-    hash_job jobs[4];
-    pthread_t tid[4];
-    int started = 1;
-    for (int t = 0; t < threads; t++) jobs[t] = (hash_job){p, n, nchunks, list, threads, t};
-    for (int t = 1; t < threads; t++, started++)
-        if (pthread_create(&tid[t], NULL, hash_chunks, &jobs[t])) break;
-    for (int t = started; t < threads; t++) hash_chunks(&jobs[t]); /* threads that did not start */
-    hash_chunks(&jobs[0]);
-    for (int t = 1; t < started; t++) pthread_join(tid[t], NULL);
-    uint64_t h = combine(list, nchunks);
-    if (list != small) free(list);
+    uint8_t *list = threads > 1 ? malloc((size_t)(8 * nchunks)) : NULL;
+    if (list) {
+        hash_job jobs[4];
+        pthread_t tid[4];
+        int started = 1;
+        for (int t = 0; t < threads; t++) jobs[t] = (hash_job){p, n, nchunks, list, threads, t};
+        for (int t = 1; t < threads; t++, started++)
+            if (pthread_create(&tid[t], NULL, hash_chunks, &jobs[t])) break;
+        for (int t = started; t < threads; t++) hash_chunks(&jobs[t]); /* threads that did not start */
+        hash_chunks(&jobs[0]);
+        for (int t = 1; t < started; t++) pthread_join(tid[t], NULL);
+        uint64_t h = XXH3_64bits(list, (size_t)(8 * nchunks));
+        free(list);
+        return h;
+    }
+    XXH3_state_t *s = XXH3_createState();
+    if (!s) return 0; /* the load then reports a checksum mismatch */
+    XXH3_64bits_reset(s);
+    for (uint64_t c = 0; c < nchunks; c++) add_chunk(s, chunk_hash(p, n, c));
+    uint64_t h = XXH3_64bits_digest(s);
+    XXH3_freeState(s);
     return h;
 }
 
@@ -785,21 +787,20 @@ static void feed_weights(const writer *w, size_t *piece, uint64_t lo, uint64_t h
 
 /* The weights section's checksum (af_afm_section_hash of the bytes it will have in the file). */
 static bool weights_hash(const writer *w, uint64_t *h) {
-    uint64_t nchunks = chunks_of(w->wsize);
-    uint8_t *list = malloc((size_t)(8 * nchunks) + 8);
-    XXH3_state_t *s = XXH3_createState();
-    bool ok = list && s;
+    XXH3_state_t *chunk = XXH3_createState(), *sum = XXH3_createState();
+    bool ok = chunk && sum;
     size_t piece = 0;
-    for (uint64_t c = 0; ok && c < nchunks; c++) {
+    if (ok) XXH3_64bits_reset(sum);
+    for (uint64_t c = 0; ok && c < chunks_of(w->wsize); c++) {
         uint64_t lo = c * AF_AFM_HASH_CHUNK;
         uint64_t hi = w->wsize - lo < AF_AFM_HASH_CHUNK ? w->wsize : lo + AF_AFM_HASH_CHUNK;
-        XXH3_64bits_reset(s);
-        feed_weights(w, &piece, lo, hi, s);
-        set64(list + 8 * c, XXH3_64bits_digest(s));
+        XXH3_64bits_reset(chunk);
+        feed_weights(w, &piece, lo, hi, chunk);
+        add_chunk(sum, XXH3_64bits_digest(chunk));
     }
-    if (ok) *h = combine(list, nchunks);
-    free(list);
-    XXH3_freeState(s);
+    if (ok) *h = XXH3_64bits_digest(sum);
+    XXH3_freeState(chunk);
+    XXH3_freeState(sum);
     return ok;
 }
 

@@ -53,41 +53,20 @@ af_status af_optimize(af_graph *g, const af_fusion_config *cfg, af_fusion_report
     return AF_OK;
 }
 
-/* The lowering passes, with the precision configuration those that need it read. */
-static af_status lower(af_graph *g, const af_precision_cfg *p, af_error *err) {
-    (void)p;
-    return af_pass_lower(g, err);
-}
-
-static af_status layout(af_graph *g, const af_precision_cfg *p, af_error *err) {
-    (void)p;
-    return af_pass_layout(g, err);
-}
-
-static af_status simplify_lowered(af_graph *g, const af_precision_cfg *p, af_error *err) {
-    (void)p;
-    return af_pass_simplify(g, err);
-}
-
-static af_status pack(af_graph *g, const af_precision_cfg *p, af_error *err) {
-    (void)p;
-    return af_pass_pack(g, err);
-}
-
 af_status af_lower_precision(af_graph *g, const af_precision_cfg *prec, af_error *err) {
     static const struct {
         const char *name;
-        af_status (*run)(af_graph *g, const af_precision_cfg *p, af_error *err);
+        af_status (*run)(af_graph *g, af_error *err); /* NULL: the precision pass, which reads prec */
     } passes[] = {
-        {"lower", lower},               /* Conv/MatMul/Gemm cores, BatchNorm scale-and-shift */
-        {"layout", layout},             /* channels-last convolution regions */
-        {"simplify", simplify_lowered}, /* the reorders nobody reads */
-        {"precision", af_pass_precision}, /* which cores run bf16 / fp16 (--precision_mode) */
-        {"pack", pack},                 /* weights in GEMM panel order; SE gates into 1x1 convs */
+        {"lower", af_pass_lower},       /* Conv/MatMul/Gemm cores, BatchNorm scale-and-shift */
+        {"layout", af_pass_layout},     /* channels-last convolution regions */
+        {"simplify", af_pass_simplify}, /* the reorders nobody reads */
+        {"precision", NULL},            /* which cores run bf16 / fp16 (--precision_mode) */
+        {"pack", af_pass_pack},         /* weights in GEMM panel order; SE gates into 1x1 convs */
     };
     if (af_isa_get() == AF_ISA_REFERENCE) return AF_OK;
     for (size_t i = 0; i < AF_COUNT(passes); i++) {
-        af_status st = passes[i].run(g, prec, err);
+        af_status st = passes[i].run ? passes[i].run(g, err) : af_pass_precision(g, prec, err);
 #ifndef NDEBUG
         if (!st) st = af_graph_verify(g, err);
 #endif
