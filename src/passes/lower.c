@@ -181,11 +181,28 @@ static bool all_one(const af_node *n, const char *name) {
  * 28x28 on ResNet-50, slower at 7x7). AUTOFUSION_WINOGRAD=0 turns it off (direct convolution
  * everywhere, a little closer to the reference). Accuracy: tests/test_lower.c holds it to the
  * same tolerance as direct convolution. */
+/* Output rows and columns of a 3x3 stride-1 conv over the channels-last X [N, H, W, C], from
+ * X and the padding (the node's output is not the conv's for ConvPoolFc); false when unknown. */
+static bool out_hw_3x3(const af_node *n, int64_t *oh, int64_t *ow) {
+    const af_tensor *x = n->nin > 0 && n->in[0] ? &n->in[0]->type : NULL;
+    if (!x || x->rank != 4 || x->dims[0] < 1 || x->dims[1] < 1 || x->dims[2] < 1) return false;
+    const char *ap = af_attr_str(n, "auto_pad", "NOTSET");
+    const int64_t *p = NULL;
+    int np = af_attr_ints(n, "pads", &p);
+    int64_t ph = 0, pw = 0; /* total padding of each spatial dim */
+    if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) ph = pw = 2;
+    else if (!strcmp(ap, "NOTSET") && np == 4) ph = p[0] + p[2], pw = p[1] + p[3];
+    *oh = x->dims[1] + ph - 2;
+    *ow = x->dims[2] + pw - 2;
+    return *oh >= 1 && *ow >= 1;
+}
+
 static bool winograd(const af_node *n, const af_value *w) {
     const char *env = getenv("AUTOFUSION_WINOGRAD");
-    const int64_t *d = w->type.dims, *y = n->out[0] ? n->out[0]->type.dims : NULL;
-    if (!y || n->out[0]->type.rank != 4 || y[0] < 1 || y[1] < 1 || y[2] < 1) return false;
-    int64_t tiles = y[0] * ((y[1] + 3) / 4) * ((y[2] + 3) / 4);
+    const int64_t *d = w->type.dims;
+    int64_t oh, ow;
+    if (!out_hw_3x3(n, &oh, &ow)) return false;
+    int64_t tiles = n->in[0]->type.dims[0] * ((oh + 3) / 4) * ((ow + 3) / 4);
     return !(env && !strcmp(env, "0")) && d[2] == 3 && d[3] == 3 && d[0] >= 32 && d[1] >= 32 &&
            tiles >= 16 && af_attr_int(n, "group", 1) == 1 && all_one(n, "strides") &&
            all_one(n, "dilations");
