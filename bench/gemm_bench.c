@@ -3,7 +3,7 @@
  * convolution and transformer shapes, single thread unless --threads=N.
  *
  *   build/bench/gemm_bench [--threads=N] [--reps=N] [--isa=avx512|avx2|generic] [--cold]
- *                          [--type=f32|f16|bf16]
+ *                          [--type=f32|f16|bf16] [--shape=M,N,K]
  *
  * --cold gives every run its own copy of B (and of the packed B), cycling through 512 MB of
  * them, so the weights come from memory as they do in a model larger than the caches.
@@ -41,12 +41,16 @@ typedef struct job {
 static void run(af_exec *x, void *ctx) { af_gemm_run(x, &((job *)ctx)->g); }
 
 int main(int argc, char **argv) {
-    int threads = 1, reps = 30, cold = 0;
+    int threads = 1, reps = 30, cold = 0, one[3] = {0, 0, 0};
     af_gemm_type type = AF_GEMM_F32;
     for (int i = 1; i < argc; i++) {
         if (!strncmp(argv[i], "--threads=", 10)) threads = atoi(argv[i] + 10);
         else if (!strncmp(argv[i], "--reps=", 7)) reps = atoi(argv[i] + 7);
         else if (!strcmp(argv[i], "--cold")) cold = 1;
+        else if (!strncmp(argv[i], "--shape=", 8) &&
+                 sscanf(argv[i] + 8, "%d,%d,%d", &one[0], &one[1], &one[2]) == 3 && one[0] > 0 &&
+                 one[1] > 0 && one[2] > 0)
+            continue; /* only this shape */
         else if (!strcmp(argv[i], "--type=f16")) type = AF_GEMM_F16;
         else if (!strcmp(argv[i], "--type=bf16")) type = AF_GEMM_BF16;
         else if (!strcmp(argv[i], "--type=f32")) type = AF_GEMM_F32;
@@ -59,7 +63,7 @@ int main(int argc, char **argv) {
             af_isa_set((af_isa)isa);
         } else {
             fprintf(stderr, "usage: gemm_bench [--threads=N] [--reps=N] [--isa=NAME] [--cold] "
-                            "[--type=f32|f16|bf16]\n");
+                            "[--type=f32|f16|bf16] [--shape=M,N,K]\n");
             return 2;
         }
     }
@@ -83,13 +87,16 @@ int main(int argc, char **argv) {
            openblas_get_config());
     printf("| M | N | K | ours GFLOP/s (best/median) | OpenBLAS GFLOP/s (best/median) | OpenBLAS / ours (median time) | max rel diff |\n");
     printf("|--:|--:|--:|--:|--:|--:|--:|\n");
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+    size_t nshapes = one[0] ? 1 : sizeof shapes / sizeof shapes[0];
+    for (size_t s = 0; s < nshapes; s++) {
+        const int *sh = one[0] ? one : shapes[s];
+        int M = sh[0], N = sh[1], K = sh[2];
         size_t bfl = (size_t)K * N, pfl = af_gemm_packed_bytes(type, K, N) / sizeof(float);
         int copies = cold ? (int)((256u << 20) / (bfl * sizeof(float))) + 1 : 1;
         float *A = malloc(sizeof(float) * (size_t)M * K), *B = malloc(sizeof(float) * bfl * (size_t)copies);
         float *C1 = malloc(sizeof(float) * (size_t)M * N), *C2 = malloc(sizeof(float) * (size_t)M * N);
-        float *P = malloc(sizeof(float) * pfl * (size_t)copies);
+        /* 64-byte aligned, as the runtime keeps packed weights: B rows are whole lines */
+        float *P = aligned_alloc(64, (sizeof(float) * pfl * (size_t)copies + 63) / 64 * 64);
         double *t1 = malloc(sizeof(double) * (size_t)reps), *t2 = malloc(sizeof(double) * (size_t)reps);
         uint16_t *A16 = malloc(sizeof(uint16_t) * (size_t)M * K);
         if (!A || !B || !C1 || !C2 || !P || !t1 || !t2 || !A16) return 1;

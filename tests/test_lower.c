@@ -360,7 +360,8 @@ static void b_se(af_graph *g, af_value *x, const void *arg) {
     conv f2 = {ch, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, true};
     s = op1(g, "Sigmoid", conv2d(g, op1(g, "Relu", conv2d(g, s, &f1)), &f2));
     y = op2(g, "Mul", y, s);
-    conv pr = {20, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, false};
+    /* 40 outputs: a whole panel and a 16-wide one, both gated (by the threads' shares). */
+    conv pr = {40, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, false};
     mark_output(g, batchnorm(g, conv2d(g, y, &pr)));
 }
 

@@ -231,16 +231,35 @@ static size_t dense_scratch_bytes(const fk_conv_cl *g) {
 }
 
 /* The packed 1x1 weights with row k (input channel k) multiplied by gate[k], into dst: the
- * squeeze-excite scale of X applied on the (smaller) weights instead. */
-static void gate_weights(const fk_conv_cl *g, const float *gate, float *dst) {
-    int64_t np = (g->m + AF_GEMM_NR - 1) / AF_GEMM_NR;
-    for (int64_t p = 0; p < np; p++) {
+ * squeeze-excite scale of X applied on the (smaller) weights instead. Items are (panel, block of
+ * GATE_ROWS rows), shared by the threads: the weights are up to megabytes (EfficientNet's last
+ * stages) and are read and written once per image, which one thread did alone before. */
+#define GATE_ROWS 64
+typedef struct gate_job {
+    const fk_conv_cl *g;
+    const float *gate;
+    float *dst;
+    int64_t kblocks;
+} gate_job;
+
+static void gate_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const gate_job *j = ctx;
+    const fk_conv_cl *g = j->g;
+    for (int64_t it = begin; it < end; it++) {
+        int64_t p = it / j->kblocks, k0 = it % j->kblocks * GATE_ROWS;
+        int64_t k1 = k0 + GATE_ROWS < g->c ? k0 + GATE_ROWS : g->c;
         int64_t w = g->m - p * AF_GEMM_NR > AF_GEMM_NR / 2 ? AF_GEMM_NR : AF_GEMM_NR / 2;
         const float *s = g->wt + p * AF_GEMM_NR * g->c;
-        float *d = dst + p * AF_GEMM_NR * g->c;
-        for (int64_t k = 0; k < g->c; k++)
-            for (int64_t j = 0; j < w; j++) d[k * w + j] = s[k * w + j] * gate[k];
+        float *d = j->dst + p * AF_GEMM_NR * g->c;
+        for (int64_t k = k0; k < k1; k++)
+            for (int64_t c = 0; c < w; c++) d[k * w + c] = s[k * w + c] * j->gate[k];
     }
+}
+
+static void gate_weights(const fk_conv_cl *g, const float *gate, float *dst, af_exec *ex) {
+    gate_job j = {g, gate, dst, (g->c + GATE_ROWS - 1) / GATE_ROWS};
+    af_exec_parallel(ex, (g->m + AF_GEMM_NR - 1) / AF_GEMM_NR * j.kblocks, gate_rows, &j);
 }
 
 /* The convolution into y (rows of M channels) through ep, using `scratch` (64-byte aligned,
@@ -273,7 +292,7 @@ static void conv_dense(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned
         for (int64_t gi = 0; gi < g->group; gi++) {
             const float *w = g->wt + (size_t)gi * per;
             if (g->gate) {
-                gate_weights(g, g->gate + b * g->c, wg);
+                gate_weights(g, g->gate + b * g->c, wg, ex);
                 w = wg;
             }
             af_gemm gm = {xp + b * hp * wp * g->c + gi * g->cg,
