@@ -53,6 +53,11 @@ static double ref_gelu_tanh(double x) {
     return x / (1 + exp(-2 * u));
 }
 
+static double ref_silu(double x) {
+    if (isinf(x)) return x > 0 ? x : 0;
+    return x * ref_sigmoid(x);
+}
+
 static double ref_softplus(double x) {
     return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
 }
@@ -67,6 +72,7 @@ static vf f_erf(vf x) { return vm_erf(x); }
 static vf f_gelu_erf(vf x) { return vm_gelu_erf(x); }
 static vf f_gelu_tanh(vf x) { return vm_gelu_tanh(x); }
 static vf f_softplus(vf x) { return vm_softplus(x); }
+static vf f_silu(vf x) { return vm_silu(x); }
 
 typedef struct fcase {
     const char *name;
@@ -89,6 +95,8 @@ static const fcase cases[] = {
     {"gelu_erf", f_gelu_erf, ref_gelu_erf, 3.0, -1.0, 8e-8},
     {"gelu_tanh", f_gelu_tanh, ref_gelu_tanh, 3.0, -1.0, 8e-8},
     {"softplus", f_softplus, ref_softplus, 3.0, -INFINITY, FLT_MIN},
+    /* below -88.72 vm_silu returns -2.61e-37 for results smaller than that */
+    {"silu", f_silu, ref_silu, 2.5, VM_SILU_LO, 2.7e-37},
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
@@ -123,7 +131,7 @@ static void add(sweep *s, float x) {
 /* Where some function changes formula, saturates or flushes (both signs are added). */
 static const float edges[] = {
     VM_EXP_LO, VM_EXP_HI, 88.3762626f /* n = 128 */, 0.34657359f /* n = +-1 */,
-    1.03972077f /* n = +-2 */, 17.3286795f /* expm1 reaches -1 */, 16.6355324f /* sigmoid 1 */,
+    1.03972077f /* n = +-2 */, 17.3286795f /* expm1 reaches -1 */, 16.6355324f /* sigmoid 1 */, VM_SILU_LO,
     VM_TANH_SMALL, 9.01091290f /* tanh 1 */, VM_TANH_CLAMP, VM_ERF_SMALL,
     3.91920590f /* erf 1 */, VM_ERF_CLAMP, VM_ERF_CLAMP * 1.41421356f, 10.1f, 16.0f, 1.0f, 0.0f,
 };

@@ -100,7 +100,7 @@ static inline __attribute__((always_inline)) vf un_apply(int op, vf x, float p0,
     case AF_EP_SIGMOID: return vm_sigmoid(x);
     case AF_EP_HARD_SIGMOID: return vclamp01(x * p0 + p1);
     case AF_EP_HARD_SWISH: return x * vclamp01(x * (1.0f / 6.0f) + 0.5f);
-    case AF_EP_SILU: return x * vm_sigmoid(x);
+    case AF_EP_SILU: return vm_silu(x);
     case AF_EP_GELU: return p0 == 0.0f ? vm_gelu_erf(x) : vm_gelu_tanh(x);
     case AF_EP_TANH: return vm_tanh(x);
     case AF_EP_ELU: return vm_select(x < 0.0f, vm_expm1(x) * p0, x);
