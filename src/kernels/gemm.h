@@ -15,7 +15,7 @@
  * epilogue are float32 whatever the type.
  *
  * Work is split in M tiles (at most the ISA's MR rows, balanced so every tile is nearly full)
- * times blocks of B panels sized to a quarter of the L2 cache, so a block stays in L2 while
+ * times blocks of B panels sized to an eighth of the L2 cache, so a block stays in L2 while
  * every M tile passes over it; threads take contiguous ranges of (block, tile) items.
  */
 #ifndef AF_KERNELS_GEMM_H
