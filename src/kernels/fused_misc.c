@@ -346,9 +346,14 @@ typedef struct se_fc_job {
 static void se_fc_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     (void)slot;
     const se_fc_job *j = ctx;
-    af_vec()->gemv(j->w + begin * j->nin, j->s_in, end - begin, j->nin, j->s_out + begin);
-    for (int64_t o = begin; o < end; o++)
-        j->s_out[o] = af_ep_unary(j->a->op, j->s_out[o] + (j->b ? j->b[o] : 0.0f), j->a->p0, j->a->p1);
+    const af_vec_ops *v = af_vec();
+    float *y = j->s_out + begin;
+    v->gemv(j->w + begin * j->nin, j->s_in, end - begin, j->nin, y);
+    if (j->b)
+        for (int64_t o = begin; o < end; o++) j->s_out[o] += j->b[o];
+    /* The activation vectorised (a scalar libm sigmoid per output was a fifth of EfficientNet's
+     * squeeze-excite time): every non-custom epilogue activation has a vector form. */
+    v->unary(j->a->op, j->a->p0, j->a->p1, y, y, end - begin);
 }
 
 /* s_out[o] = act(b[o] + sum_i w[o, i] * s_in[i]) for a 1x1 conv on a [1, nin, 1...] input.
