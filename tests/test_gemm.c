@@ -87,6 +87,10 @@ static float round_to(af_gemm_type t, float x) {
     return x;
 }
 
+/* When set (float32 only), B's row k is multiplied by rowscale[k] inside the GEMM
+ * (b_rowscale), and the reference multiplies it beforehand. */
+static const float *rowscale;
+
 /* Run p in type t on the ISA in force with `threads` threads and compare with the double
  * reference over the same rounded operands. */
 static void check_prob_t(const prob *p, const af_epilogue *ep, int threads, const char *what,
@@ -109,7 +113,17 @@ static void check_prob_t(const prob *p, const af_epilogue *ep, int threads, cons
     af_vep v;
     af_vep_build(ep, c, p->n, &v);
     af_gemm g = {t == AF_GEMM_BF16 ? (const void *)a16 : (const void *)a, p->mo, p->mi, p->rs_o,
-                 p->rs_i, p->tap_off, p->ntaps, p->tap_len, packed, p->n, c, p->n, &v, 0, 0, t};
+                 p->rs_i, p->tap_off, p->ntaps, p->tap_len, packed, p->n, c, p->n, &v, 0, 0, t,
+                 NULL, NULL};
+    float *bscratch = NULL;
+    if (rowscale) {
+        size_t per = af_gemm_rowscale_floats(k, p->n);
+        bscratch = aligned_alloc(64, ((size_t)threads * per * sizeof(float) + 63) / 64 * 64);
+        assert_non_null(bscratch);
+        g.b_rowscale = rowscale;
+        g.b_scratch = bscratch;
+        for (int64_t i = 0; i < k * p->n; i++) b[i] *= rowscale[i / p->n];
+    }
     af_runtime *rt = NULL;
     af_error err;
     if (threads > 1) assert_int_equal(af_runtime_new(threads, &rt, &err), AF_OK);
@@ -124,6 +138,7 @@ static void check_prob_t(const prob *p, const af_epilogue *ep, int threads, cons
              af_isa_name(af_isa_get()), types[t], (long long)m, (long long)p->mo, (long long)p->mi,
              (long long)p->n, (long long)k, threads);
     expect_close(c, want, m * p->n, k, buf);
+    free(bscratch);
     free(a);
     free(b);
     free(packed);
@@ -263,6 +278,30 @@ static void test_epilogue(void **state) {
     af_isa_set(af_isa_best());
 }
 
+/* B's rows scaled inside the GEMM (a squeeze-excite gate on a 1x1 conv's weights): one block
+ * and several (K 768: two 32-wide panels a block on a 2 MiB L2, a 16-wide last panel), each
+ * thread scaling the blocks it runs, with and without an epilogue. */
+static void test_rowscale(void **state) {
+    (void)state;
+    float *r = rnd_buf(768), *col = rnd_buf(300);
+    for (int i = 0; i < 768; i++) r[i] += 1.5f; /* mostly positive, some negative */
+    static const ep_case bias_silu = {"bias+silu", 2, {{AF_EP_ADD, AF_VEP_COL, 0}, {AF_EP_SILU, 0, 0}}, {{0}}};
+    af_epilogue ep;
+    fill_ep(&ep, &bias_silu, 197, 300, col, NULL, NULL, NULL, NULL);
+    rowscale = r;
+    FOR_EACH_ISA(isa) {
+        prob p = plain(197, 300, 768), q = plain(13, 50, 17);
+        check_prob(&p, NULL, 1, "rowscale");
+        check_prob(&p, &ep, 2, "rowscale, bias+silu");
+        check_prob(&q, NULL, 2, "rowscale, one block");
+    }
+    rowscale = NULL;
+    free(r);
+    free(col);
+    af_isa_set(af_isa_best());
+}
+
+
 /* vep_kind must classify the common broadcasts of an NHWC conv output and fall back otherwise. */
 static void test_vep_kinds(void **state) {
     (void)state;
@@ -378,6 +417,7 @@ int main(void) {
         cmocka_unit_test(test_vep_kinds),
         cmocka_unit_test(test_shapes),
         cmocka_unit_test(test_large_and_threads),
+        cmocka_unit_test(test_rowscale),
         cmocka_unit_test(test_taps),
         cmocka_unit_test(test_epilogue),
         cmocka_unit_test(test_low_precision),

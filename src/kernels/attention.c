@@ -308,7 +308,7 @@ static void ff_scores(const ff_job *j, int64_t b, int64_t h, int64_t s0, int64_t
     float scale = g->scale;
     af_vep_prepend(&v, AF_EP_MUL, AF_VEP_SCALAR, &scale);
     af_gemm gm = {fa_row(j->q, g->B, g->Sq, b, s0, h, g->D), 1, tq, 0, ff_step(j->q, g->B),
-                  tap0, 1, g->D, kt, tk, sc, tk, &v, s0, 0, AF_GEMM_F32};
+                  tap0, 1, g->D, kt, tk, sc, tk, &v, s0, 0, AF_GEMM_F32, NULL, NULL};
     af_gemm_run(NULL, &gm);
 }
 
@@ -338,7 +338,7 @@ static void ff_head(const ff_job *j, int slot, int64_t b, int64_t h) {
         if (nblk == 1) { /* all keys in one block: a plain softmax per row */
             ff_scores(j, b, h, s0, tq, 0, Sk, kt, sc);
             for (int64_t i = 0; i < tq; i++) vo->softmax_row(sc + i * Sk, Sk);
-            af_gemm gm = {sc, 1, tq, 0, Sk, tap0, 1, Sk, vp, D, y, ystep, NULL, 0, 0, AF_GEMM_F32};
+            af_gemm gm = {sc, 1, tq, 0, Sk, tap0, 1, Sk, vp, D, y, ystep, NULL, 0, 0, AF_GEMM_F32, NULL, NULL};
             af_gemm_run(NULL, &gm);
             continue;
         }
@@ -365,7 +365,7 @@ static void ff_head(const ff_job *j, int slot, int64_t b, int64_t h) {
                 float *yi = y + i * ystep;
                 for (int64_t d = 0; d < D; d++) yi[d] *= corr;
             }
-            af_gemm gm = {sc, 1, tq, 0, tk, tap0, 1, tk, vp + kb * vpb, D, o, D, NULL, 0, 0, AF_GEMM_F32};
+            af_gemm gm = {sc, 1, tq, 0, tk, tap0, 1, tk, vp + kb * vpb, D, o, D, NULL, 0, 0, AF_GEMM_F32, NULL, NULL};
             af_gemm_run(NULL, &gm);
             for (int64_t i = 0; i < tq; i++)
                 for (int64_t d = 0; d < D; d++) y[i * ystep + d] += o[i * D + d];

@@ -219,47 +219,15 @@ static void pad_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     }
 }
 
-/* Scratch conv_dense needs: the zero-bordered image when the windows reach outside X, and the
- * tap offsets. */
-static size_t dense_scratch_bytes(const fk_conv_cl *g) {
+/* Scratch conv_dense needs on `threads` threads: the zero-bordered image when the windows
+ * reach outside X, the blocks of gated weights (one per thread) and the tap offsets. */
+static size_t dense_scratch_bytes(const fk_conv_cl *g, int threads) {
     int64_t hp = g->h, wp = g->w;
     if (needs_padding(g)) padded_extent(g, &hp, &wp);
     size_t img = needs_padding(g) ? (size_t)(g->n * hp * wp * g->c) * sizeof(float) : 0;
-    size_t gated = g->gate ? af_gemm_packed_floats(g->c, g->m) * sizeof(float) : 0;
+    size_t gated = g->gate ? (size_t)threads * af_gemm_rowscale_floats(g->c, g->m) * sizeof(float) : 0;
     return ((img + 63) & ~(size_t)63) + ((gated + 63) & ~(size_t)63) +
            (size_t)(g->kh * g->kw) * sizeof(int64_t);
-}
-
-/* The packed 1x1 weights with row k (input channel k) multiplied by gate[k], into dst: the
- * squeeze-excite scale of X applied on the (smaller) weights instead. Items are (panel, block of
- * GATE_ROWS rows), shared by the threads: the weights are up to megabytes (EfficientNet's last
- * stages) and are read and written once per image, which one thread did alone before. */
-#define GATE_ROWS 64
-typedef struct gate_job {
-    const fk_conv_cl *g;
-    const float *gate;
-    float *dst;
-    int64_t kblocks;
-} gate_job;
-
-static void gate_rows(void *ctx, int slot, int64_t begin, int64_t end) {
-    (void)slot;
-    const gate_job *j = ctx;
-    const fk_conv_cl *g = j->g;
-    for (int64_t it = begin; it < end; it++) {
-        int64_t p = it / j->kblocks, k0 = it % j->kblocks * GATE_ROWS;
-        int64_t k1 = k0 + GATE_ROWS < g->c ? k0 + GATE_ROWS : g->c;
-        int64_t w = g->m - p * AF_GEMM_NR > AF_GEMM_NR / 2 ? AF_GEMM_NR : AF_GEMM_NR / 2;
-        const float *s = g->wt + p * AF_GEMM_NR * g->c;
-        float *d = j->dst + p * AF_GEMM_NR * g->c;
-        for (int64_t k = k0; k < k1; k++)
-            for (int64_t c = 0; c < w; c++) d[k * w + c] = s[k * w + c] * j->gate[k];
-    }
-}
-
-static void gate_weights(const fk_conv_cl *g, const float *gate, float *dst, af_exec *ex) {
-    gate_job j = {g, gate, dst, (g->c + GATE_ROWS - 1) / GATE_ROWS};
-    af_exec_parallel(ex, (g->m + AF_GEMM_NR - 1) / AF_GEMM_NR * j.kblocks, gate_rows, &j);
 }
 
 /* The convolution into y (rows of M channels) through ep, using `scratch` (64-byte aligned,
@@ -272,7 +240,7 @@ static void conv_dense(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned
     bool merged = g->group == 1 && g->dw == 1; /* a window row is KW * C contiguous floats */
     int64_t ntaps = merged ? g->kh : g->kh * g->kw;
     size_t img = pad ? (size_t)(g->n * hp * wp * g->c) * sizeof(float) : 0;
-    size_t gated = g->gate ? af_gemm_packed_floats(g->c, g->m) * sizeof(float) : 0;
+    size_t gated = g->gate ? (size_t)af_exec_threads(ex) * af_gemm_rowscale_floats(g->c, g->m) * sizeof(float) : 0;
     float *xp = (float *)scratch;
     float *wg = (float *)(scratch + ((img + 63) & ~(size_t)63));
     int64_t *taps = (int64_t *)((unsigned char *)wg + ((gated + 63) & ~(size_t)63));
@@ -291,17 +259,15 @@ static void conv_dense(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned
     for (int64_t b = 0; b < g->n; b++)
         for (int64_t gi = 0; gi < g->group; gi++) {
             const float *w = g->wt + (size_t)gi * per;
-            if (g->gate) {
-                gate_weights(g, g->gate + b * g->c, wg, ex);
-                w = wg;
-            }
             af_gemm gm = {xp + b * hp * wp * g->c + gi * g->cg,
                           flat ? 1 : g->oh, flat ? g->oh * g->ow : g->ow,
                           g->sh * wp * g->c, g->sw * g->c,
                           taps, ntaps, merged ? g->kw * g->c : g->cg,
                           w, g->mg,
                           y + b * g->oh * g->ow * g->m + gi * g->mg, g->m,
-                          ep, b * g->oh * g->ow, gi * g->mg, AF_GEMM_F32};
+                          ep, b * g->oh * g->ow, gi * g->mg, AF_GEMM_F32,
+                          /* the squeeze-excite gate scales W's rows, a block at a time */
+                          g->gate ? g->gate + b * g->c : NULL, wg};
             af_gemm_run(ex, &gm);
         }
 }
@@ -400,7 +366,7 @@ static void conv_low(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned c
         af_gemm gm = {bf ? (const void *)(j.d16 + off) : (const void *)(j.d32 + off),
                       flat ? 1 : g->oh, flat ? g->oh * g->ow : g->ow, g->sh * wp * cp, g->sw * cp,
                       taps, ntaps, merged ? g->kw * cp : cp, g->wt, g->m,
-                      y + b * g->oh * g->ow * g->m, g->m, ep, b * g->oh * g->ow, 0, g->wt_type};
+                      y + b * g->oh * g->ow * g->m, g->m, ep, b * g->oh * g->ow, 0, g->wt_type, NULL, NULL};
         af_gemm_run(ex, &gm);
     }
 }
@@ -443,7 +409,7 @@ static void wino_products(void *ctx, int slot, int64_t begin, int64_t end) {
     static const int64_t tap0[1] = {0};
     for (int64_t e = begin; e < end; e++) {
         af_gemm gm = {j->v + e * j->ntiles * g->c, 1, j->ntiles, 0, g->c, tap0, 1, g->c,
-                      g->wt + (size_t)e * per, g->m, j->mt + e * j->ntiles * g->m, g->m, NULL, 0, 0, AF_GEMM_F32};
+                      g->wt + (size_t)e * per, g->m, j->mt + e * j->ntiles * g->m, g->m, NULL, 0, 0, AF_GEMM_F32, NULL, NULL};
         af_gemm_run(NULL, &gm);
     }
 }
@@ -557,7 +523,7 @@ static void pro_expand_row(const pro_job *j, int64_t b, int64_t ih, float *dst) 
     static const int64_t tap0[1] = {0};
     int64_t row = b * g->h + ih;
     af_gemm gm = {g->pro_x + row * g->w * g->pro_c, 1, g->w, 0, g->pro_c, tap0, 1, g->pro_c,
-                  g->pro_wt, g->c, dst, g->c, j->pro, row * g->w, 0, AF_GEMM_F32};
+                  g->pro_wt, g->c, dst, g->c, j->pro, row * g->w, 0, AF_GEMM_F32, NULL, NULL};
     af_gemm_run(NULL, &gm);
 }
 
@@ -630,7 +596,7 @@ static void conv_run(const fk_conv_cl *g, const af_epilogue *ep, const af_epilog
 }
 
 static size_t conv_scratch_bytes(const fk_conv_cl *g, bool mean, af_exec *ex) {
-    if (g->packed == 1) return g->wt_type != AF_GEMM_F32 ? low_scratch_bytes(g) : dense_scratch_bytes(g);
+    if (g->packed == 1) return g->wt_type != AF_GEMM_F32 ? low_scratch_bytes(g) : dense_scratch_bytes(g, af_exec_threads(ex));
     if (g->packed == 3) {
         int64_t hp, wp;
         size_t img, vm;
@@ -790,7 +756,7 @@ af_status fk_kernel_cpf_cl(const af_node *n, const af_tensor *const *in, af_tens
     af_vep_build(&fc_ep, out[0].data, c.classes, &fv);
     static const int64_t tap0[1] = {0};
     af_gemm gm = {pooled, 1, g->n, 0, g->m, tap0, 1, g->m, w, c.classes, out[0].data, c.classes,
-                  &fv, 0, 0, AF_GEMM_F32};
+                  &fv, 0, 0, AF_GEMM_F32, NULL, NULL};
     af_gemm_run(ex, &gm);
     return AF_OK;
 }

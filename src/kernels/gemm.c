@@ -210,6 +210,7 @@ static bool has_steps(const af_vep *v) {
 typedef struct item_pf {
     int64_t blk, tile; /* block, and M tile index (the items of a block run tile by tile) */
     bool first;        /* this thread's first tile in the block */
+    const char *bblk;  /* NULL, or where this thread keeps the block scaled (b_rowscale) */
 } item_pf;
 
 /* Rows [m, m + mr) (A rows at a) times panel p into C and through the epilogue: in registers
@@ -225,7 +226,8 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, i
     int64_t row = g->ep_row0 + m, ld = g->ep ? g->ep->cols : 0;
     /* Bytes per element of B (a 32-bit word per column and pair of rows for BF16) and of A. */
     int64_t eb = g->type == AF_GEMM_F16 ? 2 : 4, ea = g->type == AF_GEMM_BF16 ? 2 : 4;
-    const char *panel = (const char *)g->b + j0 * j->k * eb;
+    const char *panel = ip && ip->bblk ? ip->bblk + (p - ip->blk * j->block) * AF_GEMM_NR * j->k * eb
+                                       : (const char *)g->b + j0 * j->k * eb;
     af_ukr_args u = {a, g->rs_i, g->tap_off, g->ntaps, g->tap_len, NULL, w, NULL, 0,
                      NULL, NULL, 0, NULL, 0, 0};
     if (j->nblocks == 1 && p == 0 && g->ntaps == 1 && g->rs_i == g->tap_len) {
@@ -307,17 +309,35 @@ static void run_panel_amx(const gemm_job *j, const uint16_t *a, int64_t m, int64
  * runs each tile across a block's panels (its rows of A stay in L1) and the block's panels
  * across tiles (they stay in L2), and since every item costs the same, the static split over
  * threads is even whatever the counts (5 panels in blocks of 3 and 2 included). */
+/* Panels [p0, p0 + bl) of B with row k multiplied by b_rowscale[k], into dst (the same layout
+ * from panel p0 on). */
+static void scale_block(const gemm_job *j, int64_t p0, int64_t bl, float *dst) {
+    const af_gemm *g = j->g;
+    for (int64_t p = p0; p < p0 + bl; p++) {
+        int64_t w = panel_width(g->n, p);
+        const float *s = (const float *)g->b + p * AF_GEMM_NR * j->k;
+        float *d = dst + (p - p0) * AF_GEMM_NR * j->k;
+        for (int64_t k = 0; k < j->k; k++) {
+            float f = g->b_rowscale[k];
+            for (int64_t c = 0; c < w; c++) d[k * w + c] = s[k * w + c] * f;
+        }
+    }
+}
+
 static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
-    (void)slot;
     const gemm_job *j = ctx;
     const af_gemm *g = j->g;
     int64_t per_block = j->ntiles * j->block, cur = -1, first = 0;
+    float *mine = g->b_rowscale ? g->b_scratch + (size_t)slot * af_gemm_rowscale_floats(j->k, g->n) : NULL;
     if (j->amx) af_amx_begin();
     for (int64_t it = begin; it < end; it++) {
         int64_t blk = it / per_block, rem = it % per_block, p0 = blk * j->block;
         int64_t bl = j->npanels - p0 < j->block ? j->npanels - p0 : j->block, o, i0, mr;
-        if (blk != cur) cur = blk, first = rem / bl;
-        item_pf ip = {blk, rem / bl, rem / bl == first};
+        if (blk != cur) {
+            cur = blk, first = rem / bl;
+            if (mine) scale_block(j, p0, bl, mine);
+        }
+        item_pf ip = {blk, rem / bl, rem / bl == first, (const char *)mine};
         tile_rows(j, rem / bl, &o, &i0, &mr);
         if (mr == 0) continue;
         int64_t off = o * g->rs_o + i0 * g->rs_i;
@@ -343,10 +363,26 @@ void af_gemm_rows(const af_gemm *g) {
     if (g->mo != 1 || g->mi <= 0 || g->n <= 0) return;
     gemm_job j = {g, af_vec(), panel_rows(g), (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 1,
                   false, {0}};
-    AF_ASSERT(g->mi <= j.v->mr && g->type != AF_GEMM_BF16);
+    AF_ASSERT(g->mi <= j.v->mr && g->type != AF_GEMM_BF16 && !g->b_rowscale);
     split_ep(g->ep, &j.rep);
     j.block = j.npanels;
     for (int64_t p = 0; p < j.npanels; p++) run_panel(&j, g->a, 0, g->mi, p, NULL);
+}
+
+/* Panels per block for rows of esz-byte elements: an eighth of the L2 for B, as the next block
+ * is fetched while this one runs (item_pf) and both share the L2 with A's rows and C. Measured
+ * against a quarter, same binary: 1.2-1.7% faster on ViT-B/16, BERT-Base and ResNet-50 at 1
+ * thread, 0.8% on EfficientNet-B4; a quarter had measured faster than half before the spread
+ * fetching. */
+static int64_t block_panels(int64_t k, int64_t npanels, int64_t esz) {
+    int64_t b = (int64_t)(af_cpu_l2() / 8) / ((k > 0 ? k : 1) * AF_GEMM_NR * esz);
+    if (b < 1) b = 1;
+    return b < npanels ? b : npanels;
+}
+
+size_t af_gemm_rowscale_floats(int64_t k, int64_t n) {
+    int64_t np = (n + AF_GEMM_NR - 1) / AF_GEMM_NR;
+    return ((size_t)(block_panels(k, np, 4) * AF_GEMM_NR * k) + 15) & ~(size_t)15;
 }
 
 void af_gemm_run(af_exec *x, const af_gemm *g) {
@@ -354,14 +390,8 @@ void af_gemm_run(af_exec *x, const af_gemm *g) {
     gemm_job j = {g, af_vec(), panel_rows(g), (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 0,
                   g->type == AF_GEMM_BF16 && af_cpu_amx(), {0}};
     split_ep(g->ep, &j.rep);
-    /* Panels per block: an eighth of the L2 for B, as the next block is fetched while this one
-     * runs (item_pf) and both share the L2 with A's rows and C. Measured against a quarter,
-     * same binary: 1.2-1.7% faster on ViT-B/16, BERT-Base and ResNet-50 at 1 thread, 0.8% on
-     * EfficientNet-B4; a quarter had measured faster than half before the spread fetching. */
-    int64_t panel_bytes = (j.k > 0 ? j.k : 1) * AF_GEMM_NR * (g->type == AF_GEMM_F16 ? 2 : 4);
-    j.block = (int64_t)(af_cpu_l2() / 8) / panel_bytes;
-    if (j.block < 1) j.block = 1;
-    if (j.block > j.npanels) j.block = j.npanels;
+    j.block = block_panels(j.k, j.npanels, g->type == AF_GEMM_F16 ? 2 : 4);
+    AF_ASSERT(!g->b_rowscale || (g->type == AF_GEMM_F32 && g->ntaps == 1 && g->b_scratch));
     j.nblocks = (j.npanels + j.block - 1) / j.block;
     int64_t mr = j.amx ? 32 : j.v->mr;
     j.tiles_per_row = (g->mi + mr - 1) / mr;

@@ -61,7 +61,15 @@ typedef struct af_gemm {
     const af_vep *ep;
     int64_t ep_row0, ep_col0;
     af_gemm_type type; /* F32 unless set */
+    /* NULL, or (F32, one tap) B's row k multiplied by b_rowscale[k]: each thread scales each
+     * block of B it runs, as it starts it, into its own part of b_scratch (slots x
+     * af_gemm_rowscale_floats floats, 64-byte aligned), where the block stays in L2. */
+    const float *b_rowscale;
+    float *b_scratch;
 } af_gemm;
+
+/* Floats of one thread's part of b_scratch for a K x N B. */
+size_t af_gemm_rowscale_floats(int64_t k, int64_t n);
 
 /* Run g on x's threads (x may be NULL: the calling thread). */
 void af_gemm_run(af_exec *x, const af_gemm *g);
