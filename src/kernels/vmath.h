@@ -78,11 +78,11 @@ VM_INLINE vf vm_select(vi mask, vf a, vf b) {
  * maxps itself: the same result in every lane (NaN, equal zeros: b), one instruction where the
  * select compiles to a compare and two masked ones. */
 #if VW == 16 && defined(__AVX512F__)
-#define VM_MINMAX(op, a, b) vm_from_ps##op(_mm512_##op##_ps(vm_ps(a), vm_ps(b)))
+#define VM_MINMAX(op, a, b) vm_from_ps(_mm512_##op##_ps(vm_ps(a), vm_ps(b)))
 #elif VW == 8 && defined(__AVX__)
-#define VM_MINMAX(op, a, b) vm_from_ps##op(_mm256_##op##_ps(vm_ps(a), vm_ps(b)))
+#define VM_MINMAX(op, a, b) vm_from_ps(_mm256_##op##_ps(vm_ps(a), vm_ps(b)))
 #elif VW == 4 && defined(__SSE__)
-#define VM_MINMAX(op, a, b) vm_from_ps##op(_mm_##op##_ps(vm_ps(a), vm_ps(b)))
+#define VM_MINMAX(op, a, b) vm_from_ps(_mm_##op##_ps(vm_ps(a), vm_ps(b)))
 #endif
 #ifdef VM_MINMAX
 #include <immintrin.h>
@@ -98,12 +98,11 @@ VM_INLINE vm_ps_t vm_ps(vf a) {
     __builtin_memcpy(&r, &a, sizeof r);
     return r;
 }
-VM_INLINE vf vm_from_psmax(vm_ps_t a) {
+VM_INLINE vf vm_from_ps(vm_ps_t a) {
     vf r;
     __builtin_memcpy(&r, &a, sizeof r);
     return r;
 }
-#define vm_from_psmin vm_from_psmax
 #endif
 
 VM_INLINE vf vm_max(vf a, vf b) {
