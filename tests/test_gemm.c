@@ -285,7 +285,8 @@ static void test_rowscale(void **state) {
     (void)state;
     float *r = rnd_buf(768), *col = rnd_buf(300);
     for (int i = 0; i < 768; i++) r[i] += 1.5f; /* mostly positive, some negative */
-    static const ep_case bias_silu = {"bias+silu", 2, {{AF_EP_ADD, AF_VEP_COL, 0}, {AF_EP_SILU, 0, 0}}, {{0}}};
+    static const ep_case bias_silu = {"bias+silu", 2,
+                                      {{AF_EP_ADD, AF_VEP_COL, 0}, {AF_EP_SILU, 0, 0}}, {{0}}};
     af_epilogue ep;
     fill_ep(&ep, &bias_silu, 197, 300, col, NULL, NULL, NULL, NULL);
     rowscale = r;

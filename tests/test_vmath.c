@@ -131,7 +131,8 @@ static void add(sweep *s, float x) {
 /* Where some function changes formula, saturates or flushes (both signs are added). */
 static const float edges[] = {
     VM_EXP_LO, VM_EXP_HI, 88.3762626f /* n = 128 */, 0.34657359f /* n = +-1 */,
-    1.03972077f /* n = +-2 */, 17.3286795f /* expm1 reaches -1 */, 16.6355324f /* sigmoid 1 */, VM_SILU_LO,
+    1.03972077f /* n = +-2 */, 17.3286795f /* expm1 reaches -1 */, 16.6355324f /* sigmoid 1 */,
+    VM_SILU_LO,
     VM_TANH_SMALL, 9.01091290f /* tanh 1 */, VM_TANH_CLAMP, VM_ERF_SMALL,
     3.91920590f /* erf 1 */, VM_ERF_CLAMP, VM_ERF_CLAMP * 1.41421356f, 10.1f, 16.0f, 1.0f, 0.0f,
 };

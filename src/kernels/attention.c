@@ -338,7 +338,8 @@ static void ff_head(const ff_job *j, int slot, int64_t b, int64_t h) {
         if (nblk == 1) { /* all keys in one block: a plain softmax per row */
             ff_scores(j, b, h, s0, tq, 0, Sk, kt, sc);
             for (int64_t i = 0; i < tq; i++) vo->softmax_row(sc + i * Sk, Sk);
-            af_gemm gm = {sc, 1, tq, 0, Sk, tap0, 1, Sk, vp, D, y, ystep, NULL, 0, 0, AF_GEMM_F32, NULL, NULL};
+            af_gemm gm = {sc, 1, tq, 0, Sk, tap0, 1, Sk, vp, D, y, ystep, NULL, 0, 0, AF_GEMM_F32,
+                          NULL, NULL};
             af_gemm_run(NULL, &gm);
             continue;
         }
@@ -365,7 +366,8 @@ static void ff_head(const ff_job *j, int slot, int64_t b, int64_t h) {
                 float *yi = y + i * ystep;
                 for (int64_t d = 0; d < D; d++) yi[d] *= corr;
             }
-            af_gemm gm = {sc, 1, tq, 0, tk, tap0, 1, tk, vp + kb * vpb, D, o, D, NULL, 0, 0, AF_GEMM_F32, NULL, NULL};
+            af_gemm gm = {sc, 1, tq, 0, tk, tap0, 1, tk, vp + kb * vpb, D, o, D, NULL, 0, 0,
+                          AF_GEMM_F32, NULL, NULL};
             af_gemm_run(NULL, &gm);
             for (int64_t i = 0; i < tq; i++)
                 for (int64_t d = 0; d < D; d++) y[i * ystep + d] += o[i * D + d];

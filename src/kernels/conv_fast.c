@@ -225,7 +225,8 @@ static size_t dense_scratch_bytes(const fk_conv_cl *g, int threads) {
     int64_t hp = g->h, wp = g->w;
     if (needs_padding(g)) padded_extent(g, &hp, &wp);
     size_t img = needs_padding(g) ? (size_t)(g->n * hp * wp * g->c) * sizeof(float) : 0;
-    size_t gated = g->gate ? (size_t)threads * af_gemm_rowscale_floats(g->c, g->m) * sizeof(float) : 0;
+    size_t gated =
+        g->gate ? (size_t)threads * af_gemm_rowscale_floats(g->c, g->m) * sizeof(float) : 0;
     return ((img + 63) & ~(size_t)63) + ((gated + 63) & ~(size_t)63) +
            (size_t)(g->kh * g->kw) * sizeof(int64_t);
 }
@@ -240,7 +241,9 @@ static void conv_dense(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned
     bool merged = g->group == 1 && g->dw == 1; /* a window row is KW * C contiguous floats */
     int64_t ntaps = merged ? g->kh : g->kh * g->kw;
     size_t img = pad ? (size_t)(g->n * hp * wp * g->c) * sizeof(float) : 0;
-    size_t gated = g->gate ? (size_t)af_exec_threads(ex) * af_gemm_rowscale_floats(g->c, g->m) * sizeof(float) : 0;
+    size_t gated = g->gate ? (size_t)af_exec_threads(ex) * af_gemm_rowscale_floats(g->c, g->m) *
+                                 sizeof(float)
+                           : 0;
     float *xp = (float *)scratch;
     float *wg = (float *)(scratch + ((img + 63) & ~(size_t)63));
     int64_t *taps = (int64_t *)((unsigned char *)wg + ((gated + 63) & ~(size_t)63));
@@ -366,7 +369,8 @@ static void conv_low(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned c
         af_gemm gm = {bf ? (const void *)(j.d16 + off) : (const void *)(j.d32 + off),
                       flat ? 1 : g->oh, flat ? g->oh * g->ow : g->ow, g->sh * wp * cp, g->sw * cp,
                       taps, ntaps, merged ? g->kw * cp : cp, g->wt, g->m,
-                      y + b * g->oh * g->ow * g->m, g->m, ep, b * g->oh * g->ow, 0, g->wt_type, NULL, NULL};
+                      y + b * g->oh * g->ow * g->m, g->m, ep, b * g->oh * g->ow, 0, g->wt_type,
+                      NULL, NULL};
         af_gemm_run(ex, &gm);
     }
 }
@@ -409,7 +413,8 @@ static void wino_products(void *ctx, int slot, int64_t begin, int64_t end) {
     static const int64_t tap0[1] = {0};
     for (int64_t e = begin; e < end; e++) {
         af_gemm gm = {j->v + e * j->ntiles * g->c, 1, j->ntiles, 0, g->c, tap0, 1, g->c,
-                      g->wt + (size_t)e * per, g->m, j->mt + e * j->ntiles * g->m, g->m, NULL, 0, 0, AF_GEMM_F32, NULL, NULL};
+                      g->wt + (size_t)e * per, g->m, j->mt + e * j->ntiles * g->m, g->m, NULL, 0, 0,
+                      AF_GEMM_F32, NULL, NULL};
         af_gemm_run(NULL, &gm);
     }
 }
@@ -596,7 +601,9 @@ static void conv_run(const fk_conv_cl *g, const af_epilogue *ep, const af_epilog
 }
 
 static size_t conv_scratch_bytes(const fk_conv_cl *g, bool mean, af_exec *ex) {
-    if (g->packed == 1) return g->wt_type != AF_GEMM_F32 ? low_scratch_bytes(g) : dense_scratch_bytes(g, af_exec_threads(ex));
+    if (g->packed == 1)
+        return g->wt_type != AF_GEMM_F32 ? low_scratch_bytes(g)
+                                         : dense_scratch_bytes(g, af_exec_threads(ex));
     if (g->packed == 3) {
         int64_t hp, wp;
         size_t img, vm;

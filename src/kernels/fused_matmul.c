@@ -315,7 +315,8 @@ static void mm_entries(void *ctx, int slot, int64_t begin, int64_t end) {
         mm_offsets(g, step, &aoff, &boff);
         af_gemm gm = {f->a + aoff, 1, g->m, 0, g->k, tap0, 1, g->k,
                       mm_packed(g, boff, f->bscratch + (size_t)slot * f->bfloats), g->n,
-                      f->y + step * g->m * g->n, g->n, f->ep, step * g->m, 0, AF_GEMM_F32, NULL, NULL};
+                      f->y + step * g->m * g->n, g->n, f->ep, step * g->m, 0, AF_GEMM_F32,
+                      NULL, NULL};
         af_gemm_run(NULL, &gm);
     }
 }
@@ -454,7 +455,8 @@ static af_status mm_run_fast(const af_node *n, const fk_mm *g, const af_epilogue
             int64_t aoff, boff;
             mm_offsets(g, step, &aoff, &boff);
             af_gemm gm = {f.a + aoff, 1, g->m, 0, g->k, tap0, 1, g->k, b, g->n,
-                          y + step * g->m * g->n, g->n, &vep, step * g->m, 0, AF_GEMM_F32, NULL, NULL};
+                          y + step * g->m * g->n, g->n, &vep, step * g->m, 0, AF_GEMM_F32,
+                          NULL, NULL};
             af_gemm_run(ex, &gm);
         }
     } else {

@@ -201,12 +201,14 @@ static bool has_steps(const af_vep *v) {
 }
 
 /* What a (tile, panel) item brings in while it computes. Blocks of B come from memory when
- * there are several (the weights of a layer larger than an eighth of the L2 cache). A thread's first
- * tile in a block reads that block's panels cold, and prefetches them some rows ahead; every
- * later tile of the block fetches one slice of the next block, spread evenly over its K loop
- * (a line every few k steps), so that block is in L2 when the thread gets to it. Before, only
- * the first tile fetched, and at one core's memory bandwidth it took 2.5x as long as the
- * others (gemm_bench --cold, 197x2304x768: 10% of the whole GEMM). */
+ * there are several (a layer's weights larger than an eighth of the L2). A thread's first tile
+ * in a block reads that block's panels cold, and prefetches them some rows ahead; every later
+ * tile of the block fetches one slice of the next block, spread evenly over its K loop (a line
+ * every few k steps), so that block is in L2 when the thread gets to it. Before, only the first
+ * tile fetched, and at one core's memory bandwidth it took 2.5x as long as the others
+ * (gemm_bench --cold, 197x2304x768: 10% of the whole GEMM). Bunching the slice's prefetches at
+ * the start of the K loop instead measured slower than no slices: more lines in flight than
+ * the fill buffers hold stalls the loads the FMAs wait on. */
 typedef struct item_pf {
     int64_t blk, tile; /* block, and M tile index (the items of a block run tile by tile) */
     bool first;        /* this thread's first tile in the block */
@@ -305,10 +307,6 @@ static void run_panel_amx(const gemm_job *j, const uint16_t *a, int64_t m, int64
         j->v->ep_tile(g->ep, c, g->ldc, g->ep_row0 + m, g->ep_col0 + j0, mr, valid);
 }
 
-/* Items are (block, M tile, panel of the block), in that order: a thread's contiguous range
- * runs each tile across a block's panels (its rows of A stay in L1) and the block's panels
- * across tiles (they stay in L2), and since every item costs the same, the static split over
- * threads is even whatever the counts (5 panels in blocks of 3 and 2 included). */
 /* Panels [p0, p0 + bl) of B with row k multiplied by b_rowscale[k], into dst (the same layout
  * from panel p0 on). */
 static void scale_block(const gemm_job *j, int64_t p0, int64_t bl, float *dst) {
@@ -324,11 +322,17 @@ static void scale_block(const gemm_job *j, int64_t p0, int64_t bl, float *dst) {
     }
 }
 
+/* Items are (block, M tile, panel of the block), in that order: a thread's contiguous range
+ * runs each tile across a block's panels (its rows of A stay in L1) and the block's panels
+ * across tiles (they stay in L2), and since every item costs the same, the static split over
+ * threads is even whatever the counts (5 panels in blocks of 3 and 2 included). */
 static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
     const gemm_job *j = ctx;
     const af_gemm *g = j->g;
     int64_t per_block = j->ntiles * j->block, cur = -1, first = 0;
-    float *mine = g->b_rowscale ? g->b_scratch + (size_t)slot * af_gemm_rowscale_floats(j->k, g->n) : NULL;
+    /* with b_rowscale: this thread's scaled copy of the block it runs */
+    float *mine = g->b_rowscale ? g->b_scratch + (size_t)slot * af_gemm_rowscale_floats(j->k, g->n)
+                                : NULL;
     if (j->amx) af_amx_begin();
     for (int64_t it = begin; it < end; it++) {
         int64_t blk = it / per_block, rem = it % per_block, p0 = blk * j->block;
