@@ -365,11 +365,12 @@ static void b_se(af_graph *g, af_value *x, const void *arg) {
     mark_output(g, batchnorm(g, conv2d(g, y, &pr)));
 }
 
-/* The classification head: conv + Relu, GlobalAveragePool, Flatten, Gemm (ConvPoolFc fused). */
+/* The classification head: conv + Relu, GlobalAveragePool, Flatten, Gemm (ConvPoolFc fused);
+ * the conv is arg's geometry (40 outputs), a 1x1 when arg is NULL. */
 static void b_head(af_graph *g, af_value *x, const void *arg) {
-    (void)arg;
-    conv c1 = {40, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, true};
-    af_value *y = op1(g, "Flatten", op1(g, "GlobalAveragePool", op1(g, "Relu", conv2d(g, x, &c1))));
+    static const conv pointwise = {40, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, true};
+    const conv *c1 = arg ? arg : &pointwise;
+    af_value *y = op1(g, "Flatten", op1(g, "GlobalAveragePool", op1(g, "Relu", conv2d(g, x, c1))));
     int64_t wd[2] = {37, 40};
     af_value *ins[3] = {y, cst(g, 2, wd, -0.3, 0.3), vec(g, 37, -1, 1)};
     af_node *gm = node(g, "Gemm", 3, ins);
@@ -377,17 +378,8 @@ static void b_head(af_graph *g, af_value *x, const void *arg) {
     mark_output(g, gm->out[0]);
 }
 
-/* The same head over a 3x3 conv Winograd takes (the ConvPoolFc output is not the conv's). */
-static void b_head_wino(af_graph *g, af_value *x, const void *arg) {
-    (void)arg;
-    conv c1 = {40, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, NULL, true};
-    af_value *y = op1(g, "Flatten", op1(g, "GlobalAveragePool", op1(g, "Relu", conv2d(g, x, &c1))));
-    int64_t wd[2] = {37, 40};
-    af_value *ins[3] = {y, cst(g, 2, wd, -0.3, 0.3), vec(g, 37, -1, 1)};
-    af_node *gm = node(g, "Gemm", 3, ins);
-    set_int(gm, "transB", 1);
-    mark_output(g, gm->out[0]);
-}
+/* A 3x3 head conv Winograd takes (the ConvPoolFc output is not the conv's). */
+static const conv head_wino = {40, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, NULL, true};
 
 /* Two branches concatenated on channels; the first also a graph output (NCHW for the caller). */
 static void b_concat(af_graph *g, af_value *x, const void *arg) {
@@ -548,7 +540,7 @@ static void test_regions(void **state) {
         {"squeeze-excite", {1, 16, 9, 9}, b_se, NULL, 2, 2},
         {"squeeze-excite, chunked depthwise", {1, 480, 6, 7}, b_se, NULL, 2, 2},
         {"head", {2, 16, 7, 7}, b_head, NULL, 2, 1},
-        {"head with a Winograd conv", {1, 32, 16, 16}, b_head_wino, NULL, 2, 1},
+        {"head with a Winograd conv", {1, 32, 16, 16}, b_head, &head_wino, 2, 1},
         {"concat", {1, 6, 10, 10}, b_concat, NULL, 3, 2},
         {"reshape reader", {1, 4, 9, 9}, b_reshape, NULL, 3, 1},
     };
