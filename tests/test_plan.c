@@ -12,7 +12,9 @@
  * ($AF_PLAN_MODELS, written by tests/gen_plan_models.py). The .afm part: a round trip keeps the
  * plan, a file without a plan still runs, and forged plans (overlapping, outside the arena,
  * wrong size, misaligned, in place where not allowed, unordered) with recomputed checksums are
- * refused at load with a message naming the fault.
+ * refused at load with a message naming the fault. Last, the runtime's parallel loop: its
+ * pieces cover every item once, slots stay in range and never run twice at once, and the
+ * threads take work from a slow one.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,6 +28,8 @@
 #include "runtime/plan.h"
 
 #include <dirent.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -829,6 +833,85 @@ static void test_forged_plans(void **state) {
 
 /* ---- setup ------------------------------------------------------------------------------------ */
 
+/* ---- the parallel loop ---------------------------------------------------------------------- */
+
+enum { PAR_MAX_PIECES = 4096 };
+
+typedef struct par_ctx {
+    int64_t n;
+    int slots, slow;              /* slot `slow` (-1: none) sleeps after each of its pieces */
+    _Atomic int busy[AF_EXEC_MAX_SLOTS], bad, npieces;
+    struct { int64_t b, e; int slot; } piece[PAR_MAX_PIECES];
+} par_ctx;
+
+static void par_piece(void *p, int slot, int64_t b, int64_t e) {
+    par_ctx *c = p;
+    if (slot < 0 || slot >= c->slots || b >= e || atomic_exchange(&c->busy[slot], 1)) {
+        atomic_store(&c->bad, 1);
+        return;
+    }
+    int k = atomic_fetch_add(&c->npieces, 1);
+    if (k < PAR_MAX_PIECES) {
+        c->piece[k].b = b, c->piece[k].e = e;
+        c->piece[k].slot = slot;
+    }
+    if (slot == c->slow) usleep(2000);
+    atomic_store(&c->busy[slot], 0);
+}
+
+static void par_call(af_exec *x, void *p) {
+    par_ctx *c = p;
+    af_exec_parallel(x, c->n, par_piece, c);
+}
+
+static int by_begin(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void test_parallel_loop(void **state) {
+    (void)state;
+    static const int64_t ns[] = {1, 2, 3, 5, 100, 1000, ((int64_t)1 << 32) + 5};
+    for (int threads = 1; threads <= 3; threads++) {
+        af_runtime *rt = NULL;
+        af_error err;
+        assert_int_equal(af_runtime_new(threads, &rt, &err), AF_OK);
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+            par_ctx *c = calloc(1, sizeof *c);
+            assert_non_null(c);
+            c->n = ns[i];
+            c->slots = ns[i] < threads ? (int)ns[i] : threads;
+            c->slow = ns[i] >= 100 && ns[i] < 100000 && threads > 1 ? 0 : -1;
+            af_runtime_call(rt, par_call, c);
+            int np = atomic_load(&c->npieces);
+            if (atomic_load(&c->bad) || np > PAR_MAX_PIECES)
+                fail_msg("%d threads, %lld items: a bad slot or range, or overlapping calls of a slot",
+                         threads, (long long)ns[i]);
+            int64_t (*pc)[2] = malloc((size_t)np * sizeof *pc), at = 0, foreign = 0;
+            assert_non_null(pc);
+            for (int k = 0; k < np; k++) {
+                pc[k][0] = c->piece[k].b, pc[k][1] = c->piece[k].e;
+                foreign += c->piece[k].slot != 0 && c->piece[k].b < ns[i] / c->slots;
+            }
+            qsort(pc, (size_t)np, sizeof *pc, by_begin);
+            for (int k = 0; k < np; k++) {
+                if (pc[k][0] != at)
+                    fail_msg("%d threads, %lld items: item %lld covered %s", threads,
+                             (long long)ns[i], (long long)at, pc[k][0] > at ? "never" : "twice");
+                at = pc[k][1];
+            }
+            assert_int_equal(at, ns[i]);
+            /* slot 0 sleeps 2 ms per piece: the others, long done, must have taken from it */
+            if (c->slow == 0 && !foreign)
+                fail_msg("%d threads, %lld items: nothing of the slow slot's share moved", threads,
+                         (long long)ns[i]);
+            free(pc);
+            free(c);
+        }
+        af_runtime_free(rt);
+    }
+}
+
 static int setup(void **state) {
     (void)state;
     struct stat sb;
@@ -855,6 +938,7 @@ int main(void) {
         cmocka_unit_test(test_afm_round_trip),
         cmocka_unit_test(test_afm_other_plans),
         cmocka_unit_test(test_forged_plans),
+        cmocka_unit_test(test_parallel_loop),
     };
     if (getenv("AF_TEST_FILTER")) cmocka_set_test_filter(getenv("AF_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -473,17 +473,24 @@ typedef struct dw_job {
     const fk_conv_cl *g;
     const af_vep *ep;
     float *y;
-    float *sums; /* NULL, or per slot [N][M] partial sums of the outputs (pool_out) */
+    float *sums; /* NULL, or per output row the [M] sums of its outputs (pool_out) */
 } dw_job;
 
-/* Floats between two slots' partial sums: whole cache lines, so that the threads, which add
- * into theirs at every output position, never write the same line. */
+/* Floats between two output rows' sums: whole cache lines, so that two threads, which add
+ * into a row's sums at every output position, never write the same line. Sums per row rather
+ * than per thread make the means independent of which thread ran which rows. */
 static size_t dw_sums_stride(const fk_conv_cl *g) {
-    return ((size_t)(g->n * g->m) + 15) & ~(size_t)15;
+    return ((size_t)g->m + 15) & ~(size_t)15;
+}
+
+/* Bytes of every output row's sums: a multiple of 64, so what follows them stays aligned. */
+static size_t conv_sums_bytes(const fk_conv_cl *g) {
+    return (size_t)(g->n * g->oh) * dw_sums_stride(g) * sizeof(float);
 }
 
 /* Output rows [begin, end) over batch x OH. */
 static void dw_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
     const dw_job *j = ctx;
     const fk_conv_cl *g = j->g;
     const af_vec_ops *v = af_vec();
@@ -493,8 +500,7 @@ static void dw_rows(void *ctx, int slot, int64_t begin, int64_t end) {
         af_dw_row p = {g->x + b * g->h * g->w * g->c, g->h, g->w, g->c, g->wt, g->b,
                        g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->ph, g->pw, oh, g->ow, yr,
                        j->ep, r * g->ow,
-                       j->sums ? j->sums + (size_t)slot * dw_sums_stride(g) + (size_t)(b * g->m) : NULL,
-                       NULL};
+                       j->sums ? j->sums + (size_t)r * dw_sums_stride(g) : NULL, NULL};
         v->dw_row(&p);
     }
 }
@@ -505,21 +511,32 @@ static void dw_rows(void *ctx, int slot, int64_t begin, int64_t end) {
  * covers in a ring of `span` rows (input row ih in slot ih % span): each expanded row is
  * computed once per thread (by the GEMM core, one output row of the expand at a time, with its
  * epilogue) and read from cache by the depthwise kernel; the [N, H, W, E] tensor between the two
- * convs is never written. */
+ * convs is never written. A slot's ring, and which rows it holds, last from one of its pieces
+ * to the next (af_exec_parallel), so a piece that starts where the slot's last one ended
+ * recomputes no row. */
 enum { PRO_MAX_SPAN = 64 };
 
 static int64_t pro_span(const fk_conv_cl *g) {
     return (g->kh - 1) * g->dh + 1;
 }
 
-static size_t pro_ring_floats(const fk_conv_cl *g) {
-    return ((size_t)(pro_span(g) * g->w * g->c) + 15) & ~(size_t)15;
+/* A slot's part of the ring scratch: which row each ring slot holds (image * H + ih, or -1),
+ * then the rows. */
+typedef struct pro_ring {
+    int64_t have[PRO_MAX_SPAN];
+    float rows[];
+} pro_ring;
+
+static size_t pro_ring_bytes(const fk_conv_cl *g) {
+    return (sizeof(pro_ring) + (size_t)(pro_span(g) * g->w * g->c) * sizeof(float) + 63) &
+           ~(size_t)63;
 }
 
 typedef struct pro_job {
     const fk_conv_cl *g;
     const af_vep *ep, *pro;
-    float *y, *ring, *sums;
+    float *y, *sums;
+    unsigned char *rings; /* pro_ring_bytes(g) per slot */
 } pro_job;
 
 /* Expanded input row ih of image b into dst ([W][E]). */
@@ -536,27 +553,23 @@ static void pro_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     const pro_job *j = ctx;
     const fk_conv_cl *g = j->g;
     const af_vec_ops *v = af_vec();
-    int64_t span = pro_span(g), have[PRO_MAX_SPAN], img = -1;
-    float *ring = j->ring + (size_t)slot * pro_ring_floats(g);
+    int64_t span = pro_span(g);
+    pro_ring *ring = (pro_ring *)(j->rings + (size_t)slot * pro_ring_bytes(g));
     for (int64_t r = begin; r < end; r++) {
         int64_t b = r / g->oh, oh = r % g->oh, ih0 = oh * g->sh - g->ph;
-        if (b != img) /* another image: nothing in the ring is its */
-            for (int64_t s = 0; s < span; s++) have[s] = -1;
-        img = b;
         const float *rows[PRO_MAX_SPAN];
         for (int64_t k = 0; k < g->kh; k++) {
             int64_t ih = ih0 + k * g->dh, s = ih % span;
             rows[k] = NULL;
             if (ih < 0 || ih >= g->h) continue;
-            float *dst = ring + s * g->w * g->c;
-            if (have[s] != ih) pro_expand_row(j, b, ih, dst);
-            have[s] = ih;
+            float *dst = ring->rows + s * g->w * g->c;
+            if (ring->have[s] != b * g->h + ih) pro_expand_row(j, b, ih, dst);
+            ring->have[s] = b * g->h + ih;
             rows[k] = dst;
         }
         af_dw_row p = {NULL, g->h, g->w, g->c, g->wt, g->b, g->kh, g->kw, g->sh, g->sw, g->dh, g->dw,
                        g->ph, g->pw, oh, g->ow, j->y + r * g->ow * g->c, j->ep, r * g->ow,
-                       j->sums ? j->sums + (size_t)slot * dw_sums_stride(g) + (size_t)(b * g->m) : NULL,
-                       rows};
+                       j->sums ? j->sums + (size_t)r * dw_sums_stride(g) : NULL, rows};
         v->dw_row(&p);
     }
 }
@@ -576,16 +589,17 @@ static void conv_run(const fk_conv_cl *g, const af_epilogue *ep, const af_epilog
         return;
     }
     /* The depthwise row kernel starts from the bias itself. */
-    int slots = af_exec_threads(ex);
-    size_t per = (size_t)(g->n * g->m), stride = dw_sums_stride(g);
+    size_t stride = dw_sums_stride(g), sums_bytes = mean ? conv_sums_bytes(g) : 0;
     float *sums = mean ? (float *)scratch : NULL;
-    if (mean) memset(scratch, 0, (size_t)slots * stride * sizeof(float));
+    if (mean) memset(scratch, 0, sums_bytes);
     if (g->pro_x) {
         af_vep pv;
         af_vep_build(pro, NULL, g->c, &pv);
         if (g->pro_b) af_vep_prepend(&pv, AF_EP_ADD, AF_VEP_COL, g->pro_b);
-        float *ring = (float *)(scratch + (mean ? ((size_t)slots * stride * sizeof(float) + 63) & ~(size_t)63 : 0));
-        pro_job pj = {g, &vep, &pv, y, ring, sums};
+        pro_job pj = {g, &vep, &pv, y, sums, scratch + sums_bytes};
+        for (int s = 0; s < af_exec_threads(ex) && s < AF_EXEC_MAX_SLOTS; s++)
+            for (int k = 0; k < PRO_MAX_SPAN; k++)
+                ((pro_ring *)(pj.rings + (size_t)s * pro_ring_bytes(g)))->have[k] = -1;
         af_exec_parallel(ex, g->n * g->oh, pro_rows, &pj);
     } else {
         dw_job j = {g, &vep, y, sums};
@@ -593,11 +607,12 @@ static void conv_run(const fk_conv_cl *g, const af_epilogue *ep, const af_epilog
     }
     if (!mean) return;
     float inv = 1.0f / (float)(g->oh * g->ow);
-    for (size_t i = 0; i < per; i++) {
-        float sum = 0.0f;
-        for (int t = 0; t < slots; t++) sum += sums[(size_t)t * stride + i];
-        mean[i] = sum * inv;
-    }
+    for (int64_t b = 0; b < g->n; b++)
+        for (int64_t c = 0; c < g->m; c++) {
+            float sum = 0.0f;
+            for (int64_t oh = 0; oh < g->oh; oh++) sum += sums[(size_t)(b * g->oh + oh) * stride + (size_t)c];
+            mean[b * g->m + c] = sum * inv;
+        }
 }
 
 static size_t conv_scratch_bytes(const fk_conv_cl *g, bool mean, af_exec *ex) {
@@ -609,9 +624,9 @@ static size_t conv_scratch_bytes(const fk_conv_cl *g, bool mean, af_exec *ex) {
         size_t img, vm;
         return wino_sizes(g, af_exec_threads(ex), &hp, &wp, &img, &vm);
     }
-    size_t sums = mean ? (size_t)af_exec_threads(ex) * dw_sums_stride(g) * sizeof(float) : 0;
-    if (!g->pro_x) return sums;
-    return ((sums + 63) & ~(size_t)63) + (size_t)af_exec_threads(ex) * pro_ring_floats(g) * sizeof(float);
+    int slots = af_exec_threads(ex) < AF_EXEC_MAX_SLOTS ? af_exec_threads(ex) : AF_EXEC_MAX_SLOTS;
+    size_t sums = mean ? conv_sums_bytes(g) : 0;
+    return g->pro_x ? sums + (size_t)slots * pro_ring_bytes(g) : sums;
 }
 
 /* Setup and run-time checks of a channels-last conv whose output type is `y`. */

@@ -180,6 +180,9 @@ typedef struct gemm_job {
     int64_t ntiles;
     bool amx;                  /* BF16 on AMX: tiles of 32 rows, blocks by af_amx_block */
     reg_ep rep;
+    /* Per slot, kept across its pieces of the range (af_exec_parallel): the block it last ran
+     * (-1: none; with b_rowscale its scratch holds that block scaled) and its first tile there. */
+    int64_t cur[AF_EXEC_MAX_SLOTS], first[AF_EXEC_MAX_SLOTS];
 } gemm_job;
 
 /* Tile t: outer index o, first inner row i0 and row count. Balanced for the vector kernels;
@@ -327,9 +330,9 @@ static void scale_block(const gemm_job *j, int64_t p0, int64_t bl, float *dst) {
  * across tiles (they stay in L2), and since every item costs the same, the static split over
  * threads is even whatever the counts (5 panels in blocks of 3 and 2 included). */
 static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
-    const gemm_job *j = ctx;
+    gemm_job *j = ctx;
     const af_gemm *g = j->g;
-    int64_t per_block = j->ntiles * j->block, cur = -1, first = 0;
+    int64_t per_block = j->ntiles * j->block, *cur = &j->cur[slot], *first = &j->first[slot];
     /* with b_rowscale: this thread's scaled copy of the block it runs */
     float *mine = g->b_rowscale ? g->b_scratch + (size_t)slot * af_gemm_rowscale_floats(j->k, g->n)
                                 : NULL;
@@ -337,11 +340,11 @@ static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
     for (int64_t it = begin; it < end; it++) {
         int64_t blk = it / per_block, rem = it % per_block, p0 = blk * j->block;
         int64_t bl = j->npanels - p0 < j->block ? j->npanels - p0 : j->block, o, i0, mr;
-        if (blk != cur) {
-            cur = blk, first = rem / bl;
+        if (blk != *cur) {
+            *cur = blk, *first = rem / bl;
             if (mine) scale_block(j, p0, bl, mine);
         }
-        item_pf ip = {blk, rem / bl, rem / bl == first, (const char *)mine};
+        item_pf ip = {blk, rem / bl, rem / bl == *first, (const char *)mine};
         tile_rows(j, rem / bl, &o, &i0, &mr);
         if (mr == 0) continue;
         int64_t off = o * g->rs_o + i0 * g->rs_i;
@@ -366,7 +369,7 @@ static int64_t panel_rows(const af_gemm *g) {
 void af_gemm_rows(const af_gemm *g) {
     if (g->mo != 1 || g->mi <= 0 || g->n <= 0) return;
     gemm_job j = {g, af_vec(), panel_rows(g), (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 1,
-                  false, {0}};
+                  false, {0}, {0}, {0}};
     AF_ASSERT(g->mi <= j.v->mr && g->type != AF_GEMM_BF16 && !g->b_rowscale);
     split_ep(g->ep, &j.rep);
     j.block = j.npanels;
@@ -392,11 +395,12 @@ size_t af_gemm_rowscale_floats(int64_t k, int64_t n) {
 void af_gemm_run(af_exec *x, const af_gemm *g) {
     if (g->mo <= 0 || g->mi <= 0 || g->n <= 0) return;
     gemm_job j = {g, af_vec(), panel_rows(g), (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 0,
-                  g->type == AF_GEMM_BF16 && af_cpu_amx(), {0}};
+                  g->type == AF_GEMM_BF16 && af_cpu_amx(), {0}, {0}, {0}};
     split_ep(g->ep, &j.rep);
     j.block = block_panels(j.k, j.npanels, g->type == AF_GEMM_F16 ? 2 : 4);
     AF_ASSERT(!g->b_rowscale || (g->type == AF_GEMM_F32 && g->ntaps == 1 && g->b_scratch));
     j.nblocks = (j.npanels + j.block - 1) / j.block;
+    for (int s = 0; s < AF_EXEC_MAX_SLOTS; s++) j.cur[s] = -1;
     int64_t mr = j.amx ? 32 : j.v->mr;
     j.tiles_per_row = (g->mi + mr - 1) / mr;
     j.ntiles = g->mo * j.tiles_per_row;

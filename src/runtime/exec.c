@@ -14,6 +14,8 @@
 #include "runtime/profile.h"
 
 #include <pthreadpool.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
 
 typedef struct frame {
@@ -88,17 +90,66 @@ af_profile *af_runtime_profile_get(af_runtime *rt) { return rt ? rt->prof : NULL
 
 int af_exec_threads(const af_exec *x) { return x && x->rt ? x->rt->threads : 1; }
 
+/* A slot's share of a parallel loop: items [next, end) packed in one word (next in the high
+ * half), on a cache line of its own, so that its owner taking from the front and a thief taking
+ * from the back each claim items with one compare-and-swap, and the owner's claims do not
+ * bounce the line while nobody steals. */
+typedef struct par_share {
+    _Alignas(64) _Atomic uint64_t range;
+} par_share;
+
 typedef struct par_job {
     af_range_fn fn;
     void *ctx;
     int64_t n;
     int parts;
+    bool fixed;
+    par_share share[AF_EXEC_MAX_SLOTS];
 } par_job;
 
+static uint64_t pack(uint64_t next, uint64_t end) { return next << 32 | end; }
+
+/* Claims [*b, *e) from the front of s: a quarter of what is left (at least one item), so the
+ * pieces shrink as the share runs out and a thief finds something to take until near the end. */
+static bool take_front(par_share *s, int64_t *b, int64_t *e) {
+    uint64_t r = atomic_load_explicit(&s->range, memory_order_relaxed);
+    for (;;) {
+        uint64_t next = r >> 32, end = r & 0xffffffffu, c = (end - next + 3) / 4;
+        if (next >= end) return false;
+        if (atomic_compare_exchange_weak(&s->range, &r, pack(next + c, end))) {
+            *b = (int64_t)next, *e = (int64_t)(next + c);
+            return true;
+        }
+    }
+}
+
+/* Moves the back half of what is left of s (at least one item) into the empty share mine. */
+static bool steal(par_share *s, par_share *mine) {
+    uint64_t r = atomic_load_explicit(&s->range, memory_order_relaxed);
+    for (;;) {
+        uint64_t next = r >> 32, end = r & 0xffffffffu, c = (end - next + 1) / 2;
+        if (next >= end) return false;
+        if (atomic_compare_exchange_weak(&s->range, &r, pack(next, end - c))) {
+            atomic_store(&mine->range, pack(end - c, end));
+            return true;
+        }
+    }
+}
+
 static void par_part(void *p, size_t i) {
-    const par_job *j = p;
-    int64_t b = j->n * (int64_t)i / j->parts, e = j->n * (int64_t)(i + 1) / j->parts;
-    if (b < e) j->fn(j->ctx, (int)i, b, e);
+    par_job *j = p;
+    par_share *mine = &j->share[i];
+    int64_t b, e;
+    if (j->fixed) { /* more items than a share holds: the static split */
+        j->fn(j->ctx, (int)i, j->n * (int64_t)i / j->parts, j->n * (int64_t)(i + 1) / j->parts);
+        return;
+    }
+    for (int k = 1;;) {
+        while (take_front(mine, &b, &e)) j->fn(j->ctx, (int)i, b, e);
+        /* victims from the next slot on, so that thieves spread over them */
+        while (k < j->parts && !steal(&j->share[(i + (size_t)k) % (size_t)j->parts], mine)) k++;
+        if (k == j->parts) return;
+    }
 }
 
 void af_exec_parallel(af_exec *x, int64_t n, af_range_fn fn, void *ctx) {
@@ -108,7 +159,11 @@ void af_exec_parallel(af_exec *x, int64_t n, af_range_fn fn, void *ctx) {
         fn(ctx, 0, 0, n);
         return;
     }
-    par_job j = {fn, ctx, n, n < t ? (int)n : t};
+    if (t > AF_EXEC_MAX_SLOTS) t = AF_EXEC_MAX_SLOTS;
+    par_job j = {fn, ctx, n, n < t ? (int)n : t, n > (int64_t)UINT32_MAX, {{0}}};
+    for (int s = 0; s < j.parts; s++)
+        atomic_init(&j.share[s].range,
+                    pack((uint64_t)(n * s / j.parts), (uint64_t)(n * (s + 1) / j.parts)));
     pthreadpool_parallelize_1d(x->rt->pool, par_part, &j, (size_t)j.parts, 0);
 }
 

@@ -33,9 +33,16 @@ af_status af_runtime_kernel(af_runtime *rt, const af_node *n, const af_tensor *c
 
 /* For kernels. Threads available to this run (1 without a runtime). */
 int af_exec_threads(const af_exec *x);
-/* fn(ctx, slot, begin, end) for [0, n) split into at most af_exec_threads() contiguous ranges of
- * nearly equal size (slot 0, 1, ...: a static split, so a slot may index per-thread scratch),
- * run in parallel; returns when every range is done. x may be NULL (one range). */
+/* fn(ctx, slot, begin, end) over pieces that cover [0, n) once, run in parallel; returns when
+ * every item is done. x may be NULL (one call over all of [0, n)). Slots are 0 to
+ * min(af_exec_threads(), n, AF_EXEC_MAX_SLOTS) - 1. Slot s starts on the s-th of that many
+ * contiguous, nearly equal shares and takes its pieces from the front; a slot whose share is
+ * done takes the back half of what is left of another's (balancing threads that run at
+ * different speeds: a neighbour on the core, data in the other core's cache). So fn is called
+ * several times per slot, never twice at once for one slot: a slot may index per-thread
+ * scratch or state kept between its calls, but what fn computes for an item must not depend
+ * on the slot or the pieces (that keeps results the same from run to run). */
+enum { AF_EXEC_MAX_SLOTS = 64 };
 typedef void (*af_range_fn)(void *ctx, int slot, int64_t begin, int64_t end);
 void af_exec_parallel(af_exec *x, int64_t n, af_range_fn fn, void *ctx);
 /* `bytes` of 64-byte aligned scratch, valid until the calling kernel returns (one request per
