@@ -215,6 +215,17 @@ static void test_kernel_vit_packed(void **state) {
     check_geom(&g, true, 0, NULL, 0);
 }
 
+static void test_kernel_vit_sized(void **state) {
+    (void)state;
+    /* A ViT-B head's size: several query tiles, a 16-wide last key panel, no mask (the softmax
+     * then takes the scale and P V the normalisation); a negative scale keeps them apart. */
+    geom g = {.B = 1, .H = 2, .D = 64, .Sq = 197, .Sk = 197, .width = {128, 128, 128},
+              .out_rank = 3, .scale = 0.125f};
+    check_geom(&g, false, 0, NULL, 0);
+    g.scale = -0.125f;
+    check_geom(&g, false, 0, NULL, 0);
+}
+
 static void test_kernel_cross_blocks(void **state) {
     (void)state;
     /* Several key blocks and a partial query tile; every row order mixed. */
@@ -475,6 +486,7 @@ static void test_lowered_qkv(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernel_bert_layout),  cmocka_unit_test(test_kernel_vit_packed),
+        cmocka_unit_test(test_kernel_vit_sized),
         cmocka_unit_test(test_kernel_cross_blocks), cmocka_unit_test(test_kernel_masked_blocks),
         cmocka_unit_test(test_shape_unknown_dims),  cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_rule_models),         cmocka_unit_test(test_lowered_qkv),

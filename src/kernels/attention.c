@@ -286,9 +286,9 @@ static int64_t ff_step(const fa_view *v, int64_t B) {
 }
 
 /* Scores of query rows [s0, s0 + tq) against keys [j0, j0 + tk) into sc (tq x tk), with the
- * scale and the mask applied. */
+ * scale and the mask applied; without the scale when `unscaled` (the softmax applies it). */
 static void ff_scores(const ff_job *j, int64_t b, int64_t h, int64_t s0, int64_t tq,
-                      int64_t j0, int64_t tk, const float *kt, float *sc) {
+                      int64_t j0, int64_t tk, const float *kt, float *sc, bool unscaled) {
     const fa_geom *g = j->g;
     static const int64_t tap0[1] = {0};
     af_epilogue ep;
@@ -306,7 +306,7 @@ static void ff_scores(const ff_job *j, int64_t b, int64_t h, int64_t s0, int64_t
     af_vep v;
     af_vep_build(&ep, sc - s0 * tk, tk, &v); /* rows of the epilogue are query positions */
     float scale = g->scale;
-    af_vep_prepend(&v, AF_EP_MUL, AF_VEP_SCALAR, &scale);
+    if (!unscaled) af_vep_prepend(&v, AF_EP_MUL, AF_VEP_SCALAR, &scale);
     af_gemm gm = {fa_row(j->q, g->B, g->Sq, b, s0, h, g->D), 1, tq, 0, ff_step(j->q, g->B),
                   tap0, 1, g->D, kt, tk, sc, tk, &v, s0, 0, AF_GEMM_F32, NULL, NULL};
     af_gemm_run(NULL, &gm);
@@ -323,6 +323,14 @@ static void ff_head(const ff_job *j, int slot, int64_t b, int64_t h) {
     float *sc = vp + af_gemm_packed_floats(tkmax, D) * (size_t)nblk; /* FF_TQ x tkmax */
     float *o = sc + (size_t)FF_TQ * (size_t)tkmax;         /* FF_TQ x D, online blocks */
     float *mx = o + (size_t)FF_TQ * (size_t)D, *sum = mx + FF_TQ;
+    /* One key block and no mask: the softmax takes the scale (saving the scores a pass) and
+     * leaves the rows unnormalised; P V multiplies each output row by 1 / its sum. */
+    bool direct = nblk == 1 && !j->mask && g->scale > 0.0f;
+    af_vep inv;
+    memset(&inv, 0, offsetof(af_vep, steps));
+    inv.nsteps = 1;
+    inv.cols = D;
+    inv.steps[0] = (af_vep_step){AF_EP_MUL, AF_VEP_ROW, 0, 0.0f, 0.0f, sum};
     size_t ktb = af_gemm_packed_floats(D, tkmax), vpb = af_gemm_packed_floats(tkmax, D);
     for (int64_t kb = 0; kb < nblk; kb++) {
         int64_t j0 = kb * FF_TK, tk = Sk - j0 < FF_TK ? Sk - j0 : FF_TK;
@@ -336,10 +344,13 @@ static void ff_head(const ff_job *j, int slot, int64_t b, int64_t h) {
         int64_t r0 = g->layout[3] ? s0 * g->B + b : b * g->Sq + s0;
         float *y = j->out + r0 * g->E + h * D;
         if (nblk == 1) { /* all keys in one block: a plain softmax per row */
-            ff_scores(j, b, h, s0, tq, 0, Sk, kt, sc);
-            for (int64_t i = 0; i < tq; i++) vo->softmax_row(sc + i * Sk, Sk);
-            af_gemm gm = {sc, 1, tq, 0, Sk, tap0, 1, Sk, vp, D, y, ystep, NULL, 0, 0, AF_GEMM_F32,
-                          NULL, NULL};
+            ff_scores(j, b, h, s0, tq, 0, Sk, kt, sc, direct);
+            for (int64_t i = 0; i < tq; i++) {
+                if (direct) sum[i] = 1.0f / vo->softmax_exp(sc + i * Sk, Sk, g->scale);
+                else vo->softmax_row(sc + i * Sk, Sk);
+            }
+            af_gemm gm = {sc, 1, tq, 0, Sk, tap0, 1, Sk, vp, D, y, ystep, direct ? &inv : NULL, 0,
+                          0, AF_GEMM_F32, NULL, NULL};
             af_gemm_run(NULL, &gm);
             continue;
         }
@@ -350,7 +361,7 @@ static void ff_head(const ff_job *j, int slot, int64_t b, int64_t h) {
         }
         for (int64_t kb = 0; kb < nblk; kb++) {
             int64_t j0 = kb * FF_TK, tk = Sk - j0 < FF_TK ? Sk - j0 : FF_TK;
-            ff_scores(j, b, h, s0, tq, j0, tk, kt + kb * ktb, sc);
+            ff_scores(j, b, h, s0, tq, j0, tk, kt + kb * ktb, sc, false);
             for (int64_t i = 0; i < tq; i++) { /* running max and sum, block by block */
                 float *row = sc + i * tk, bmax = -INFINITY;
                 for (int64_t c = 0; c < tk; c++) bmax = row[c] > bmax ? row[c] : bmax;

@@ -90,14 +90,22 @@ size_t af_gemm_packed_floats(int64_t k, int64_t n) {
     return (size_t)k * (size_t)((np - 1) * AF_GEMM_NR + panel_width(n, np - 1));
 }
 
+/* Panel by panel; the loops run along whichever of B's dims is contiguous (row copies, or a
+ * column read down at a time for a transposed B: attention packs K^T per head at run time). */
 void af_gemm_pack(const float *b, int64_t k, int64_t n, int64_t sk, int64_t sn, float *dst) {
     int64_t np = (n + AF_GEMM_NR - 1) / AF_GEMM_NR;
     for (int64_t p = 0; p < np; p++) {
-        int64_t w = panel_width(n, p), j0 = p * AF_GEMM_NR;
+        int64_t w = panel_width(n, p), j0 = p * AF_GEMM_NR, valid = n - j0 < w ? n - j0 : w;
         float *d = dst + j0 * k;
-        for (int64_t kk = 0; kk < k; kk++, d += w)
-            for (int64_t j = 0; j < w; j++)
-                d[j] = j0 + j < n ? b[kk * sk + (j0 + j) * sn] : 0.0f;
+        if (sn == 1 || sk != 1) {
+            for (int64_t kk = 0; kk < k; kk++) {
+                for (int64_t j = 0; j < valid; j++) d[kk * w + j] = b[kk * sk + (j0 + j) * sn];
+                for (int64_t j = valid; j < w; j++) d[kk * w + j] = 0.0f;
+            }
+            continue;
+        }
+        for (int64_t j = 0; j < w; j++)
+            for (int64_t kk = 0; kk < k; kk++) d[kk * w + j] = j < valid ? b[kk + (j0 + j) * sn] : 0.0f;
     }
 }
 

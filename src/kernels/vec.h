@@ -170,6 +170,9 @@ typedef struct af_vec_ops {
     /* x[0..n) = softmax(x): exp(x - max) / sum, n >= 1 (a row of -inf gives NaN, as the
      * reference Softmax does). */
     void (*softmax_row)(float *x, int64_t n);
+    /* x[i] = e^(scale (x[i] - max x)) for scale > 0, unnormalised; returns their sum (the
+     * attention kernel folds 1 / sum into its P V product). */
+    float (*softmax_exp)(float *x, int64_t n, float scale);
     /* y[o] = sum_i w[o * n + i] * x[i] for o < rows (a matrix-vector product over rows of w). */
     void (*gemv)(const float *w, const float *x, int64_t rows, int64_t n, float *y);
     /* y[i] = x[i] in bfloat16, rounded to nearest even (NaN stays NaN; float32 denormals may

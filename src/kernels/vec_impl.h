@@ -761,27 +761,32 @@ static inline float vmax_lanes(vf v) {
     return m;
 }
 
-static void softmax_row(float *x, int64_t n) {
+static float softmax_exp(float *x, int64_t n, float scale) {
     vf mv = vsplat(-INFINITY);
     int64_t i = 0;
     for (; i + VW <= n; i += VW) mv = vm_max(mv, vload(x + i));
     float m = vmax_lanes(mv);
     for (; i < n; i++) m = x[i] > m ? x[i] : m;
-    vf ms = vsplat(m), acc = {0};
+    vf ms = vsplat(m), sv = vsplat(scale), acc = {0};
     for (i = 0; i + VW <= n; i += VW) {
-        vf e = vm_exp(vload(x + i) - ms);
+        vf e = vm_exp((vload(x + i) - ms) * sv);
         vstore(x + i, e);
         acc += e;
     }
-    if (i < n) {
-        vf e = vm_exp(vload_part(x + i, n - i) - ms);
+    if (i < n) { /* the tail's padding lanes are exp(garbage): kept out of the sum */
+        vf e = vm_exp((vload_part(x + i, n - i) - ms) * sv);
         vstore_part(x + i, e, n - i);
         float t[VW];
         vstore(t, e);
         for (int64_t j = 0; j < n - i; j++) acc[0] += t[j];
     }
-    vf inv = vsplat(1.0f / vsum(acc));
-    for (i = 0; i + VW <= n; i += VW) vstore(x + i, vload(x + i) * inv);
+    return vsum(acc);
+}
+
+static void softmax_row(float *x, int64_t n) {
+    vf inv = vsplat(1.0f / softmax_exp(x, n, 1.0f));
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) vstore(x + i, vload(x + i) * inv);
     for (; i < n; i++) x[i] *= inv[0];
 }
 
@@ -801,6 +806,7 @@ const af_vec_ops VEC_TABLE = {
     .wino_out = wino_out,
     .pool_row = pool_row,
     .softmax_row = softmax_row,
+    .softmax_exp = softmax_exp,
     .row_sum = row_sum,
     .reduce_rows = reduce_rows,
 };
