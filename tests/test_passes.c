@@ -698,6 +698,88 @@ static void test_hardswish_clip(void **state) {
     af_arena_free(t.a);
 }
 
+/* ---- canonicalize: reshapes ------------------------------------------------------------------ */
+
+static af_value *transpose(tg *t, af_value *x, int rank, const int64_t *perm) {
+    af_node *n = mk_in(t->g, "Transpose", 1, (af_value *[]){x}, 1);
+    attr_ints(n, "perm", rank, perm);
+    return n->out[0];
+}
+
+static void test_transpose_of_unit_axes(void **state) {
+    (void)state;
+    static const int64_t d[] = {5, 1, 6}, swap[] = {1, 0, 2}, move[] = {2, 1, 0};
+    /* [5, 1, 6] -> [1, 5, 6]: the bytes keep their order, a Reshape */
+    tg t = tg_new(13);
+    output_in(t.g, op1(&t, "Relu", transpose(&t, input(&t, "x", 3, d), 3, swap)));
+    finish_graph(t.g);
+    act_case(t.g, "Reshape", 1, 2);
+    assert_int_equal(count(t.g, "Transpose"), 0);
+    af_arena_free(t.a);
+    /* Near misses: 5 and 6 swap places; the default perm; a dim unknown */
+    for (int k = 0; k < 3; k++) {
+        tg u = tg_new(13);
+        af_value *x = input(&u, "x", 3, d);
+        if (k == 2) x->type.dims[0] = -1;
+        af_value *y = k == 1 ? op1(&u, "Transpose", x) : transpose(&u, x, 3, k ? swap : move);
+        output_in(u.g, op1(&u, "Relu", y));
+        finish_graph(u.g);
+        if (k == 2) { /* the runner needs whole dims: only the pass, no runs */
+            af_error err;
+            assert_int_equal(af_pass_canonicalize(u.g, &err), AF_OK);
+        } else {
+            check_pass(u.g, af_pass_canonicalize);
+        }
+        assert_int_equal(count(u.g, "Transpose"), 1);
+        assert_int_equal(count(u.g, "Reshape"), 0);
+        af_arena_free(u.a);
+    }
+}
+
+/* Gemm [5, 6] -> Reshape [5, 1, 6] -> Transpose [1, 5, 6] -> Add r [1, 5, 6] (the attention
+ * output projection of torch's multi-head attention and its residual). */
+static af_value *projection_residual(tg *t, const int64_t *rdims, af_value **gemm_out) {
+    static const int64_t d56[] = {5, 6}, d66[] = {6, 6}, swap[] = {1, 0, 2};
+    double w[36];
+    for (int i = 0; i < 36; i++) w[i] = (i % 7) * 0.25 - 0.7;
+    af_value *a = input(t, "a", 2, d56), *r = input(t, "r", 3, rdims);
+    af_value *y = op2(t, "Gemm", a, cst_in(t->g, AF_DTYPE_FLOAT, 2, d66, w));
+    *gemm_out = y;
+    double shape[] = {5, 1, 6};
+    af_value *v = transpose(t, op2(t, "Reshape", y, ints(t, 3, shape)), 3, swap);
+    return op2(t, "Add", v, r);
+}
+
+static void test_add_before_reshape(void **state) {
+    (void)state;
+    static const int64_t d156[] = {1, 5, 6}, d116[] = {1, 1, 6};
+    tg t = tg_new(13);
+    af_value *g;
+    output_in(t.g, projection_residual(&t, d156, &g));
+    finish_graph(t.g);
+    check_pass(t.g, af_pass_canonicalize);
+    /* Gemm, Add(Gemm, Reshape(r)), Reshape back: the Add reads the Gemm's output directly */
+    assert_int_equal(count(t.g, "Transpose"), 0);
+    assert_int_equal(count(t.g, "Add"), 1);
+    assert_int_equal(count(t.g, "Reshape"), 2);
+    assert_int_equal(g->nuses, 1);
+    assert_int_equal(g->uses[0].node->op, af_op_lookup("", "Add"));
+    af_arena_free(t.a);
+    /* Near misses: r broadcasts; the Gemm's output has a second reader */
+    for (int k = 0; k < 2; k++) {
+        tg u = tg_new(13);
+        af_value *y = projection_residual(&u, k ? d156 : d116, &g);
+        output_in(u.g, y);
+        if (k) output_in(u.g, op1(&u, "Relu", g));
+        finish_graph(u.g);
+        check_pass(u.g, af_pass_canonicalize);
+        af_node *add = y->producer;
+        assert_int_equal(add->op, af_op_lookup("", "Add"));
+        assert_true(add->in[0]->producer->op == af_op_lookup("", "Reshape"));
+        af_arena_free(u.a);
+    }
+}
+
 /* ---- driver: real models and the conformance data -------------------------------------------- */
 
 static void histogram(const char *title, const af_graph *g) {
@@ -884,6 +966,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_silu),
         cmocka_unit_test(test_hardswish_hardsigmoid),
         cmocka_unit_test(test_hardswish_clip),
+        cmocka_unit_test(test_transpose_of_unit_axes),
+        cmocka_unit_test(test_add_before_reshape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,12 @@
  *       torch and Hugging Face emit;
  *   Gelu(x; approximate="tanh")   from  0.5*x*(1+Tanh(sqrt(2/pi)*(x+0.044715*x^3)));
  *   Silu(x)  from  x*Sigmoid(x);
- *   HardSwish(x)  from  x*HardSigmoid(x; 1/6, 0.5)  and  x*Clip(x+3, 0, 6)/6.
+ *   HardSwish(x)  from  x*HardSigmoid(x; 1/6, 0.5)  and  x*Clip(x+3, 0, 6)/6;
+ *   Reshape(x)  from  a Transpose that moves only axes of size 1 (the bytes keep their order:
+ *       torch's multi-head attention swaps batch 1 and the sequence axis this way);
+ *   Reshape(Add(y, Reshape(r)))  from  Add(Reshape(...Reshape(y)), r) where y is a MatMul's or
+ *       Gemm's output and r has the Add's shape: the Add moves next to the product, where the
+ *       fuser takes it as the residual (ViT's attention output projection and its residual).
  * Existing LayerNormalization nodes get axis -1 when they normalise the last axis.
  *
  * Invariant: a rewrite fires only when every shape, constant, attribute and consumer it relies
@@ -484,6 +489,108 @@ static void layernorm_axis(af_node *n) {
             n->attrs[a].i = -1;
 }
 
+/* ---- reshapes ------------------------------------------------------------------------------ */
+
+/* Every dim known and at least 1: a shape a Reshape can be given as it is (a 0 there would
+ * mean "keep the input's dim"). */
+static bool dims_whole(const af_tensor *t) {
+    if (t->rank < 0 || t->rank > AF_MAX_RANK) return false;
+    for (int i = 0; i < t->rank; i++)
+        if (t->dims[i] < 1) return false;
+    return true;
+}
+
+static bool same_dims(const af_tensor *a, const af_tensor *b) {
+    if (a->rank != b->rank) return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->dims[i] != b->dims[i]) return false;
+    return true;
+}
+
+/* A new Reshape of x to the dims of t, writing y; NULL when out of memory. */
+static af_node *reshape_to(pass_scope *s, const af_node *anchor, af_value *x, const af_tensor *t,
+                           af_value *y) {
+    int64_t rank = t->rank;
+    const char *name = af_graph_unique_name(s->g, "shape");
+    af_value *c = name ? af_value_new_const(s->g, name, AF_DTYPE_INT64, 1, &rank) : NULL;
+    af_node *r = c ? pass_node_new(s, AF_OP_RESHAPE, anchor, 2, 1) : NULL;
+    if (!r) return NULL;
+    memcpy(c->type.data, t->dims, (size_t)rank * sizeof(int64_t));
+    af_node_set_input(r, 0, x);
+    af_node_set_input(r, 1, c);
+    af_node_set_output(r, 0, y);
+    return r;
+}
+
+/* A value like t (float32 dims), for a rewrite's intermediate; NULL when out of memory. */
+static af_value *value_like(pass_scope *s, const char *hint, const af_tensor *t) {
+    const char *name = af_graph_unique_name(s->g, hint);
+    af_value *v = name ? af_value_new(s->g, name) : NULL;
+    if (!v) return NULL;
+    v->type.dtype = t->dtype;
+    v->type.rank = t->rank;
+    memcpy(v->type.dims, t->dims, sizeof(int64_t) * (size_t)t->rank);
+    return v;
+}
+
+/* Transpose -> Reshape when the axes longer than 1 keep their order. */
+static af_status transpose_reshape(pass_scope *s, af_node *n, bool *hit, af_error *err) {
+    af_value *x = n->nin > 0 ? n->in[0] : NULL, *y = n->nout > 0 ? n->out[0] : NULL;
+    if (!x || !y || !dims_whole(&x->type) || !dims_whole(&y->type)) return AF_OK;
+    const int64_t *perm;
+    int np = af_attr_ints(n, "perm", &perm), rank = x->type.rank;
+    if (np != rank) return AF_OK; /* the default (reversed) perm is left alone */
+    int64_t last = -1;
+    for (int i = 0; i < rank; i++) {
+        if (perm[i] < 0 || perm[i] >= rank) return AF_OK;
+        if (x->type.dims[perm[i]] == 1) continue;
+        if (perm[i] < last) return AF_OK;
+        last = perm[i];
+    }
+    af_status st = pass_kill(s, n, err);
+    if (st) return st;
+    if (!reshape_to(s, n, x, &y->type, y))
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory canonicalizing");
+    *hit = true;
+    return AF_OK;
+}
+
+/* Add(Reshape(...Reshape(y)), r), y a MatMul's or Gemm's output read only by the chain, r of
+ * the Add's dims: Reshape(Add(y, Reshape(r))). */
+static af_status add_before_reshape(pass_scope *s, af_node *add, bool *hit, af_error *err) {
+    af_value *out = add->nout > 0 ? add->out[0] : NULL;
+    if (add->nin != 2 || !out || out->type.dtype != AF_DTYPE_FLOAT || !dims_whole(&out->type))
+        return AF_OK;
+    for (int side = 0; side < 2; side++) {
+        af_value *v = add->in[side], *r = add->in[1 - side];
+        if (!v || !r || v == r || r->type.dtype != AF_DTYPE_FLOAT || !same_dims(&r->type, &out->type))
+            continue;
+        match m = {{NULL}, 0};
+        af_node *rs;
+        while (m.n < MATCH_MAX && (rs = pass_producer(s, v, AF_OP_RESHAPE)) && pass_sole_user(s, v)) {
+            take(&m, rs);
+            v = rs->in[0];
+        }
+        af_node *mm = pass_producer(s, v, AF_OP_MATMUL) ? v->producer : pass_producer(s, v, AF_OP_GEMM);
+        if (!m.n || !mm || !pass_sole_user(s, v) || v->type.dtype != AF_DTYPE_FLOAT ||
+            !dims_whole(&v->type) || af_tensor_numel(&v->type) != af_tensor_numel(&out->type))
+            continue;
+        af_status st = pass_kill(s, add, err);
+        for (int i = 0; i < m.n && !st; i++) st = pass_kill(s, m.nodes[i], err);
+        if (st) return st;
+        af_value *r2 = value_like(s, "residual", &v->type), *t = value_like(s, "sum", &v->type);
+        af_node *a2 = r2 && t ? pass_node_new(s, AF_OP_ADD, add, 2, 1) : NULL;
+        if (!a2 || !reshape_to(s, add, r, &v->type, r2) || !reshape_to(s, add, t, &out->type, out))
+            return af_node_fail(err, add, AF_ERR_NOMEM, "out of memory canonicalizing");
+        af_node_set_input(a2, 0, v);
+        af_node_set_input(a2, 1, r2);
+        af_node_set_output(a2, 0, t);
+        *hit = true;
+        return AF_OK;
+    }
+    return AF_OK;
+}
+
 /* ---- the walk ------------------------------------------------------------------------------ */
 
 static af_status rewrite_at(pass_scope *s, af_node *n, bool *hit, af_error *err) {
@@ -495,6 +602,8 @@ static af_status rewrite_at(pass_scope *s, af_node *n, bool *hit, af_error *err)
     case AF_OP_HARD_SIGMOID: return hardswish_hs(s, n, hit, err);
     case AF_OP_CLIP: return hardswish_clip(s, n, hit, err);
     case AF_OP_LAYER_NORMALIZATION: layernorm_axis(n); return AF_OK;
+    case AF_OP_TRANSPOSE: return transpose_reshape(s, n, hit, err);
+    case AF_OP_ADD: return add_before_reshape(s, n, hit, err);
     default: return AF_OK;
     }
 }
