@@ -222,7 +222,7 @@ static bool has_steps(const af_vep *v) {
  * the fill buffers hold stalls the loads the FMAs wait on. */
 typedef struct item_pf {
     int64_t blk, tile; /* block, and M tile index (the items of a block run tile by tile) */
-    bool first;        /* this thread's first tile in the block */
+    int64_t first;     /* this thread's first tile in the block */
     const char *bblk;  /* NULL, or where this thread keeps the block scaled (b_rowscale) */
 } item_pf;
 
@@ -249,12 +249,16 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, i
         u.pf = (const char *)a + mr * g->rs_i * ea;
         u.pf_steps = (mr * g->tap_len * ea / 64 + 1) / 2;
         u.pf_step = 128;
-    } else if (ip && !ip->first && ip->blk + 1 < j->nblocks) { /* a slice of the next block */
+    } else if (ip && ip->tile > ip->first && ip->blk + 1 < j->nblocks) {
+        /* a slice of the next block, shared among the tiles after the thread's first here (a
+         * thread that came in halfway through the block, as the one after a split does,
+         * still fetches all of it) */
         int64_t p0 = ip->blk * j->block, bl = j->npanels - p0 < j->block ? j->npanels - p0 : j->block;
         int64_t n0 = (p0 + bl) * AF_GEMM_NR, n1 = (p0 + bl + j->block) * AF_GEMM_NR;
         if (n1 > g->n) n1 = g->n;
-        int64_t bytes = (n1 - n0) * j->k * eb, items = (j->ntiles - 1) * bl;
-        int64_t per = (bytes + items - 1) / items, slice = (ip->tile - 1) * bl + (p - p0);
+        int64_t bytes = (n1 - n0) * j->k * eb, items = (j->ntiles - 1 - ip->first) * bl;
+        int64_t per = (bytes + items - 1) / items;
+        int64_t slice = (ip->tile - ip->first - 1) * bl + (p - p0);
         int64_t from = slice * per, len = from + per < bytes ? per : bytes - from;
         u.pf = (const char *)g->b + n0 * j->k * eb + from;
         u.pf_step = (per + j->k - 1) / j->k;
@@ -352,7 +356,7 @@ static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
             *cur = blk, *first = rem / bl;
             if (mine) scale_block(j, p0, bl, mine);
         }
-        item_pf ip = {blk, rem / bl, rem / bl == *first, (const char *)mine};
+        item_pf ip = {blk, rem / bl, *first, (const char *)mine};
         tile_rows(j, rem / bl, &o, &i0, &mr);
         if (mr == 0) continue;
         int64_t off = o * g->rs_o + i0 * g->rs_i;
