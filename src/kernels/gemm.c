@@ -339,8 +339,8 @@ static void scale_block(const gemm_job *j, int64_t p0, int64_t bl, float *dst) {
 
 /* Items are (block, M tile, panel of the block), in that order: a thread's contiguous range
  * runs each tile across a block's panels (its rows of A stay in L1) and the block's panels
- * across tiles (they stay in L2), and since every item costs the same, the static split over
- * threads is even whatever the counts (5 panels in blocks of 3 and 2 included). */
+ * across tiles (they stay in L2), and since every item costs the same, the threads' starting
+ * shares are even whatever the counts (5 panels in blocks of 3 and 2 included). */
 static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
     gemm_job *j = ctx;
     const af_gemm *g = j->g;
