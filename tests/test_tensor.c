@@ -275,6 +275,7 @@ static void test_transpose_fast(void **state) {
         int64_t dims[4];
     } cases[] = {
         {"perm=0,2,3,1", 4, {1, 3, 150, 161}}, /* NCHW -> NHWC, a CNN input reorder (threaded) */
+        {"perm=0,2,3,1", 4, {2, 3, 5, 7}},     /* batch 2, fewer columns than a block */
         {"perm=0,3,1,2", 4, {2, 9, 11, 35}},  /* NHWC -> NCHW, batch 2 */
         {"perm=1,0", 2, {33, 70}},            /* [R, C] -> [C, R] */
         {"perm=0,2,1", 3, {1, 1, 300}},       /* only dims of 1 move: a copy */
