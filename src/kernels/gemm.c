@@ -188,8 +188,9 @@ typedef struct gemm_job {
     int64_t ntiles;
     bool amx;                  /* BF16 on AMX: tiles of 32 rows, blocks by af_amx_block */
     reg_ep rep;
-    /* Per slot, kept across its pieces of the range (af_exec_parallel): the block it last ran
-     * (-1: none; with b_rowscale its scratch holds that block scaled) and its first tile there. */
+    /* Per slot, kept across its pieces of the range (af_exec_parallel): 1 + the block it last
+     * ran (0: none, so the zeroed job starts with none; with b_rowscale its scratch holds that
+     * block scaled) and its first tile there. */
     int64_t cur[AF_EXEC_MAX_SLOTS], first[AF_EXEC_MAX_SLOTS];
 } gemm_job;
 
@@ -352,8 +353,8 @@ static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
     for (int64_t it = begin; it < end; it++) {
         int64_t blk = it / per_block, rem = it % per_block, p0 = blk * j->block;
         int64_t bl = j->npanels - p0 < j->block ? j->npanels - p0 : j->block, o, i0, mr;
-        if (blk != *cur) {
-            *cur = blk, *first = rem / bl;
+        if (blk + 1 != *cur) {
+            *cur = blk + 1, *first = rem / bl;
             if (mine) scale_block(j, p0, bl, mine);
         }
         item_pf ip = {blk, rem / bl, *first, (const char *)mine};
@@ -412,7 +413,6 @@ void af_gemm_run(af_exec *x, const af_gemm *g) {
     j.block = block_panels(j.k, j.npanels, g->type == AF_GEMM_F16 ? 2 : 4);
     AF_ASSERT(!g->b_rowscale || (g->type == AF_GEMM_F32 && g->ntaps == 1 && g->b_scratch));
     j.nblocks = (j.npanels + j.block - 1) / j.block;
-    for (int s = 0; s < AF_EXEC_MAX_SLOTS; s++) j.cur[s] = -1;
     int64_t mr = j.amx ? 32 : j.v->mr;
     j.tiles_per_row = (g->mi + mr - 1) / mr;
     j.ntiles = g->mo * j.tiles_per_row;

@@ -571,8 +571,8 @@ static af_status add_before_reshape(pass_scope *s, af_node *add, bool *hit, af_e
             take(&m, rs);
             v = rs->in[0];
         }
-        af_node *mm = pass_producer(s, v, AF_OP_MATMUL) ? v->producer : pass_producer(s, v, AF_OP_GEMM);
-        if (!m.n || !mm || !pass_sole_user(s, v) || v->type.dtype != AF_DTYPE_FLOAT ||
+        bool product = pass_producer(s, v, AF_OP_MATMUL) || pass_producer(s, v, AF_OP_GEMM);
+        if (!m.n || !product || !pass_sole_user(s, v) || v->type.dtype != AF_DTYPE_FLOAT ||
             !dims_whole(&v->type) || af_tensor_numel(&v->type) != af_tensor_numel(&out->type))
             continue;
         af_status st = pass_kill(s, add, err);
