@@ -324,17 +324,14 @@ static void run_panel_amx(const gemm_job *j, const uint16_t *a, int64_t m, int64
 }
 
 /* Panels [p0, p0 + bl) of B with row k multiplied by b_rowscale[k], into dst (the same layout
- * from panel p0 on). */
+ * from panel p0 on), in the ISA's vectors: a loop here is built for the baseline ISA, 4 floats
+ * at a time, and took 15% of EfficientNet-B4's last-stage projection convs. */
 static void scale_block(const gemm_job *j, int64_t p0, int64_t bl, float *dst) {
     const af_gemm *g = j->g;
     for (int64_t p = p0; p < p0 + bl; p++) {
         int64_t w = panel_width(g->n, p);
-        const float *s = (const float *)g->b + p * AF_GEMM_NR * j->k;
-        float *d = dst + (p - p0) * AF_GEMM_NR * j->k;
-        for (int64_t k = 0; k < j->k; k++) {
-            float f = g->b_rowscale[k];
-            for (int64_t c = 0; c < w; c++) d[k * w + c] = s[k * w + c] * f;
-        }
+        j->v->scale_rows((const float *)g->b + p * AF_GEMM_NR * j->k, g->b_rowscale, j->k, w,
+                         dst + (p - p0) * AF_GEMM_NR * j->k);
     }
 }
 

@@ -185,6 +185,8 @@ typedef struct af_vec_ops {
     float (*row_sum)(const float *x, int64_t n);
     /* out[j] = sum (or max) over r < rows of x[r * cols + j], rows >= 1. */
     void (*reduce_rows)(const float *x, int64_t rows, int64_t cols, int max, float *out);
+    /* y[r * cols + j] = x[r * cols + j] * s[r] for r < rows, j < cols (y may be x). */
+    void (*scale_rows)(const float *x, const float *s, int64_t rows, int64_t cols, float *y);
 } af_vec_ops;
 
 /* af_vec_avx512bf16 is af_vec_avx512 with its BF16 micro-kernels on the AVX512_BF16 dot product

@@ -751,6 +751,17 @@ static void reduce_rows(const float *x, int64_t rows, int64_t cols, int max, flo
     }
 }
 
+static void scale_rows(const float *x, const float *s, int64_t rows, int64_t cols, float *y) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols;
+        float *yr = y + r * cols;
+        vf f = vsplat(s[r]);
+        int64_t j = 0;
+        for (; j + VW <= cols; j += VW) vstore(yr + j, vload(xr + j) * f);
+        if (j < cols) vstore_part(yr + j, vload_part(xr + j, cols - j) * f, cols - j);
+    }
+}
+
 /* ---- softmax --------------------------------------------------------------------------------------- */
 
 static inline float vmax_lanes(vf v) {
@@ -809,4 +820,5 @@ const af_vec_ops VEC_TABLE = {
     .softmax_exp = softmax_exp,
     .row_sum = row_sum,
     .reduce_rows = reduce_rows,
+    .scale_rows = scale_rows,
 };
