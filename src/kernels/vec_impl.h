@@ -448,9 +448,18 @@ static float row_sum(const float *x, int64_t n) {
     return vsum(acc);
 }
 
+/* How far ahead of its reads gemv prefetches w: squeeze-excite weights (up to 1.4 MB in
+ * EfficientNet-B4) come from memory once per image, where the hardware's streams alone
+ * measured 14 GB/s and this 20 GB/s. */
+#define GEMV_PF_BYTES 4096
+
 static void gemv(const float *w, const float *x, int64_t rows, int64_t n, float *y) {
+    const char *pf = (const char *)w, *end = (const char *)(w + rows * n);
     for (int64_t o = 0; o < rows; o++) {
         const float *wr = w + o * n;
+        /* every line up to GEMV_PF_BYTES past this row, once */
+        const char *to = (const char *)(wr + n) + GEMV_PF_BYTES;
+        for (; pf < to && pf < end; pf += 64) __builtin_prefetch(pf, 0, 3);
         vf a0 = {0}, a1 = {0};
         int64_t i = 0;
         for (; i + 2 * VW <= n; i += 2 * VW) {
