@@ -55,6 +55,9 @@ typedef struct af_ukr_args {
      * some rows ahead of the K loop, or the rows of A the next tile reads. */
     const void *pf;
     int64_t pf_steps, pf_step;
+    /* Columns of C's last vector per row in [1, VW]: fewer than VW are stored (and bias and res
+     * read) with masks, so a panel's last columns need no tile aside. */
+    int64_t last;
 } af_ukr_args;
 
 typedef void (*af_ukr_fn)(const af_ukr_args *p);

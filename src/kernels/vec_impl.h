@@ -312,16 +312,24 @@ static inline __attribute__((always_inline)) void ukr_body(const int MR, const i
             for (int q = 0; q < (MR + 2) / 3; q++) ar[q]++;
         }
     }
+    /* vector j of a row: whole, or the last one's first p->last floats */
+    const int64_t last = p->last;
+#define UKR_LOAD(q, j) (j == NV - 1 && last < VW ? vload_part(q, last) : vload(q))
     if (p->bias)
         for (int j = 0; j < NV; j++) {
-            vf bv = vload(p->bias + j * VW);
+            vf bv = UKR_LOAD(p->bias + j * VW, j);
             for (int r = 0; r < MR; r++) acc[r][j] += bv;
         }
     if (p->res)
         for (int r = 0; r < MR; r++)
-            for (int j = 0; j < NV; j++) acc[r][j] += vload(p->res + r * p->ldres + j * VW);
+            for (int j = 0; j < NV; j++) acc[r][j] += UKR_LOAD(p->res + r * p->ldres + j * VW, j);
+#undef UKR_LOAD
     for (int r = 0; r < MR; r++)
-        for (int j = 0; j < NV; j++) vstore(p->c + r * p->ldc + j * VW, acc[r][j]);
+        for (int j = 0; j < NV; j++) {
+            float *q = p->c + r * p->ldc + j * VW;
+            if (j == NV - 1 && last < VW) vstore_part(q, acc[r][j], last);
+            else vstore(q, acc[r][j]);
+        }
 }
 
 #define UKR(T, BT, NV, MR)                                                                     \
