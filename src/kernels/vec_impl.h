@@ -419,12 +419,18 @@ static void bin_rows(const af_vep *v, const af_vep_step *st, float *c, int64_t l
 }
 
 /* The program over a tile, one step at a time over all of it (the tile is in L1): each step is
- * dispatched once, not once per vector. */
+ * dispatched once, not once per vector. A unary step takes a tile whose rows are contiguous as
+ * one row: rows whose length is not a multiple of the vector end in a masked store, and a
+ * load that overlaps the 64 bytes such a store spans (the next row's first vector) waits
+ * until the store is written to the cache. SiLU over 24-float rows ran at 52 TSC cycles per
+ * 16 floats that way, 9.3 as one row. */
 static void ep_tile(const af_vep *v, float *c, int64_t ldc, int64_t row0, int64_t col0,
                     int64_t rows, int64_t cols) {
+    bool flat = ldc == cols;
     for (int s = 0; s < v->nsteps; s++) {
         const af_vep_step *st = &v->steps[s];
-        if (st->kind == AF_VEP_NONE) un_rows(st->op, st->p0, st->p1, c, ldc, c, ldc, rows, cols);
+        if (st->kind == AF_VEP_NONE && flat) un_rows(st->op, st->p0, st->p1, c, 0, c, 0, 1, rows * cols);
+        else if (st->kind == AF_VEP_NONE) un_rows(st->op, st->p0, st->p1, c, ldc, c, ldc, rows, cols);
         else bin_rows(v, st, c, ldc, row0, col0, rows, cols);
     }
     for (int64_t r = 0; r < rows && v->generic; r++) /* c is inside v->y at (row, col) */
@@ -617,6 +623,30 @@ static int64_t dw_chunk(const af_dw_row *p) {
     return p->kh * p->kw * p->c * 4 > 16384 ? 4 * VW : p->c;
 }
 
+/* The epilogue over outputs [ow, ow + nb) of channels [cc, ce). */
+static void dw_ep(const af_dw_row *p, int64_t ow, int64_t nb, int64_t cc, int64_t ce) {
+    if (nb > 0 && p->ep && (p->ep->nsteps || p->ep->generic))
+        ep_tile(p->ep, p->y + ow * p->c + cc, p->c, p->row0 + ow, cc, nb, ce - cc);
+}
+
+/* The pooled mean's sums of outputs [ow, ow + nb), channels [cc, ce): each vector of sums read
+ * and written once for the nb outputs (per output, the masked store of a partial vector made
+ * the next output's load wait for it: 7% of EfficientNet-B4's 24-channel block). */
+static void dw_sum(const af_dw_row *p, int64_t ow, int64_t nb, int64_t cc, int64_t ce) {
+    if (!p->sum || nb == 0) return;
+    const float *y = p->y + ow * p->c;
+    for (int64_t c0 = cc; c0 < ce; c0 += VW) {
+        int64_t n = ce - c0 < VW ? ce - c0 : VW;
+        vf acc = n == VW ? vload(p->sum + c0) : vload_part(p->sum + c0, n);
+        for (int64_t i = 0; i < nb; i++)
+            acc += n == VW ? vload(y + i * p->c + c0) : vload_part(y + i * p->c + c0, n);
+        if (n == VW) vstore(p->sum + c0, acc);
+        else vstore_part(p->sum + c0, acc, n);
+    }
+}
+
+/* Block by block along the row, each block through the epilogue and into the sums while it is
+ * in L1. */
 static void dw_row(const af_dw_row *p) {
     const int64_t ih0 = p->oh * p->sh - p->ph, span = (p->kw - 1) * p->dw;
     /* Kernel rows inside the image, and the output columns whose whole window is inside. */
@@ -626,7 +656,7 @@ static void dw_row(const af_dw_row *p) {
     while (owhi < p->ow && owhi * p->sw - p->pw + span < p->w) owhi++;
     const int64_t chunk = dw_chunk(p);
     for (int64_t cc = 0; cc < p->c; cc += chunk) {
-        int64_t ce = p->c - cc < chunk ? p->c : cc + chunk, cn = ce - cc;
+        int64_t ce = p->c - cc < chunk ? p->c : cc + chunk;
         for (int64_t ow = 0; ow < p->ow;) {
             /* Four whole windows share their loads; an edge or leftover column goes alone. */
             int nb = ow >= owlo && ow + 4 <= owhi ? 4 : 1;
@@ -637,16 +667,8 @@ static void dw_row(const af_dw_row *p) {
                 else if (p->sw == 1 && p->dw == 1 && p->kw == 5) dw_block_s1(5, p, khlo, khhi, ow, c0, nc);
                 else dw_block(p, khlo, khhi, ow, c0, nc);
             }
-            if (p->ep && (p->ep->nsteps || p->ep->generic))
-                ep_tile(p->ep, p->y + ow * p->c + cc, p->c, p->row0 + ow, cc, nb, cn);
-            for (int i = 0; p->sum && i < nb; i++) { /* the pooled mean's sums, while in cache */
-                const float *y = p->y + (ow + i) * p->c;
-                int64_t c0 = cc;
-                for (; c0 + VW <= ce; c0 += VW) vstore(p->sum + c0, vload(p->sum + c0) + vload(y + c0));
-                if (c0 < ce)
-                    vstore_part(p->sum + c0, vload_part(p->sum + c0, ce - c0) + vload_part(y + c0, ce - c0),
-                                ce - c0);
-            }
+            dw_ep(p, ow, nb, cc, ce);
+            dw_sum(p, ow, nb, cc, ce);
             ow += nb;
         }
     }
