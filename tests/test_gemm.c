@@ -184,6 +184,8 @@ static void test_large_and_threads(void **state) {
         check_prob(&p, NULL, 2, "large");
         prob q = plain(3, 2100, 129);
         check_prob(&q, NULL, 2, "wide");
+        prob t = plain(601, 72, 96); /* B small next to A and C: a part of the M tiles per thread */
+        check_prob(&t, NULL, 3, "tall");
     }
     af_isa_set(af_isa_best());
 }
