@@ -519,13 +519,16 @@ static inline const float *dw_xrow(const af_dw_row *p, int64_t kh) {
     return p->xrows ? p->xrows[kh] : p->x + (p->oh * p->sh - p->ph + kh * p->dh) * p->w * p->c;
 }
 
-/* Channels [c0, c0 + nc) of outputs ow0 .. ow0 + 3, all of whose kernel columns are inside the
- * row (checked by the caller); the four outputs share each weight vector load. */
-static void dw_block(const af_dw_row *p, int64_t khlo, int64_t khhi, int64_t ow0, int64_t c0,
-                     int64_t nc) {
-    enum { NB = 4 };
+/* Channels [c0, c0 + nc) of outputs ow0 .. ow0 + NB - 1, all of whose kernel columns are inside
+ * the row (checked by the caller); the outputs share each weight vector load. Each output's
+ * sum is a chain of dependent FMAs (one per tap), so the NB chains are what keeps the two FMA
+ * ports busy: at 4 a 5x5 layer ran at 36 cycles per output vector, latency-bound (25 taps x 4
+ * cycles per 4 outputs); 8 chains cover the FMA latency. */
+static inline __attribute__((always_inline)) void dw_block(const int NB, const af_dw_row *p,
+                                                          int64_t khlo, int64_t khhi, int64_t ow0,
+                                                          int64_t c0, int64_t nc) {
     const int64_t c = p->c;
-    vf acc[NB];
+    vf acc[8];
     vf bv = p->bias ? (nc == VW ? vload(p->bias + c0) : vload_part(p->bias + c0, nc)) : (vf){0};
     for (int i = 0; i < NB; i++) acc[i] = bv;
     for (int64_t kh = khlo; kh < khhi; kh++) {
@@ -549,19 +552,19 @@ static void dw_block(const af_dw_row *p, int64_t khlo, int64_t khhi, int64_t ow0
 
 /* The same for stride 1 and dilation 1 with KW kernel columns: the NB + KW - 1 input columns
  * a kernel row covers are loaded once and shared by the NB outputs and KW taps (27 loads per
- * 36 FMAs for 3x3 instead of 45). */
-static inline __attribute__((always_inline)) void dw_block_s1(const int KW, const af_dw_row *p,
-                                                             int64_t khlo, int64_t khhi,
-                                                             int64_t ow0, int64_t c0, int64_t nc) {
-    enum { NB = 4 };
+ * 36 FMAs for 3x3 and 4 outputs instead of 45). */
+static inline __attribute__((always_inline)) void dw_block_s1(const int NB, const int KW,
+                                                             const af_dw_row *p, int64_t khlo,
+                                                             int64_t khhi, int64_t ow0,
+                                                             int64_t c0, int64_t nc) {
     const int64_t c = p->c;
-    vf acc[NB];
+    vf acc[8];
     vf bv = p->bias ? (nc == VW ? vload(p->bias + c0) : vload_part(p->bias + c0, nc)) : (vf){0};
     for (int i = 0; i < NB; i++) acc[i] = bv;
     for (int64_t kh = khlo; kh < khhi; kh++) {
         const float *xr = dw_xrow(p, kh) + (ow0 - p->pw) * c + c0;
         const float *wr = p->wt + kh * KW * c + c0;
-        vf xv[NB + 4], wv[5];
+        vf xv[8 + 4], wv[5];
         for (int q = 0; q < NB + KW - 1; q++) xv[q] = nc == VW ? vload(xr + q * c) : vload_part(xr + q * c, nc);
         for (int kw = 0; kw < KW; kw++) wv[kw] = nc == VW ? vload(wr + kw * c) : vload_part(wr + kw * c, nc);
         for (int kw = 0; kw < KW; kw++)
@@ -571,6 +574,18 @@ static inline __attribute__((always_inline)) void dw_block_s1(const int KW, cons
         float *y = p->y + (ow0 + i) * c + c0;
         if (nc == VW) vstore(y, acc[i]);
         else vstore_part(y, acc[i], nc);
+    }
+}
+
+/* A block of NB whole windows (NB a constant at each call, so the loops unroll). */
+static inline __attribute__((always_inline)) void dw_blocks(const int NB, const af_dw_row *p,
+                                                           int64_t khlo, int64_t khhi, int64_t ow,
+                                                           int64_t cc, int64_t ce) {
+    for (int64_t c0 = cc; c0 < ce; c0 += VW) {
+        int64_t nc = ce - c0 < VW ? ce - c0 : VW;
+        if (p->sw == 1 && p->dw == 1 && p->kw == 3) dw_block_s1(NB, 3, p, khlo, khhi, ow, c0, nc);
+        else if (p->sw == 1 && p->dw == 1 && p->kw == 5) dw_block_s1(NB, 5, p, khlo, khhi, ow, c0, nc);
+        else dw_block(NB, p, khlo, khhi, ow, c0, nc);
     }
 }
 
@@ -658,15 +673,13 @@ static void dw_row(const af_dw_row *p) {
     for (int64_t cc = 0; cc < p->c; cc += chunk) {
         int64_t ce = p->c - cc < chunk ? p->c : cc + chunk;
         for (int64_t ow = 0; ow < p->ow;) {
-            /* Four whole windows share their loads; an edge or leftover column goes alone. */
-            int nb = ow >= owlo && ow + 4 <= owhi ? 4 : 1;
-            if (nb == 1) dw_one(p, khlo, khhi, ow, cc, ce);
-            for (int64_t c0 = cc; nb == 4 && c0 < ce; c0 += VW) {
-                int64_t nc = ce - c0 < VW ? ce - c0 : VW;
-                if (p->sw == 1 && p->dw == 1 && p->kw == 3) dw_block_s1(3, p, khlo, khhi, ow, c0, nc);
-                else if (p->sw == 1 && p->dw == 1 && p->kw == 5) dw_block_s1(5, p, khlo, khhi, ow, c0, nc);
-                else dw_block(p, khlo, khhi, ow, c0, nc);
-            }
+            /* Eight or four whole windows share their loads; an edge or leftover column goes
+             * alone. */
+            bool inside = ow >= owlo;
+            int nb = inside && ow + 8 <= owhi ? 8 : inside && ow + 4 <= owhi ? 4 : 1;
+            if (nb == 8) dw_blocks(8, p, khlo, khhi, ow, cc, ce);
+            else if (nb == 4) dw_blocks(4, p, khlo, khhi, ow, cc, ce);
+            else dw_one(p, khlo, khhi, ow, cc, ce);
             dw_ep(p, ow, nb, cc, ce);
             dw_sum(p, ow, nb, cc, ce);
             ow += nb;
