@@ -480,6 +480,10 @@ static void test_depthwise(void **state) {
         /* weights over 16 KB: the row kernel passes over the channels in chunks */
         {200, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, 200, NULL, true},
         {470, {3, 3}, {2, 2}, {1, 1}, {1, 0, 1, 1}, 470, NULL, false},
+        /* stride 1, padding wider than half the window (blocks of outputs whose windows reach
+         * into it, some wholly): blocks of 8 and 4 at the edges, a last column alone */
+        {24, {5, 5}, {1, 1}, {1, 1}, {1, 3, 2, 0}, 24, NULL, true},
+        {16, {3, 3}, {1, 1}, {1, 1}, {1, 3, 1, 2}, 16, NULL, true},
     };
     for (size_t i = 0; i < AF_COUNT(dws); i++) {
         lcase c = {"depthwise", {i < 5 ? 2 : 1, dws[i].m, i < 5 ? 17 : 9, 10}, b_conv, &dws[i], 2, 1};

@@ -555,38 +555,56 @@ static inline __attribute__((always_inline)) void dw_block(const int NB, const a
  * a kernel row covers are loaded once and shared by the NB outputs and KW taps (27 loads per
  * 36 FMAs for 3x3 and 4 outputs instead of 45). */
 static inline __attribute__((always_inline)) void dw_block_s1(const int NB, const int KW,
+                                                             const int FULL, const int EDGE,
                                                              const af_dw_row *p, int64_t khlo,
                                                              int64_t khhi, int64_t ow0,
                                                              int64_t c0, int64_t nc) {
+#define DW_LD(q) (FULL ? vload(q) : vload_part(q, nc))
     const int64_t c = p->c;
     vf acc[8];
-    vf bv = p->bias ? (nc == VW ? vload(p->bias + c0) : vload_part(p->bias + c0, nc)) : (vf){0};
+    vf bv = p->bias ? DW_LD(p->bias + c0) : (vf){0};
     for (int i = 0; i < NB; i++) acc[i] = bv;
+    /* EDGE: some input columns lie in the padding; they are zeros (adding 0 * w to a sum
+     * leaves it as it was, up to the sign of a zero), so an edge block runs as an inner one. */
+    bool in[8 + 4];
+    for (int q = 0; q < NB + KW - 1; q++) in[q] = !EDGE || (ow0 - p->pw + q >= 0 && ow0 - p->pw + q < p->w);
     for (int64_t kh = khlo; kh < khhi; kh++) {
-        const float *xr = dw_xrow(p, kh) + (ow0 - p->pw) * c + c0;
-        const float *wr = p->wt + kh * KW * c + c0;
+        /* one pointer stepped by c: 12 precomputed column pointers spilled to vector registers,
+         * and moving them back took the FMA ports */
+        const float *xq = dw_xrow(p, kh) + (ow0 - p->pw) * c + c0;
+        const float *wq = p->wt + kh * KW * c + c0;
         vf xv[8 + 4], wv[5];
-        for (int q = 0; q < NB + KW - 1; q++) xv[q] = nc == VW ? vload(xr + q * c) : vload_part(xr + q * c, nc);
-        for (int kw = 0; kw < KW; kw++) wv[kw] = nc == VW ? vload(wr + kw * c) : vload_part(wr + kw * c, nc);
+        for (int q = 0; q < NB + KW - 1; q++, xq += c) xv[q] = in[q] ? DW_LD(xq) : (vf){0};
+        for (int kw = 0; kw < KW; kw++, wq += c) wv[kw] = DW_LD(wq);
         for (int kw = 0; kw < KW; kw++)
             for (int i = 0; i < NB; i++) acc[i] += xv[i + kw] * wv[kw];
     }
     for (int i = 0; i < NB; i++) {
         float *y = p->y + (ow0 + i) * c + c0;
-        if (nc == VW) vstore(y, acc[i]);
+        if (FULL) vstore(y, acc[i]);
         else vstore_part(y, acc[i], nc);
     }
+#undef DW_LD
 }
 
-/* A block of NB whole windows (NB a constant at each call, so the loops unroll). */
+/* Whether dw_block_s1 takes p: stride and dilation 1 along the row, 3 or 5 kernel columns. */
+static bool dw_s1(const af_dw_row *p) {
+    return p->sw == 1 && p->dw == 1 && (p->kw == 3 || p->kw == 5);
+}
+
+/* A block of NB outputs (NB a constant at each call, so the loops unroll); edge: some of their
+ * windows reach into the padding (dw_block_s1 only). */
 static inline __attribute__((always_inline)) void dw_blocks(const int NB, const af_dw_row *p,
                                                            int64_t khlo, int64_t khhi, int64_t ow,
-                                                           int64_t cc, int64_t ce) {
+                                                           int64_t cc, int64_t ce, bool edge) {
     for (int64_t c0 = cc; c0 < ce; c0 += VW) {
         int64_t nc = ce - c0 < VW ? ce - c0 : VW;
-        if (p->sw == 1 && p->dw == 1 && p->kw == 3) dw_block_s1(NB, 3, p, khlo, khhi, ow, c0, nc);
-        else if (p->sw == 1 && p->dw == 1 && p->kw == 5) dw_block_s1(NB, 5, p, khlo, khhi, ow, c0, nc);
-        else dw_block(NB, p, khlo, khhi, ow, c0, nc);
+        bool full = nc == VW;
+#define DW_S1(KW, FULL, EDGE) dw_block_s1(NB, KW, FULL, EDGE, p, khlo, khhi, ow, c0, nc)
+        if (!dw_s1(p)) dw_block(NB, p, khlo, khhi, ow, c0, nc);
+        else if (p->kw == 3) full ? (edge ? DW_S1(3, 1, 1) : DW_S1(3, 1, 0)) : (edge ? DW_S1(3, 0, 1) : DW_S1(3, 0, 0));
+        else full ? (edge ? DW_S1(5, 1, 1) : DW_S1(5, 1, 0)) : (edge ? DW_S1(5, 0, 1) : DW_S1(5, 0, 0));
+#undef DW_S1
     }
 }
 
@@ -671,15 +689,18 @@ static void dw_row(const af_dw_row *p) {
     int64_t owlo = first_at_least(-p->pw, p->sw, 0), owhi = owlo;
     while (owhi < p->ow && owhi * p->sw - p->pw + span < p->w) owhi++;
     const int64_t chunk = dw_chunk(p);
+    const bool s1 = dw_s1(p);
     for (int64_t cc = 0; cc < p->c; cc += chunk) {
         int64_t ce = p->c - cc < chunk ? p->c : cc + chunk;
         for (int64_t ow = 0; ow < p->ow;) {
-            /* Eight or four whole windows share their loads; an edge or leftover column goes
-             * alone. */
-            bool inside = ow >= owlo;
-            int nb = inside && ow + 8 <= owhi ? 8 : inside && ow + 4 <= owhi ? 4 : 1;
-            if (nb == 8) dw_blocks(8, p, khlo, khhi, ow, cc, ce);
-            else if (nb == 4) dw_blocks(4, p, khlo, khhi, ow, cc, ce);
+            /* Eight or four outputs share their loads: any eight with stride 1 (the padding
+             * read as zeros; edge columns one at a time were twice as slow per vector, a third
+             * of a 12-wide 5x5 layer), else whole windows only; a leftover column goes alone. */
+            int64_t lo = s1 ? 0 : owlo, hi = s1 ? p->ow : owhi;
+            int nb = ow >= lo && ow + 8 <= hi ? 8 : ow >= lo && ow + 4 <= hi ? 4 : 1;
+            bool edge = ow < owlo || ow + nb > owhi;
+            if (nb == 8) dw_blocks(8, p, khlo, khhi, ow, cc, ce, edge);
+            else if (nb == 4) dw_blocks(4, p, khlo, khhi, ow, cc, ce, edge);
             else dw_one(p, khlo, khhi, ow, cc, ce);
             dw_ep(p, ow, nb, cc, ce);
             dw_sum(p, ow, nb, cc, ce);
