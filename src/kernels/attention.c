@@ -280,6 +280,11 @@ typedef struct ff_job {
     size_t per_slot; /* bytes of scratch per thread */
 } ff_job;
 
+/* n floats rounded up to whole cache lines. */
+static int64_t ff_pad(int64_t n) {
+    return (n + 15) / 16 * 16;
+}
+
 /* Row stride (in floats) between consecutive sequence positions of a view. */
 static int64_t ff_step(const fa_view *v, int64_t B) {
     return v->order ? B * v->width : v->width;
@@ -288,7 +293,7 @@ static int64_t ff_step(const fa_view *v, int64_t B) {
 /* Scores of query rows [s0, s0 + tq) against keys [j0, j0 + tk) into sc (tq x tk), with the
  * scale and the mask applied; without the scale when `unscaled` (the softmax applies it). */
 static void ff_scores(const ff_job *j, int64_t b, int64_t h, int64_t s0, int64_t tq,
-                      int64_t j0, int64_t tk, const float *kt, float *sc, bool unscaled) {
+                      int64_t j0, int64_t tk, const float *kt, float *sc, int64_t ld, bool unscaled) {
     const fa_geom *g = j->g;
     static const int64_t tap0[1] = {0};
     af_epilogue ep;
@@ -308,7 +313,7 @@ static void ff_scores(const ff_job *j, int64_t b, int64_t h, int64_t s0, int64_t
     float scale = g->scale;
     if (!unscaled) af_vep_prepend(&v, AF_EP_MUL, AF_VEP_SCALAR, &scale);
     af_gemm gm = {fa_row(j->q, g->B, g->Sq, b, s0, h, g->D), 1, tq, 0, ff_step(j->q, g->B),
-                  tap0, 1, g->D, kt, tk, sc, tk, &v, s0, 0, AF_GEMM_F32, NULL, NULL};
+                  tap0, 1, g->D, kt, tk, sc, ld, &v, s0, 0, AF_GEMM_F32, NULL, NULL};
     af_gemm_run(NULL, &gm);
 }
 
@@ -320,12 +325,17 @@ static void ff_head(const ff_job *j, int slot, int64_t b, int64_t h) {
     unsigned char *s = j->scratch + (size_t)slot * j->per_slot;
     float *kt = (float *)s;                                /* every key block, packed */
     float *vp = kt + af_gemm_packed_floats(D, tkmax) * (size_t)nblk;
-    float *sc = vp + af_gemm_packed_floats(tkmax, D) * (size_t)nblk; /* FF_TQ x tkmax */
-    float *o = sc + (size_t)FF_TQ * (size_t)tkmax;         /* FF_TQ x D, online blocks */
+    float *sc = vp + af_gemm_packed_floats(tkmax, D) * (size_t)nblk; /* FF_TQ x ff_pad(tkmax) */
+    float *o = sc + (size_t)FF_TQ * (size_t)ff_pad(tkmax); /* FF_TQ x D, online blocks */
     float *mx = o + (size_t)FF_TQ * (size_t)D, *sum = mx + FF_TQ;
     /* One key block and no mask: the softmax takes the scale (saving the scores a pass) and
      * leaves the rows unnormalised; P V multiplies each output row by 1 / its sum. */
     bool direct = nblk == 1 && !j->mask && g->scale > 0.0f;
+    /* Score rows a whole number of cache lines apart when direct (the epilogue program, which
+     * would index by the row length, is empty then): a row's masked last store spans into the
+     * next row otherwise, and the next row's first load waits for it (softmax of 197 keys 19
+     * -> 13.x TSC cycles per 16 floats). */
+    int64_t ld = direct ? ff_pad(Sk) : Sk;
     af_vep inv;
     memset(&inv, 0, offsetof(af_vep, steps));
     inv.nsteps = 1;
@@ -344,12 +354,12 @@ static void ff_head(const ff_job *j, int slot, int64_t b, int64_t h) {
         int64_t r0 = g->layout[3] ? s0 * g->B + b : b * g->Sq + s0;
         float *y = j->out + r0 * g->E + h * D;
         if (nblk == 1) { /* all keys in one block: a plain softmax per row */
-            ff_scores(j, b, h, s0, tq, 0, Sk, kt, sc, direct);
+            ff_scores(j, b, h, s0, tq, 0, Sk, kt, sc, ld, direct);
             for (int64_t i = 0; i < tq; i++) {
-                if (direct) sum[i] = 1.0f / vo->softmax_exp(sc + i * Sk, Sk, g->scale);
-                else vo->softmax_row(sc + i * Sk, Sk);
+                if (direct) sum[i] = 1.0f / vo->softmax_exp(sc + i * ld, Sk, g->scale);
+                else vo->softmax_row(sc + i * ld, Sk);
             }
-            af_gemm gm = {sc, 1, tq, 0, Sk, tap0, 1, Sk, vp, D, y, ystep, direct ? &inv : NULL, 0,
+            af_gemm gm = {sc, 1, tq, 0, ld, tap0, 1, Sk, vp, D, y, ystep, direct ? &inv : NULL, 0,
                           0, AF_GEMM_F32, NULL, NULL};
             af_gemm_run(NULL, &gm);
             continue;
@@ -361,7 +371,7 @@ static void ff_head(const ff_job *j, int slot, int64_t b, int64_t h) {
         }
         for (int64_t kb = 0; kb < nblk; kb++) {
             int64_t j0 = kb * FF_TK, tk = Sk - j0 < FF_TK ? Sk - j0 : FF_TK;
-            ff_scores(j, b, h, s0, tq, j0, tk, kt + kb * ktb, sc, false);
+            ff_scores(j, b, h, s0, tq, j0, tk, kt + kb * ktb, sc, tk, false);
             for (int64_t i = 0; i < tq; i++) { /* running max and sum, block by block */
                 float *row = sc + i * tk, bmax = -INFINITY;
                 for (int64_t c = 0; c < tk; c++) bmax = row[c] > bmax ? row[c] : bmax;
@@ -400,7 +410,7 @@ static af_status ff_run(const af_node *n, const fa_geom *g, const fa_view *views
                         af_error *err) {
     int64_t nblk = (g->Sk + FF_TK - 1) / FF_TK, tk = g->Sk < FF_TK ? g->Sk : FF_TK;
     size_t floats = (af_gemm_packed_floats(g->D, tk) + af_gemm_packed_floats(tk, g->D)) * (size_t)nblk +
-                    (size_t)FF_TQ * (size_t)(tk + g->D + 2) + 64;
+                    (size_t)FF_TQ * (size_t)(ff_pad(tk) + g->D + 2) + 64;
     ff_job j = {g, &views[0], &views[1], &views[2], mask, mst, out, NULL,
                 (floats * sizeof(float) + 63) & ~(size_t)63};
     int threads = af_exec_threads(x);
