@@ -290,8 +290,9 @@ static int64_t ff_step(const fa_view *v, int64_t B) {
     return v->order ? B * v->width : v->width;
 }
 
-/* Scores of query rows [s0, s0 + tq) against keys [j0, j0 + tk) into sc (tq x tk), with the
- * scale and the mask applied; without the scale when `unscaled` (the softmax applies it). */
+/* Scores of query rows [s0, s0 + tq) against keys [j0, j0 + tk) into sc (tq rows of tk, ld
+ * floats apart), with the scale and the mask applied; without the scale when `unscaled` (the
+ * softmax applies it). */
 static void ff_scores(const ff_job *j, int64_t b, int64_t h, int64_t s0, int64_t tq,
                       int64_t j0, int64_t tk, const float *kt, float *sc, int64_t ld, bool unscaled) {
     const fa_geom *g = j->g;

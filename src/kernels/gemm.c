@@ -418,7 +418,6 @@ void af_gemm_run(af_exec *x, const af_gemm *g) {
     int64_t m = g->mo * g->mi, parts = 1;
     if (x && (double)j.k * (double)g->n < 1.75 * (double)m * (double)(j.k + g->n)) parts = af_exec_threads(x);
     if (parts > j.ntiles) parts = j.ntiles;
-    if (parts > AF_EXEC_MAX_SLOTS) parts = AF_EXEC_MAX_SLOTS;
     j.part_tiles = (j.ntiles + parts - 1) / parts;
     af_exec_parallel(x, j.ntiles * j.npanels, gemm_range, &j);
 }

@@ -483,7 +483,7 @@ static float row_sum(const float *x, int64_t n) {
     return vsum(acc);
 }
 
-/* How far ahead of its reads gemv prefetches w: squeeze-excite weights (up to 1.4 MB in
+/* How far ahead of its reads gemv prefetches w: squeeze-excite weights (up to 1.2 MB a layer in
  * EfficientNet-B4) come from memory once per image, where the hardware's streams alone
  * measured 14 GB/s and this 20 GB/s. */
 #define GEMV_PF_BYTES 4096
@@ -680,7 +680,7 @@ static int64_t dw_chunk(const af_dw_row *p) {
 
 /* The epilogue over outputs [ow, ow + nb) of channels [cc, ce). */
 static void dw_ep(const af_dw_row *p, int64_t ow, int64_t nb, int64_t cc, int64_t ce) {
-    if (nb > 0 && p->ep && (p->ep->nsteps || p->ep->generic))
+    if (p->ep && (p->ep->nsteps || p->ep->generic))
         ep_tile(p->ep, p->y + ow * p->c + cc, p->c, p->row0 + ow, cc, nb, ce - cc);
 }
 
@@ -688,7 +688,7 @@ static void dw_ep(const af_dw_row *p, int64_t ow, int64_t nb, int64_t cc, int64_
  * and written once for the nb outputs (per output, the masked store of a partial vector made
  * the next output's load wait for it: 7% of EfficientNet-B4's 24-channel block). */
 static void dw_sum(const af_dw_row *p, int64_t ow, int64_t nb, int64_t cc, int64_t ce) {
-    if (!p->sum || nb == 0) return;
+    if (!p->sum) return;
     const float *y = p->y + ow * p->c;
     for (int64_t c0 = cc; c0 < ce; c0 += VW) {
         int64_t n = ce - c0 < VW ? ce - c0 : VW;
@@ -710,14 +710,14 @@ static void dw_row(const af_dw_row *p) {
     int64_t owlo = first_at_least(-p->pw, p->sw, 0), owhi = owlo;
     while (owhi < p->ow && owhi * p->sw - p->pw + span < p->w) owhi++;
     const int64_t chunk = dw_chunk(p);
+    /* Eight or four outputs share their loads: any eight with stride 1 (the padding read as
+     * zeros; edge columns one at a time were twice as slow per vector, a third of a 12-wide 5x5
+     * row), else whole windows only; a leftover column goes alone. */
     const bool s1 = dw_s1(p);
+    const int64_t lo = s1 ? 0 : owlo, hi = s1 ? p->ow : owhi;
     for (int64_t cc = 0; cc < p->c; cc += chunk) {
         int64_t ce = p->c - cc < chunk ? p->c : cc + chunk;
         for (int64_t ow = 0; ow < p->ow;) {
-            /* Eight or four outputs share their loads: any eight with stride 1 (the padding
-             * read as zeros; edge columns one at a time were twice as slow per vector, a third
-             * of a 12-wide 5x5 layer), else whole windows only; a leftover column goes alone. */
-            int64_t lo = s1 ? 0 : owlo, hi = s1 ? p->ow : owhi;
             int nb = ow >= lo && ow + 8 <= hi ? 8 : ow >= lo && ow + 4 <= hi ? 4 : 1;
             bool edge = ow < owlo || ow + nb > owhi;
             if (nb == 8) dw_blocks(8, p, khlo, khhi, ow, cc, ce, edge);

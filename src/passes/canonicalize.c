@@ -23,6 +23,7 @@
  * left exactly as it was. The replacement writes the pattern's last value, so names of graph
  * outputs survive.
  */
+#include "fusion/rule.h"
 #include "passes/rewrite.h"
 
 #include <math.h>
@@ -500,13 +501,6 @@ static bool dims_whole(const af_tensor *t) {
     return true;
 }
 
-static bool same_dims(const af_tensor *a, const af_tensor *b) {
-    if (a->rank != b->rank) return false;
-    for (int i = 0; i < a->rank; i++)
-        if (a->dims[i] != b->dims[i]) return false;
-    return true;
-}
-
 /* A new Reshape of x to the dims of t, writing y; NULL when out of memory. */
 static af_node *reshape_to(pass_scope *s, const af_node *anchor, af_value *x, const af_tensor *t,
                            af_value *y) {
@@ -563,7 +557,7 @@ static af_status add_before_reshape(pass_scope *s, af_node *add, bool *hit, af_e
         return AF_OK;
     for (int side = 0; side < 2; side++) {
         af_value *v = add->in[side], *r = add->in[1 - side];
-        if (!v || !r || v == r || r->type.dtype != AF_DTYPE_FLOAT || !same_dims(&r->type, &out->type))
+        if (!v || !r || v == r || r->type.dtype != AF_DTYPE_FLOAT || !fu_same_shape(&r->type, &out->type))
             continue;
         match m = {{NULL}, 0};
         af_node *rs;
