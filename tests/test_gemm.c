@@ -258,6 +258,16 @@ static void test_epilogue(void **state) {
         {"gelu tanh", 1, {{AF_EP_GELU, 0, 0}}, {{1.0f, 0}}},
         {"tanh, elu", 2, {{AF_EP_TANH, 0, 0}, {AF_EP_ELU, 0, 0}}, {{0}, {1.3f, 0}}},
         {"generic broadcast", 2, {{AF_EP_ADD, -1, 0}, {AF_EP_RELU, 0, 0}}, {{0}}},
+        /* a Relu or Clip after the bias and residual runs in the micro-kernel's registers */
+        {"bias+residual+relu", 3,
+         {{AF_EP_ADD, AF_VEP_COL, 0}, {AF_EP_ADD, AF_VEP_FULL, 0}, {AF_EP_RELU, 0, 0}}, {{0}}},
+        {"relu, then sigmoid", 2, {{AF_EP_RELU, 0, 0}, {AF_EP_SIGMOID, 0, 0}}, {{0}}},
+        {"bias+clip, min above max", 2, {{AF_EP_ADD, AF_VEP_COL, 0}, {AF_EP_CLIP, 0, 0}},
+         {{0}, {0.5f, -0.5f}}},
+        /* NaN in column 1 (the bias): Relu and Clip keep it, in registers as on the tile */
+        {"nan: bias+relu, clip", 3,
+         {{AF_EP_ADD, AF_VEP_COL, 0}, {AF_EP_RELU, 0, 0}, {AF_EP_CLIP, 0, 0}},
+         {{0}, {0}, {-0.3f, 0.4f}}},
     };
     FOR_EACH_ISA(isa) {
         for (size_t c = 0; c < AF_COUNT(cases); c++) {
@@ -266,6 +276,7 @@ static void test_epilogue(void **state) {
             float *full = rnd_buf((size_t)(m * n)), *gen = rnd_buf((size_t)(m + 2 * n));
             float sc = 0.75f;
             for (int64_t i = 0; i < m; i++) row[i] += 2.0f; /* divisors away from 0 */
+            if (!strncmp(cases[c].name, "nan", 3)) col[1] = NAN;
             af_epilogue ep;
             fill_ep(&ep, &cases[c], m, n, col, row, full, &sc, gen);
             prob p = plain(m, n, k);

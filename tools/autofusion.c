@@ -376,9 +376,9 @@ static double percentile(const double *v, long n, double p) {
 
 /* Time c->iterations runs of each of the ns sessions after c->warmup runs each, interleaved
  * (run i of every session before run i + 1 of any), so that a machine whose speed drifts
- * affects them alike; profile (may be NULL) gets the trace of session 0's timed runs. */
+ * affects them alike; profile[k] (NULL: none) gets the trace of session k's timed runs. */
 static int time_sessions(const cli *c, af_session **s, int ns, const inputs *in,
-                         const char *profile, stats *st) {
+                         const char *const *profile, stats *st) {
     int rc = 1, nout[2] = {0, 0};
     af_tensor **out[2] = {NULL, NULL};
     double *ms[2] = {NULL, NULL}, sum[2] = {0, 0};
@@ -394,10 +394,11 @@ static int time_sessions(const cli *c, af_session **s, int ns, const inputs *in,
             if (run_once(s[k], in, out[k])) goto done;
             outputs_free(out[k], nout[k]);
         }
-    if (profile && af_session_profile_start(s[0], &err)) {
-        fprintf(stderr, "autofusion: %s\n", err.message);
-        goto done;
-    }
+    for (int k = 0; k < ns; k++)
+        if (profile[k] && af_session_profile_start(s[k], &err)) {
+            fprintf(stderr, "autofusion: %s\n", err.message);
+            goto done;
+        }
     for (long i = 0; i < c->iterations; i++)
         for (int k = 0; k < ns; k++) {
             double t0 = now_ms();
@@ -406,10 +407,11 @@ static int time_sessions(const cli *c, af_session **s, int ns, const inputs *in,
             sum[k] += ms[k][i];
             outputs_free(out[k], nout[k]);
         }
-    if (profile && af_session_profile_end(s[0], profile, &err)) {
-        fprintf(stderr, "autofusion: %s\n", err.message);
-        goto done;
-    }
+    for (int k = 0; k < ns; k++)
+        if (profile[k] && af_session_profile_end(s[k], profile[k], &err)) {
+            fprintf(stderr, "autofusion: %s\n", err.message);
+            goto done;
+        }
     long n = c->iterations;
     for (int k = 0; k < ns; k++) {
         double *v = ms[k];
@@ -443,6 +445,14 @@ static void json_stats(const char *key, const stats *s) {
     printf("]}");
 }
 
+/* Where --compare writes the unfused session's trace: F.json -> F.unfused.json (malloc'd). */
+static char *unfused_trace_path(const char *profile) {
+    size_t n = strlen(profile), stem = ends_with(profile, ".json") ? n - 5 : n;
+    char *p = malloc(n + sizeof ".unfused.json");
+    if (p) snprintf(p, n + sizeof ".unfused.json", "%.*s.unfused.json", (int)stem, profile);
+    return p;
+}
+
 static int cmd_bench(const cli *c) {
     if (c->iterations < 1) {
         fprintf(stderr, "autofusion bench: --iterations must be at least 1\n");
@@ -457,6 +467,7 @@ static int cmd_bench(const cli *c) {
     stats st[2];
     memset(st, 0, sizeof st);
     int rc = 1;
+    char *utrace = NULL; /* the unfused trace's path */
     double t0 = now_ms();
     af_session *s = open_session(c, c->no_fusion), *u = NULL;
     double load_ms = now_ms() - t0;
@@ -464,7 +475,10 @@ static int cmd_bench(const cli *c) {
     /* Same kernels, same executor, same inputs: only the fusion passes differ. */
     if (c->compare && !(u = open_session(c, true))) goto done;
     af_session *both[2] = {s, u};
-    if (time_sessions(c, both, c->compare ? 2 : 1, &in, c->profile, st)) goto done;
+    /* With --compare the unfused runs are traced too, node by node beside the fused ones. */
+    if (c->compare && c->profile && !(utrace = unfused_trace_path(c->profile))) goto done;
+    const char *traces[2] = {c->profile, utrace};
+    if (time_sessions(c, both, c->compare ? 2 : 1, &in, traces, st)) goto done;
     const stats fused = st[0], unfused = st[1];
     if (c->json) {
         printf("{\"model\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"load_ms\": %.3f, ",
@@ -494,6 +508,7 @@ static int cmd_bench(const cli *c) {
 done:
     free(st[0].samples);
     free(st[1].samples);
+    free(utrace);
     inputs_free(&in);
     af_session_free(s);
     af_session_free(u);

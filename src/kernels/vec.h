@@ -46,10 +46,13 @@ typedef struct af_ukr_args {
     float *c;
     int64_t ldc;
     /* The start of the epilogue program, applied in registers before the store (gemm.c picks
-     * it): + bias[j], then + res[r * ldres + j]. (Activations run on the stored tile, through
-     * ep_tile: one dispatch per tile instead of one per register.) */
+     * it): + bias[j], then + res[r * ldres + j], then (clamp not NULL) x < clamp[0] ? clamp[0]
+     * : x, then x > clamp[1] ? clamp[1] : x, which is Relu (0, +inf) and Clip as the epilogue
+     * computes them. (Other activations run on the stored tile, through ep_tile: one dispatch
+     * per tile instead of one per register.) */
     const float *bias, *res;
     int64_t ldres;
+    const float *clamp;
     /* Bringing data in from memory while computing: for the first pf_steps k steps, the two
      * cache lines at pf, pf + 64 bytes are requested and pf advances by pf_step bytes: B itself
      * some rows ahead of the K loop, or the rows of A the next tile reads. */
