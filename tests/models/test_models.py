@@ -6,6 +6,7 @@ and every random tensor comes from a fixed seed, so a failure reproduces exactly
     AF_BIN=build/autofusion /usr/bin/python3 -m pytest tests/models
 """
 
+import json
 import os
 import re
 import subprocess
@@ -295,6 +296,37 @@ def test_wrong_input_shape(af_bin, testmodel, tmp_path):
     np.save(wrong, np.zeros((1, 3, 16, 16), np.float32))  # model declares 1x3x32x32
     msg = run_fails(af_bin, testmodel.path, tmp_path / "out", inputs={"input": str(wrong)})
     assert "input" in msg
+
+
+# ---- bench's traces ----
+
+def trace_nodes(path):
+    """The node events and the model_run count of a Chrome trace written by --profile."""
+    with open(path) as f:
+        events = json.load(f)
+    nodes = [e for e in events if e.get("cat") == "Node" and e.get("ph") == "X"]
+    runs = sum(1 for e in events if e.get("name") == "model_run")
+    return nodes, runs
+
+
+def test_bench_compare_profile_traces_both_graphs(af_bin, testmodel, tmp_path):
+    """bench --compare --profile=F.json traces the fused runs into F.json and the unfused ones,
+    interleaved with them, into F.unfused.json: every timed run, node by node."""
+    trace = tmp_path / "t.json"
+    subprocess.run([af_bin, "bench", testmodel.path, "--compare", "--iterations=3", "--warmup=1",
+                    "--threads=1", f"--profile={trace}"], check=True, capture_output=True)
+    fused, fruns = trace_nodes(trace)
+    unfused, uruns = trace_nodes(tmp_path / "t.unfused.json")
+    assert fruns == 3 and uruns == 3
+    fops = {e["args"]["op_name"] for e in fused}
+    uops = {e["args"]["op_name"] for e in unfused}
+    # the seed's Conv -> BatchNorm -> Relu chains: fused into FusedConv ops, BatchNorm and Relu
+    # left as nodes of their own in the unfused graph
+    assert any(e["args"].get("fused_nodes") for e in fused)
+    assert "Relu" not in fops and "Relu" in uops
+    assert not any(e["args"].get("fused_nodes") for e in unfused)
+    assert len(unfused) > len(fused)
+    assert all(e["dur"] >= 0 for e in fused + unfused)
 
 
 # ---- the export tools themselves ----
