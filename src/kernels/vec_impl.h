@@ -334,9 +334,13 @@ static inline __attribute__((always_inline)) void ukr_body(const int MR, const i
         for (int r = 0; r < MR; r++)
             for (int j = 0; j < NV; j++) acc[r][j] = vm_min(hi, vm_max(lo, acc[r][j]));
     }
+    /* C's base and stride in locals: the vector stores may alias anything, p included, so
+     * read through p they were loaded again before every store (48 loads a 12x32 tile). */
+    float *const c = p->c;
+    const int64_t ldc = p->ldc;
     for (int r = 0; r < MR; r++)
         for (int j = 0; j < NV; j++) {
-            float *q = p->c + r * p->ldc + j * VW;
+            float *q = c + r * ldc + j * VW;
             if (j == NV - 1 && last < VW) vstore_part(q, acc[r][j], last);
             else vstore(q, acc[r][j]);
         }
