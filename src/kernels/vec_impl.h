@@ -272,6 +272,12 @@ static void round_f16(const float *x, float *y, int64_t n) {
         else UKR_STEP(MR, NV, BT);                                                                \
     } while (0)
 
+/* The loops over the accumulators, unrolled completely: one left rolled (gcc's own limit is 16
+ * iterations) indexes acc with a variable, which puts the whole array in memory; it was there
+ * after every K loop, a store and a load per register for each epilogue step (a 1x1 conv from
+ * 64 channels with a bias, residual and Relu: 4% of its time). */
+#define UKR_FOR(v, n) _Pragma("GCC unroll 24") for (int v = 0; v < (n); v++)
+
 /* MR x NV vectors of C, accumulated over every tap in registers and stored once. MR, NV, PF and
  * BT are constants at each instantiation below, so the accumulator array lives in registers and
  * the loops unroll completely; PF = 0 instantiations have no prefetch code in their K loop at
@@ -279,8 +285,7 @@ static void round_f16(const float *x, float *y, int64_t n) {
 static inline __attribute__((always_inline)) void ukr_body(const int MR, const int NV, const int PF,
                                                            const int BT, const af_ukr_args *p) {
     vf acc[VEC_MR][2];
-    for (int r = 0; r < MR; r++)
-        for (int j = 0; j < NV; j++) acc[r][j] = (vf){0};
+    UKR_FOR(r, MR) UKR_FOR(j, NV) acc[r][j] = (vf){0};
     /* The tile's residual and destination lines are needed only after the K loop: asking for
      * them now hides their memory latency behind it (short K loops would otherwise wait). */
     for (int r = 0; r < MR; r++)
@@ -321,30 +326,29 @@ static inline __attribute__((always_inline)) void ukr_body(const int MR, const i
     const int64_t last = p->last;
 #define UKR_LOAD(q, j) (j == NV - 1 && last < VW ? vload_part(q, last) : vload(q))
     if (p->bias)
-        for (int j = 0; j < NV; j++) {
+        UKR_FOR(j, NV) {
             vf bv = UKR_LOAD(p->bias + j * VW, j);
-            for (int r = 0; r < MR; r++) acc[r][j] += bv;
+            UKR_FOR(r, MR) acc[r][j] += bv;
         }
     if (p->res)
-        for (int r = 0; r < MR; r++)
-            for (int j = 0; j < NV; j++) acc[r][j] += UKR_LOAD(p->res + r * p->ldres + j * VW, j);
+        UKR_FOR(r, MR) UKR_FOR(j, NV) acc[r][j] += UKR_LOAD(p->res + r * p->ldres + j * VW, j);
 #undef UKR_LOAD
     if (p->clamp) { /* un_apply's Clip */
         vf lo = vsplat(p->clamp[0]), hi = vsplat(p->clamp[1]);
-        for (int r = 0; r < MR; r++)
-            for (int j = 0; j < NV; j++) acc[r][j] = vm_min(hi, vm_max(lo, acc[r][j]));
+        UKR_FOR(r, MR) UKR_FOR(j, NV) acc[r][j] = vm_min(hi, vm_max(lo, acc[r][j]));
     }
     /* C's base and stride in locals: the vector stores may alias anything, p included, so
      * read through p they were loaded again before every store (48 loads a 12x32 tile). */
     float *const c = p->c;
     const int64_t ldc = p->ldc;
-    for (int r = 0; r < MR; r++)
-        for (int j = 0; j < NV; j++) {
-            float *q = c + r * ldc + j * VW;
-            if (j == NV - 1 && last < VW) vstore_part(q, acc[r][j], last);
-            else vstore(q, acc[r][j]);
-        }
+    UKR_FOR(r, MR) UKR_FOR(j, NV) {
+        float *q = c + r * ldc + j * VW;
+        if (j == NV - 1 && last < VW) vstore_part(q, acc[r][j], last);
+        else vstore(q, acc[r][j]);
+    }
 }
+
+#undef UKR_FOR
 
 #define UKR(T, BT, NV, MR)                                                                     \
     static void ukr_##T##_##NV##_##MR(const af_ukr_args *p) {                                   \
