@@ -423,38 +423,36 @@ static void un_rows(int op, float p0, float p1, const float *src, int64_t lds, f
  * and REV are constants at each instantiation (bin_rows picks one), so nothing is decided per
  * vector: with the kind and op tested in the loop, P V's 1 / sum scaling in attention took 10
  * TSC cycles per 16 floats, a tenth of the P V product. */
-static inline __attribute__((always_inline)) void bin_rows_k(const int KIND, const int OP,
-                                                             const int REV, const af_vep *v,
-                                                             const af_vep_step *st, float *c,
-                                                             int64_t ldc, int64_t row0,
-                                                             int64_t col0, int64_t rows,
-                                                             int64_t cols) {
+static inline __attribute__((always_inline)) void
+bin_rows_k(const int KIND, const int OP, const int REV, const af_vep *v, const af_vep_step *st,
+           float *c, int64_t ldc, int64_t row0, int64_t col0, int64_t rows, int64_t cols) {
+    const bool lanes = KIND == AF_VEP_COL || KIND == AF_VEP_FULL; /* a vector of operands each */
     for (int64_t r = 0; r < rows; r++) {
         float *y = c + r * ldc;
         int64_t row = row0 + r;
         const float *x = KIND == AF_VEP_COL ? st->x + col0 : st->x + row * v->cols + col0;
-        vf b = KIND == AF_VEP_SCALAR ? vsplat(st->x[0]) : vsplat(KIND == AF_VEP_ROW ? st->x[row] : 0.0f);
-        bool lanes = KIND == AF_VEP_COL || KIND == AF_VEP_FULL; /* an operand vector per vector */
+        vf b = vsplat(KIND == AF_VEP_SCALAR ? st->x[0] : KIND == AF_VEP_ROW ? st->x[row] : 0.0f);
         int64_t j = 0;
         for (; j + VW <= cols; j += VW)
             vstore(y + j, bin_apply(OP, REV, vload(y + j), lanes ? vload(x + j) : b));
         if (j < cols) {
             int64_t n = cols - j;
-            vstore_part(y + j, bin_apply(OP, REV, vload_part(y + j, n), lanes ? vload_part(x + j, n) : b), n);
+            vf t = bin_apply(OP, REV, vload_part(y + j, n), lanes ? vload_part(x + j, n) : b);
+            vstore_part(y + j, t, n);
         }
     }
 }
 
+/* One instantiation per (kind, op, order); ops other than these four do not reach a vep. */
+#define BIN_CASE(KIND, OP, REV)                                                                   \
+    case OP * 2 + REV: bin_rows_k(KIND, OP, REV, v, st, c, ldc, row0, col0, rows, cols); break;
 #define BIN_ROWS_OPS(KIND)                                                                        \
     switch (st->op * 2 + (st->rev != 0)) {                                                        \
-    case AF_EP_ADD * 2: bin_rows_k(KIND, AF_EP_ADD, 0, v, st, c, ldc, row0, col0, rows, cols); break; \
-    case AF_EP_ADD * 2 + 1: bin_rows_k(KIND, AF_EP_ADD, 1, v, st, c, ldc, row0, col0, rows, cols); break; \
-    case AF_EP_SUB * 2: bin_rows_k(KIND, AF_EP_SUB, 0, v, st, c, ldc, row0, col0, rows, cols); break; \
-    case AF_EP_SUB * 2 + 1: bin_rows_k(KIND, AF_EP_SUB, 1, v, st, c, ldc, row0, col0, rows, cols); break; \
-    case AF_EP_MUL * 2: bin_rows_k(KIND, AF_EP_MUL, 0, v, st, c, ldc, row0, col0, rows, cols); break; \
-    case AF_EP_MUL * 2 + 1: bin_rows_k(KIND, AF_EP_MUL, 1, v, st, c, ldc, row0, col0, rows, cols); break; \
-    case AF_EP_DIV * 2: bin_rows_k(KIND, AF_EP_DIV, 0, v, st, c, ldc, row0, col0, rows, cols); break; \
-    default: bin_rows_k(KIND, AF_EP_DIV, 1, v, st, c, ldc, row0, col0, rows, cols); break;    \
+        BIN_CASE(KIND, AF_EP_ADD, 0) BIN_CASE(KIND, AF_EP_ADD, 1)                                 \
+        BIN_CASE(KIND, AF_EP_SUB, 0) BIN_CASE(KIND, AF_EP_SUB, 1)                                 \
+        BIN_CASE(KIND, AF_EP_MUL, 0) BIN_CASE(KIND, AF_EP_MUL, 1)                                 \
+        BIN_CASE(KIND, AF_EP_DIV, 0)                                                              \
+    default: bin_rows_k(KIND, AF_EP_DIV, 1, v, st, c, ldc, row0, col0, rows, cols); break;        \
     }
 
 static void bin_rows(const af_vep *v, const af_vep_step *st, float *c, int64_t ldc, int64_t row0,
@@ -467,6 +465,7 @@ static void bin_rows(const af_vep *v, const af_vep_step *st, float *c, int64_t l
     }
 }
 #undef BIN_ROWS_OPS
+#undef BIN_CASE
 
 static void ep_tile(const af_vep *v, float *c, int64_t ldc, int64_t row0, int64_t col0,
                     int64_t rows, int64_t cols) {
