@@ -13,8 +13,8 @@
  * Outputs are compared (max abs difference relative to the largest output). --type runs our side
  * in half-precision B or bfloat16 A and B (--precision_mode's GEMMs; A converted before timing,
  * as B is packed before it), OpenBLAS in float32. */
-#include "kernels/cpu.h"
-#include "kernels/gemm.h"
+#include "kernels/simd/cpu.h"
+#include "kernels/fast/gemm.h"
 
 #include <cblas.h>
 #include <math.h>

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "kernels/epilogue.h"
+#include "kernels/ref/epilogue.h"
 #include "runtime/exec.h"
 
 #include <stdio.h>

@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "fusion/fusion.h"
-#include "kernels/cpu.h"
+#include "kernels/simd/cpu.h"
 #include "onnx/onnx.h"
 #include "runtime/exec.h"
 

@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "kernels/cpu.h"
-#include "kernels/gemm.h"
+#include "kernels/simd/cpu.h"
+#include "kernels/fast/gemm.h"
 #include "util/util.h"
 
 #include <float.h>

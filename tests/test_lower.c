@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "fusion/fusion.h"
-#include "kernels/cpu.h"
+#include "kernels/simd/cpu.h"
 #include "passes/passes.h"
 #include "runtime/exec.h"
 #include "runtime/plan.h"

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "kernels/cpu.h"
+#include "kernels/simd/cpu.h"
 #include "kernels/kernel.h"
 #include "runtime/exec.h"
 

@@ -33,7 +33,7 @@
 typedef float vf __attribute__((vector_size(VW * 4), aligned(4)));
 typedef int32_t vi __attribute__((vector_size(VW * 4), aligned(4)));
 
-#include "kernels/vmath.h"
+#include "kernels/simd/vmath.h"
 
 /* ---- references ---------------------------------------------------------------------------- */
 

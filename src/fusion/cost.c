@@ -11,8 +11,8 @@
  * Invariant: every estimate comes from these two measured numbers and the graph's types; there
  * is no constant speedup anywhere. Unknown dims count as 1 so that estimates stay finite. */
 #include "fusion/fusion.h"
-#include "kernels/cpu.h"
-#include "kernels/gemm.h"
+#include "kernels/simd/cpu.h"
+#include "kernels/fast/gemm.h"
 
 #include <errno.h>
 #include <jansson.h>

@@ -24,7 +24,7 @@
 #define AF_FUSION_RULE_H
 
 #include "fusion/fusion.h"
-#include "kernels/epilogue.h"
+#include "kernels/ref/epilogue.h"
 
 /* check's answer when the pattern is not present at the anchor (not a near miss). */
 extern const char af_no_match[];

@@ -13,8 +13,8 @@
  * statistics, training mode) are left as they are.
  */
 #include "fusion/rule.h"
-#include "kernels/cpu.h"
-#include "kernels/gemm.h"
+#include "kernels/simd/cpu.h"
+#include "kernels/fast/gemm.h"
 #include "passes/rewrite.h"
 
 #include <math.h>

@@ -1,7 +1,7 @@
 /* The optimisation pipeline: the order of the passes, in one function. After every pass the IR
  * invariants are checked in debug builds, so a pass that breaks them is caught where it ran. */
 #include "fusion/fusion.h"
-#include "kernels/cpu.h"
+#include "kernels/simd/cpu.h"
 #include "passes/passes.h"
 
 typedef struct pass {

@@ -15,7 +15,7 @@
  * Invariant: without a precision mode, or in fp32, the graph is not touched. */
 #include "fusion/fusion.h"
 #include "fusion/rule.h"
-#include "kernels/cpu.h"
+#include "kernels/simd/cpu.h"
 #include "passes/passes.h"
 
 #include <string.h>

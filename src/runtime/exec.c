@@ -8,7 +8,7 @@
  * the plan leaves out, a value whose run-time size does not fit its slot) is allocated as
  * before. Invariant: a tensor pointing into the arena never owns its data, so releasing it is
  * only forgetting it; the graph outputs, never planned, are moved to the caller. */
-#include "kernels/cpu.h"
+#include "kernels/simd/cpu.h"
 #include "runtime/exec.h"
 #include "runtime/plan.h"
 #include "runtime/profile.h"

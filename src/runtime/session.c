@@ -9,7 +9,7 @@
 #include "fusion/fusion.h"
 #include "passes/passes.h"
 #include "runtime/exec.h"
-#include "kernels/cpu.h"
+#include "kernels/simd/cpu.h"
 #include "runtime/plan.h"
 #include "runtime/profile.h"
 #include "runtime/session.h"

@@ -1,0 +1,784 @@
+/* Channels-last FusedConv (channels_last = 1, made by the layout pass): X [N, H, W, C], weights
+ * packed by the pack pass (w_packed 1: GEMM panels per group; 2: depthwise [KH * KW][M]; the
+ * logical [M, Cg, KH, KW] in w_shape), bias [M], epilogue operands broadcasting to the output
+ * [N, OH, OW, M].
+ *
+ * Dense convolutions are implicit GEMMs on the GEMM core (gemm.h): output positions are rows,
+ * output channels columns, and the K loop walks the kernel window straight through the NHWC
+ * input (one tap per kernel row when the KW * C floats of a window row are contiguous). Padding
+ * is handled by copying the input once into a zero-bordered scratch image when the windows
+ * reach outside X, so the micro-kernels never test bounds. Depthwise convolutions run their own
+ * row kernel (vec.h), vectorised along the channels, with the bounds folded into loop limits.
+ *
+ * Invariant: cl_setup checks every dim, attribute and byte count against each other (through
+ * Conv's own shape function on the NCHW view), so the loops below only form in-range
+ * addresses. */
+#include "kernels/fast/conv.h"
+#include "kernels/fast/gemm.h"
+
+#include <string.h>
+
+/* NCHW view (type only) of an NHWC type. */
+static af_tensor nchw_view(const af_tensor *t) {
+    af_tensor v = {t->dtype, 4, {t->dims[0], t->dims[3], t->dims[1], t->dims[2]}, NULL, 0, 0};
+    return v;
+}
+
+/* A merged expand conv (pro_w >= 0): its weights and bias checked against X [N, H, W, pro_c]
+ * and E = pro_m channels; *xd becomes the type the depthwise conv reads, [N, H, W, E]. */
+static af_status pro_setup(const af_node *n, const af_tensor *const *in, fk_conv_cl *g,
+                           af_tensor *xd, af_error *err) {
+    int64_t wi = af_attr_int(n, "pro_w", -1), bi = af_attr_int(n, "pro_b", -1);
+    int64_t e = af_attr_int(n, "pro_m", 0);
+    const af_tensor *x = in[0], *w = wi < n->nin ? nn_in(n, in, (int)wi) : NULL;
+    const af_tensor *b = bi >= 0 && bi < n->nin ? nn_in(n, in, (int)bi) : NULL;
+    if (!w || (bi >= 0 && !b) || e < 1 || e > (1 << 24) || af_attr_int(n, "w_packed", 0) != 2 ||
+        w->dtype != AF_DTYPE_FLOAT || w->rank != 1 || (b && (b->dtype != AF_DTYPE_FLOAT ||
+                                                              b->rank != 1 || b->dims[0] != e)))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "a merged expand conv needs pro_m >= 1, packed float32 weights "
+                            "(pro_w) and a bias of pro_m (pro_b) on a depthwise conv");
+    *xd = *x;
+    xd->data = NULL;
+    if (x->rank != 4) return AF_OK;
+    int64_t c0 = x->dims[3];
+    if (c0 >= 0 && w->dims[0] >= 0 && w->dims[0] != (int64_t)af_gemm_packed_floats(c0, e))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "merged expand weights must be %lld x %lld packed",
+                            (long long)c0, (long long)e);
+    xd->dims[3] = e;
+    g->pro_x = x->data;
+    g->pro_wt = w->data;
+    g->pro_b = b ? b->data : NULL;
+    g->pro_c = c0;
+    return AF_OK;
+}
+
+af_status fk_conv_cl_setup(const af_node *n, const af_tensor *const *in, fk_conv_cl *g,
+                           af_error *err) {
+    memset(g, 0, sizeof *g);
+    const af_tensor *x = nn_in(n, in, 0), *w = nn_in(n, in, 1), *b = nn_in(n, in, 2);
+    if (!x || !w) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input X or W");
+    af_tensor xd;
+    if (af_attr_int(n, "pro_w", -1) >= 0) {
+        af_status st = pro_setup(n, in, g, &xd, err);
+        if (st != AF_OK) return st;
+        x = &xd;
+    }
+    g->packed = (int)af_attr_int(n, "w_packed", 0);
+    g->wt_type = w->dtype == AF_DTYPE_BFLOAT16 ? AF_GEMM_BF16
+                 : w->dtype == AF_DTYPE_FLOAT16 ? AF_GEMM_F16 : AF_GEMM_F32;
+    bool low_w = g->packed == 1 && g->wt_type != AF_GEMM_F32;
+    if (x->dtype != AF_DTYPE_FLOAT || (w->dtype != AF_DTYPE_FLOAT && !low_w) ||
+        (b && b->dtype != AF_DTYPE_FLOAT))
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "FusedConv on %s (float32 only)",
+                            af_dtype_name(x->dtype != AF_DTYPE_FLOAT ? x->dtype : w->dtype));
+    if (x->rank >= 0 && x->rank != 4)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "channels-last FusedConv needs a 4-D X");
+    af_tensor wv = *w;
+    wv.data = NULL;
+    wv.dtype = AF_DTYPE_FLOAT; /* the logical weights, whatever type the packed ones are in */
+    if (g->packed) {
+        const int64_t *ws = NULL;
+        if (g->packed < 1 || g->packed > 3 || af_attr_ints(n, "w_shape", &ws) != 4)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "w_packed needs w_shape [M, Cg, KH, KW]");
+        wv.rank = 4;
+        for (int i = 0; i < 4; i++) {
+            if (ws[i] < 1 || ws[i] > (1 << 24))
+                return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "bad w_shape");
+            wv.dims[i] = ws[i];
+        }
+    }
+    if (x->rank < 0) {
+        g->y.rank = -1;
+        return AF_OK;
+    }
+    af_tensor xv = nchw_view(x), yv;
+    const af_tensor *cin[3] = {&xv, &wv, b};
+    af_status st = nn_shape_conv(n, cin, &yv, err);
+    if (st != AF_OK) return st;
+    g->y = yv;
+    g->y.rank = 4;
+    for (int i = 0; i < 4; i++) g->y.dims[i] = yv.dims[i == 0 ? 0 : i == 3 ? 1 : i + 1];
+    if (!nn_known(x) || !nn_known(&wv)) return AF_OK; /* shape inference with unknown dims */
+    int64_t k[2] = {wv.dims[2], wv.dims[3]};
+    nn_window win;
+    st = nn_window_init(n, &xv, k, 2, false, &win, err);
+    if (st != AF_OK) return st;
+    g->n = x->dims[0];
+    g->h = x->dims[1];
+    g->w = x->dims[2];
+    g->c = x->dims[3];
+    g->m = wv.dims[0];
+    g->cg = wv.dims[1];
+    g->kh = k[0];
+    g->kw = k[1];
+    g->oh = win.out[1];
+    g->ow = win.out[2];
+    g->sh = win.s[1];
+    g->sw = win.s[2];
+    g->dh = win.d[1];
+    g->dw = win.d[2];
+    g->ph = win.pb[1];
+    g->pw = win.pb[2];
+    g->group = af_attr_int(n, "group", 1);
+    g->mg = g->m / g->group;
+    if (g->packed == 3 && (g->kh != 3 || g->kw != 3 || g->sh != 1 || g->sw != 1 || g->dh != 1 ||
+                           g->dw != 1 || g->group != 1))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "Winograd weights need a 3x3 stride-1 undilated conv with one group");
+    if (g->wt_type != AF_GEMM_F32 && g->group != 1)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "half or bfloat16 weights need one group");
+    if (g->packed) {
+        int64_t cp = g->wt_type == AF_GEMM_BF16 ? af_gemm_bf16_k(g->cg) : g->cg;
+        int64_t want = g->packed == 2   ? g->kh * g->kw * g->m
+                       : g->packed == 3 ? 36 * (int64_t)af_gemm_packed_floats(g->c, g->m)
+                       : g->wt_type != AF_GEMM_F32
+                           ? (int64_t)(af_gemm_packed_bytes(g->wt_type, g->kh * g->kw * cp, g->m) / 2)
+                           : g->group * (int64_t)af_gemm_packed_floats(g->kh * g->kw * g->cg, g->mg);
+        if (g->packed == 2 && (g->cg != 1 || g->m != g->group))
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "depthwise weights need Cg = 1, M = group");
+        if (w->rank != 1 || (w->dims[0] >= 0 && w->dims[0] != want))
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                                "packed W must be 1-D with %lld elements", (long long)want);
+    }
+    g->x = x->data;
+    g->wt = w->data;
+    g->b = b ? b->data : NULL;
+    int64_t gi = af_attr_int(n, "in_scale", -1);
+    if (gi >= 0) {
+        const af_tensor *gt = gi < n->nin ? in[gi] : NULL;
+        if (!gt || gt->dtype != AF_DTYPE_FLOAT || g->packed != 1 || g->kh != 1 || g->kw != 1 ||
+            g->group != 1 || af_tensor_numel(gt) != g->n * g->c)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                                "in_scale needs an [N, 1, 1, C] gate on a packed 1x1 conv");
+        g->gate = gt->data;
+    }
+    return AF_OK;
+}
+
+/* pool_out = 1: output 1 is the mean over positions of output 0, [N, 1, 1, M] (for a
+ * squeeze-excite that reads it instead of pooling the output again). Depthwise only. */
+static bool pool_out(const af_node *n) {
+    return af_attr_int(n, "pool_out", 0) != 0 && n->nout == 2;
+}
+
+af_status fk_shape_conv_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                           af_error *err) {
+    fk_conv_cl g;
+    af_status st = fk_conv_cl_setup(n, in, &g, err);
+    if (st != AF_OK) return st;
+    if ((n->nout != 1 && !pool_out(n)) || (af_attr_int(n, "pool_out", 0) && (!pool_out(n) || g.packed == 1)))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "FusedConv has one output (two with pool_out on a depthwise conv)");
+    af_tensor_set_type(&out[0], AF_DTYPE_FLOAT, g.y.rank, g.y.rank >= 0 ? g.y.dims : NULL);
+    if (pool_out(n)) {
+        int64_t d[4] = {g.y.rank >= 0 ? g.y.dims[0] : -1, 1, 1, g.y.rank >= 0 ? g.y.dims[3] : -1};
+        af_tensor_set_type(&out[1], AF_DTYPE_FLOAT, 4, d);
+    }
+    return af_epilogue_validate(n, in, &out[0], err);
+}
+
+/* ---- dense: implicit GEMM ------------------------------------------------------------------------- */
+
+/* The extent of input the windows read: rows [0, hp) and columns [0, wp) of the padded image. */
+static void padded_extent(const fk_conv_cl *g, int64_t *hp, int64_t *wp) {
+    *hp = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    *wp = (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+}
+
+static bool needs_padding(const fk_conv_cl *g) {
+    int64_t hp, wp;
+    padded_extent(g, &hp, &wp);
+    return g->ph > 0 || g->pw > 0 || hp > g->h || wp > g->w;
+}
+
+typedef struct pad_job {
+    const fk_conv_cl *g;
+    float *dst;
+    int64_t hp, wp;
+} pad_job;
+
+/* Rows [begin, end) (over batch x padded rows) of the zero-bordered copy of X. */
+static void pad_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const pad_job *p = ctx;
+    const fk_conv_cl *g = p->g;
+    int64_t c = g->c, rowf = p->wp * c;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t b = r / p->hp, ih = r % p->hp - g->ph;
+        float *d = p->dst + r * rowf;
+        if (ih < 0 || ih >= g->h) {
+            memset(d, 0, (size_t)rowf * sizeof(float));
+            continue;
+        }
+        int64_t lo = g->pw, n = g->w < p->wp - lo ? g->w : p->wp - lo;
+        memset(d, 0, (size_t)(lo * c) * sizeof(float));
+        memcpy(d + lo * c, g->x + ((b * g->h + ih) * g->w) * c, (size_t)(n * c) * sizeof(float));
+        memset(d + (lo + n) * c, 0, (size_t)((p->wp - lo - n) * c) * sizeof(float));
+    }
+}
+
+/* Scratch conv_dense needs on `threads` threads: the zero-bordered image when the windows
+ * reach outside X, the blocks of gated weights (one per thread) and the tap offsets. */
+static size_t dense_scratch_bytes(const fk_conv_cl *g, int threads) {
+    int64_t hp = g->h, wp = g->w;
+    if (needs_padding(g)) padded_extent(g, &hp, &wp);
+    size_t img = needs_padding(g) ? (size_t)(g->n * hp * wp * g->c) * sizeof(float) : 0;
+    size_t gated =
+        g->gate ? (size_t)threads * af_gemm_rowscale_floats(g->c, g->m) * sizeof(float) : 0;
+    return ((img + 63) & ~(size_t)63) + ((gated + 63) & ~(size_t)63) +
+           (size_t)(g->kh * g->kw) * sizeof(int64_t);
+}
+
+/* The convolution into y (rows of M channels) through ep, using `scratch` (64-byte aligned,
+ * dense_scratch_bytes of it). */
+static void conv_dense(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned char *scratch,
+                       af_exec *ex) {
+    bool pad = needs_padding(g);
+    int64_t hp = g->h, wp = g->w;
+    if (pad) padded_extent(g, &hp, &wp);
+    bool merged = g->group == 1 && g->dw == 1; /* a window row is KW * C contiguous floats */
+    int64_t ntaps = merged ? g->kh : g->kh * g->kw;
+    size_t img = pad ? (size_t)(g->n * hp * wp * g->c) * sizeof(float) : 0;
+    size_t gated = g->gate ? (size_t)af_exec_threads(ex) * af_gemm_rowscale_floats(g->c, g->m) *
+                                 sizeof(float)
+                           : 0;
+    float *xp = (float *)scratch;
+    float *wg = (float *)(scratch + ((img + 63) & ~(size_t)63));
+    int64_t *taps = (int64_t *)((unsigned char *)wg + ((gated + 63) & ~(size_t)63));
+    if (pad) {
+        pad_job pj = {g, xp, hp, wp};
+        af_exec_parallel(ex, g->n * hp, pad_rows, &pj);
+    } else {
+        xp = (float *)g->x;
+    }
+    for (int64_t i = 0, t = 0; i < g->kh; i++)
+        for (int64_t j = 0; j < (merged ? 1 : g->kw); j++)
+            taps[t++] = (i * g->dh * wp + j * g->dw) * g->c;
+    /* One flat row range when output positions are evenly spaced in X (1x1, stride 1, no pad). */
+    bool flat = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && !pad;
+    size_t per = af_gemm_packed_floats(g->kh * g->kw * g->cg, g->mg);
+    for (int64_t b = 0; b < g->n; b++)
+        for (int64_t gi = 0; gi < g->group; gi++) {
+            const float *w = g->wt + (size_t)gi * per;
+            af_gemm gm = {xp + b * hp * wp * g->c + gi * g->cg,
+                          flat ? 1 : g->oh, flat ? g->oh * g->ow : g->ow,
+                          g->sh * wp * g->c, g->sw * g->c,
+                          taps, ntaps, merged ? g->kw * g->c : g->cg,
+                          w, g->mg,
+                          y + b * g->oh * g->ow * g->m + gi * g->mg, g->m,
+                          ep, b * g->oh * g->ow, gi * g->mg, AF_GEMM_F32,
+                          /* the squeeze-excite gate scales W's rows, a block at a time */
+                          g->gate ? g->gate + b * g->c : NULL, wg};
+            af_gemm_run(ex, &gm);
+        }
+}
+
+/* ---- half and bfloat16 (--precision_mode) ------------------------------------------------------- */
+
+/* X converted once per run for a half or bfloat16 conv: zero-bordered like pad_rows, each
+ * position's channels multiplied by the squeeze-excite gate when there is one (in_scale: here
+ * rather than on the weights, which are not float32), rounded to the type; bfloat16 positions
+ * hold cp channels (a multiple of AF_GEMM_BF16_KB, zero padded) so every kernel position is a tap
+ * of whole K blocks. */
+typedef struct low_job {
+    const fk_conv_cl *g;
+    int64_t hp, wp, cp;
+    uint16_t *d16; /* BF16 */
+    float *d32;    /* F16: float32 holding half values */
+} low_job;
+
+enum { LOW_CHUNK = 256 }; /* channels converted at a time through a stack buffer */
+
+static void low_position(const low_job *p, const float *src, const float *gate, int64_t pos) {
+    const fk_conv_cl *g = p->g;
+    const af_vec_ops *v = af_vec();
+    float tmp[LOW_CHUNK];
+    for (int64_t c0 = 0; c0 < g->c; c0 += LOW_CHUNK) {
+        int64_t nc = g->c - c0 < LOW_CHUNK ? g->c - c0 : LOW_CHUNK;
+        const float *s = src + c0;
+        if (gate) {
+            for (int64_t k = 0; k < nc; k++) tmp[k] = s[k] * gate[c0 + k];
+            s = tmp;
+        }
+        if (p->d16) v->to_bf16(s, p->d16 + pos * p->cp + c0, nc);
+        else v->round_f16(s, p->d32 + pos * p->cp + c0, nc);
+    }
+    if (p->d16) memset(p->d16 + pos * p->cp + g->c, 0, (size_t)(p->cp - g->c) * sizeof(uint16_t));
+}
+
+static void low_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const low_job *p = ctx;
+    const fk_conv_cl *g = p->g;
+    size_t es = p->d16 ? sizeof(uint16_t) : sizeof(float);
+    for (int64_t r = begin; r < end; r++) {
+        int64_t b = r / p->hp, ih = r % p->hp - g->ph;
+        const float *gate = g->gate ? g->gate + b * g->c : NULL;
+        for (int64_t iwp = 0; iwp < p->wp; iwp++) {
+            int64_t iw = iwp - g->pw, pos = r * p->wp + iwp;
+            if (ih < 0 || ih >= g->h || iw < 0 || iw >= g->w) {
+                char *d = p->d16 ? (char *)(p->d16 + pos * p->cp) : (char *)(p->d32 + pos * p->cp);
+                memset(d, 0, (size_t)p->cp * es);
+                continue;
+            }
+            low_position(p, g->x + ((b * g->h + ih) * g->w + iw) * g->c, gate, pos);
+        }
+    }
+}
+
+/* Elements of the converted image and the slack after it (bfloat16: AMX reads up to 32 rows of
+ * A past a tile's first row). */
+static void low_sizes(const fk_conv_cl *g, int64_t *hp, int64_t *wp, int64_t *cp, size_t *img,
+                      size_t *slack) {
+    *hp = g->h;
+    *wp = g->w;
+    if (needs_padding(g)) padded_extent(g, hp, wp);
+    *cp = g->wt_type == AF_GEMM_BF16 ? af_gemm_bf16_k(g->c) : g->c;
+    *img = (size_t)(g->n * *hp * *wp * *cp);
+    *slack = g->wt_type == AF_GEMM_BF16 ? (size_t)(32 * g->sw * *cp) : 0;
+}
+
+static size_t low_scratch_bytes(const fk_conv_cl *g) {
+    int64_t hp, wp, cp;
+    size_t img, slack, es = g->wt_type == AF_GEMM_BF16 ? 2 : 4;
+    low_sizes(g, &hp, &wp, &cp, &img, &slack);
+    return (((img + slack) * es + 63) & ~(size_t)63) + (size_t)(g->kh * g->kw) * sizeof(int64_t);
+}
+
+static void conv_low(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned char *scratch,
+                     af_exec *ex) {
+    int64_t hp, wp, cp;
+    size_t img, slack;
+    low_sizes(g, &hp, &wp, &cp, &img, &slack);
+    bool bf = g->wt_type == AF_GEMM_BF16;
+    size_t es = bf ? 2 : 4;
+    low_job j = {g, hp, wp, cp, bf ? (uint16_t *)scratch : NULL, bf ? NULL : (float *)scratch};
+    int64_t *taps = (int64_t *)(scratch + (((img + slack) * es + 63) & ~(size_t)63));
+    if (slack) memset(scratch + img * es, 0, slack * es);
+    af_exec_parallel(ex, g->n * hp, low_rows, &j);
+    /* bfloat16: one tap per kernel position (channels padded); half: per kernel row, as float32 */
+    bool merged = !bf && g->dw == 1;
+    int64_t ntaps = 0;
+    for (int64_t i = 0; i < g->kh; i++)
+        for (int64_t k = 0; k < (merged ? 1 : g->kw); k++) taps[ntaps++] = (i * g->dh * wp + k * g->dw) * cp;
+    bool flat = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && !needs_padding(g);
+    for (int64_t b = 0; b < g->n; b++) {
+        size_t off = (size_t)(b * hp * wp * cp);
+        af_gemm gm = {bf ? (const void *)(j.d16 + off) : (const void *)(j.d32 + off),
+                      flat ? 1 : g->oh, flat ? g->oh * g->ow : g->ow, g->sh * wp * cp, g->sw * cp,
+                      taps, ntaps, merged ? g->kw * cp : cp, g->wt, g->m,
+                      y + b * g->oh * g->ow * g->m, g->m, ep, b * g->oh * g->ow, 0, g->wt_type,
+                      NULL, NULL};
+        af_gemm_run(ex, &gm);
+    }
+}
+
+/* ---- Winograd F(4x4, 3x3) --------------------------------------------------------------------------
+ * For a 3x3 stride-1 conv (w_packed = 3): the output in 4x4 tiles, each read from a 6x6 patch
+ * of the zero-bordered input. Three phases, each in parallel: every tile's patch transformed
+ * (V = B^T d B per channel, V[e][tile][c] for the 36 positions e), then for each position one
+ * GEMM of all tiles by the packed transformed weights U[e] (Cin x Cout, made by the pack pass:
+ * each U[e] is read once, while V and M stay in cache), then every tile transformed back
+ * (Y = A^T M A) and finished by the epilogue: 36 products of Cin x Cout per 16 outputs instead
+ * of 144. */
+
+typedef struct wino_job {
+    const fk_conv_cl *g;
+    const af_vep *ep;
+    const float *xp; /* the zero-bordered input, hp x wp */
+    int64_t hp, wp, th, tw, ntiles;
+    float *v, *mt, *y; /* V [36][ntiles][c], M [36][ntiles][m], output */
+    float *tile;       /* per slot: 16 x m */
+} wino_job;
+
+static void wino_in_tiles(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const wino_job *j = ctx;
+    const fk_conv_cl *g = j->g;
+    const af_vec_ops *v = af_vec();
+    for (int64_t tile = begin; tile < end; tile++) {
+        int64_t b = tile / (j->th * j->tw), r = tile % (j->th * j->tw);
+        const float *x = j->xp + ((b * j->hp + r / j->tw * 4) * j->wp + r % j->tw * 4) * g->c;
+        v->wino_in(x, j->wp * g->c, g->c, j->v + tile * g->c, j->ntiles * g->c);
+    }
+}
+
+static void wino_products(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const wino_job *j = ctx;
+    const fk_conv_cl *g = j->g;
+    size_t per = af_gemm_packed_floats(g->c, g->m);
+    static const int64_t tap0[1] = {0};
+    for (int64_t e = begin; e < end; e++) {
+        af_gemm gm = {j->v + e * j->ntiles * g->c, 1, j->ntiles, 0, g->c, tap0, 1, g->c,
+                      g->wt + (size_t)e * per, g->m, j->mt + e * j->ntiles * g->m, g->m, NULL, 0, 0,
+                      AF_GEMM_F32, NULL, NULL};
+        af_gemm_run(NULL, &gm);
+    }
+}
+
+static void wino_out_tiles(void *ctx, int slot, int64_t begin, int64_t end) {
+    const wino_job *j = ctx;
+    const fk_conv_cl *g = j->g;
+    const af_vec_ops *v = af_vec();
+    int64_t m = g->m;
+    float *yt = j->tile + (size_t)slot * 16 * m;
+    for (int64_t tile = begin; tile < end; tile++) {
+        int64_t b = tile / (j->th * j->tw), r = tile % (j->th * j->tw);
+        int64_t oh0 = r / j->tw * 4, ow0 = r % j->tw * 4;
+        v->wino_out(j->mt + tile * m, j->ntiles * m, m, yt);
+        int64_t rows = g->oh - oh0 < 4 ? g->oh - oh0 : 4, cols = g->ow - ow0 < 4 ? g->ow - ow0 : 4;
+        for (int64_t i = 0; i < rows; i++) {
+            int64_t pos = (b * g->oh + oh0 + i) * g->ow + ow0;
+            float *dst = j->y + pos * m;
+            memcpy(dst, yt + i * 4 * m, (size_t)(cols * m) * sizeof(float));
+            if (j->ep->nsteps || j->ep->generic) v->ep_tile(j->ep, dst, m, pos, 0, cols, m);
+        }
+    }
+}
+
+/* Scratch of the Winograd path: the zero-bordered input covering whole tiles, V, M, and one
+ * output tile per thread. */
+static size_t wino_sizes(const fk_conv_cl *g, int threads, int64_t *hp, int64_t *wp, size_t *img,
+                         size_t *vm) {
+    int64_t ntiles = g->n * ((g->oh + 3) / 4) * ((g->ow + 3) / 4);
+    *hp = (g->oh + 3) / 4 * 4 + 2;
+    *wp = (g->ow + 3) / 4 * 4 + 2;
+    *img = ((size_t)(g->n * *hp * *wp * g->c) * sizeof(float) + 63) & ~(size_t)63;
+    *vm = ((size_t)(36 * ntiles * (g->c + g->m)) * sizeof(float) + 63) & ~(size_t)63;
+    return *img + *vm + (size_t)threads * 16 * (size_t)g->m * sizeof(float);
+}
+
+static void conv_winograd(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned char *scratch,
+                          af_exec *ex) {
+    int64_t hp, wp;
+    size_t img, vm;
+    wino_sizes(g, af_exec_threads(ex), &hp, &wp, &img, &vm);
+    pad_job pj = {g, (float *)scratch, hp, wp};
+    af_exec_parallel(ex, g->n * hp, pad_rows, &pj);
+    int64_t th = (g->oh + 3) / 4, tw = (g->ow + 3) / 4, ntiles = g->n * th * tw;
+    float *v = (float *)(scratch + img);
+    wino_job j = {g, ep, (float *)scratch, hp, wp, th, tw, ntiles, v, v + 36 * ntiles * g->c, y,
+                  (float *)(scratch + img + vm)};
+    af_exec_parallel(ex, ntiles, wino_in_tiles, &j);
+    af_exec_parallel(ex, 36, wino_products, &j);
+    af_exec_parallel(ex, ntiles, wino_out_tiles, &j);
+}
+
+/* ---- depthwise ----------------------------------------------------------------------------------- */
+
+typedef struct dw_job {
+    const fk_conv_cl *g;
+    const af_vep *ep;
+    float *y;
+    float *sums; /* NULL, or per output row the [M] sums of its outputs (pool_out) */
+} dw_job;
+
+/* Floats between two output rows' sums: whole cache lines, so that two threads, which add
+ * into a row's sums at every output position, never write the same line. Sums per row rather
+ * than per thread make the means independent of which thread ran which rows. */
+static size_t dw_sums_stride(const fk_conv_cl *g) {
+    return ((size_t)g->m + 15) & ~(size_t)15;
+}
+
+/* Bytes of every output row's sums: a multiple of 64, so what follows them stays aligned. */
+static size_t conv_sums_bytes(const fk_conv_cl *g) {
+    return (size_t)(g->n * g->oh) * dw_sums_stride(g) * sizeof(float);
+}
+
+/* Output rows [begin, end) over batch x OH. */
+static void dw_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const dw_job *j = ctx;
+    const fk_conv_cl *g = j->g;
+    const af_vec_ops *v = af_vec();
+    for (int64_t r = begin; r < end; r++) {
+        int64_t b = r / g->oh, oh = r % g->oh;
+        float *yr = j->y + r * g->ow * g->c;
+        af_dw_row p = {g->x + b * g->h * g->w * g->c, g->h, g->w, g->c, g->wt, g->b,
+                       g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->ph, g->pw, oh, g->ow, yr,
+                       j->ep, r * g->ow,
+                       j->sums ? j->sums + (size_t)r * dw_sums_stride(g) : NULL, NULL};
+        v->dw_row(&p);
+    }
+}
+
+/* ---- a depthwise conv with its 1x1 expand conv merged in ---------------------------------------- */
+
+/* Each thread walks its output rows in order, keeping the expanded input rows the kernel window
+ * covers in a ring of `span` rows (input row ih in slot ih % span): each expanded row is
+ * computed once per thread (by the GEMM core, one output row of the expand at a time, with its
+ * epilogue) and read from cache by the depthwise kernel; the [N, H, W, E] tensor between the two
+ * convs is never written. A slot's ring, and which rows it holds, last from one of its pieces
+ * to the next (af_exec_parallel), so a piece that starts where the slot's last one ended
+ * recomputes no row. */
+enum { PRO_MAX_SPAN = 64 };
+
+static int64_t pro_span(const fk_conv_cl *g) {
+    return (g->kh - 1) * g->dh + 1;
+}
+
+/* A slot's part of the ring scratch: which row each ring slot holds (image * H + ih, or -1),
+ * then the rows. */
+typedef struct pro_ring {
+    int64_t have[PRO_MAX_SPAN];
+    float rows[];
+} pro_ring;
+
+static size_t pro_ring_bytes(const fk_conv_cl *g) {
+    return (sizeof(pro_ring) + (size_t)(pro_span(g) * g->w * g->c) * sizeof(float) + 63) &
+           ~(size_t)63;
+}
+
+typedef struct pro_job {
+    const fk_conv_cl *g;
+    const af_vep *ep, *pro;
+    float *y, *sums;
+    unsigned char *rings; /* pro_ring_bytes(g) per slot */
+} pro_job;
+
+/* Expanded input row ih of image b into dst ([W][E]). */
+static void pro_expand_row(const pro_job *j, int64_t b, int64_t ih, float *dst) {
+    const fk_conv_cl *g = j->g;
+    static const int64_t tap0[1] = {0};
+    int64_t row = b * g->h + ih;
+    af_gemm gm = {g->pro_x + row * g->w * g->pro_c, 1, g->w, 0, g->pro_c, tap0, 1, g->pro_c,
+                  g->pro_wt, g->c, dst, g->c, j->pro, row * g->w, 0, AF_GEMM_F32, NULL, NULL};
+    af_gemm_run(NULL, &gm);
+}
+
+static void pro_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    const pro_job *j = ctx;
+    const fk_conv_cl *g = j->g;
+    const af_vec_ops *v = af_vec();
+    int64_t span = pro_span(g);
+    pro_ring *ring = (pro_ring *)(j->rings + (size_t)slot * pro_ring_bytes(g));
+    for (int64_t r = begin; r < end; r++) {
+        int64_t b = r / g->oh, oh = r % g->oh, ih0 = oh * g->sh - g->ph;
+        const float *rows[PRO_MAX_SPAN];
+        for (int64_t k = 0; k < g->kh; k++) {
+            int64_t ih = ih0 + k * g->dh, s = ih % span;
+            rows[k] = NULL;
+            if (ih < 0 || ih >= g->h) continue;
+            float *dst = ring->rows + s * g->w * g->c;
+            if (ring->have[s] != b * g->h + ih) pro_expand_row(j, b, ih, dst);
+            ring->have[s] = b * g->h + ih;
+            rows[k] = dst;
+        }
+        af_dw_row p = {NULL, g->h, g->w, g->c, g->wt, g->b, g->kh, g->kw, g->sh, g->sw, g->dh, g->dw,
+                       g->ph, g->pw, oh, g->ow, j->y + r * g->ow * g->c, j->ep, r * g->ow,
+                       j->sums ? j->sums + (size_t)r * dw_sums_stride(g) : NULL, rows};
+        v->dw_row(&p);
+    }
+}
+
+/* The convolution of g into y through the epilogue program ep (bias added here), and with
+ * `mean` (depthwise only, may be NULL) the [N][M] means of y over positions; scratch is
+ * conv_scratch_bytes(g, mean != NULL, ex) at 64-byte alignment. */
+static void conv_run(const fk_conv_cl *g, const af_epilogue *ep, const af_epilogue *pro,
+                     float *y, float *mean, unsigned char *scratch, af_exec *ex) {
+    af_vep vep;
+    af_vep_build(ep, y, g->m, &vep);
+    if (g->packed != 2) {
+        if (g->b) af_vep_prepend(&vep, AF_EP_ADD, AF_VEP_COL, g->b);
+        if (g->packed == 3) conv_winograd(g, &vep, y, scratch, ex);
+        else if (g->wt_type != AF_GEMM_F32) conv_low(g, &vep, y, scratch, ex);
+        else conv_dense(g, &vep, y, scratch, ex);
+        return;
+    }
+    /* The depthwise row kernel starts from the bias itself. */
+    size_t stride = dw_sums_stride(g), sums_bytes = mean ? conv_sums_bytes(g) : 0;
+    float *sums = mean ? (float *)scratch : NULL;
+    if (mean) memset(scratch, 0, sums_bytes);
+    if (g->pro_x) {
+        af_vep pv;
+        af_vep_build(pro, NULL, g->c, &pv);
+        if (g->pro_b) af_vep_prepend(&pv, AF_EP_ADD, AF_VEP_COL, g->pro_b);
+        pro_job pj = {g, &vep, &pv, y, sums, scratch + sums_bytes};
+        for (int s = 0; s < af_exec_threads(ex) && s < AF_EXEC_MAX_SLOTS; s++)
+            for (int k = 0; k < PRO_MAX_SPAN; k++)
+                ((pro_ring *)(pj.rings + (size_t)s * pro_ring_bytes(g)))->have[k] = -1;
+        af_exec_parallel(ex, g->n * g->oh, pro_rows, &pj);
+    } else {
+        dw_job j = {g, &vep, y, sums};
+        af_exec_parallel(ex, g->n * g->oh, dw_rows, &j);
+    }
+    if (!mean) return;
+    float inv = 1.0f / (float)(g->oh * g->ow);
+    for (int64_t b = 0; b < g->n; b++)
+        for (int64_t c = 0; c < g->m; c++) {
+            float sum = 0.0f;
+            for (int64_t oh = 0; oh < g->oh; oh++) sum += sums[(size_t)(b * g->oh + oh) * stride + (size_t)c];
+            mean[b * g->m + c] = sum * inv;
+        }
+}
+
+static size_t conv_scratch_bytes(const fk_conv_cl *g, bool mean, af_exec *ex) {
+    if (g->packed == 1)
+        return g->wt_type != AF_GEMM_F32 ? low_scratch_bytes(g)
+                                         : dense_scratch_bytes(g, af_exec_threads(ex));
+    if (g->packed == 3) {
+        int64_t hp, wp;
+        size_t img, vm;
+        return wino_sizes(g, af_exec_threads(ex), &hp, &wp, &img, &vm);
+    }
+    int slots = af_exec_threads(ex) < AF_EXEC_MAX_SLOTS ? af_exec_threads(ex) : AF_EXEC_MAX_SLOTS;
+    size_t sums = mean ? conv_sums_bytes(g) : 0;
+    return g->pro_x ? sums + (size_t)slots * pro_ring_bytes(g) : sums;
+}
+
+/* Setup and run-time checks of a channels-last conv whose output type is `y`. */
+static af_status conv_ready(const af_node *n, const af_tensor *const *in, fk_conv_cl *g,
+                            af_error *err) {
+    af_status st = fk_conv_cl_setup(n, in, g, err);
+    if (st != AF_OK) return st;
+    if (!g->packed) return af_node_fail(err, n, AF_ERR_INTERNAL, "channels-last weights are not packed");
+    if (g->y.rank != 4 || !fk_has_data(in[0]) || !g->wt || (nn_in(n, in, 2) && !fk_has_data(in[2])))
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
+    return AF_OK;
+}
+
+af_status fk_kernel_conv_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                            af_exec *ex, af_error *err) {
+    fk_conv_cl g;
+    af_epilogue ep;
+    af_status st = conv_ready(n, in, &g, err);
+    if (st == AF_OK) st = nn_check_out(n, &out[0], 4, g.y.dims, err);
+    bool mean = pool_out(n);
+    int64_t md[4] = {g.n, 1, 1, g.m};
+    if (st == AF_OK && mean) st = nn_check_out(n, &out[1], 4, md, err);
+    if (st == AF_OK) st = af_epilogue_parse(n, in, &out[0], &ep, err);
+    /* A merged expand conv's program, over its [N, H, W, E] output; only kinds the vector
+     * epilogue runs per tile (the ring rows are not that tensor's memory). */
+    af_epilogue pro;
+    af_tensor pt = {AF_DTYPE_FLOAT, 4, {g.n, g.h, g.w, g.c}, NULL, 0, 0};
+    if (st == AF_OK && g.pro_x) {
+        st = af_epilogue_parse_attr(n, in, &pt, "pro_epilogue", &pro, err);
+        af_vep pv;
+        af_vep_build(&pro, NULL, g.c, &pv);
+        if (st == AF_OK && (pv.generic || pro_span(&g) > PRO_MAX_SPAN))
+            st = af_node_fail(err, n, AF_ERR_UNSUPPORTED,
+                              "merged expand conv: epilogue operands or kernel height not supported");
+    }
+    if (st != AF_OK) return st;
+    size_t bytes = conv_scratch_bytes(&g, mean, ex);
+    unsigned char *scratch = bytes ? af_exec_scratch(ex, bytes) : NULL;
+    if (bytes && !scratch)
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory for %zu bytes of scratch", bytes);
+    conv_run(&g, &ep, g.pro_x ? &pro : NULL, out[0].data, mean ? out[1].data : NULL, scratch, ex);
+    return AF_OK;
+}
+
+/* ---- ConvPoolFc -------------------------------------------------------------------------------- */
+
+/* The FC part of a channels-last ConvPoolFc: Wfc (input 3) packed with fc_shape = [M, classes]
+ * (fc_packed = 1, made by the pack pass) or plain [M, classes] / [classes, M] (fc_trans_b),
+ * Bfc (input 4) broadcasting to [N, classes]. */
+typedef struct cpf_cl {
+    fk_conv_cl conv;
+    const af_tensor *w, *b;
+    int64_t classes;
+    bool packed, tb;
+} cpf_cl;
+
+static af_status cpf_setup(const af_node *n, const af_tensor *const *in, cpf_cl *c, af_tensor *y,
+                           af_error *err) {
+    af_status st = fk_conv_cl_setup(n, in, &c->conv, err);
+    if (st != AF_OK) return st;
+    c->w = nn_in(n, in, 3);
+    c->b = nn_in(n, in, 4);
+    c->packed = af_attr_int(n, "fc_packed", 0) != 0;
+    c->tb = af_attr_int(n, "fc_trans_b", 0) != 0;
+    if (!c->w || c->w->dtype != AF_DTYPE_FLOAT || (c->b && c->b->dtype != AF_DTYPE_FLOAT))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "Wfc (and Bfc) must be float32");
+    int64_t k = -1;
+    if (c->packed) {
+        const int64_t *fs = NULL;
+        if (af_attr_ints(n, "fc_shape", &fs) != 2 || fs[0] < 1 || fs[1] < 1 || c->tb ||
+            c->w->rank != 1 || (c->w->dims[0] >= 0 &&
+                                c->w->dims[0] != (int64_t)af_gemm_packed_floats(fs[0], fs[1])))
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "fc_packed needs fc_shape and its packed Wfc");
+        k = fs[0];
+        c->classes = fs[1];
+    } else {
+        if (c->w->rank != 2) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "Wfc must be 2-D");
+        k = c->w->dims[c->tb ? 1 : 0];
+        c->classes = c->w->dims[c->tb ? 0 : 1];
+    }
+    int64_t m = c->conv.y.rank == 4 ? c->conv.y.dims[3] : -1;
+    if (k >= 0 && m >= 0 && k != m)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "Wfc expects %lld features but the conv has %lld channels",
+                            (long long)k, (long long)m);
+    int64_t dims[2] = {c->conv.y.rank == 4 ? c->conv.y.dims[0] : -1, c->classes};
+    af_tensor_set_type(y, AF_DTYPE_FLOAT, 2, dims);
+    if (c->b && (c->b->rank > 2 || (c->b->rank >= 1 && c->b->dims[c->b->rank - 1] != 1 &&
+                                     c->b->dims[c->b->rank - 1] != c->classes)))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "Bfc does not broadcast to [N, classes]");
+    return AF_OK;
+}
+
+af_status fk_shape_cpf_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                          af_error *err) {
+    cpf_cl c;
+    af_status st = cpf_setup(n, in, &c, &out[0], err);
+    if (st == AF_OK && c.conv.y.rank == 4) st = af_epilogue_validate(n, in, &c.conv.y, err);
+    return st;
+}
+
+af_status fk_kernel_cpf_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                           af_exec *ex, af_error *err) {
+    cpf_cl c;
+    af_tensor yt;
+    af_epilogue ep, fc_ep;
+    af_status st = cpf_setup(n, in, &c, &yt, err);
+    if (st == AF_OK) st = conv_ready(n, in, &c.conv, err);
+    if (st == AF_OK && (!fk_has_data(c.w) || (c.b && !fk_has_data(c.b))))
+        st = af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
+    if (st == AF_OK) st = nn_check_out(n, &out[0], 2, yt.dims, err);
+    if (st == AF_OK) st = af_epilogue_parse(n, in, &c.conv.y, &ep, err);
+    if (st != AF_OK) return st;
+    const fk_conv_cl *g = &c.conv;
+    int64_t rows = g->oh * g->ow;
+    size_t conv_floats = (size_t)(g->n * rows * g->m), wfloats = c.packed ? 0 : af_gemm_packed_floats(g->m, c.classes);
+    size_t cb = (conv_floats * sizeof(float) + 63) & ~(size_t)63, csb = conv_scratch_bytes(g, false, ex);
+    size_t pb = ((size_t)(g->n * g->m) * sizeof(float) + 63) & ~(size_t)63;
+    size_t bytes = cb + ((csb + 63) & ~(size_t)63) + pb + wfloats * sizeof(float);
+    unsigned char *s = af_exec_scratch(ex, bytes);
+    if (!s) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory for %zu bytes of scratch", bytes);
+    float *conv = (float *)s, *pooled = (float *)(s + cb + ((csb + 63) & ~(size_t)63));
+    float *wp = (float *)((unsigned char *)pooled + pb);
+    /* The conv output lives only in scratch (cache-sized for a classification head). */
+    conv_run(g, &ep, NULL, conv, NULL, s + cb, ex);
+    const af_vec_ops *v = af_vec();
+    for (int64_t b = 0; b < g->n; b++) {
+        float *pr = pooled + b * g->m;
+        v->reduce_rows(conv + b * rows * g->m, rows, g->m, 0, pr);
+        for (int64_t j = 0; j < g->m; j++) pr[j] /= (float)rows;
+    }
+    const float *w = c.w->data;
+    if (!c.packed) {
+        af_gemm_pack(w, g->m, c.classes, c.tb ? 1 : c.classes, c.tb ? g->m : 1, wp);
+        w = wp;
+    }
+    /* Bfc as an epilogue over [N, classes]: COL for [classes], generic otherwise. */
+    memset(&fc_ep, 0, sizeof fc_ep);
+    fc_ep.rank = 2;
+    fc_ep.dims[0] = g->n;
+    fc_ep.dims[1] = c.classes;
+    if (c.b) {
+        fc_ep.nsteps = 1;
+        fc_ep.steps[0].op = AF_EP_ADD;
+        fc_ep.steps[0].operand = c.b->data;
+        af_broadcast_strides(c.b, &yt, fc_ep.steps[0].strides);
+    }
+    af_vep fv;
+    af_vep_build(&fc_ep, out[0].data, c.classes, &fv);
+    static const int64_t tap0[1] = {0};
+    af_gemm gm = {pooled, 1, g->n, 0, g->m, tap0, 1, g->m, w, c.classes, out[0].data, c.classes,
+                  &fv, 0, 0, AF_GEMM_F32, NULL, NULL};
+    af_gemm_run(ex, &gm);
+    return AF_OK;
+}

@@ -1,0 +1,53 @@
+/* Kernels of the canonical activation forms the canonicalize pass creates (Gelu, Silu): float32
+ * and float64, elementwise, output shaped like the input. */
+#include "kernels/fast/elementwise.h"
+#include "kernels/kernel.h"
+
+af_status fz_shape_same(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                        af_error *err) {
+    if (n->nin < 1 || !in[0] || n->nout != 1)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "takes one input and one output");
+    if (in[0]->dtype != AF_DTYPE_FLOAT && in[0]->dtype != AF_DTYPE_DOUBLE)
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "%s input is not supported",
+                            af_dtype_name(in[0]->dtype));
+    af_tensor_type_copy(&out[0], in[0]);
+    return AF_OK;
+}
+
+static double gelu_erf(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440)); }
+
+static double gelu_tanh(double x) {
+    return 0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
+}
+
+static double silu(double x) { return x / (1.0 + exp(-x)); }
+
+static af_status map(const af_tensor *x, af_tensor *y, double (*f)(double)) {
+    int64_t n = af_tensor_numel(x);
+    if (x->dtype == AF_DTYPE_FLOAT) {
+        const float *a = x->data;
+        float *b = y->data;
+        for (int64_t i = 0; i < n; i++) b[i] = (float)f(a[i]);
+    } else {
+        const double *a = x->data;
+        double *b = y->data;
+        for (int64_t i = 0; i < n; i++) b[i] = f(a[i]);
+    }
+    return AF_OK;
+}
+
+af_status fz_kernel_gelu(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                         af_error *err) {
+    const char *approx = af_attr_str(n, "approximate", "none");
+    if (strcmp(approx, "none") && strcmp(approx, "tanh"))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "approximate must be none or tanh, not '%s'", approx);
+    if (fk_fast_unary(n, in[0], &out[0], x)) return AF_OK;
+    return map(in[0], &out[0], strcmp(approx, "tanh") ? gelu_erf : gelu_tanh);
+}
+
+af_status fz_kernel_silu(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                         af_error *err) {
+    (void)err;
+    if (fk_fast_unary(n, in[0], &out[0], x)) return AF_OK;
+    return map(in[0], &out[0], silu);
+}

@@ -1,0 +1,487 @@
+/* FusedAttention (domain ai.autofusion): multi-head scaled dot-product attention in one op, made
+ * by MultiHeadAttentionFusionOp (src/fusion/rules/attention.c).
+ *
+ *   inputs  q, k, v (float32, rank 3), mask (optional, float32)
+ *   attrs   num_heads H, head_dim D, scale (float),
+ *           layout  INTS {q, k, v, out}: row order of each tensor, 0 = [B, S, ...] (batch-major),
+ *                   1 = [S, B, ...] (sequence-major),
+ *           offsets INTS {q, k, v}: column of the first head in the tensor's last dim (a packed
+ *                   [.., 3*H*D] projection is read in place by all three),
+ *           out_rank INT: 3 gives [B, Sq, H*D] or [Sq, B, H*D] (per layout), 2 gives [rows, H*D],
+ *           heads_merged INT: the mask broadcasts against [B*H, Sq, Sk] (scores of a 3-D
+ *                   batched MatMul) instead of [B, H, Sq, Sk].
+ *   out[b, s, h*D + d] = sum_j softmax_j(scale * q[b,s,h,:].k[b,j,h,:] + mask[b,h,s,j]) v[b,j,h,d]
+ *
+ * Heads are read and written in place through (row, column) addressing: no transposes, no copies.
+ * Invariant: the kernel never holds more than one TQ x TK block of scores; each query tile keeps a
+ * running max and sum per row (online softmax) and rescales its TQ x D accumulator when the max
+ * grows, so the [Sq, Sk] score matrix is never written anywhere. Every index the kernel forms is
+ * checked against the tensors' dims first (fa_geom), so hostile attributes cannot read outside. */
+#include "kernels/simd/cpu.h"
+#include "kernels/fast/gemm.h"
+#include "kernels/kernel.h"
+
+#include <stdlib.h>
+
+enum { FA_TQ = 16, FA_TK = 64 }; /* query rows per tile, keys per score block */
+
+/* Where one head row of a tensor lives: element (b, s, h, d) is at
+ * ((order ? s * B + b : b * S + s) * width + col + h * D + d). */
+typedef struct fa_view {
+    const float *data;
+    int64_t width; /* last dim */
+    int64_t col;   /* first column of head 0 */
+    int order;     /* 0 batch-major rows, 1 sequence-major rows */
+} fa_view;
+
+typedef struct fa_geom {
+    int64_t B, H, D, E, Sq, Sk;
+    float scale;
+    int layout[4];
+    int64_t offsets[3];
+    int out_rank;
+    bool heads_merged;
+} fa_geom;
+
+/* Attributes, checked on their own (no input needed). */
+static af_status fa_attrs(const af_node *n, fa_geom *g, af_error *err) {
+    const int64_t *lay = NULL, *off = NULL;
+    g->H = af_attr_int(n, "num_heads", 0);
+    g->D = af_attr_int(n, "head_dim", 0);
+    g->scale = af_attr_float(n, "scale", 1.0f);
+    g->out_rank = (int)af_attr_int(n, "out_rank", 3);
+    int64_t merged = af_attr_int(n, "heads_merged", 0);
+    if (g->H < 1 || g->D < 1 || !af_mul_i64(g->H, g->D, &g->E) || g->E > INT32_MAX)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "num_heads and head_dim must be >= 1");
+    if (!isfinite(g->scale))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "scale is not finite");
+    if (g->out_rank != 2 && g->out_rank != 3)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "out_rank must be 2 or 3");
+    if (merged != 0 && merged != 1)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "heads_merged must be 0 or 1");
+    g->heads_merged = merged == 1;
+    if (af_attr_ints(n, "layout", &lay) != 4)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "layout needs 4 ints (q, k, v, out)");
+    if (af_attr_ints(n, "offsets", &off) != 3)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "offsets needs 3 ints (q, k, v)");
+    for (int i = 0; i < 4; i++) {
+        if (lay[i] != 0 && lay[i] != 1)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "layout entries must be 0 or 1");
+        g->layout[i] = (int)lay[i];
+    }
+    for (int i = 0; i < 3; i++) {
+        if (off[i] < 0 || off[i] > INT32_MAX)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "offsets must be in [0, 2^31)");
+        g->offsets[i] = off[i];
+    }
+    return AF_OK;
+}
+
+/* (batch, seq) of a rank-3 q/k/v tensor with row order `order`; -1 where unknown. */
+static void fa_rows(const af_tensor *t, int order, int64_t *b, int64_t *s) {
+    *b = t->dims[order ? 1 : 0];
+    *s = t->dims[order ? 0 : 1];
+}
+
+/* Two dims that must agree: unknown (-1) agrees with anything; the known one wins. */
+static bool fa_join(int64_t *have, int64_t d) {
+    if (d < 0) return true;
+    if (*have < 0) *have = d;
+    return *have == d;
+}
+
+/* Attributes and input types: B, Sq, Sk (-1 when unknown at compile time). */
+static af_status fa_geom_of(const af_node *n, const af_tensor *const *in, fa_geom *g,
+                            af_error *err) {
+    static const char *const names[3] = {"q", "k", "v"};
+    af_status st = fa_attrs(n, g, err);
+    if (st) return st;
+    if (n->nin < 3 || n->nin > 4 || n->nout != 1 || !in[0] || !in[1] || !in[2])
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "takes q, k, v, [mask] and one output");
+    g->B = g->Sq = g->Sk = -1;
+    for (int i = 0; i < 3; i++) {
+        const af_tensor *t = in[i];
+        if (t->dtype != AF_DTYPE_FLOAT)
+            return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "%s is %s, not float", names[i],
+                                af_dtype_name(t->dtype));
+        if (t->rank != 3)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "%s must have rank 3", names[i]);
+        int64_t b, s, w = t->dims[2], end;
+        fa_rows(t, g->layout[i], &b, &s);
+        if (w >= 0 && (!af_add_i64(g->offsets[i], g->E, &end) || end > w))
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                                "%s: columns [%lld, +%lld) exceed its last dim %lld", names[i],
+                                (long long)g->offsets[i], (long long)g->E, (long long)w);
+        if (!fa_join(&g->B, b) || !fa_join(i == 0 ? &g->Sq : &g->Sk, s))
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                                "%s: batch or sequence length disagrees with the other inputs",
+                                names[i]);
+    }
+    return AF_OK;
+}
+
+/* Does the mask broadcast (unidirectionally, right-aligned) to the scores [B, H, Sq, Sk], or to
+ * [B*H, Sq, Sk] with heads_merged? Dims only: also safe on compile-time types. */
+static bool fa_mask_fits(const af_tensor *m, const fa_geom *g) {
+    int64_t BH;
+    if (!af_mul_i64(g->B, g->H, &BH)) return false;
+    int64_t full[4] = {g->B, g->H, g->Sq, g->Sk}, merged[3] = {BH, g->Sq, g->Sk};
+    const int64_t *target = g->heads_merged ? merged : full;
+    int trank = g->heads_merged ? 3 : 4;
+    if (m->rank > trank) return false;
+    for (int i = 0; i < m->rank; i++) {
+        int64_t d = m->dims[i], t = target[trank - m->rank + i];
+        if (d != 1 && d != t) return false;
+    }
+    return true;
+}
+
+/* Element strides of the mask over (b, h, i, j), 0 along broadcast axes; the mask fits and
+ * holds data (so its strides and b*H + h index stay within its element count). With
+ * heads_merged its first axis indexes b*H + h. */
+static void fa_mask_strides(const af_tensor *m, const fa_geom *g, int64_t st[4]) {
+    int trank = g->heads_merged ? 3 : 4;
+    int64_t ms[AF_MAX_RANK], ts[4] = {0, 0, 0, 0};
+    af_strides(m, ms);
+    for (int i = 0; i < m->rank; i++)
+        if (m->dims[i] != 1) ts[trank - m->rank + i] = ms[i];
+    if (g->heads_merged) {
+        st[0] = ts[0] * g->H;
+        st[1] = ts[0];
+        st[2] = ts[1];
+        st[3] = ts[2];
+    } else {
+        memcpy(st, ts, sizeof ts);
+    }
+}
+
+af_status fa_shape_attention(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                             af_error *err) {
+    fa_geom g;
+    af_status st = fa_geom_of(n, in, &g, err);
+    if (st) return st;
+    const af_tensor *m = n->nin > 3 ? in[3] : NULL;
+    if (m && m->dtype != AF_DTYPE_FLOAT)
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "mask is %s, not float",
+                            af_dtype_name(m->dtype));
+    if (m && m->rank > (g.heads_merged ? 3 : 4))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "mask rank %d exceeds the scores'",
+                            m->rank);
+    bool known = m && g.B >= 0 && g.Sq >= 0 && g.Sk >= 0;
+    for (int i = 0; known && i < m->rank; i++) known = m->dims[i] >= 0;
+    if (known && !fa_mask_fits(m, &g))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "mask does not broadcast to the scores");
+    int64_t dims[3];
+    if (g.out_rank == 3) {
+        dims[g.layout[3] ? 1 : 0] = g.B;
+        dims[g.layout[3] ? 0 : 1] = g.Sq;
+        dims[2] = g.E;
+    } else {
+        dims[0] = -1;
+        if (g.B >= 0 && g.Sq >= 0 && !af_mul_i64(g.B, g.Sq, &dims[0]))
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "output rows overflow");
+        dims[1] = g.E;
+    }
+    af_tensor_set_type(&out[0], AF_DTYPE_FLOAT, g.out_rank, dims);
+    return AF_OK;
+}
+
+/* Address of head h's row (b, s) in v. Callers keep b < B, s < S, h < H: fa_geom_of checked
+ * that col + H*D fits in the width and the tensor has B*S rows of that width. */
+static const float *fa_row(const fa_view *v, int64_t B, int64_t S, int64_t b, int64_t s,
+                           int64_t h, int64_t D) {
+    int64_t r = v->order ? s * B + b : b * S + s;
+    return v->data + r * v->width + v->col + h * D;
+}
+
+/* One (batch, head, query tile of rows [s0, s0+tq)): online softmax over key blocks.
+ * acc holds tq x D running (unnormalised) outputs; mx/sum the running row max and exp sum;
+ * kt is D x FA_TK scratch for the key block, transposed so that the score loop runs along the
+ * keys (contiguous, vectorisable) while each score still sums its D products in order. */
+static void fa_tile(const fa_geom *g, const fa_view *q, const fa_view *k, const fa_view *v,
+                    const float *mask, const int64_t *mst, float *out, int64_t b, int64_t h,
+                    int64_t s0, int64_t tq, float *acc, float *kt) {
+    const int64_t D = g->D;
+    float scores[FA_TQ][FA_TK], mx[FA_TQ], sum[FA_TQ];
+    const float *qrow[FA_TQ];
+    for (int64_t i = 0; i < tq; i++) {
+        mx[i] = -INFINITY;
+        sum[i] = 0.0f;
+        qrow[i] = fa_row(q, g->B, g->Sq, b, s0 + i, h, D);
+        memset(acc + i * D, 0, sizeof(float) * (size_t)D);
+    }
+    for (int64_t j0 = 0; j0 < g->Sk; j0 += FA_TK) {
+        int64_t tk = g->Sk - j0 < FA_TK ? g->Sk - j0 : FA_TK;
+        for (int64_t j = 0; j < tk; j++) {
+            const float *krow = fa_row(k, g->B, g->Sk, b, j0 + j, h, D);
+            for (int64_t d = 0; d < D; d++) kt[d * FA_TK + j] = krow[d];
+        }
+        for (int64_t i = 0; i < tq; i++) {
+            float *sc = scores[i];
+            for (int64_t j = 0; j < tk; j++) sc[j] = 0.0f;
+            for (int64_t d = 0; d < D; d++) {
+                float qd = qrow[i][d];
+                const float *kd = kt + d * FA_TK;
+                for (int64_t j = 0; j < tk; j++) sc[j] += qd * kd[j];
+            }
+            float bmax = -INFINITY;
+            for (int64_t j = 0; j < tk; j++) {
+                float x = sc[j] * g->scale;
+                if (mask)
+                    x += mask[b * mst[0] + h * mst[1] + (s0 + i) * mst[2] + (j0 + j) * mst[3]];
+                sc[j] = x;
+                if (x > bmax) bmax = x;
+            }
+            /* A block of -inf (masked) scores adds nothing; skipping it keeps exp(-inf - -inf)
+             * from turning the row into NaN before a later block brings a finite max. */
+            float nmax = bmax > mx[i] ? bmax : mx[i];
+            if (nmax == -INFINITY) continue;
+            float corr = expf(mx[i] - nmax);
+            float *a = acc + i * D;
+            if (corr != 1.0f) {
+                for (int64_t d = 0; d < D; d++) a[d] *= corr;
+                sum[i] *= corr;
+            }
+            mx[i] = nmax;
+            for (int64_t j = 0; j < tk; j++) {
+                float p = expf(sc[j] - nmax);
+                const float *vrow = fa_row(v, g->B, g->Sk, b, j0 + j, h, D);
+                sum[i] += p;
+                for (int64_t d = 0; d < D; d++) a[d] += p * vrow[d];
+            }
+        }
+    }
+    for (int64_t i = 0; i < tq; i++) {
+        int64_t s = s0 + i, r = g->layout[3] ? s * g->B + b : b * g->Sq + s;
+        float *y = out + r * g->E + h * D;
+        /* A row whose scores are all -inf has sum 0: NaN, as the unfused Softmax gives. */
+        float inv = 1.0f / sum[i];
+        for (int64_t d = 0; d < D; d++) y[d] = acc[i * D + d] * inv;
+    }
+}
+
+
+/* ---- the fast path: the GEMM core, one (batch, head) per task ---------------------------------------
+ * Per head, K^T and V are packed once into GEMM panels (scratch of the task's thread); each
+ * query tile of up to FF_TQ rows then takes its scores S = scale * Q K^T + mask (the scale and
+ * mask as epilogue steps) for every key, a softmax per row, and O = P V written straight into
+ * the head's columns of the output. Key blocks of FF_TK bound the score tile; with more keys
+ * than one block, the rows carry a running max and sum (online softmax) and O is rescaled. */
+
+enum { FF_TQ = 56, FF_TK = 1024 };
+
+typedef struct ff_job {
+    const fa_geom *g;
+    const fa_view *q, *k, *v;
+    const float *mask;
+    const int64_t *mst;
+    float *out;
+    unsigned char *scratch;
+    size_t per_slot; /* bytes of scratch per thread */
+} ff_job;
+
+/* n floats rounded up to whole cache lines. */
+static int64_t ff_pad(int64_t n) {
+    return (n + 15) / 16 * 16;
+}
+
+/* Row stride (in floats) between consecutive sequence positions of a view. */
+static int64_t ff_step(const fa_view *v, int64_t B) {
+    return v->order ? B * v->width : v->width;
+}
+
+/* Scores of query rows [s0, s0 + tq) against keys [j0, j0 + tk) into sc (tq rows of tk, ld
+ * floats apart), with the scale and the mask applied; without the scale when `unscaled` (the
+ * softmax applies it). */
+static void ff_scores(const ff_job *j, int64_t b, int64_t h, int64_t s0, int64_t tq,
+                      int64_t j0, int64_t tk, const float *kt, float *sc, int64_t ld, bool unscaled) {
+    const fa_geom *g = j->g;
+    static const int64_t tap0[1] = {0};
+    af_epilogue ep;
+    memset(&ep, 0, sizeof ep);
+    ep.rank = 2;
+    ep.dims[0] = g->Sq;
+    ep.dims[1] = tk;
+    if (j->mask) {
+        ep.nsteps = 1;
+        ep.steps[0].op = AF_EP_ADD;
+        ep.steps[0].operand = j->mask + b * j->mst[0] + h * j->mst[1] + j0 * j->mst[3];
+        ep.steps[0].strides[0] = j->mst[2];
+        ep.steps[0].strides[1] = j->mst[3];
+    }
+    af_vep v;
+    af_vep_build(&ep, sc - s0 * tk, tk, &v); /* rows of the epilogue are query positions */
+    float scale = g->scale;
+    if (!unscaled) af_vep_prepend(&v, AF_EP_MUL, AF_VEP_SCALAR, &scale);
+    af_gemm gm = {fa_row(j->q, g->B, g->Sq, b, s0, h, g->D), 1, tq, 0, ff_step(j->q, g->B),
+                  tap0, 1, g->D, kt, tk, sc, ld, &v, s0, 0, AF_GEMM_F32, NULL, NULL};
+    af_gemm_run(NULL, &gm);
+}
+
+static void ff_head(const ff_job *j, int slot, int64_t b, int64_t h) {
+    const fa_geom *g = j->g;
+    const af_vec_ops *vo = af_vec();
+    static const int64_t tap0[1] = {0};
+    int64_t D = g->D, Sk = g->Sk, nblk = (Sk + FF_TK - 1) / FF_TK, tkmax = Sk < FF_TK ? Sk : FF_TK;
+    unsigned char *s = j->scratch + (size_t)slot * j->per_slot;
+    float *kt = (float *)s;                                /* every key block, packed */
+    float *vp = kt + af_gemm_packed_floats(D, tkmax) * (size_t)nblk;
+    float *sc = vp + af_gemm_packed_floats(tkmax, D) * (size_t)nblk; /* FF_TQ x ff_pad(tkmax) */
+    float *o = sc + (size_t)FF_TQ * (size_t)ff_pad(tkmax); /* FF_TQ x D, online blocks */
+    float *mx = o + (size_t)FF_TQ * (size_t)D, *sum = mx + FF_TQ;
+    /* One key block and no mask: the softmax takes the scale (saving the scores a pass) and
+     * leaves the rows unnormalised; P V multiplies each output row by 1 / its sum. */
+    bool direct = nblk == 1 && !j->mask && g->scale > 0.0f;
+    /* Score rows a whole number of cache lines apart when direct (the epilogue program, which
+     * would index by the row length, is empty then): a row's masked last store spans into the
+     * next row otherwise, and the next row's first load waits for it (softmax of 197 keys 19
+     * -> 13.x TSC cycles per 16 floats). */
+    int64_t ld = direct ? ff_pad(Sk) : Sk;
+    af_vep inv;
+    memset(&inv, 0, offsetof(af_vep, steps));
+    inv.nsteps = 1;
+    inv.cols = D;
+    inv.steps[0] = (af_vep_step){AF_EP_MUL, AF_VEP_ROW, 0, 0.0f, 0.0f, sum};
+    size_t ktb = af_gemm_packed_floats(D, tkmax), vpb = af_gemm_packed_floats(tkmax, D);
+    for (int64_t kb = 0; kb < nblk; kb++) {
+        int64_t j0 = kb * FF_TK, tk = Sk - j0 < FF_TK ? Sk - j0 : FF_TK;
+        const float *k0 = fa_row(j->k, g->B, Sk, b, j0, h, D), *v0 = fa_row(j->v, g->B, Sk, b, j0, h, D);
+        af_gemm_pack(k0, D, tk, 1, ff_step(j->k, g->B), kt + kb * ktb);
+        af_gemm_pack(v0, tk, D, ff_step(j->v, g->B), 1, vp + kb * vpb);
+    }
+    int64_t ystep = g->layout[3] ? g->B * g->E : g->E;
+    for (int64_t s0 = 0; s0 < g->Sq; s0 += FF_TQ) {
+        int64_t tq = g->Sq - s0 < FF_TQ ? g->Sq - s0 : FF_TQ;
+        int64_t r0 = g->layout[3] ? s0 * g->B + b : b * g->Sq + s0;
+        float *y = j->out + r0 * g->E + h * D;
+        if (nblk == 1) { /* all keys in one block: a plain softmax per row */
+            ff_scores(j, b, h, s0, tq, 0, Sk, kt, sc, ld, direct);
+            for (int64_t i = 0; i < tq; i++) {
+                if (direct) sum[i] = 1.0f / vo->softmax_exp(sc + i * ld, Sk, g->scale);
+                else vo->softmax_row(sc + i * ld, Sk);
+            }
+            af_gemm gm = {sc, 1, tq, 0, ld, tap0, 1, Sk, vp, D, y, ystep, direct ? &inv : NULL, 0,
+                          0, AF_GEMM_F32, NULL, NULL};
+            af_gemm_run(NULL, &gm);
+            continue;
+        }
+        for (int64_t i = 0; i < tq; i++) {
+            mx[i] = -INFINITY;
+            sum[i] = 0.0f;
+            memset(y + i * ystep, 0, sizeof(float) * (size_t)D);
+        }
+        for (int64_t kb = 0; kb < nblk; kb++) {
+            int64_t j0 = kb * FF_TK, tk = Sk - j0 < FF_TK ? Sk - j0 : FF_TK;
+            ff_scores(j, b, h, s0, tq, j0, tk, kt + kb * ktb, sc, tk, false);
+            for (int64_t i = 0; i < tq; i++) { /* running max and sum, block by block */
+                float *row = sc + i * tk, bmax = -INFINITY;
+                for (int64_t c = 0; c < tk; c++) bmax = row[c] > bmax ? row[c] : bmax;
+                float nmax = bmax > mx[i] ? bmax : mx[i];
+                float corr = nmax == -INFINITY ? 1.0f : expf(mx[i] - nmax);
+                float bsum = 0.0f;
+                for (int64_t c = 0; c < tk; c++) {
+                    row[c] = nmax == -INFINITY ? 0.0f : expf(row[c] - nmax);
+                    bsum += row[c];
+                }
+                sum[i] = sum[i] * corr + bsum;
+                mx[i] = nmax;
+                float *yi = y + i * ystep;
+                for (int64_t d = 0; d < D; d++) yi[d] *= corr;
+            }
+            af_gemm gm = {sc, 1, tq, 0, tk, tap0, 1, tk, vp + kb * vpb, D, o, D, NULL, 0, 0,
+                          AF_GEMM_F32, NULL, NULL};
+            af_gemm_run(NULL, &gm);
+            for (int64_t i = 0; i < tq; i++)
+                for (int64_t d = 0; d < D; d++) y[i * ystep + d] += o[i * D + d];
+        }
+        for (int64_t i = 0; i < tq; i++) {
+            float inv = 1.0f / sum[i];
+            for (int64_t d = 0; d < D; d++) y[i * ystep + d] *= inv;
+        }
+    }
+}
+
+static void ff_heads(void *ctx, int slot, int64_t begin, int64_t end) {
+    const ff_job *j = ctx;
+    for (int64_t t = begin; t < end; t++) ff_head(j, slot, t / j->g->H, t % j->g->H);
+}
+
+static af_status ff_run(const af_node *n, const fa_geom *g, const fa_view *views,
+                        const float *mask, const int64_t *mst, float *out, af_exec *x,
+                        af_error *err) {
+    int64_t nblk = (g->Sk + FF_TK - 1) / FF_TK, tk = g->Sk < FF_TK ? g->Sk : FF_TK;
+    size_t floats = (af_gemm_packed_floats(g->D, tk) + af_gemm_packed_floats(tk, g->D)) * (size_t)nblk +
+                    (size_t)FF_TQ * (size_t)(ff_pad(tk) + g->D + 2) + 64;
+    ff_job j = {g, &views[0], &views[1], &views[2], mask, mst, out, NULL,
+                (floats * sizeof(float) + 63) & ~(size_t)63};
+    int threads = af_exec_threads(x);
+    j.scratch = af_exec_scratch(x, j.per_slot * (size_t)threads);
+    if (!j.scratch)
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory for attention scratch");
+    af_exec_parallel(x, g->B * g->H, ff_heads, &j);
+    return AF_OK;
+}
+
+af_status fa_kernel_attention(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                              af_exec *x, af_error *err) {
+    fa_geom g;
+    af_status st = fa_geom_of(n, in, &g, err);
+    if (st) return st;
+    if (g.B < 0 || g.Sq < 0 || g.Sk < 0)
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "input dims unknown at run time");
+    for (int i = 0; i < 3; i++)
+        if (!in[i]->data && af_tensor_numel(in[i]) != 0)
+            return af_node_fail(err, n, AF_ERR_INTERNAL, "input %d has no data", i);
+    const af_tensor *m = n->nin > 3 ? in[3] : NULL;
+    int64_t mst[4] = {0, 0, 0, 0};
+    if (m) {
+        if (m->dtype != AF_DTYPE_FLOAT || !fa_mask_fits(m, &g))
+            return af_node_fail(err, n, AF_ERR_RUNTIME,
+                                "mask does not broadcast to the scores [%lld, %lld, %lld, %lld]",
+                                (long long)g.B, (long long)g.H, (long long)g.Sq,
+                                (long long)g.Sk);
+        if (!m->data && af_tensor_numel(m) != 0)
+            return af_node_fail(err, n, AF_ERR_INTERNAL, "mask has no data");
+        fa_mask_strides(m, &g, mst);
+    }
+    af_tensor *y = &out[0];
+    int64_t rows, total;
+    if (!af_mul_i64(g.B, g.Sq, &rows) || !af_mul_i64(rows, g.E, &total) ||
+        y->dtype != AF_DTYPE_FLOAT || af_tensor_numel(y) != total || (total > 0 && !y->data))
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "output not allocated as [%lld, %lld]",
+                            (long long)rows, (long long)g.E);
+    if (rows == 0 || g.Sk == 0) {
+        /* No keys: softmax over an empty axis leaves nothing to average; the unfused graph's
+         * MatMul over an empty inner dim gives zeros. */
+        if (total > 0) memset(y->data, 0, (size_t)total * sizeof(float));
+        return AF_OK;
+    }
+    fa_view views[3];
+    for (int i = 0; i < 3; i++) {
+        views[i].data = in[i]->data;
+        views[i].width = in[i]->dims[2];
+        views[i].col = g.offsets[i];
+        views[i].order = g.layout[i];
+    }
+    const float *mask = m ? m->data : NULL;
+    if (af_isa_get() != AF_ISA_REFERENCE) return ff_run(n, &g, views, mask, mst, y->data, x, err);
+    size_t accn, ktn;
+    float *acc = NULL, *kt = NULL;
+    if (!af_mul_size((size_t)FA_TQ, (size_t)g.D, &accn) ||
+        !af_mul_size((size_t)FA_TK, (size_t)g.D, &ktn) ||
+        !(acc = malloc(accn * sizeof(float))) || !(kt = malloc(ktn * sizeof(float)))) {
+        free(acc);
+        return af_node_fail(err, n, AF_ERR_NOMEM, "no memory for a %d x %lld tile", FA_TQ,
+                            (long long)g.D);
+    }
+    for (int64_t b = 0; b < g.B; b++)
+        for (int64_t h = 0; h < g.H; h++)
+            for (int64_t s0 = 0; s0 < g.Sq; s0 += FA_TQ) {
+                int64_t tq = g.Sq - s0 < FA_TQ ? g.Sq - s0 : FA_TQ;
+                fa_tile(&g, &views[0], &views[1], &views[2], mask, mst, y->data, b, h, s0, tq,
+                        acc, kt);
+            }
+    free(kt);
+    free(acc);
+    return AF_OK;
+}

@@ -1,0 +1,205 @@
+/* The vector kernels: one table of functions per ISA (src/kernels/vec_impl.h compiled three
+ * times: vec_avx512.c, vec_avx2.c, vec_generic.c), and af_vec() to get the table of the ISA in
+ * force (cpu.h). Everything that runs per element in the fast paths lives behind this table:
+ * the GEMM micro-kernels, the vector epilogue, and the row kernels of the other fast ops.
+ *
+ * Invariant: every function here reads and writes only the ranges its arguments describe; the
+ * callers (gemm.c, the fast paths of the op kernels) have checked those ranges against the
+ * tensors. Results agree with the reference kernels within float rounding (and the error bounds
+ * of vmath.h for exp, tanh and erf); all ISAs compute the same formulas, lane for lane. */
+#ifndef AF_KERNELS_VEC_H
+#define AF_KERNELS_VEC_H
+
+#include "kernels/ref/epilogue.h"
+
+#include <stdint.h>
+
+/* Columns of one packed B panel, whatever the ISA (so packed weights are portable). */
+#define AF_GEMM_NR 32
+/* Most rows a micro-kernel computes at once (AVX-512: 12 rows x 2 vectors = 24 accumulators;
+ * 14 rows would use 28 but leave too few general registers for the row pointers). */
+#define AF_GEMM_MR_MAX 12
+
+/* Element types of a GEMM's operands (gemm.h), the precisions of --precision_mode:
+ *   F32   A and B float32;
+ *   F16   A float32 (holding values the caller rounded to half precision), B packed in IEEE
+ *         half, widened in registers: fp32 arithmetic on half-precision data;
+ *   BF16  A bfloat16, B packed in pairs of bfloat16 along K (the element pairs of the
+ *         AVX512_BF16 dot product), fp32 accumulation. */
+typedef enum af_gemm_type { AF_GEMM_F32 = 0, AF_GEMM_F16 = 1, AF_GEMM_BF16 = 2 } af_gemm_type;
+#define AF_GEMM_TYPES 3
+
+/* One micro-kernel call: rows [0, mr) x columns [0, nv * vw) of C = A x B, overwritten.
+ * Row r of A is read at a + r * rs; its k-th element (k = t * tap_len + i) at
+ * a + r * rs + tap_off[t] + i: a plain matrix has one tap at offset 0, a convolution one tap per
+ * kernel row (or per kernel position) so that A is the input tensor itself, never an im2col copy.
+ * B row k is at b + k * bstride (a packed panel, see gemm.h). Offsets count elements of the
+ * operands' type (af_gemm_type); with BF16, B "rows" are pairs of K rows (one 32-bit word per
+ * column) and tap_len is even. */
+typedef struct af_ukr_args {
+    const void *a;
+    int64_t rs;
+    const int64_t *tap_off;
+    int64_t ntaps, tap_len;
+    const void *b;
+    int64_t bstride;
+    float *c;
+    int64_t ldc;
+    /* The start of the epilogue program, applied in registers before the store (gemm.c picks
+     * it): + bias[j], then + res[r * ldres + j], then (clamp not NULL) x < clamp[0] ? clamp[0]
+     * : x, then x > clamp[1] ? clamp[1] : x, which is Relu (0, +inf) and Clip as the epilogue
+     * computes them. (Other activations run on the stored tile, through ep_tile: one dispatch
+     * per tile instead of one per register.) */
+    const float *bias, *res;
+    int64_t ldres;
+    const float *clamp;
+    /* Bringing data in from memory while computing: for the first pf_steps k steps, the two
+     * cache lines at pf, pf + 64 bytes are requested and pf advances by pf_step bytes: B itself
+     * some rows ahead of the K loop, or the rows of A the next tile reads. */
+    const void *pf;
+    int64_t pf_steps, pf_step;
+    /* Columns of C's last vector per row in [1, VW]: fewer than VW are stored (and bias and res
+     * read) with masks, so a panel's last columns need no tile aside. */
+    int64_t last;
+} af_ukr_args;
+
+typedef void (*af_ukr_fn)(const af_ukr_args *p);
+
+/* The epilogue program in the form the vector kernels run: the output seen as rows x cols (cols
+ * = its last dim), each binary operand classified by how it broadcasts over that view. */
+typedef enum af_vep_kind {
+    AF_VEP_NONE = 0, /* unary step */
+    AF_VEP_SCALAR,   /* one value for every element */
+    AF_VEP_COL,      /* x[col]: bias, per-channel scale/shift in channels-last layout */
+    AF_VEP_ROW,      /* x[row]: per-row mean/scale (LayerNorm pieces) */
+    AF_VEP_FULL      /* x[row * cols + col]: a residual of the output's shape */
+} af_vep_kind;
+
+typedef struct af_vep_step {
+    int op;   /* af_ep_op */
+    int kind; /* af_vep_kind */
+    int rev;  /* y = x (op) y */
+    float p0, p1;
+    const float *x;
+} af_vep_step;
+
+/* Room for the steps a kernel puts before the program (alpha, bias). */
+#define AF_VEP_MAX_STEPS (AF_EP_MAX_STEPS + 4)
+
+typedef struct af_vep {
+    int nsteps;
+    int64_t cols; /* the output's last dim */
+    /* When some operand of the program broadcasts in another way, the program runs through the
+     * reference epilogue after the vector steps (then only the prepended ones): generic points
+     * at it and y at the whole output. */
+    const af_epilogue *generic;
+    float *y;
+    af_vep_step steps[AF_VEP_MAX_STEPS];
+} af_vep;
+
+/* Classify ep's steps for an output of ep->dims written at y (cols = last dim, 1 for a scalar
+ * output). ep may be NULL: an empty program over rows of `cols`. */
+void af_vep_build(const af_epilogue *ep, float *y, int64_t cols, af_vep *v);
+/* Put a step before the others (op af_ep_op, kind af_vep_kind, operand x). */
+void af_vep_prepend(af_vep *v, int op, int kind, const float *x);
+
+/* Unary ops of the standalone fast elementwise kernels (beyond the epilogue's activations). */
+typedef enum af_vun_op {
+    AF_VUN_EXP = 100,
+    AF_VUN_ERF,
+    AF_VUN_SQRT,
+    AF_VUN_RECIPROCAL,
+    AF_VUN_NEG,
+    AF_VUN_ABS,
+    AF_VUN_SQUARE,
+    AF_VUN_SOFTPLUS
+} af_vun_op;
+
+/* One output row of a channels-last depthwise convolution (one input channel per output
+ * channel): y[ow][c] = bias[c] + sum over valid (kh, kw) of x[ih][iw][c] * w[kh * kw_n + kw][c],
+ * ih = oh * sh - ph + kh * dh, iw = ow * sw - pw + kw * dw; then the epilogue ep (rows = output
+ * positions from row0, cols = channels) on each block of outputs while it is in cache. */
+typedef struct af_dw_row {
+    const float *x; /* [h][w][c] */
+    int64_t h, w, c;
+    const float *wt;   /* [kh * kw][c] */
+    const float *bias; /* [c] or NULL */
+    int64_t kh, kw, sh, sw, dh, dw, ph, pw;
+    int64_t oh, ow; /* this row, and its output columns */
+    float *y;       /* [ow][c] */
+    const af_vep *ep;
+    int64_t row0;
+    float *sum; /* NULL, or [c]: every output of the row (after the epilogue) is added here */
+    /* NULL: input row ih is at x + ih * w * c. Else xrows[k] is the row kernel row k reads
+     * (ih = oh * sh - ph + k * dh), for the rows inside the image; x is then unused. */
+    const float *const *xrows;
+} af_dw_row;
+
+/* One output row of channels-last MaxPool / AveragePool over a 2-D window (no dilation):
+ * y[ow][c] = max or mean over the window positions inside x; the mean divides by the count of
+ * positions inside the padded image [-ph, h + pe_h) x [-pw, w + pe_w) when include_pad, else by
+ * the count inside x (0 for an empty window gives 0). */
+typedef struct af_pool_row {
+    const float *x; /* [h][w][c] */
+    int64_t h, w, c;
+    int64_t kh, kw, sh, sw, ph, pw, pe_h, pe_w;
+    int max, include_pad;
+    int64_t oh, ow;
+    float *y; /* [ow][c] */
+} af_pool_row;
+
+typedef struct af_vec_ops {
+    const char *name;
+    int vw;    /* floats per vector */
+    int mr;    /* rows of the largest micro-kernel */
+    /* [af_gemm_type][vectors - 1][rows]: nv * vw columns per call */
+    af_ukr_fn ukr[AF_GEMM_TYPES][2][AF_GEMM_MR_MAX + 1];
+    /* Apply v to the tile of `rows` x `cols` outputs at c (row stride ldc) whose first element
+     * is output (row0, col0). */
+    void (*ep_tile)(const af_vep *v, float *c, int64_t ldc, int64_t row0, int64_t col0,
+                    int64_t rows, int64_t cols);
+    /* y[i] = f(x[i]) for an epilogue activation (af_ep_op) or an af_vun_op; y may be x. */
+    void (*unary)(int op, float p0, float p1, const float *x, float *y, int64_t n);
+    /* One row of LayerNorm: y = (x - mean) / sqrt(var + eps) * scale (+ bias; may be NULL),
+     * mean and (biased) variance over x[0..n), n >= 1; y may be x. */
+    void (*layernorm)(const float *x, float *y, int64_t n, float eps, const float *scale,
+                      const float *bias);
+    void (*dw_row)(const af_dw_row *p);
+    /* Winograd F(4x4, 3x3), channels along the vectors. wino_in: the 6x6 input patch at x
+     * (rows rs floats apart, positions c apart, c channels) to V = B^T d B, element (i, j) of
+     * channel k at v[(i * 6 + j) * vs + k]. wino_out: Y = A^T m A from the 36 products (element
+     * (i, j) of channel k at m[(i * 6 + j) * ms + k], c channels) into the 4 x 4 outputs at
+     * y[(i * 4 + j) * c + k]. */
+    void (*wino_in)(const float *x, int64_t rs, int64_t c, float *v, int64_t vs);
+    void (*wino_out)(const float *m, int64_t ms, int64_t c, float *y);
+    void (*pool_row)(const af_pool_row *p);
+    /* x[0..n) = softmax(x): exp(x - max) / sum, n >= 1 (a row of -inf gives NaN, as the
+     * reference Softmax does). */
+    void (*softmax_row)(float *x, int64_t n);
+    /* x[i] = e^(scale (x[i] - max x)) for scale > 0, unnormalised; returns their sum (the
+     * attention kernel folds 1 / sum into its P V product). */
+    float (*softmax_exp)(float *x, int64_t n, float scale);
+    /* y[o] = sum_i w[o * n + i] * x[i] for o < rows (a matrix-vector product over rows of w). */
+    void (*gemv)(const float *w, const float *x, int64_t rows, int64_t n, float *y);
+    /* y[i] = x[i] in bfloat16, rounded to nearest even (NaN stays NaN; float32 denormals may
+     * become zero, as AVX512_BF16's conversion makes them). */
+    void (*to_bf16)(const float *x, uint16_t *y, int64_t n);
+    /* y[i] = x[i] rounded to the nearest IEEE half value (beyond 65504: infinity), as float;
+     * y may be x. */
+    void (*round_f16)(const float *x, float *y, int64_t n);
+    /* Sum of x[0..n) (float, accumulated in vector lanes). */
+    float (*row_sum)(const float *x, int64_t n);
+    /* out[j] = sum (or max) over r < rows of x[r * cols + j], rows >= 1. */
+    void (*reduce_rows)(const float *x, int64_t rows, int64_t cols, int max, float *out);
+    /* y[r * cols + j] = x[r * cols + j] * s[r] for r < rows, j < cols (y may be x). */
+    void (*scale_rows)(const float *x, const float *s, int64_t rows, int64_t cols, float *y);
+} af_vec_ops;
+
+/* af_vec_avx512bf16 is af_vec_avx512 with its BF16 micro-kernels on the AVX512_BF16 dot product
+ * (the others widen bfloat16 to float32 and use FMAs: same results up to rounding). */
+extern const af_vec_ops af_vec_avx512, af_vec_avx512bf16, af_vec_avx2, af_vec_generic;
+
+/* The table of the ISA in force (the generic one under AF_ISA_REFERENCE). */
+const af_vec_ops *af_vec(void);
+
+#endif

@@ -1,0 +1,965 @@
+/* The vector kernels, written once with GCC vector extensions and compiled once per ISA (see
+ * vec.h): vec_avx512.c, vec_avx2.c and vec_generic.c define VW (floats per vector), VEC_MR (rows
+ * of the largest micro-kernel), VEC_NAME and VEC_TABLE, then include this file. Each such file
+ * is compiled with its ISA's flags only (CMakeLists.txt), so nothing here runs on a CPU that
+ * lacks the instructions: cpu.c picks the table.
+ *
+ * Invariant: loads and stores touch only [p, p + n) of the ranges the caller passes; partial
+ * vectors go through a zero-padded local copy, so every lane of a tail computes exactly what a
+ * full vector would. */
+#include "kernels/simd/vec.h"
+#include "util/util.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef float vf __attribute__((vector_size(VW * 4), aligned(4)));
+typedef int32_t vi __attribute__((vector_size(VW * 4), aligned(4)));
+
+#include "kernels/simd/vmath.h"
+
+static inline vf vload(const float *p) {
+    vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void vstore(float *p, vf v) {
+    memcpy(p, &v, sizeof v);
+}
+
+static inline vf vsplat(float s) {
+    return (vf){0} + s;
+}
+
+/* The first n (< VW) floats of p, the other lanes 0; and the store of the first n lanes. With
+ * AVX-512 and AVX2 these are masked moves (no byte outside [p, p + n) is touched, faults
+ * included); elsewhere a copy through a local vector. */
+#if defined(__AVX512F__) && VW == 16
+#include <immintrin.h>
+static inline vf vload_part(const float *p, int64_t n) {
+    __m512 v = _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+    vf r;
+    memcpy(&r, &v, sizeof r);
+    return r;
+}
+
+static inline void vstore_part(float *p, vf v, int64_t n) {
+    __m512 x;
+    memcpy(&x, &v, sizeof x);
+    _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), x);
+}
+#elif defined(__AVX2__) && VW == 8
+#include <immintrin.h>
+static inline __m256i part_mask(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static inline vf vload_part(const float *p, int64_t n) {
+    __m256 v = _mm256_maskload_ps(p, part_mask(n));
+    vf r;
+    memcpy(&r, &v, sizeof r);
+    return r;
+}
+
+static inline void vstore_part(float *p, vf v, int64_t n) {
+    __m256 x;
+    memcpy(&x, &v, sizeof x);
+    _mm256_maskstore_ps(p, part_mask(n), x);
+}
+#else
+static inline vf vload_part(const float *p, int64_t n) {
+    float t[VW] = {0};
+    memcpy(t, p, (size_t)n * sizeof(float));
+    return vload(t);
+}
+
+static inline void vstore_part(float *p, vf v, int64_t n) {
+    float t[VW];
+    vstore(t, v);
+    memcpy(p, t, (size_t)n * sizeof(float));
+}
+#endif
+
+/* ---- elementwise functions ---------------------------------------------------------------------- */
+
+static inline vf vclamp01(vf x) {
+    return vm_min(vm_max(x, vsplat(0.0f)), vsplat(1.0f));
+}
+
+/* GELU's tanh form as an op of its own: un_rows picks the form once, outside its loops (with
+ * the choice inside, gcc kept it in the loop and, out of registers, reloaded the constants every
+ * vector: erf GELU took 43 TSC cycles per 16 floats, 89 instructions a vector). */
+enum { UN_GELU_TANH = 99 };
+
+/* f(x) for an epilogue activation (af_ep_op) or an af_vun_op. Comparisons are written so that
+ * NaN goes where the reference kernels send it (Relu(NaN) = NaN, as `x < 0 ? 0 : x`: that is
+ * vm_max(0, x), x second, one maxps; -0 stays -0 both ways). */
+static inline __attribute__((always_inline)) vf un_apply(int op, vf x, float p0, float p1) {
+    switch (op) {
+    case AF_EP_RELU: return vm_max(vsplat(0.0f), x);
+    case AF_EP_CLIP: /* x < lo ? lo : x, then > hi ? hi: with min > max the result is max */
+        return vm_min(vsplat(p1), vm_max(vsplat(p0), x));
+    case AF_EP_LEAKY_RELU: return vm_select(x < 0.0f, x * p0, x);
+    case AF_EP_SIGMOID: return vm_sigmoid(x);
+    case AF_EP_HARD_SIGMOID: return vclamp01(x * p0 + p1);
+    case AF_EP_HARD_SWISH: return x * vclamp01(x * (1.0f / 6.0f) + 0.5f);
+    case AF_EP_SILU: return vm_silu(x);
+    case AF_EP_GELU: return vm_gelu_erf(x); /* p0 = 0; 1 is UN_GELU_TANH */
+    case UN_GELU_TANH: return vm_gelu_tanh(x);
+    case AF_EP_TANH: return vm_tanh(x);
+    case AF_EP_ELU: return vm_select(x < 0.0f, vm_expm1(x) * p0, x);
+    case AF_VUN_EXP: return vm_exp(x);
+    case AF_VUN_ERF: return vm_erf(x);
+    case AF_VUN_RECIPROCAL: return vsplat(1.0f) / x;
+    case AF_VUN_NEG: return -x;
+    case AF_VUN_ABS: return vm_abs(x);
+    case AF_VUN_SQUARE: return x * x;
+    case AF_VUN_SOFTPLUS: return vm_softplus(x);
+    default: return x;
+    }
+}
+
+static inline vf bin_apply(int op, int rev, vf y, vf b) {
+    if (rev) {
+        vf t = y;
+        y = b;
+        b = t;
+    }
+    switch (op) {
+    case AF_EP_ADD: return y + b;
+    case AF_EP_SUB: return y - b;
+    case AF_EP_MUL: return y * b;
+    default: return y / b;
+    }
+}
+
+/* ---- low-precision operands ----------------------------------------------------------------- */
+
+typedef uint32_t vu __attribute__((vector_size(VW * 4), aligned(4)));
+
+/* VW halves at p, widened. */
+static inline vf vload_half(const uint16_t *p) {
+#if defined(__AVX512F__) && VW == 16
+    __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    vf r;
+    memcpy(&r, &v, sizeof r);
+    return r;
+#elif defined(__F16C__) && VW == 8
+    __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    vf r;
+    memcpy(&r, &v, sizeof r);
+    return r;
+#else
+    vf r;
+    for (int i = 0; i < VW; i++) r[i] = af_half_to_float(p[i]);
+    return r;
+#endif
+}
+
+static inline vu vload_u(const void *p) {
+    vu v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* The low and high bfloat16 of each 32-bit word, as float32 (exact: a bfloat16 is the top half
+ * of a float32). */
+static inline vf bf16_lo(vu w) {
+    return (vf)(w << 16);
+}
+
+static inline vf bf16_hi(vu w) {
+    return (vf)(w & 0xffff0000u);
+}
+
+static inline float bf16_word_lo(uint32_t w) {
+    uint32_t u = w << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline float bf16_word_hi(uint32_t w) {
+    uint32_t u = w & 0xffff0000u;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void to_bf16(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX512BF16__) && VW == 16
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(y + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+#else
+    for (; i + VW <= n; i += VW) {
+        vu u = vload_u(x + i);
+        vu r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        vu nan = (vu)((u & 0x7fffffffu) > 0x7f800000u);
+        r = (r & ~nan) | (((u >> 16) | 0x40u) & nan);
+        for (int l = 0; l < VW; l++) y[i + l] = (uint16_t)r[l];
+    }
+#endif
+    for (; i < n; i++) y[i] = af_float_to_bf16(x[i]);
+}
+
+static void round_f16(const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX512F__) && VW == 16
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i),
+                                                                _MM_FROUND_TO_NEAREST_INT)));
+#elif defined(__F16C__) && VW == 8
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+                                                                _MM_FROUND_TO_NEAREST_INT)));
+#endif
+    for (; i < n; i++) y[i] = af_half_to_float(af_float_to_half(x[i]));
+}
+
+/* ---- GEMM micro-kernels ------------------------------------------------------------------------ */
+
+/* acc += row k of A (MR broadcasts) x row k of B (NV vectors): float32 or half B. */
+#define UKR_STEP(MR, NV, BT)                                                                      \
+    do {                                                                                          \
+        vf bv[2];                                                                                 \
+        for (int j = 0; j < NV; j++)                                                              \
+            bv[j] = BT == AF_GEMM_F16 ? vload_half((const uint16_t *)b + j * VW)                  \
+                                      : vload((const float *)b + j * VW);                         \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                   \
+            float s = ar[r / 3][(r % 3) * rs];                                                    \
+            for (int j = 0; j < NV; j++) acc[r][j] += s * bv[j];                                  \
+        }                                                                                         \
+    } while (0)
+
+/* acc += the pair k of A rows (bfloat16 at 2k, 2k + 1) x the pair row k of B: the AVX512_BF16
+ * dot product where this file is compiled for it, else both halves widened and two FMAs. */
+#if defined(__AVX512BF16__) && VW == 16
+#define UKR_STEP_BF16(MR, NV)                                                                     \
+    do {                                                                                          \
+        __m512bh bw[2];                                                                           \
+        for (int j = 0; j < NV; j++) bw[j] = (__m512bh)_mm512_loadu_si512((const uint32_t *)b + j * VW); \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                   \
+            uint32_t w;                                                                           \
+            memcpy(&w, (const uint16_t *)a + r * rs + 2 * k, sizeof w);                           \
+            __m512bh av = (__m512bh)_mm512_set1_epi32((int)w);                                    \
+            for (int j = 0; j < NV; j++)                                                          \
+                acc[r][j] = (vf)_mm512_dpbf16_ps((__m512)acc[r][j], av, bw[j]);                   \
+        }                                                                                         \
+    } while (0)
+#else
+#define UKR_STEP_BF16(MR, NV)                                                                     \
+    do {                                                                                          \
+        vf blo[2], bhi[2];                                                                        \
+        for (int j = 0; j < NV; j++) {                                                            \
+            vu w = vload_u((const uint32_t *)b + j * VW);                                         \
+            blo[j] = bf16_lo(w);                                                                  \
+            bhi[j] = bf16_hi(w);                                                                  \
+        }                                                                                         \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                   \
+            uint32_t w;                                                                           \
+            memcpy(&w, (const uint16_t *)a + r * rs + 2 * k, sizeof w);                           \
+            float lo = bf16_word_lo(w), hi = bf16_word_hi(w);                                     \
+            for (int j = 0; j < NV; j++) acc[r][j] += lo * blo[j] + hi * bhi[j];                  \
+        }                                                                                         \
+    } while (0)
+#endif
+
+#define UKR_ANY_STEP(MR, NV, BT)                                                                  \
+    do {                                                                                          \
+        if (BT == AF_GEMM_BF16) UKR_STEP_BF16(MR, NV);                                            \
+        else UKR_STEP(MR, NV, BT);                                                                \
+    } while (0)
+
+/* The loops over the accumulators, unrolled completely: one left rolled (gcc's own limit is 16
+ * iterations) indexes acc with a variable, which puts the whole array in memory; it was there
+ * after every K loop, a store and a load per register for each epilogue step (a 1x1 conv from
+ * 64 channels with a bias, residual and Relu: 4% of its time). */
+#define UKR_FOR(v, n) _Pragma("GCC unroll 24") for (int v = 0; v < (n); v++)
+
+/* MR x NV vectors of C, accumulated over every tap in registers and stored once. MR, NV, PF and
+ * BT are constants at each instantiation below, so the accumulator array lives in registers and
+ * the loops unroll completely; PF = 0 instantiations have no prefetch code in their K loop at
+ * all (a run-time test there costs registers the row pointers need). */
+static inline __attribute__((always_inline)) void ukr_body(const int MR, const int NV, const int PF,
+                                                           const int BT, const af_ukr_args *p) {
+    vf acc[VEC_MR][2];
+    UKR_FOR(r, MR) UKR_FOR(j, NV) acc[r][j] = (vf){0};
+    /* The tile's residual and destination lines are needed only after the K loop: asking for
+     * them now hides their memory latency behind it (short K loops would otherwise wait). */
+    for (int r = 0; r < MR; r++)
+        for (int j = 0; j < NV * VW; j += 16) {
+            if (p->res) __builtin_prefetch(p->res + r * p->ldres + j, 0, 3);
+            __builtin_prefetch(p->c + r * p->ldc + j, 1, 3);
+        }
+    const int esz = BT == AF_GEMM_F16 ? 2 : 4; /* bytes per B element (a pair word for BF16) */
+    const char *b = p->b, *pfp = p->pf;
+    const int64_t rs = p->rs, bs = p->bstride * esz, pfs = p->pf_step;
+    const int64_t len = BT == AF_GEMM_BF16 ? p->tap_len / 2 : p->tap_len;
+    int64_t pfn = p->pf_steps;
+    for (int64_t t = 0; t < p->ntaps; t++) {
+        const void *a = BT == AF_GEMM_BF16 ? (const void *)((const uint16_t *)p->a + p->tap_off[t])
+                                           : (const void *)((const float *)p->a + p->tap_off[t]);
+        int64_t k = 0;
+        /* float A rows through four pointers a third of the tile apart, advanced with k: row r
+         * is ar[r / 3][(r % 3) * rs], an address of one base and the row stride (scaled by 4 or
+         * 8), so the K loop keeps 5 registers for A where 12 row offsets spilled. */
+        const float *ar[4];
+        for (int q = 0; q < (MR + 2) / 3; q++) ar[q] = (const float *)a + q * 3 * rs;
+        if (PF) { /* two lines requested per step, for as many steps as asked */
+            int64_t kp = pfn < len ? pfn : len;
+            for (; k < kp; k++, b += bs, pfp += pfs) {
+                __builtin_prefetch(pfp, 0, 2);
+                __builtin_prefetch(pfp + 64, 0, 2);
+                UKR_ANY_STEP(MR, NV, BT);
+                for (int q = 0; q < (MR + 2) / 3; q++) ar[q]++;
+            }
+            pfn -= kp;
+        }
+        for (; k < len; k++, b += bs) {
+            UKR_ANY_STEP(MR, NV, BT);
+            for (int q = 0; q < (MR + 2) / 3; q++) ar[q]++;
+        }
+    }
+    /* vector j of a row: whole, or the last one's first p->last floats */
+    const int64_t last = p->last;
+#define UKR_LOAD(q, j) (j == NV - 1 && last < VW ? vload_part(q, last) : vload(q))
+    if (p->bias)
+        UKR_FOR(j, NV) {
+            vf bv = UKR_LOAD(p->bias + j * VW, j);
+            UKR_FOR(r, MR) acc[r][j] += bv;
+        }
+    if (p->res)
+        UKR_FOR(r, MR) UKR_FOR(j, NV) acc[r][j] += UKR_LOAD(p->res + r * p->ldres + j * VW, j);
+#undef UKR_LOAD
+    if (p->clamp) { /* un_apply's Clip */
+        vf lo = vsplat(p->clamp[0]), hi = vsplat(p->clamp[1]);
+        UKR_FOR(r, MR) UKR_FOR(j, NV) acc[r][j] = vm_min(hi, vm_max(lo, acc[r][j]));
+    }
+    /* C's base and stride in locals: the vector stores may alias anything, p included, so
+     * read through p they were loaded again before every store (48 loads a 12x32 tile). */
+    float *const c = p->c;
+    const int64_t ldc = p->ldc;
+    UKR_FOR(r, MR) UKR_FOR(j, NV) {
+        float *q = c + r * ldc + j * VW;
+        if (j == NV - 1 && last < VW) vstore_part(q, acc[r][j], last);
+        else vstore(q, acc[r][j]);
+    }
+}
+
+#undef UKR_FOR
+
+#define UKR(T, BT, NV, MR)                                                                     \
+    static void ukr_##T##_##NV##_##MR(const af_ukr_args *p) {                                   \
+        if (p->pf_steps) ukr_body(MR, NV, 1, BT, p);                                            \
+        else ukr_body(MR, NV, 0, BT, p);                                                        \
+    }
+#define UKR_ROWS(T, BT, NV)                                                                    \
+    UKR(T, BT, NV, 1) UKR(T, BT, NV, 2) UKR(T, BT, NV, 3) UKR(T, BT, NV, 4) UKR(T, BT, NV, 5)  \
+    UKR(T, BT, NV, 6)
+#if VEC_MR > 6
+#define UKR_ROWS_HI(T, BT, NV)                                                                 \
+    UKR(T, BT, NV, 7) UKR(T, BT, NV, 8) UKR(T, BT, NV, 9) UKR(T, BT, NV, 10)                   \
+    UKR(T, BT, NV, 11) UKR(T, BT, NV, 12)
+#define UKR_HI(T, NV)                                                                          \
+    , ukr_##T##_##NV##_7, ukr_##T##_##NV##_8, ukr_##T##_##NV##_9, ukr_##T##_##NV##_10,         \
+        ukr_##T##_##NV##_11, ukr_##T##_##NV##_12
+#else
+#define UKR_ROWS_HI(T, BT, NV)
+#define UKR_HI(T, NV)
+#endif
+#define UKR_TYPE(T, BT)                                                                        \
+    UKR_ROWS(T, BT, 1) UKR_ROWS(T, BT, 2) UKR_ROWS_HI(T, BT, 1) UKR_ROWS_HI(T, BT, 2)
+UKR_TYPE(f32, AF_GEMM_F32)
+UKR_TYPE(f16, AF_GEMM_F16)
+UKR_TYPE(bf16, AF_GEMM_BF16)
+#define UKR_TABLE(T, NV)                                                                       \
+    { NULL, ukr_##T##_##NV##_1, ukr_##T##_##NV##_2, ukr_##T##_##NV##_3, ukr_##T##_##NV##_4,    \
+      ukr_##T##_##NV##_5, ukr_##T##_##NV##_6 UKR_HI(T, NV) }
+#define UKR_TYPE_TABLE(T) { UKR_TABLE(T, 1), UKR_TABLE(T, 2) }
+
+/* dst rows = op(src rows), rows x cols floats (row strides lds, ldd; dst may be src). The
+ * switch stands outside the loops, so each loop has its op as a constant: the math's constants
+ * stay in registers and nothing is dispatched per vector (dispatching per vector made SiLU 3x
+ * slower). */
+#define UN_ROWS(OP)                                                                               \
+    for (int64_t r = 0; r < rows; r++) {                                                          \
+        const float *x = src + r * lds;                                                           \
+        float *y = dst + r * ldd;                                                                 \
+        int64_t j = 0;                                                                            \
+        for (; j + VW <= cols; j += VW) vstore(y + j, un_apply(OP, vload(x + j), p0, p1));        \
+        if (j < cols) vstore_part(y + j, un_apply(OP, vload_part(x + j, cols - j), p0, p1), cols - j); \
+    }
+
+static void un_rows(int op, float p0, float p1, const float *src, int64_t lds, float *dst,
+                    int64_t ldd, int64_t rows, int64_t cols) {
+    switch (op) {
+    case AF_EP_RELU: UN_ROWS(AF_EP_RELU) break;
+    case AF_EP_CLIP: UN_ROWS(AF_EP_CLIP) break;
+    case AF_EP_LEAKY_RELU: UN_ROWS(AF_EP_LEAKY_RELU) break;
+    case AF_EP_SIGMOID: UN_ROWS(AF_EP_SIGMOID) break;
+    case AF_EP_HARD_SIGMOID: UN_ROWS(AF_EP_HARD_SIGMOID) break;
+    case AF_EP_HARD_SWISH: UN_ROWS(AF_EP_HARD_SWISH) break;
+    case AF_EP_SILU: UN_ROWS(AF_EP_SILU) break;
+    case AF_EP_GELU:
+        if (p0 == 0.0f) UN_ROWS(AF_EP_GELU)
+        else UN_ROWS(UN_GELU_TANH)
+        break;
+    case AF_EP_TANH: UN_ROWS(AF_EP_TANH) break;
+    case AF_EP_ELU: UN_ROWS(AF_EP_ELU) break;
+    case AF_VUN_EXP: UN_ROWS(AF_VUN_EXP) break;
+    case AF_VUN_ERF: UN_ROWS(AF_VUN_ERF) break;
+    case AF_VUN_RECIPROCAL: UN_ROWS(AF_VUN_RECIPROCAL) break;
+    case AF_VUN_NEG: UN_ROWS(AF_VUN_NEG) break;
+    case AF_VUN_ABS: UN_ROWS(AF_VUN_ABS) break;
+    case AF_VUN_SQUARE: UN_ROWS(AF_VUN_SQUARE) break;
+    case AF_VUN_SOFTPLUS: UN_ROWS(AF_VUN_SOFTPLUS) break;
+    default: UN_ROWS(0) break; /* identity */
+    }
+}
+
+/* y (op)= the binary step's operand over the tile, the operand read as its kind says. KIND, OP
+ * and REV are constants at each instantiation (bin_rows picks one), so nothing is decided per
+ * vector: with the kind and op tested in the loop, P V's 1 / sum scaling in attention took 10
+ * TSC cycles per 16 floats, a tenth of the P V product. */
+static inline __attribute__((always_inline)) void
+bin_rows_k(const int KIND, const int OP, const int REV, const af_vep *v, const af_vep_step *st,
+           float *c, int64_t ldc, int64_t row0, int64_t col0, int64_t rows, int64_t cols) {
+    const bool lanes = KIND == AF_VEP_COL || KIND == AF_VEP_FULL; /* a vector of operands each */
+    for (int64_t r = 0; r < rows; r++) {
+        float *y = c + r * ldc;
+        int64_t row = row0 + r;
+        const float *x = KIND == AF_VEP_COL ? st->x + col0 : st->x + row * v->cols + col0;
+        vf b = vsplat(KIND == AF_VEP_SCALAR ? st->x[0] : KIND == AF_VEP_ROW ? st->x[row] : 0.0f);
+        int64_t j = 0;
+        for (; j + VW <= cols; j += VW)
+            vstore(y + j, bin_apply(OP, REV, vload(y + j), lanes ? vload(x + j) : b));
+        if (j < cols) {
+            int64_t n = cols - j;
+            vf t = bin_apply(OP, REV, vload_part(y + j, n), lanes ? vload_part(x + j, n) : b);
+            vstore_part(y + j, t, n);
+        }
+    }
+}
+
+/* One instantiation per (kind, op, order); ops other than these four do not reach a vep. */
+#define BIN_CASE(KIND, OP, REV)                                                                   \
+    case OP * 2 + REV: bin_rows_k(KIND, OP, REV, v, st, c, ldc, row0, col0, rows, cols); break;
+#define BIN_ROWS_OPS(KIND)                                                                        \
+    switch (st->op * 2 + (st->rev != 0)) {                                                        \
+        BIN_CASE(KIND, AF_EP_ADD, 0) BIN_CASE(KIND, AF_EP_ADD, 1)                                 \
+        BIN_CASE(KIND, AF_EP_SUB, 0) BIN_CASE(KIND, AF_EP_SUB, 1)                                 \
+        BIN_CASE(KIND, AF_EP_MUL, 0) BIN_CASE(KIND, AF_EP_MUL, 1)                                 \
+        BIN_CASE(KIND, AF_EP_DIV, 0)                                                              \
+    default: bin_rows_k(KIND, AF_EP_DIV, 1, v, st, c, ldc, row0, col0, rows, cols); break;        \
+    }
+
+static void bin_rows(const af_vep *v, const af_vep_step *st, float *c, int64_t ldc, int64_t row0,
+                     int64_t col0, int64_t rows, int64_t cols) {
+    switch (st->kind) {
+    case AF_VEP_SCALAR: BIN_ROWS_OPS(AF_VEP_SCALAR) break;
+    case AF_VEP_COL: BIN_ROWS_OPS(AF_VEP_COL) break;
+    case AF_VEP_ROW: BIN_ROWS_OPS(AF_VEP_ROW) break;
+    default: BIN_ROWS_OPS(AF_VEP_FULL) break;
+    }
+}
+#undef BIN_ROWS_OPS
+#undef BIN_CASE
+
+static void ep_tile(const af_vep *v, float *c, int64_t ldc, int64_t row0, int64_t col0,
+                    int64_t rows, int64_t cols) {
+    bool flat = ldc == cols;
+    for (int s = 0; s < v->nsteps; s++) {
+        const af_vep_step *st = &v->steps[s];
+        if (st->kind == AF_VEP_NONE && flat) un_rows(st->op, st->p0, st->p1, c, 0, c, 0, 1, rows * cols);
+        else if (st->kind == AF_VEP_NONE) un_rows(st->op, st->p0, st->p1, c, ldc, c, ldc, rows, cols);
+        else bin_rows(v, st, c, ldc, row0, col0, rows, cols);
+    }
+    for (int64_t r = 0; r < rows && v->generic; r++) /* c is inside v->y at (row, col) */
+        af_epilogue_apply_at(v->generic, v->y, (row0 + r) * v->cols + col0, cols);
+}
+
+static void unary(int op, float p0, float p1, const float *x, float *y, int64_t n) {
+    if (op == AF_VUN_SQRT) { /* vectorised by the compiler (-fno-math-errno) */
+        for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]);
+        return;
+    }
+    un_rows(op, p0, p1, x, 0, y, 0, 1, n);
+}
+
+/* v with its lanes swapped in pairs of groups of s lanes (s = VW / 2 ... 1): the steps of a
+ * lane reduction as a tree. */
+#if VW == 16
+#define VSWAP8(v) __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7)
+#define VSWAP4(v) __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11)
+#define VSWAP2(v) __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13)
+#define VSWAP1(v) __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14)
+#define VREDUCE(v, op) (v = op(v, VSWAP8(v)), v = op(v, VSWAP4(v)), v = op(v, VSWAP2(v)), v = op(v, VSWAP1(v)))
+#elif VW == 8
+#define VSWAP4(v) __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3)
+#define VSWAP2(v) __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5)
+#define VSWAP1(v) __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6)
+#define VREDUCE(v, op) (v = op(v, VSWAP4(v)), v = op(v, VSWAP2(v)), v = op(v, VSWAP1(v)))
+#else
+#define VSWAP2(v) __builtin_shufflevector(v, v, 2, 3, 0, 1)
+#define VSWAP1(v) __builtin_shufflevector(v, v, 1, 0, 3, 2)
+#define VREDUCE(v, op) (v = op(v, VSWAP2(v)), v = op(v, VSWAP1(v)))
+#endif
+static inline vf vadd2(vf a, vf b) {
+    return a + b;
+}
+
+/* Lane sum, as a tree (log2 VW dependent adds: the lanes one after another were VW of them,
+ * a quarter of a 197-key softmax row's time in attention). */
+static inline float vsum(vf v) {
+    VREDUCE(v, vadd2);
+    return v[0];
+}
+
+/* Sum of x[0..n) (float accumulation in VW lanes, as wide as the vector). */
+static float row_sum(const float *x, int64_t n) {
+    vf acc = {0};
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) acc += vload(x + i);
+    if (i < n) acc += vload_part(x + i, n - i);
+    return vsum(acc);
+}
+
+/* How far ahead of its reads gemv prefetches w: squeeze-excite weights (up to 1.2 MB a layer in
+ * EfficientNet-B4) come from memory once per image, where the hardware's streams alone
+ * measured 14 GB/s and this 20 GB/s. */
+#define GEMV_PF_BYTES 4096
+
+static void gemv(const float *w, const float *x, int64_t rows, int64_t n, float *y) {
+    const char *pf = (const char *)w, *end = (const char *)(w + rows * n);
+    for (int64_t o = 0; o < rows; o++) {
+        const float *wr = w + o * n;
+        /* every line up to GEMV_PF_BYTES past this row, once */
+        const char *to = (const char *)(wr + n) + GEMV_PF_BYTES;
+        for (; pf < to && pf < end; pf += 64) __builtin_prefetch(pf, 0, 3);
+        vf a0 = {0}, a1 = {0};
+        int64_t i = 0;
+        for (; i + 2 * VW <= n; i += 2 * VW) {
+            a0 += vload(wr + i) * vload(x + i);
+            a1 += vload(wr + i + VW) * vload(x + i + VW);
+        }
+        for (; i + VW <= n; i += VW) a0 += vload(wr + i) * vload(x + i);
+        if (i < n) a1 += vload_part(wr + i, n - i) * vload_part(x + i, n - i);
+        y[o] = vsum(a0 + a1);
+    }
+}
+
+static void layernorm(const float *x, float *y, int64_t n, float eps, const float *scale,
+                      const float *bias) {
+    float mean = row_sum(x, n) / (float)n;
+    vf m = vsplat(mean), acc = {0};
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) {
+        vf d = vload(x + i) - m;
+        acc += d * d;
+    }
+    if (i < n) { /* the padded lanes of the tail are 0 - mean: keep them out */
+        float t[VW] = {0};
+        for (int64_t j = i; j < n; j++) t[j - i] = (x[j] - mean) * (x[j] - mean);
+        acc += vload(t);
+    }
+    float inv = 1.0f / sqrtf(vsum(acc) / (float)n + eps);
+    vf iv = vsplat(inv);
+    for (i = 0; i + VW <= n; i += VW) {
+        vf t = (vload(x + i) - m) * iv * vload(scale + i);
+        vstore(y + i, bias ? t + vload(bias + i) : t);
+    }
+    for (; i < n; i++) {
+        float t = (x[i] - mean) * inv * scale[i];
+        y[i] = bias ? t + bias[i] : t;
+    }
+}
+
+/* ---- depthwise convolution ------------------------------------------------------------------------ */
+
+/* Input row of kernel row kh (inside the image) of the output row p describes. */
+static inline const float *dw_xrow(const af_dw_row *p, int64_t kh) {
+    return p->xrows ? p->xrows[kh] : p->x + (p->oh * p->sh - p->ph + kh * p->dh) * p->w * p->c;
+}
+
+/* Channels [c0, c0 + nc) of outputs ow0 .. ow0 + NB - 1, all of whose kernel columns are inside
+ * the row (checked by the caller); the outputs share each weight vector load. Each output's
+ * sum is a chain of dependent FMAs (one per tap), and the NB chains are what the two FMA ports
+ * overlap: 8 instead of 4 took a 5x5 layer of 12x12x1632 from 28 to 25.6 TSC cycles per output
+ * vector (alone, in L2). What bounds it then is the L2: each output row reads its KH input
+ * rows again. */
+static inline __attribute__((always_inline)) void dw_block(const int NB, const af_dw_row *p,
+                                                          int64_t khlo, int64_t khhi, int64_t ow0,
+                                                          int64_t c0, int64_t nc) {
+    const int64_t c = p->c;
+    vf acc[8];
+    vf bv = p->bias ? (nc == VW ? vload(p->bias + c0) : vload_part(p->bias + c0, nc)) : (vf){0};
+    for (int i = 0; i < NB; i++) acc[i] = bv;
+    for (int64_t kh = khlo; kh < khhi; kh++) {
+        const float *xr = dw_xrow(p, kh) + c0;
+        const float *wr = p->wt + kh * p->kw * c + c0;
+        for (int64_t kw = 0; kw < p->kw; kw++) {
+            vf wv = nc == VW ? vload(wr + kw * c) : vload_part(wr + kw * c, nc);
+            const float *xp = xr + (ow0 * p->sw - p->pw + kw * p->dw) * c;
+            for (int i = 0; i < NB; i++) {
+                const float *q = xp + i * p->sw * c;
+                acc[i] += (nc == VW ? vload(q) : vload_part(q, nc)) * wv;
+            }
+        }
+    }
+    for (int i = 0; i < NB; i++) {
+        float *y = p->y + (ow0 + i) * c + c0;
+        if (nc == VW) vstore(y, acc[i]);
+        else vstore_part(y, acc[i], nc);
+    }
+}
+
+/* The same for stride 1 and dilation 1 with KW kernel columns: the NB + KW - 1 input columns
+ * a kernel row covers are loaded once and shared by the NB outputs and KW taps (27 loads per
+ * 36 FMAs for 3x3 and 4 outputs instead of 45). */
+static inline __attribute__((always_inline)) void dw_block_s1(const int NB, const int KW,
+                                                             const int FULL, const int EDGE,
+                                                             const af_dw_row *p, int64_t khlo,
+                                                             int64_t khhi, int64_t ow0,
+                                                             int64_t c0, int64_t nc) {
+#define DW_LD(q) (FULL ? vload(q) : vload_part(q, nc))
+    const int64_t c = p->c;
+    vf acc[8];
+    vf bv = p->bias ? DW_LD(p->bias + c0) : (vf){0};
+    for (int i = 0; i < NB; i++) acc[i] = bv;
+    /* EDGE: some input columns lie in the padding; they are zeros (adding 0 * w to a sum
+     * leaves it as it was, up to the sign of a zero), so an edge block runs as an inner one. */
+    bool in[8 + 4];
+    for (int q = 0; q < NB + KW - 1; q++) in[q] = !EDGE || (ow0 - p->pw + q >= 0 && ow0 - p->pw + q < p->w);
+    for (int64_t kh = khlo; kh < khhi; kh++) {
+        /* one pointer stepped by c: 12 precomputed column pointers spilled to vector registers,
+         * and moving them back took the FMA ports */
+        const float *xq = dw_xrow(p, kh) + (ow0 - p->pw) * c + c0;
+        const float *wq = p->wt + kh * KW * c + c0;
+        vf xv[8 + 4], wv[5];
+        for (int q = 0; q < NB + KW - 1; q++, xq += c) xv[q] = in[q] ? DW_LD(xq) : (vf){0};
+        for (int kw = 0; kw < KW; kw++, wq += c) wv[kw] = DW_LD(wq);
+        for (int kw = 0; kw < KW; kw++)
+            for (int i = 0; i < NB; i++) acc[i] += xv[i + kw] * wv[kw];
+    }
+    for (int i = 0; i < NB; i++) {
+        float *y = p->y + (ow0 + i) * c + c0;
+        if (FULL) vstore(y, acc[i]);
+        else vstore_part(y, acc[i], nc);
+    }
+#undef DW_LD
+}
+
+/* Whether dw_block_s1 takes p: stride and dilation 1 along the row, 3 or 5 kernel columns. */
+static bool dw_s1(const af_dw_row *p) {
+    return p->sw == 1 && p->dw == 1 && (p->kw == 3 || p->kw == 5);
+}
+
+/* A block of NB outputs (NB a constant at each call, so the loops unroll); edge: some of their
+ * windows reach into the padding (dw_block_s1 only). */
+static inline __attribute__((always_inline)) void dw_blocks(const int NB, const af_dw_row *p,
+                                                           int64_t khlo, int64_t khhi, int64_t ow,
+                                                           int64_t cc, int64_t ce, bool edge) {
+    for (int64_t c0 = cc; c0 < ce; c0 += VW) {
+        int64_t nc = ce - c0 < VW ? ce - c0 : VW;
+        bool full = nc == VW;
+#define DW_S1(KW, FULL, EDGE) dw_block_s1(NB, KW, FULL, EDGE, p, khlo, khhi, ow, c0, nc)
+        if (!dw_s1(p)) dw_block(NB, p, khlo, khhi, ow, c0, nc);
+        else if (p->kw == 3) full ? (edge ? DW_S1(3, 1, 1) : DW_S1(3, 1, 0)) : (edge ? DW_S1(3, 0, 1) : DW_S1(3, 0, 0));
+        else full ? (edge ? DW_S1(5, 1, 1) : DW_S1(5, 1, 0)) : (edge ? DW_S1(5, 0, 1) : DW_S1(5, 0, 0));
+#undef DW_S1
+    }
+}
+
+/* First index i >= 0 with lo <= base + i * step, for step > 0. */
+static int64_t first_at_least(int64_t base, int64_t step, int64_t lo) {
+    return base >= lo ? 0 : (lo - base + step - 1) / step;
+}
+
+/* Channels [c0, ce) of output ow, over the kernel columns inside the row only (the edge
+ * columns), four vectors of channels at a time: four independent sums, where one sum per call
+ * waited on its own FMA latency at every tap. The column range and the row pointers are worked
+ * out once, outside the loops (recomputing them per tap took about 20 instructions per FMA).
+ * Together these made the edge columns of a 12-wide 5x5 layer 3x cheaper. */
+static void dw_one(const af_dw_row *p, int64_t khlo, int64_t khhi, int64_t ow, int64_t c0,
+                   int64_t ce) {
+    const int64_t c = p->c, iw0 = ow * p->sw - p->pw, xs = p->dw * c;
+    int64_t kwlo = first_at_least(iw0, p->dw, 0), kwhi = p->kw;
+    while (kwhi > kwlo && iw0 + (kwhi - 1) * p->dw >= p->w) kwhi--;
+    for (; c0 + 4 * VW <= ce; c0 += 4 * VW) {
+        vf acc[4];
+        for (int i = 0; i < 4; i++) acc[i] = p->bias ? vload(p->bias + c0 + i * VW) : (vf){0};
+        for (int64_t kh = khlo; kh < khhi; kh++) {
+            const float *q = dw_xrow(p, kh) + iw0 * c + c0;
+            const float *wq = p->wt + kh * p->kw * c + c0;
+            for (int64_t kw = kwlo; kw < kwhi; kw++)
+                for (int i = 0; i < 4; i++)
+                    acc[i] += vload(q + kw * xs + i * VW) * vload(wq + kw * c + i * VW);
+        }
+        for (int i = 0; i < 4; i++) vstore(p->y + ow * c + c0 + i * VW, acc[i]);
+    }
+    for (; c0 < ce; c0 += VW) {
+        int64_t nc = ce - c0 < VW ? ce - c0 : VW;
+        vf acc = p->bias ? vload_part(p->bias + c0, nc) : (vf){0};
+        for (int64_t kh = khlo; kh < khhi; kh++) {
+            const float *q = dw_xrow(p, kh) + iw0 * c + c0;
+            const float *wq = p->wt + kh * p->kw * c + c0;
+            for (int64_t kw = kwlo; kw < kwhi; kw++)
+                acc += vload_part(q + kw * xs, nc) * vload_part(wq + kw * c, nc);
+        }
+        vstore_part(p->y + ow * c + c0, acc, nc);
+    }
+}
+
+/* Channels per pass over the row when the weights of all of them are more than a third of L1
+ * (16 KB): 4 vectors' worth, whose weights (6.4 KB for 5x5) stay in L1 while every output
+ * column of the row uses them; passing over all the channels at each column read the whole
+ * weight set (96 KB at 960 channels, 5x5) from L2 every four outputs (13-16% slower there).
+ * Smaller sets stay in L1 anyway, and one pass reads each input position once. */
+static int64_t dw_chunk(const af_dw_row *p) {
+    return p->kh * p->kw * p->c * 4 > 16384 ? 4 * VW : p->c;
+}
+
+/* The epilogue over outputs [ow, ow + nb) of channels [cc, ce). */
+static void dw_ep(const af_dw_row *p, int64_t ow, int64_t nb, int64_t cc, int64_t ce) {
+    if (p->ep && (p->ep->nsteps || p->ep->generic))
+        ep_tile(p->ep, p->y + ow * p->c + cc, p->c, p->row0 + ow, cc, nb, ce - cc);
+}
+
+/* The pooled mean's sums of outputs [ow, ow + nb), channels [cc, ce): each vector of sums read
+ * and written once for the nb outputs (per output, the masked store of a partial vector made
+ * the next output's load wait for it: 7% of EfficientNet-B4's 24-channel block). */
+static void dw_sum(const af_dw_row *p, int64_t ow, int64_t nb, int64_t cc, int64_t ce) {
+    if (!p->sum) return;
+    const float *y = p->y + ow * p->c;
+    for (int64_t c0 = cc; c0 < ce; c0 += VW) {
+        int64_t n = ce - c0 < VW ? ce - c0 : VW;
+        vf acc = n == VW ? vload(p->sum + c0) : vload_part(p->sum + c0, n);
+        for (int64_t i = 0; i < nb; i++)
+            acc += n == VW ? vload(y + i * p->c + c0) : vload_part(y + i * p->c + c0, n);
+        if (n == VW) vstore(p->sum + c0, acc);
+        else vstore_part(p->sum + c0, acc, n);
+    }
+}
+
+/* Block by block along the row, each block through the epilogue and into the sums while it is
+ * in L1. */
+static void dw_row(const af_dw_row *p) {
+    const int64_t ih0 = p->oh * p->sh - p->ph, span = (p->kw - 1) * p->dw;
+    /* Kernel rows inside the image, and the output columns whose whole window is inside. */
+    int64_t khlo = first_at_least(ih0, p->dh, 0), khhi = p->kh;
+    while (khhi > khlo && ih0 + (khhi - 1) * p->dh >= p->h) khhi--;
+    int64_t owlo = first_at_least(-p->pw, p->sw, 0), owhi = owlo;
+    while (owhi < p->ow && owhi * p->sw - p->pw + span < p->w) owhi++;
+    const int64_t chunk = dw_chunk(p);
+    /* Eight or four outputs share their loads: any eight with stride 1 (the padding read as
+     * zeros; edge columns one at a time were twice as slow per vector, a third of a 12-wide 5x5
+     * row), else whole windows only; a leftover column goes alone. */
+    const bool s1 = dw_s1(p);
+    const int64_t lo = s1 ? 0 : owlo, hi = s1 ? p->ow : owhi;
+    for (int64_t cc = 0; cc < p->c; cc += chunk) {
+        int64_t ce = p->c - cc < chunk ? p->c : cc + chunk;
+        for (int64_t ow = 0; ow < p->ow;) {
+            int nb = ow >= lo && ow + 8 <= hi ? 8 : ow >= lo && ow + 4 <= hi ? 4 : 1;
+            bool edge = ow < owlo || ow + nb > owhi;
+            if (nb == 8) dw_blocks(8, p, khlo, khhi, ow, cc, ce, edge);
+            else if (nb == 4) dw_blocks(4, p, khlo, khhi, ow, cc, ce, edge);
+            else dw_one(p, khlo, khhi, ow, cc, ce);
+            dw_ep(p, ow, nb, cc, ce);
+            dw_sum(p, ow, nb, cc, ce);
+            ow += nb;
+        }
+    }
+}
+
+/* ---- Winograd F(4x4, 3x3) transforms ----------------------------------------------------------------
+ * The matrices of Lavin and Gray (points 0, +-1, +-2, infinity):
+ *   B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0; 0 4 0 -5 0 1]
+ *   A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1]
+ * (G, for the weights, is applied once at packing time: passes/lower.c.) */
+
+static inline void bt6(const vf *d, vf *t) {
+    t[0] = 4.0f * d[0] - 5.0f * d[2] + d[4];
+    t[1] = -4.0f * (d[1] + d[2]) + d[3] + d[4];
+    t[2] = 4.0f * (d[1] - d[2]) - d[3] + d[4];
+    t[3] = 2.0f * (d[3] - d[1]) - d[2] + d[4];
+    t[4] = 2.0f * (d[1] - d[3]) - d[2] + d[4];
+    t[5] = 4.0f * d[1] - 5.0f * d[3] + d[5];
+}
+
+static inline void at6(const vf *m, vf *o) {
+    vf s12 = m[1] + m[2], d12 = m[1] - m[2], s34 = m[3] + m[4], d34 = m[3] - m[4];
+    o[0] = m[0] + s12 + s34;
+    o[1] = d12 + 2.0f * d34;
+    o[2] = s12 + 4.0f * s34;
+    o[3] = d12 + 8.0f * d34 + m[5];
+}
+
+static inline vf vload_n(const float *p, int64_t n) {
+    return n == VW ? vload(p) : vload_part(p, n);
+}
+
+static inline void vstore_n(float *p, vf v, int64_t n) {
+    if (n == VW) vstore(p, v);
+    else vstore_part(p, v, n);
+}
+
+static void wino_in(const float *x, int64_t rs, int64_t c, float *v, int64_t vs) {
+    for (int64_t k = 0; k < c; k += VW) {
+        int64_t n = c - k < VW ? c - k : VW;
+        vf t[6][6], col[6], r[6];
+        for (int j = 0; j < 6; j++) { /* B^T d: down each column of the patch */
+            for (int i = 0; i < 6; i++) col[i] = vload_n(x + i * rs + j * c + k, n);
+            bt6(col, r);
+            for (int i = 0; i < 6; i++) t[i][j] = r[i];
+        }
+        for (int i = 0; i < 6; i++) { /* (B^T d) B: along each row */
+            bt6(t[i], r);
+            for (int j = 0; j < 6; j++) vstore_n(v + (i * 6 + j) * vs + k, r[j], n);
+        }
+    }
+}
+
+static void wino_out(const float *m, int64_t ms, int64_t c, float *y) {
+    for (int64_t k = 0; k < c; k += VW) {
+        int64_t n = c - k < VW ? c - k : VW;
+        vf t[4][6], row[6], r[4];
+        for (int j = 0; j < 6; j++) {
+            for (int i = 0; i < 6; i++) row[i] = vload_n(m + (i * 6 + j) * ms + k, n);
+            at6(row, r);
+            for (int i = 0; i < 4; i++) t[i][j] = r[i];
+        }
+        for (int i = 0; i < 4; i++) {
+            at6(t[i], r);
+            for (int j = 0; j < 4; j++) vstore_n(y + (i * 4 + j) * c + k, r[j], n);
+        }
+    }
+}
+
+/* ---- pooling -------------------------------------------------------------------------------------- */
+
+/* Window positions kk < k at o * s - pb + kk inside [lo, hi). */
+static int64_t window_count(int64_t o, int64_t s, int64_t pb, int64_t k, int64_t lo, int64_t hi) {
+    int64_t a = o * s - pb, b = a + k;
+    a = a > lo ? a : lo;
+    b = b < hi ? b : hi;
+    return b > a ? b - a : 0;
+}
+
+static void pool_row(const af_pool_row *p) {
+    const int64_t c = p->c, ih0 = p->oh * p->sh - p->ph;
+    int64_t hlo = ih0 < 0 ? 0 : ih0, hhi = ih0 + p->kh < p->h ? ih0 + p->kh : p->h;
+    for (int64_t ow = 0; ow < p->ow; ow++) {
+        int64_t iw0 = ow * p->sw - p->pw;
+        int64_t wlo = iw0 < 0 ? 0 : iw0, whi = iw0 + p->kw < p->w ? iw0 + p->kw : p->w;
+        int64_t count = p->include_pad
+                            ? window_count(p->oh, p->sh, p->ph, p->kh, -p->ph, p->h + p->pe_h) *
+                                  window_count(ow, p->sw, p->pw, p->kw, -p->pw, p->w + p->pe_w)
+                            : (hhi - hlo) * (whi - wlo);
+        vf scale = vsplat(count > 0 ? 1.0f / (float)count : 0.0f);
+        for (int64_t c0 = 0; c0 < c; c0 += VW) {
+            int64_t nc = c - c0 < VW ? c - c0 : VW;
+            vf acc = vsplat(p->max ? -INFINITY : 0.0f);
+            for (int64_t ih = hlo; ih < hhi; ih++)
+                for (int64_t iw = wlo; iw < whi; iw++) {
+                    const float *q = p->x + (ih * p->w + iw) * c + c0;
+                    vf v = nc == VW ? vload(q) : vload_part(q, nc);
+                    acc = p->max ? vm_max(acc, v) : acc + v;
+                }
+            if (!p->max) acc *= scale;
+            float *y = p->y + ow * c + c0;
+            if (nc == VW) vstore(y, acc);
+            else vstore_part(y, acc, nc);
+        }
+    }
+}
+
+static void reduce_rows(const float *x, int64_t rows, int64_t cols, int max, float *out) {
+    for (int64_t j = 0; j < cols; j += VW) {
+        int64_t nc = cols - j < VW ? cols - j : VW;
+        vf acc = nc == VW ? vload(x + j) : vload_part(x + j, nc);
+        for (int64_t r = 1; r < rows; r++) {
+            const float *q = x + r * cols + j;
+            vf v = nc == VW ? vload(q) : vload_part(q, nc);
+            acc = max ? vm_max(acc, v) : acc + v;
+        }
+        if (nc == VW) vstore(out + j, acc);
+        else vstore_part(out + j, acc, nc);
+    }
+}
+
+static void scale_rows(const float *x, const float *s, int64_t rows, int64_t cols, float *y) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols;
+        float *yr = y + r * cols;
+        vf f = vsplat(s[r]);
+        int64_t j = 0;
+        for (; j + VW <= cols; j += VW) vstore(yr + j, vload(xr + j) * f);
+        if (j < cols) vstore_part(yr + j, vload_part(xr + j, cols - j) * f, cols - j);
+    }
+}
+
+/* ---- softmax --------------------------------------------------------------------------------------- */
+
+/* Lane max (NaN-free v), as a tree. */
+static inline float vmax_lanes(vf v) {
+    VREDUCE(v, vm_max);
+    return v[0];
+}
+
+/* Lanes [0, n) of v, -inf in the others. */
+static inline vf vpart_or_ninf(vf v, int64_t n) {
+    vi lane;
+    for (int l = 0; l < VW; l++) lane[l] = l;
+    return vm_select(lane < (int32_t)n, v, vsplat(-INFINITY));
+}
+
+static float softmax_exp(float *x, int64_t n, float scale) {
+    vf mv = vsplat(-INFINITY);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) mv = vm_max(mv, vload(x + i));
+    if (i < n) mv = vm_max(mv, vpart_or_ninf(vload_part(x + i, n - i), n - i));
+    float m = vmax_lanes(mv);
+    vf ms = vsplat(m), sv = vsplat(scale), acc = {0};
+    for (i = 0; i + VW <= n; i += VW) {
+        vf e = vm_exp((vload(x + i) - ms) * sv);
+        vstore(x + i, e);
+        acc += e;
+    }
+    if (i < n) { /* the tail's padding lanes are exp(-inf) = 0 in the sum */
+        vf e = vm_exp((vpart_or_ninf(vload_part(x + i, n - i), n - i) - ms) * sv);
+        vstore_part(x + i, e, n - i);
+        acc += e;
+    }
+    return vsum(acc);
+}
+
+static void softmax_row(float *x, int64_t n) {
+    vf inv = vsplat(1.0f / softmax_exp(x, n, 1.0f));
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) vstore(x + i, vload(x + i) * inv);
+    for (; i < n; i++) x[i] *= inv[0];
+}
+
+const af_vec_ops VEC_TABLE = {
+    .name = VEC_NAME,
+    .vw = VW,
+    .mr = VEC_MR,
+    .ukr = {UKR_TYPE_TABLE(f32), UKR_TYPE_TABLE(f16), UKR_TYPE_TABLE(bf16)},
+    .to_bf16 = to_bf16,
+    .round_f16 = round_f16,
+    .ep_tile = ep_tile,
+    .unary = unary,
+    .layernorm = layernorm,
+    .gemv = gemv,
+    .dw_row = dw_row,
+    .wino_in = wino_in,
+    .wino_out = wino_out,
+    .pool_row = pool_row,
+    .softmax_row = softmax_row,
+    .softmax_exp = softmax_exp,
+    .row_sum = row_sum,
+    .reduce_rows = reduce_rows,
+    .scale_rows = scale_rows,
+};
