@@ -15,6 +15,7 @@
  * as B is packed before it), OpenBLAS in float32. */
 #include "kernels/simd/cpu.h"
 #include "kernels/fast/gemm.h"
+#include "runtime/exec.h"
 
 #include <cblas.h>
 #include <math.h>

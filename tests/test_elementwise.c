@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "kernels/kernel.h"
+#include "kernels/ref/ref.h"
 
 #define TENS_MAXV 24
 #include "test_util.h"

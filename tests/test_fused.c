@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "kernels/ref/epilogue.h"
+#include "kernels/fast/dispatch.h"
 #include "runtime/exec.h"
 
 #include <stdio.h>
@@ -403,7 +404,7 @@ static int conv_out_dims(const conv_case *cc, int64_t *dims) {
     const af_tensor *in[3] = {&x->type, &w->type, b ? &b->type : NULL};
     af_tensor y;
     af_error err;
-    assert_int_equal(af_ops[r->op].shape(r, in, &y, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(r, in, &y, &err), AF_OK);
     for (int i = 0; i < y.rank; i++)
         dims[i] = y.dims[i];
     int rank = y.rank;
@@ -740,7 +741,7 @@ static void test_shapes_unknown(void **state) {
     int64_t prog1[3] = {AF_EP_ADD, 3, 0};
     set_ints(f, "epilogue", 3, prog1);
     af_tensor y;
-    assert_int_equal(af_ops[f->op].shape(f, in, &y, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(f, in, &y, &err), AF_OK);
     assert_int_equal(y.rank, 4);
     assert_int_equal(y.dims[0], -1);
     assert_int_equal(y.dims[1], 4);
@@ -752,23 +753,23 @@ static void test_shapes_unknown(void **state) {
     af_tensor b2 = {AF_DTYPE_FLOAT, 2, {8, 5}, NULL, 0, 0};
     const af_tensor *min[2] = {&ua, &b2};
     af_node *m = add(g, "FusedMatMul", 2, NULL);
-    assert_int_equal(af_ops[m->op].shape(m, min, &y, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(m, min, &y, &err), AF_OK);
     assert_int_equal(y.rank, -1);
     af_tensor a3 = {AF_DTYPE_FLOAT, 3, {-1, -1, 8}, NULL, 0, 0};
     min[0] = &a3;
-    assert_int_equal(af_ops[m->op].shape(m, min, &y, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(m, min, &y, &err), AF_OK);
     assert_int_equal(y.rank, 3);
     assert_int_equal(y.dims[0], -1);
     assert_int_equal(y.dims[1], -1);
     assert_int_equal(y.dims[2], 5);
     const af_tensor *ein[1] = {&ua};
     af_node *e = add(g, "FusedElementwise", 1, NULL);
-    assert_int_equal(af_ops[e->op].shape(e, ein, &y, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(e, ein, &y, &err), AF_OK);
     assert_int_equal(y.rank, -1);
     af_tensor wfc = {AF_DTYPE_FLOAT, 2, {4, 10}, NULL, 0, 0};
     const af_tensor *cin[5] = {&x, &w, NULL, &wfc, NULL};
     af_node *c = add(g, "ConvPoolFc", 5, NULL);
-    assert_int_equal(af_ops[c->op].shape(c, cin, &y, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(c, cin, &y, &err), AF_OK);
     assert_int_equal(y.rank, 2);
     assert_int_equal(y.dims[0], -1);
     assert_int_equal(y.dims[1], 10);
@@ -779,10 +780,10 @@ static void test_shapes_unknown(void **state) {
     int64_t act = AF_EP_RELU, gate = AF_EP_SIGMOID;
     set_ints(se, "act", 1, &act);
     set_ints(se, "gate", 1, &gate);
-    assert_int_equal(af_ops[se->op].shape(se, sin, &y, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(se, sin, &y, &err), AF_OK);
     assert_int_equal(y.rank, -1);
     sin[0] = &x;
-    assert_int_equal(af_ops[se->op].shape(se, sin, &y, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(se, sin, &y, &err), AF_OK);
     assert_int_equal(y.rank, 4);
     assert_int_equal(y.dims[3], 8);
     af_arena_free(a);

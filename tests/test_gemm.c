@@ -13,6 +13,8 @@
 
 #include "kernels/simd/cpu.h"
 #include "kernels/fast/gemm.h"
+#include "kernels/ref/epilogue.h"
+#include "runtime/exec.h"
 #include "util/util.h"
 
 #include <float.h>

@@ -9,7 +9,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "kernels/kernel.h"
+#include "kernels/ref/ref.h"
+#include "kernels/fast/dispatch.h"
 
 #define TENS_MAXV 72
 #include "test_util.h"
@@ -351,28 +352,28 @@ static void test_shapes_unknown(void **state) {
 
     af_node *hann = make_node(a, "", "HannWindow", "output_datatype=11", 17, 1, 1);
     const af_tensor *in1[1] = {&size};
-    assert_int_equal(af_ops[hann->op].shape(hann, in1, out, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(hann, in1, out, &err), AF_OK);
     assert_int_equal(out[0].dtype, AF_DTYPE_DOUBLE);
     assert_int_equal(out[0].rank, 1);
     assert_int_equal(out[0].dims[0], -1);
 
     af_node *dft = make_node(a, "", "DFT", "axis=1 onesided=1", 17, 2, 1);
     const af_tensor *in2[2] = {&sig, NULL};
-    assert_int_equal(af_ops[dft->op].shape(dft, in2, out, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(dft, in2, out, &err), AF_OK);
     assert_int_equal(out[0].rank, 4);
     assert_int_equal(out[0].dims[0], -1);
     assert_int_equal(out[0].dims[1], 6);
     assert_int_equal(out[0].dims[3], 2);
     const af_tensor *in3[2] = {&sig, &size}; /* dft_length given, value unknown */
-    assert_int_equal(af_ops[dft->op].shape(dft, in3, out, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(dft, in3, out, &err), AF_OK);
     assert_int_equal(out[0].dims[1], -1);
     const af_tensor *in4[2] = {&unk, NULL};
-    assert_int_equal(af_ops[dft->op].shape(dft, in4, out, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(dft, in4, out, &err), AF_OK);
     assert_int_equal(out[0].rank, -1);
 
     af_node *stft = make_node(a, "", "STFT", "", 17, 3, 1);
     const af_tensor *in5[3] = {&sig3, &size, &win}; /* frame_step unknown */
-    assert_int_equal(af_ops[stft->op].shape(stft, in5, out, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(stft, in5, out, &err), AF_OK);
     assert_int_equal(out[0].rank, 4);
     assert_int_equal(out[0].dims[0], 2);
     assert_int_equal(out[0].dims[1], -1);
@@ -383,7 +384,7 @@ static void test_shapes_unknown(void **state) {
                                " min_gram_length=1 max_gram_length=1 max_skip_count=0",
                                9, 1, 1);
     const af_tensor *in6[1] = {&text};
-    assert_int_equal(af_ops[tfidf->op].shape(tfidf, in6, out, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(tfidf, in6, out, &err), AF_OK);
     assert_int_equal(out[0].dtype, AF_DTYPE_FLOAT);
     assert_int_equal(out[0].dims[0], -1);
     assert_int_equal(out[0].dims[1], 4);
@@ -405,7 +406,7 @@ static void test_kernel_rejects_bad_output(void **state) {
     int64_t dims[1] = {4};
     af_tensor_set_type(&out[0], AF_DTYPE_FLOAT, 1, dims);
     assert_int_equal(af_tensor_alloc(&out[0], &err), AF_OK);
-    assert_int_equal(af_ops[hann->op].kernel(hann, in, out, NULL, &err), AF_ERR_INTERNAL);
+    assert_int_equal(af_kernel_run(hann, in, out, NULL, &err), AF_ERR_INTERNAL);
     af_tensor_release(&out[0]);
     af_tensor_free(size);
     af_arena_free(a);

@@ -10,7 +10,8 @@
 #include <cmocka.h>
 
 #include "runtime/exec.h"
-#include "kernels/kernel.h"
+#include "kernels/fast/dispatch.h"
+#include "kernels/ref/ref.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,7 +97,7 @@ static af_status run(af_node *n, const af_tensor *const *in, af_tensor *out) {
         memset(&out[i], 0, sizeof(out[i]));
         out[i].rank = -1;
     }
-    af_status st = af_ops[n->op].shape(n, in, out, &err);
+    af_status st = af_kernel_shape(n, in, out, &err);
     for (int i = 0; st == AF_OK && i < n->nout; i++)
         st = af_tensor_alloc(&out[i], &err);
     if (st == AF_OK)
@@ -589,12 +590,12 @@ static void test_conv_shape_unknown_dims(void **state) {
     const af_tensor *in[2] = {&x, &w};
     af_tensor out[1] = {{.rank = -1}};
     af_error err;
-    assert_int_equal(af_ops[n->op].shape(n, in, out, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(n, in, out, &err), AF_OK);
     check_dims(&out[0], 4, (int64_t[]){-1, 8, -1, 5});
     /* Unknown rank stays unknown. */
     x.rank = -1;
     w.rank = -1;
-    assert_int_equal(af_ops[n->op].shape(n, in, out, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(n, in, out, &err), AF_OK);
     assert_int_equal(out[0].rank, -1);
     af_arena_free(a);
 }
@@ -609,33 +610,33 @@ static void test_bad_inputs(void **state) {
     af_tensor x = {.dtype = AF_DTYPE_FLOAT, .rank = 4, .dims = {1, 3, 5, 5}};
     af_tensor w = {.dtype = AF_DTYPE_FLOAT, .rank = 4, .dims = {4, 2, 3, 3}};
     const af_tensor *in[2] = {&x, &w};
-    assert_int_equal(af_ops[n->op].shape(n, in, out, &err), AF_ERR_INVALID_MODEL);
+    assert_int_equal(af_kernel_shape(n, in, out, &err), AF_ERR_INVALID_MODEL);
     /* Kernel larger than the padded input. */
     w.dims[1] = 3;
     w.dims[2] = 9;
-    assert_int_equal(af_ops[n->op].shape(n, in, out, &err), AF_ERR_INVALID_MODEL);
+    assert_int_equal(af_kernel_shape(n, in, out, &err), AF_ERR_INVALID_MODEL);
     /* Huge dilation: the extent overflows and is rejected, not wrapped. */
     w.dims[2] = 3;
     set_ints(n, "dilations", 2, (int64_t[]){INT64_MAX / 2, 1});
-    assert_int_equal(af_ops[n->op].shape(n, in, out, &err), AF_ERR_INVALID_MODEL);
+    assert_int_equal(af_kernel_shape(n, in, out, &err), AF_ERR_INVALID_MODEL);
     /* MatMul: inner dims differ. */
     af_node *m = mk(a, 13, "MatMul", 2, 1);
     af_tensor ma = {.dtype = AF_DTYPE_FLOAT, .rank = 2, .dims = {2, 3}};
     af_tensor mb = {.dtype = AF_DTYPE_FLOAT, .rank = 2, .dims = {4, 2}};
     const af_tensor *min[2] = {&ma, &mb};
-    assert_int_equal(af_ops[m->op].shape(m, min, out, &err), AF_ERR_INVALID_MODEL);
+    assert_int_equal(af_kernel_shape(m, min, out, &err), AF_ERR_INVALID_MODEL);
     /* Batch dims that do not broadcast. */
     af_tensor ba = {.dtype = AF_DTYPE_FLOAT, .rank = 3, .dims = {2, 2, 3}};
     af_tensor bb = {.dtype = AF_DTYPE_FLOAT, .rank = 3, .dims = {3, 3, 2}};
     const af_tensor *bin[2] = {&ba, &bb};
-    assert_int_equal(af_ops[m->op].shape(m, bin, out, &err), AF_ERR_INVALID_MODEL);
+    assert_int_equal(af_kernel_shape(m, bin, out, &err), AF_ERR_INVALID_MODEL);
     /* BatchNormalization in training mode is refused, not run wrongly. */
     af_node *bn = mk(a, 15, "BatchNormalization", 5, 1);
     set_int(bn, "training_mode", 1);
     af_tensor bx = {.dtype = AF_DTYPE_FLOAT, .rank = 2, .dims = {2, 3}};
     af_tensor bp = {.dtype = AF_DTYPE_FLOAT, .rank = 1, .dims = {3}};
     const af_tensor *bnin[5] = {&bx, &bp, &bp, &bp, &bp};
-    assert_int_equal(af_ops[bn->op].shape(bn, bnin, out, &err), AF_ERR_UNSUPPORTED);
+    assert_int_equal(af_kernel_shape(bn, bnin, out, &err), AF_ERR_UNSUPPORTED);
     /* MaxUnpool: an index outside the output is a runtime error. */
     af_node *u = mk(a, 11, "MaxUnpool", 2, 1);
     set_ints(u, "kernel_shape", 2, (int64_t[]){2, 2});

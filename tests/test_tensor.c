@@ -12,7 +12,8 @@
 #include <cmocka.h>
 
 #include "kernels/simd/cpu.h"
-#include "kernels/kernel.h"
+#include "kernels/fast/dispatch.h"
+#include "kernels/ref/ref.h"
 #include "runtime/exec.h"
 
 #define TENS_MAXV 64
@@ -225,7 +226,7 @@ static void test_unknown_values(void **state) {
     /* Reshape: rank from the shape input's length, dims unknown. */
     af_node *n = make_node(a, "Reshape", "", 13, 2, 1);
     memset(&out, 0, sizeof out);
-    assert_int_equal(af_ops[n->op].shape(n, in, &out, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(n, in, &out, &err), AF_OK);
     assert_int_equal(out.rank, 2);
     assert_true(out.dims[0] == -1 && out.dims[1] == -1);
 
@@ -234,7 +235,7 @@ static void test_unknown_values(void **state) {
     const af_tensor *sin[5] = {&x, &s1, &s1, NULL, NULL};
     n = make_node(a, "Slice", "", 13, 3, 1);
     memset(&out, 0, sizeof out);
-    assert_int_equal(af_ops[n->op].shape(n, sin, &out, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(n, sin, &out, &err), AF_OK);
     assert_int_equal(out.rank, 3);
     assert_int_equal(out.dims[0], -1);
 
@@ -242,7 +243,7 @@ static void test_unknown_values(void **state) {
     x.dims[1] = -1;
     n = make_node(a, "Transpose", "perm=2,0,1", 13, 1, 1);
     memset(&out, 0, sizeof out);
-    assert_int_equal(af_ops[n->op].shape(n, in, &out, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(n, in, &out, &err), AF_OK);
     assert_int_equal(out.rank, 3);
     assert_true(out.dims[0] == 4 && out.dims[1] == 2 && out.dims[2] == -1);
 
@@ -252,7 +253,7 @@ static void test_unknown_values(void **state) {
     const af_tensor *rin[5] = {&x, &roi, &sc, NULL, NULL};
     n = make_node(a, "Resize", "", 13, 3, 1);
     memset(&out, 0, sizeof out);
-    assert_int_equal(af_ops[n->op].shape(n, rin, &out, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(n, rin, &out, &err), AF_OK);
     assert_int_equal(out.rank, 3);
     assert_int_equal(out.dims[0], -1);
 
@@ -260,7 +261,7 @@ static void test_unknown_values(void **state) {
     x.rank = -1;
     n = make_node(a, "Squeeze", "", 13, 1, 1);
     memset(&out, 0, sizeof out);
-    assert_int_equal(af_ops[n->op].shape(n, in, &out, &err), AF_OK);
+    assert_int_equal(af_kernel_shape(n, in, &out, &err), AF_OK);
     assert_int_equal(out.rank, -1);
     af_arena_free(a);
 }
@@ -302,7 +303,7 @@ static void test_transpose_fast(void **state) {
             for (int threads = 1; threads <= 2; threads++) {
                 af_isa_set((af_isa)isa);
                 memset(&got, 0, sizeof got);
-                af_status st = af_ops[n->op].shape(n, in, &got, &err);
+                af_status st = af_kernel_shape(n, in, &got, &err);
                 if (st == AF_OK) st = af_tensor_alloc(&got, &err);
                 if (st == AF_OK) st = af_runtime_kernel(threads == 2 ? rt : NULL, n, in, &got, &err);
                 assert_int_equal(st, AF_OK);

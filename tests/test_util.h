@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/fast/dispatch.h"
 #include "runtime/exec.h"
 
 #ifndef TENS_MAXV
@@ -155,7 +156,7 @@ static inline void tu_attrs(af_arena *a, af_node *n, const char *attrs, int max_
  * at the first failure. */
 static inline af_status tu_run(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                int nout, af_error *err) {
-    af_status st = af_ops[n->op].shape(n, in, out, err);
+    af_status st = af_kernel_shape(n, in, out, err);
     for (int o = 0; o < nout && st == AF_OK; o++) st = af_tensor_alloc(&out[o], err);
     if (st == AF_OK) st = af_runtime_kernel(NULL, n, in, out, err);
     return st;

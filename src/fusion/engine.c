@@ -8,6 +8,8 @@
  * fused node with its op's shape function and its place in the node order before it touches
  * the graph, then rewires completely; a rule's check never changes the graph. */
 #include "fusion/rule.h"
+#include "passes/passes.h"
+#include "kernels/fast/dispatch.h"
 #include "ir/plugin.h"
 
 #include <stdlib.h>
@@ -298,7 +300,7 @@ static const char *validate(const af_node *fused, const af_value *out) {
     memset(&y, 0, sizeof y);
     y.rank = -1;
     af_error e;
-    af_status st = af_ops[fused->op].shape(fused, in, &y, &e);
+    af_status st = af_kernel_shape(fused, in, &y, &e);
     free(in);
     if (st != AF_OK) return "the fused op rejects its inputs";
     const af_tensor *t = &out->type;

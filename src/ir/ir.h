@@ -35,31 +35,50 @@ typedef enum af_op_class {
     AF_CLASS_OPAQUE       /* everything else */
 } af_op_class;
 
-typedef struct af_exec af_exec;
-
-/* Shape and dtype inference. `in[i]` is NULL for an omitted optional input; an input's data is
- * non-NULL when its value is known (constant at compile time, always at run time). Fill
- * out[0..node->nout). Unknown dims are -1; at run time every dim must be known unless the
- * kernel allocates that output itself (data-dependent shapes, control flow). */
-typedef af_status (*af_shape_fn)(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                                 af_error *err);
-/* Reference kernel. Outputs whose dims are all known arrive allocated (zeroed); others have
- * data == NULL and the kernel allocates them with af_tensor_alloc. */
-typedef af_status (*af_kernel_fn)(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                                  af_exec *x, af_error *err);
-
 typedef enum af_op {
-#define AF_OP(id, name, cls, shape, kernel) AF_OP_##id,
+#define AF_OP(id, name, cls, shape, kernel, props) AF_OP_##id,
 #include "ir/ops.def"
 #undef AF_OP
     AF_OP_COUNT
 } af_op;
 
+/* How output 0 of an op may share memory with its input 0 (the memory planner, runtime/plan.c).
+ * A promise about how the op's kernels walk memory, so the list is deliberately short. */
+typedef enum af_inplace {
+    AF_INPLACE_NONE = 0,
+    AF_INPLACE_SAME_SHAPE, /* out[i] depends on in0[i] only (and on other inputs), and every
+                              kernel reads in0[i] before it writes out[i] */
+    AF_INPLACE_VIEW        /* the output's bytes are input 0's bytes (a reshape) */
+} af_inplace;
+
+/* How an op can join a channels-last region (the layout pass, passes/layout.c) without a
+ * kernel of its own: computing the same whatever the layout of its inputs. */
+typedef enum af_layout_kind {
+    AF_LAYOUT_FIXED = 0, /* only what the layout pass knows op by op */
+    AF_LAYOUT_UNARY,     /* elementwise on input 0; other inputs are parameters */
+    AF_LAYOUT_BINARY     /* elementwise on two inputs that broadcast to each other */
+} af_layout_kind;
+
+/* Where an epilogue step's parameter comes from: an attribute, with its ONNX default. */
+typedef struct af_op_param {
+    const char *attr; /* NULL: no parameter */
+    float dflt;
+} af_op_param;
+
+/* One row of the op table: the ONNX name and class, and the properties the passes, the fusion
+ * engine, the planner and the fast kernels read instead of keeping op lists of their own. */
 typedef struct af_op_info {
     const char *name; /* ONNX op_type */
     af_op_class cls;
-    af_shape_fn shape;
-    af_kernel_fn kernel;
+    int ep;                /* the epilogue step (ir/epilogue.h: af_ep_op) this activation or
+                              arithmetic op becomes in a fused op; 0: none */
+    af_op_param ep_p[2];   /* its parameters p0, p1 */
+    int vec_unary;         /* a unary op without an epilogue step that the vector kernels
+                              compute (af_vec_unary); 0: none */
+    af_inplace inplace;    /* output 0 over input 0 */
+    bool writes_all;       /* every kernel of the op writes every output element, so the
+                              planner need not zero its arena slot */
+    af_layout_kind layout; /* channels-last without a kernel of its own */
 } af_op_info;
 
 extern const af_op_info af_ops[AF_OP_COUNT];
@@ -204,8 +223,6 @@ void af_graph_renumber(af_graph *g);
 af_status af_graph_verify(const af_graph *g, af_error *err);
 /* Sort nodes topologically; AF_ERR_INVALID_MODEL naming a node on a cycle or with a dangling input. */
 af_status af_graph_toposort(af_graph *g, af_error *err);
-/* Run shape inference over g with what is known; unknown dims stay -1. */
-af_status af_graph_infer_shapes(af_graph *g, af_error *err);
 
 /* Attribute lookup; NULL when absent. */
 const af_attr *af_node_attr(const af_node *n, const char *name);
@@ -227,6 +244,21 @@ af_status af_tensor_copy(af_tensor *dst, const af_tensor *src, af_error *err);
 /* Value of element i of an integer or float tensor as int64 / double. */
 int64_t af_tensor_get_int(const af_tensor *t, int64_t i);
 double af_tensor_get_double(const af_tensor *t, int64_t i);
+/* Normalise axis in [-rank, rank) to [0, rank); false when out of range. */
+bool af_axis(int64_t axis, int rank, int *out);
+/* Numpy broadcast of a and b dims into out (rank = max); false when incompatible.
+ * Unknown dims (-1) broadcast to -1 unless the other side fixes them. */
+bool af_broadcast_dims(const af_tensor *a, const af_tensor *b, af_tensor *out);
+/* Row-major strides of t (in elements). Broadcast strides of t against shape `to`: stride 0
+ * where t's (right-aligned) dim is 1 and to's is not. */
+void af_strides(const af_tensor *t, int64_t *strides);
+void af_broadcast_strides(const af_tensor *t, const af_tensor *to, int64_t *strides);
+/* Copy type (dtype, rank, dims) without data. */
+void af_tensor_type_copy(af_tensor *dst, const af_tensor *src);
+/* Set dtype/rank/dims of a type-only tensor. */
+void af_tensor_set_type(af_tensor *t, af_dtype dtype, int rank, const int64_t *dims);
+/* Read an int64/int32 1-D tensor (e.g. a shape input) into v[0..n); false if too long/bad type. */
+bool af_tensor_to_ints(const af_tensor *t, int64_t *v, int max, int *n);
 /* "[1,3,224,224]" into buf. */
 const char *af_dims_str(const af_tensor *t, char *buf, size_t len);
 

@@ -1,11 +1,12 @@
-/* The op table built from ops.def, and lookup by ONNX name. */
+/* The op table built from ops.def (names, classes, properties), and lookup by ONNX name. */
+#include "ir/epilogue.h"
 #include "ir/plugin.h"
-#include "kernels/kernel.h"
 
 #include <string.h>
 
+#define AF_UNPAREN(...) __VA_ARGS__
 const af_op_info af_ops[AF_OP_COUNT] = {
-#define AF_OP(id, name, cls, shape, kernel) [AF_OP_##id] = {name, cls, shape, kernel},
+#define AF_OP(id, name, cls, shape, kernel, props) [AF_OP_##id] = {name, cls, AF_UNPAREN props},
 #include "ir/ops.def"
 #undef AF_OP
 };

@@ -1,14 +1,11 @@
-/* The plugin registry (see plugin.h and include/autofusion_plugin.h): loading shared libraries,
- * checking what they describe before anything of it is registered, and the op-table row of
- * custom ops.
+/* The plugin registry (see plugin.h and include/autofusion_plugin.h): loading shared libraries
+ * and checking what they describe before anything of it is registered.
  *
  * Invariant: a description is registered whole or not at all; every registered op has its
  * functions, a domain of its own and a name no other op has; every rule has a check, a name no
  * rule has and a fused op that is registered. Entries are only appended (under a lock), and
  * readers see an entry only after it is complete. */
 #include "ir/plugin.h"
-#include "fusion/fusion.h"
-#include "kernels/kernel.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -124,7 +121,8 @@ static bool op_known(const af_plugin_desc *d, const char *domain, const char *na
     return false;
 }
 
-static af_status check_rules(const af_plugin_desc *d, const char *path, af_error *err) {
+static af_status check_rules(const af_plugin_desc *d, const char *path,
+                             bool (*rule_taken)(const char *name), af_error *err) {
     if (d->nrules < 0 || d->nrules > AF_PLUGIN_MAX_RULES - af_plugin_rule_count() ||
         (d->nrules && !d->rules))
         return af_fail(err, AF_ERR_INVALID_ARG, "plugin '%s': %d rules (room for %d more)", path,
@@ -135,7 +133,7 @@ static af_status check_rules(const af_plugin_desc *d, const char *path, af_error
             return af_fail(err, AF_ERR_INVALID_ARG,
                            "plugin '%s': rule %d needs a name, a check, an anchor op and a fused op",
                            path, i);
-        bool dup = af_fusion_rule_find(r->name) >= 0;
+        bool dup = rule_taken(r->name);
         for (int k = 0; k < i && !dup; k++) dup = !strcmp(d->rules[k].name, r->name);
         if (dup)
             return af_fail(err, AF_ERR_INVALID_ARG, "plugin '%s': rule '%s' is already defined",
@@ -150,7 +148,8 @@ static af_status check_rules(const af_plugin_desc *d, const char *path, af_error
 
 /* ---- loading --------------------------------------------------------------------------------- */
 
-af_status af_plugin_load(const char *path, af_error *err) {
+af_status af_plugin_register(const char *path, bool (*rule_taken)(const char *name),
+                             af_error *err) {
     char real[PATH_MAX];
     if (!path || !*path) return af_fail(err, AF_ERR_INVALID_ARG, "plugin: empty path");
     if (!realpath(path, real))
@@ -184,8 +183,8 @@ af_status af_plugin_load(const char *path, af_error *err) {
                      "version %d (rebuild it against include/autofusion_plugin.h)",
                      path, d->abi_version, AF_PLUGIN_ABI_VERSION);
     if (!st) st = check_ops(d, path, err);
-    if (!st) st = check_rules(d, path, err);
-    char *copy = st ? NULL : strdup(real);
+    if (!st) st = check_rules(d, path, rule_taken, err);
+    char *copy = st ? NULL : af_strdup(real);
     if (!st && !copy) st = af_fail(err, AF_ERR_NOMEM, "out of memory");
     if (st) {
         dlclose(h);
@@ -209,23 +208,6 @@ af_status af_plugin_load(const char *path, af_error *err) {
 done:
     pthread_mutex_unlock(&reg.lock);
     return st;
-}
-
-af_status af_plugin_load_env(af_error *err) {
-    const char *env = getenv("AUTOFUSION_PLUGINS");
-    for (const char *p = env; p && *p;) {
-        size_t l = strcspn(p, ":");
-        char path[PATH_MAX];
-        if (l && l < sizeof path) {
-            memcpy(path, p, l);
-            path[l] = '\0';
-            af_error e;
-            af_status st = af_plugin_load(path, &e);
-            if (st) return af_fail(err, st, "AUTOFUSION_PLUGINS: %s", e.message);
-        }
-        p += l + (p[l] == ':');
-    }
-    return AF_OK;
 }
 
 /* ---- what plugins may ask about a node ------------------------------------------------------- */
@@ -285,47 +267,3 @@ const af_plugin_graph af_plugin_graph_api = {
     g_op_type, g_domain, g_name, g_num_inputs, g_num_outputs, g_input_id, g_producer,
     g_num_readers, g_reader, g_input_type, g_attr_int, g_attr_float,
 };
-
-/* ---- the op-table row ------------------------------------------------------------------------ */
-
-static const af_custom_op *node_op(const af_node *n, af_error *err) {
-    const af_custom_op *op = af_plugin_op(n->domain, n->op_type);
-    if (!op)
-        af_node_fail(err, n, AF_ERR_UNSUPPORTED,
-                     "custom op '%s:%s' is not loaded (give its plugin with --plugin or "
-                     "AUTOFUSION_PLUGINS)", dom(n->domain), n->op_type);
-    return op;
-}
-
-af_status af_custom_shape(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                          af_error *err) {
-    const af_custom_op *op = node_op(n, err);
-    if (!op) return err ? err->code : AF_ERR_UNSUPPORTED;
-    char msg[512] = "";
-    for (int o = 0; o < n->nout; o++) af_tensor_set_type(&out[o], AF_DTYPE_UNDEFINED, -1, NULL);
-    if (op->infer((const af_pnode *)n, &af_plugin_graph_api, n->nin, in, n->nout, out, msg,
-                  sizeof msg)) {
-        msg[sizeof msg - 1] = '\0';
-        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "%s", *msg ? msg : "shape inference failed");
-    }
-    for (int o = 0; o < n->nout; o++)
-        if (out[o].rank > AF_MAX_RANK || af_dtype_size(out[o].dtype) == 0)
-            return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
-                                "the plugin's shape inference gave output %d rank %d, type %d", o,
-                                out[o].rank, (int)out[o].dtype);
-    return AF_OK;
-}
-
-af_status af_custom_kernel(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                           af_exec *x, af_error *err) {
-    (void)x;
-    const af_custom_op *op = node_op(n, err);
-    if (!op) return err ? err->code : AF_ERR_UNSUPPORTED;
-    char msg[512] = "";
-    if (op->compute((const af_pnode *)n, &af_plugin_graph_api, n->nin, in, n->nout, out, msg,
-                    sizeof msg)) {
-        msg[sizeof msg - 1] = '\0';
-        return af_node_fail(err, n, AF_ERR_RUNTIME, "%s", *msg ? msg : "the plugin's kernel failed");
-    }
-    return AF_OK;
-}

@@ -26,10 +26,10 @@ const char *af_plugin_rule_owner(int i);
 /* The graph queries plugins receive; nodes are af_node. */
 extern const af_plugin_graph af_plugin_graph_api;
 
-/* Shape function and kernel of AF_OP_CUSTOM (the op table's row). */
-af_status af_custom_shape(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                          af_error *err);
-af_status af_custom_kernel(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                           af_exec *x, af_error *err);
+/* Load the plugin at path and register what it describes, whole or not at all. rule_taken
+ * tells whether a rule name is already in use (the fusion stage's table: fusion/plugins.c). The
+ * public af_plugin_load (include/autofusion_plugin.h) is this with that check. */
+af_status af_plugin_register(const char *path, bool (*rule_taken)(const char *name),
+                             af_error *err);
 
 #endif

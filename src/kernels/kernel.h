@@ -1,36 +1,96 @@
-/* What every reference kernel file shares: the function types of ops.def and small helpers for
- * axes, broadcasting and strided iteration. Kernels receive tensors whose dims are all known. */
-#ifndef AF_KERNEL_H
-#define AF_KERNEL_H
+/* The interface every kernel is written against: the function types of a shape function and a
+ * kernel, and af_exec, what a kernel runs with (the threads of its parallel loops, scratch
+ * memory, and for control flow the executor that runs subgraphs). exec.c implements it on
+ * pthreadpool; the executor (runtime/exec.c) makes one per run.
+ *
+ * This folder holds the kernels in three rooms, from the bottom up:
+ *   ref/   the reference kernels and every op's shape function: plain ONNX semantics, the
+ *          oracle the fast kernels are tested against (no SIMD, no ISA checks, no calls into
+ *          fast code);
+ *   simd/  the CPU (ISA choice, caches, cores), the vector kernel tables compiled once per ISA,
+ *          the vector math;
+ *   fast/  the fast kernels (GEMM core, channels-last convolution and pooling, fused ops,
+ *          attention, vectorised elementwise ops) and dispatch.c, the one place that decides
+ *          which kernel runs a node.
+ * Kernels receive tensors whose dims are all known. */
+#ifndef AF_KERNELS_KERNEL_H
+#define AF_KERNELS_KERNEL_H
 
 #include "ir/ir.h"
-#include "ir/plugin.h"
 
-#include <math.h>
-#include <string.h>
+typedef struct af_exec af_exec;
 
-/* Declare every shape function and kernel named in ops.def. */
-#define AF_OP(id, name, cls, shape, kernel)                                                  \
-    af_status shape(const af_node *, const af_tensor *const *, af_tensor *, af_error *);    \
-    af_status kernel(const af_node *, const af_tensor *const *, af_tensor *, af_exec *,     \
-                     af_error *);
-#include "ir/ops.def"
-#undef AF_OP
+/* Shape and dtype inference. `in[i]` is NULL for an omitted optional input; an input's data is
+ * non-NULL when its value is known (constant at compile time, always at run time). Fill
+ * out[0..node->nout). Unknown dims are -1; at run time every dim must be known unless the
+ * kernel allocates that output itself (data-dependent shapes, control flow). */
+typedef af_status (*af_shape_fn)(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                                 af_error *err);
+/* A kernel. Outputs whose dims are all known arrive allocated (zeroed, unless the op's row says
+ * its kernel writes every element); others have data == NULL and the kernel allocates them with
+ * af_tensor_alloc. x may be NULL (one thread, no scratch: constant folding). */
+typedef af_status (*af_kernel_fn)(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                                  af_exec *x, af_error *err);
 
-/* Normalise axis in [-rank, rank) to [0, rank); false when out of range. */
-bool af_axis(int64_t axis, int rank, int *out);
-/* Numpy broadcast of a and b dims into out (rank = max); false when incompatible.
- * Unknown dims (-1) broadcast to -1 unless the other side fixes them. */
-bool af_broadcast_dims(const af_tensor *a, const af_tensor *b, af_tensor *out);
-/* Row-major strides of t (in elements). Broadcast strides of t against shape `to`: stride 0
- * where t's (right-aligned) dim is 1 and to's is not. */
-void af_strides(const af_tensor *t, int64_t *strides);
-void af_broadcast_strides(const af_tensor *t, const af_tensor *to, int64_t *strides);
-/* Copy type (dtype, rank, dims) without data. */
-void af_tensor_type_copy(af_tensor *dst, const af_tensor *src);
-/* Set dtype/rank/dims of a type-only tensor. */
-void af_tensor_set_type(af_tensor *t, af_dtype dtype, int rank, const int64_t *dims);
-/* Read an int64/int32 1-D tensor (e.g. a shape input) into v[0..n); false if too long/bad type. */
-bool af_tensor_to_ints(const af_tensor *t, int64_t *v, int max, int *n);
+/* A fast kernel's answer for a case it does not take (another dtype, a broadcast its vector
+ * code cannot read): the dispatcher (fast/dispatch.c) then runs the reference kernel. Never
+ * returned past the dispatcher. */
+#define AF_DECLINED ((af_status)-1)
+
+/* ---- threads and scratch ------------------------------------------------------------------------
+ * A worker set is the thread pool (pthreadpool: persistent workers, low-latency parallel loops)
+ * and the scratch memory kernels borrow while they run. Scratch grows to the largest request
+ * and then stays, so a steady-state run allocates nothing for it. */
+typedef struct af_workers af_workers;
+
+/* threads: 0 for every core. */
+af_status af_workers_new(int threads, af_workers **out, af_error *err);
+void af_workers_free(af_workers *w);
+int af_workers_threads(const af_workers *w);
+/* Let the workers sleep until the next parallel loop instead of spinning (between runs: an idle
+ * session then leaves the cores to whoever needs them). */
+void af_workers_idle(af_workers *w);
+
+/* A subgraph run by the executor inside the frame of the node being executed (If, Loop, Scan). */
+typedef af_status (*af_subgraph_fn)(af_exec *x, const af_graph *body,
+                                    const af_tensor *const *inputs, int ninputs,
+                                    af_tensor *outputs, af_error *err);
+
+/* What a kernel runs with; the executor fills it. `own` holds the scratch of a run without a
+ * worker set (one thread), freed with af_exec_release. */
+struct af_exec {
+    af_workers *w;           /* NULL: one thread */
+    af_subgraph_fn subgraph; /* NULL: no executor (control flow cannot run) */
+    void *frame;             /* the executor's: the frame of the node being executed */
+    void *own;
+    size_t own_size;
+};
+
+/* An exec on w (may be NULL) for the executor's subgraph function (may be NULL). */
+void af_exec_init(af_exec *x, af_workers *w, af_subgraph_fn subgraph);
+/* Free what a run without a worker set borrowed. */
+void af_exec_release(af_exec *x);
+
+/* Threads available to this run (1 without workers, or x NULL). */
+int af_exec_threads(const af_exec *x);
+/* fn(ctx, slot, begin, end) over pieces that cover [0, n) once, run in parallel; returns when
+ * every item is done. x may be NULL (one call over all of [0, n)). Slots are 0 to
+ * min(af_exec_threads(), n, AF_EXEC_MAX_SLOTS) - 1. Slot s starts on the s-th of that many
+ * contiguous, nearly equal shares and takes its pieces from the front; a slot whose share is
+ * done takes the back half of what is left of another's (balancing threads that run at
+ * different speeds: a neighbour on the core, data in the other core's cache). So fn is called
+ * several times per slot, never twice at once for one slot: a slot may index per-thread
+ * scratch or state kept between its calls, but what fn computes for an item must not depend
+ * on the slot or the pieces (that keeps results the same from run to run). */
+enum { AF_EXEC_MAX_SLOTS = 64 };
+typedef void (*af_range_fn)(void *ctx, int slot, int64_t begin, int64_t end);
+void af_exec_parallel(af_exec *x, int64_t n, af_range_fn fn, void *ctx);
+/* `bytes` of 64-byte aligned scratch, valid until the calling kernel returns (one request per
+ * kernel call: a second one may return the same memory). NULL when out of memory or x is NULL. */
+void *af_exec_scratch(af_exec *x, size_t bytes);
+/* For control-flow kernels: run subgraph `body` inside the frame of the node being executed.
+ * AF_ERR_INTERNAL when x has no executor. */
+af_status af_exec_subgraph(af_exec *x, const af_graph *body, const af_tensor *const *inputs,
+                           int ninputs, af_tensor *outputs, af_error *err);
 
 #endif

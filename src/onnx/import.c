@@ -13,6 +13,7 @@
  * orders them) and lets a subgraph see every value of its enclosing graphs.
  */
 #include "onnx/onnx.h"
+#include "passes/passes.h"
 
 #include <errno.h>
 #include <fcntl.h>

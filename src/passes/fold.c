@@ -10,6 +10,7 @@
  * run time as before.
  */
 #include "passes/rewrite.h"
+#include "kernels/fast/dispatch.h"
 
 #include <string.h>
 
@@ -95,12 +96,12 @@ static bool compute(const af_node *n, const af_tensor **in, af_tensor *out) {
     af_error scratch;
     for (int k = 0; k < n->nin; k++) in[k] = n->in[k] ? &n->in[k]->type : NULL;
     for (int o = 0; o < n->nout; o++) out[o].rank = -1;
-    bool ok = af_ops[n->op].shape(n, in, out, &scratch) == AF_OK && size_ok(n, out);
+    bool ok = af_kernel_shape(n, in, out, &scratch) == AF_OK && size_ok(n, out);
     for (int o = 0; o < n->nout && ok; o++) {
         if (out[o].rank > AF_MAX_RANK) ok = false;
         else if (dims_known(&out[o])) ok = af_tensor_alloc(&out[o], &scratch) == AF_OK;
     }
-    ok = ok && af_ops[n->op].kernel(n, in, out, NULL, &scratch) == AF_OK;
+    ok = ok && af_kernel_run(n, in, out, NULL, &scratch) == AF_OK;
     for (int o = 0; o < n->nout && ok; o++)
         ok = !n->out[o] || (out[o].data && dims_known(&out[o]) && af_dtype_size(out[o].dtype));
     ok = ok && size_ok(n, out);

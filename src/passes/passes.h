@@ -13,6 +13,12 @@
 struct af_fusion_config;
 struct af_fusion_report;
 
+/* Shapes (shapes.c): shape and dtype inference over g and its subgraphs with what is known
+ * (declared types, constant values), through each op's shape function (kernels/fast/dispatch.h);
+ * unknown dims stay -1. A dim the model declares is kept where inference cannot tell; a
+ * contradiction between the two is an error. */
+af_status af_graph_infer_shapes(af_graph *g, af_error *err);
+
 /* Simplify (simplify.c, fold.c): constant folding, including Shape/Size of values whose dims
  * are all known (so shape arithmetic disappears once shapes are static); removal of copies
  * (Identity, inference-mode Dropout, Cast to the input's own type); removal of dead nodes.

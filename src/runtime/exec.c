@@ -8,13 +8,11 @@
  * the plan leaves out, a value whose run-time size does not fit its slot) is allocated as
  * before. Invariant: a tensor pointing into the arena never owns its data, so releasing it is
  * only forgetting it; the graph outputs, never planned, are moved to the caller. */
-#include "kernels/simd/cpu.h"
+#include "kernels/fast/dispatch.h"
 #include "runtime/exec.h"
 #include "runtime/plan.h"
 #include "runtime/profile.h"
 
-#include <pthreadpool.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -29,36 +27,30 @@ typedef struct frame {
 } frame;
 
 struct af_runtime {
-    pthreadpool_t pool; /* NULL with one thread: loops run on the caller */
-    int threads;
-    void *scratch;
-    size_t scratch_size;
+    af_workers *w;
     af_profile *prof; /* NULL unless profiling */
     void *frame;      /* the main graph's per-value arrays, kept between runs */
     size_t frame_size;
 };
 
-struct af_exec {
-    frame *f;
-    af_runtime *rt; /* the session's, or `own` for a run without one */
-    af_runtime own;
-};
+/* One run: what its kernels see (x, first, so that the subgraph hook finds the run from it)
+ * and the session's runtime (NULL: a run without one, on one thread). x.frame is the frame of
+ * the node being executed. */
+typedef struct run {
+    af_exec x;
+    af_runtime *rt;
+} run;
 
 /* ---- runtime ------------------------------------------------------------------------------------- */
 
 af_status af_runtime_new(int threads, af_runtime **out, af_error *err) {
     *out = NULL;
-    if (threads < 0) return af_fail(err, AF_ERR_INVALID_ARG, "--threads must be >= 0, got %d", threads);
-    af_runtime *rt = calloc(1, sizeof *rt);
+    af_runtime *rt = af_calloc(1, sizeof *rt);
     if (!rt) return af_fail(err, AF_ERR_NOMEM, "out of memory");
-    rt->threads = threads ? threads : af_cpu_cores();
-    if (rt->threads > 1) {
-        rt->pool = pthreadpool_create((size_t)rt->threads);
-        if (!rt->pool) {
-            free(rt);
-            return af_fail(err, AF_ERR_NOMEM, "cannot start %d threads", threads);
-        }
-        rt->threads = (int)pthreadpool_get_threads_count(rt->pool);
+    af_status st = af_workers_new(threads, &rt->w, err);
+    if (st) {
+        af_free(rt);
+        return st;
     }
     *out = rt;
     return AF_OK;
@@ -67,13 +59,12 @@ af_status af_runtime_new(int threads, af_runtime **out, af_error *err) {
 void af_runtime_free(af_runtime *rt) {
     if (!rt) return;
     af_profile_free(rt->prof);
-    if (rt->pool) pthreadpool_destroy(rt->pool);
-    free(rt->scratch);
-    free(rt->frame);
-    free(rt);
+    af_workers_free(rt->w);
+    af_free(rt->frame);
+    af_free(rt);
 }
 
-int af_runtime_threads(const af_runtime *rt) { return rt ? rt->threads : 1; }
+int af_runtime_threads(const af_runtime *rt) { return rt ? af_workers_threads(rt->w) : 1; }
 
 af_status af_runtime_profile(af_runtime *rt, bool on, af_error *err) {
     if (!on) {
@@ -87,98 +78,6 @@ af_status af_runtime_profile(af_runtime *rt, bool on, af_error *err) {
 }
 
 af_profile *af_runtime_profile_get(af_runtime *rt) { return rt ? rt->prof : NULL; }
-
-int af_exec_threads(const af_exec *x) { return x && x->rt ? x->rt->threads : 1; }
-
-/* A slot's share of a parallel loop: items [next, end) packed in one word (next in the high
- * half), on a cache line of its own, so that its owner taking from the front and a thief taking
- * from the back each claim items with one compare-and-swap, and the owner's claims do not
- * bounce the line while nobody steals. */
-typedef struct par_share {
-    _Alignas(64) _Atomic uint64_t range;
-} par_share;
-
-typedef struct par_job {
-    af_range_fn fn;
-    void *ctx;
-    int64_t n;
-    int parts;
-    bool fixed;
-    par_share share[AF_EXEC_MAX_SLOTS];
-} par_job;
-
-static uint64_t pack(uint64_t next, uint64_t end) { return next << 32 | end; }
-
-/* Claims [*b, *e) from the front of s: a quarter of what is left (at least one item), so the
- * pieces shrink as the share runs out and a thief finds something to take until near the end. */
-static bool take_front(par_share *s, int64_t *b, int64_t *e) {
-    uint64_t r = atomic_load_explicit(&s->range, memory_order_relaxed);
-    for (;;) {
-        uint64_t next = r >> 32, end = r & 0xffffffffu, c = (end - next + 3) / 4;
-        if (next >= end) return false;
-        if (atomic_compare_exchange_weak(&s->range, &r, pack(next + c, end))) {
-            *b = (int64_t)next, *e = (int64_t)(next + c);
-            return true;
-        }
-    }
-}
-
-/* Moves the back half of what is left of s (at least one item) into the empty share mine. */
-static bool steal(par_share *s, par_share *mine) {
-    uint64_t r = atomic_load_explicit(&s->range, memory_order_relaxed);
-    for (;;) {
-        uint64_t next = r >> 32, end = r & 0xffffffffu, c = (end - next + 1) / 2;
-        if (next >= end) return false;
-        if (atomic_compare_exchange_weak(&s->range, &r, pack(next, end - c))) {
-            atomic_store(&mine->range, pack(end - c, end));
-            return true;
-        }
-    }
-}
-
-static void par_part(void *p, size_t i) {
-    par_job *j = p;
-    par_share *mine = &j->share[i];
-    int64_t b, e;
-    if (j->fixed) { /* more items than a share holds: the static split */
-        j->fn(j->ctx, (int)i, j->n * (int64_t)i / j->parts, j->n * (int64_t)(i + 1) / j->parts);
-        return;
-    }
-    for (int k = 1;;) {
-        while (take_front(mine, &b, &e)) j->fn(j->ctx, (int)i, b, e);
-        /* victims from the next slot on, so that thieves spread over them */
-        while (k < j->parts && !steal(&j->share[(i + (size_t)k) % (size_t)j->parts], mine)) k++;
-        if (k == j->parts) return;
-    }
-}
-
-void af_exec_parallel(af_exec *x, int64_t n, af_range_fn fn, void *ctx) {
-    if (n <= 0) return;
-    int t = af_exec_threads(x);
-    if (t <= 1 || n == 1) {
-        fn(ctx, 0, 0, n);
-        return;
-    }
-    if (t > AF_EXEC_MAX_SLOTS) t = AF_EXEC_MAX_SLOTS;
-    par_job j = {fn, ctx, n, n < t ? (int)n : t, n > (int64_t)UINT32_MAX, {{0}}};
-    for (int s = 0; s < j.parts; s++)
-        atomic_init(&j.share[s].range,
-                    pack((uint64_t)(n * s / j.parts), (uint64_t)(n * (s + 1) / j.parts)));
-    pthreadpool_parallelize_1d(x->rt->pool, par_part, &j, (size_t)j.parts, 0);
-}
-
-void *af_exec_scratch(af_exec *x, size_t bytes) {
-    af_runtime *rt = x ? x->rt : NULL;
-    if (!rt) return NULL;
-    if (bytes <= rt->scratch_size) return rt->scratch;
-    size_t size = (bytes + 4095) & ~(size_t)4095;
-    void *p = af_alloc_big(size);
-    if (!p) return NULL;
-    free(rt->scratch);
-    rt->scratch = p;
-    rt->scratch_size = size;
-    return p;
-}
 
 static const af_tensor *lookup(const frame *f, const af_value *v) {
     while (f && f->g != v->graph) f = f->parent;
@@ -263,12 +162,12 @@ static bool place(const frame *f, const af_node *n, int o, const af_tensor *cons
  * node), on the heap past them (a node may have very many). */
 enum { STACK_IN = 32, STACK_OUT = 8 };
 
-static af_status run_node(af_exec *x, frame *f, const af_node *n, af_error *err) {
+static af_status run_node(run *r, frame *f, const af_node *n, af_error *err) {
     const af_tensor *in_stack[STACK_IN];
     af_tensor out_stack[STACK_OUT];
     bool heap_in = n->nin > STACK_IN, heap_out = n->nout > STACK_OUT;
-    const af_tensor **in = heap_in ? calloc((size_t)n->nin + 1, sizeof(af_tensor *)) : in_stack;
-    af_tensor *out = heap_out ? calloc((size_t)n->nout + 1, sizeof(af_tensor)) : out_stack;
+    const af_tensor **in = heap_in ? af_calloc((size_t)n->nin + 1, sizeof(af_tensor *)) : in_stack;
+    af_tensor *out = heap_out ? af_calloc((size_t)n->nout + 1, sizeof(af_tensor)) : out_stack;
     if (!heap_out) memset(out_stack, 0, sizeof(af_tensor) * (size_t)(n->nout > 0 ? n->nout : 1));
     af_status st = AF_OK;
     if (!in || !out) {
@@ -282,7 +181,7 @@ static af_status run_node(af_exec *x, frame *f, const af_node *n, af_error *err)
                               n->in[k]->name);
     }
     for (int o = 0; o < n->nout; o++) out[o].rank = -1;
-    if (!st) st = af_ops[n->op].shape(n, in, out, err);
+    if (!st) st = af_kernel_shape(n, in, out, err);
     bool done_in_place = false;
     for (int o = 0; o < n->nout && !st; o++) {
         if (out[o].rank > AF_MAX_RANK)
@@ -293,9 +192,9 @@ static af_status run_node(af_exec *x, frame *f, const af_node *n, af_error *err)
         if (st == AF_ERR_NOMEM || st == AF_ERR_INVALID_ARG)
             st = af_node_fail(err, n, st, "output %d: %s", o, err ? err->message : "");
     }
-    af_profile *prof = x->rt->prof;
+    af_profile *prof = r->rt ? r->rt->prof : NULL;
     double t0 = prof ? af_profile_now(prof) : 0;
-    if (!st && !done_in_place) st = af_ops[n->op].kernel(n, in, out, x, err);
+    if (!st && !done_in_place) st = af_kernel_run(n, in, out, &r->x, err);
     if (prof && !st) af_profile_add(prof, n, NULL, t0, af_profile_now(prof) - t0);
     for (int o = 0; o < n->nout && !st; o++)
         if (n->out[o] && !out[o].data)
@@ -309,12 +208,12 @@ static af_status run_node(af_exec *x, frame *f, const af_node *n, af_error *err)
         }
     }
 done:
-    if (heap_in) free(in);
-    if (heap_out) free(out);
+    if (heap_in) af_free(in);
+    if (heap_out) af_free(out);
     return st;
 }
 
-static af_status run_frame(af_exec *x, frame *f, const af_tensor *const *inputs, int ninputs,
+static af_status run_frame(run *r, frame *f, const af_tensor *const *inputs, int ninputs,
                            af_tensor *outputs, af_error *err) {
     const af_graph *g = f->g;
     const char *file = g->file ? g->file : "<model>";
@@ -330,17 +229,17 @@ static af_status run_frame(af_exec *x, frame *f, const af_tensor *const *inputs,
     }
     for (int i = 0; i < g->nnodes; i++) count_reads(g, g->nodes[i], f->left, 1);
 
-    frame *outer = x->f;
-    x->f = f;
+    frame *outer = r->x.frame;
+    r->x.frame = f;
     af_status st = AF_OK;
     for (int i = 0; i < g->nnodes && !st; i++) {
         const af_node *n = g->nodes[i];
-        st = run_node(x, f, n, err);
+        st = run_node(r, f, n, err);
         if (st) break;
         count_reads(g, n, f->left, -1);
         free_dead(f, n);
     }
-    x->f = outer;
+    r->x.frame = outer;
     int done = 0;
     for (; done < g->noutputs && !st; done++) {
         const af_value *v = g->outputs[done];
@@ -366,21 +265,21 @@ static af_status run_frame(af_exec *x, frame *f, const af_tensor *const *inputs,
 /* The per-value arrays of a frame. The main graph's come from the runtime (made by the first
  * run, zeroed by every later one: a steady-state run allocates nothing here); subgraph frames
  * allocate theirs. */
-static bool frame_alloc(af_exec *x, frame *f, bool top) {
+static bool frame_alloc(run *r, frame *f, bool top) {
     size_t n = (size_t)f->g->nvalues + 1;
     size_t bytes = n * (sizeof(af_tensor) + sizeof(af_tensor *) + sizeof(int));
     unsigned char *m;
-    if (top && x->rt != &x->own) {
-        af_runtime *rt = x->rt;
+    if (top && r->rt) {
+        af_runtime *rt = r->rt;
         if (rt->frame_size < bytes) {
-            free(rt->frame);
+            af_free(rt->frame);
             rt->frame_size = 0;
-            if (!(rt->frame = malloc(bytes))) return false;
+            if (!(rt->frame = af_malloc(bytes))) return false;
             rt->frame_size = bytes;
         }
         m = rt->frame;
         memset(m, 0, bytes);
-    } else if (!(m = calloc(1, bytes))) {
+    } else if (!(m = af_calloc(1, bytes))) {
         return false;
     }
     f->vals = (af_tensor *)m;
@@ -389,53 +288,63 @@ static bool frame_alloc(af_exec *x, frame *f, bool top) {
     return true;
 }
 
-static af_status exec_in(af_exec *x, frame *parent, const af_graph *g, const af_plan *plan,
+static af_status exec_in(run *r, frame *parent, const af_graph *g, const af_plan *plan,
                          void *arena, const af_tensor *const *inputs, int ninputs,
                          af_tensor *outputs, af_error *err) {
     frame f = {g, parent, NULL, NULL, NULL, plan, arena};
     bool top = parent == NULL;
     af_status st;
-    if (!frame_alloc(x, &f, top))
+    if (!frame_alloc(r, &f, top))
         return af_fail(err, AF_ERR_NOMEM, "out of memory starting a run");
-    st = run_frame(x, &f, inputs, ninputs, outputs, err);
+    st = run_frame(r, &f, inputs, ninputs, outputs, err);
     for (int i = 0; i < g->nvalues; i++) af_tensor_release(&f.vals[i]);
-    if (!top || x->rt == &x->own) free(f.vals);
+    if (!top || !r->rt) af_free(f.vals);
     return st;
 }
 
-/* A run with the given runtime, or a one-thread one of its own whose scratch dies with it. */
+static af_status subgraph(af_exec *x, const af_graph *body, const af_tensor *const *inputs,
+                          int ninputs, af_tensor *outputs, af_error *err) {
+    if (ninputs != body->ninputs)
+        return af_fail(err, AF_ERR_INVALID_MODEL, "%s: subgraph '%s' takes %d inputs, given %d",
+                       body->file ? body->file : "<model>", body->name ? body->name : "",
+                       body->ninputs, ninputs);
+    return exec_in((run *)x, x->frame, body, NULL, NULL, inputs, ninputs, outputs, err);
+}
+
+/* A run on rt's workers (rt NULL: one thread, scratch of its own freed at the end). */
+static void run_init(run *r, af_runtime *rt) {
+    af_exec_init(&r->x, rt ? rt->w : NULL, subgraph);
+    r->rt = rt;
+}
+
 static af_status exec_top(const af_graph *g, const af_plan *p, void *arena, af_runtime *rt,
                           const af_tensor *const *inputs, af_tensor *outputs, af_error *err) {
-    af_exec x = {NULL, rt, {NULL, 1, NULL, 0, NULL, NULL, 0}};
-    if (!rt) x.rt = &x.own;
-    af_status st = exec_in(&x, NULL, g, p, arena, inputs, g->ninputs, outputs, err);
-    free(x.own.scratch);
+    run r;
+    run_init(&r, rt);
+    af_status st = exec_in(&r, NULL, g, p, arena, inputs, g->ninputs, outputs, err);
+    af_exec_release(&r.x);
     return st;
 }
 
 void af_runtime_call(af_runtime *rt, void (*fn)(af_exec *x, void *ctx), void *ctx) {
-    af_exec x = {NULL, rt, {NULL, 1, NULL, 0, NULL, NULL, 0}};
-    if (!rt) x.rt = &x.own;
-    fn(&x, ctx);
-    free(x.own.scratch);
+    run r;
+    run_init(&r, rt);
+    fn(&r.x, ctx);
+    af_exec_release(&r.x);
 }
 
 af_status af_runtime_kernel(af_runtime *rt, const af_node *n, const af_tensor *const *in,
                             af_tensor *out, af_error *err) {
-    af_exec x = {NULL, rt, {NULL, 1, NULL, 0, NULL, NULL, 0}};
-    if (!rt) x.rt = &x.own;
-    af_status st = af_ops[n->op].kernel(n, in, out, &x, err);
-    free(x.own.scratch);
+    run r;
+    run_init(&r, rt);
+    af_status st = af_kernel_run(n, in, out, &r.x, err);
+    af_exec_release(&r.x);
     return st;
 }
 
 af_status af_exec_graph(const af_graph *g, const af_tensor *const *inputs, af_tensor *outputs,
                         af_error *err) {
     return exec_top(g, NULL, NULL, NULL, inputs, outputs, err);
-}
-
-static void nothing(void *ctx, size_t i) {
-    (void)ctx, (void)i;
 }
 
 af_status af_exec_graph_planned(const af_graph *g, const af_plan *p, void *arena,
@@ -447,17 +356,6 @@ af_status af_exec_graph_planned(const af_graph *g, const af_plan *p, void *arena
     af_status st = exec_top(g, p, arena, rt, inputs, outputs, err);
     /* Between runs the workers sleep instead of spinning: an idle session then leaves the
      * cores to whoever needs them (another session, another process). */
-    if (rt && rt->pool)
-        pthreadpool_parallelize_1d(rt->pool, nothing, NULL, (size_t)rt->threads,
-                                   PTHREADPOOL_FLAG_YIELD_WORKERS);
+    if (rt) af_workers_idle(rt->w);
     return st;
-}
-
-af_status af_exec_subgraph(af_exec *x, const af_graph *body, const af_tensor *const *inputs,
-                           int ninputs, af_tensor *outputs, af_error *err) {
-    if (ninputs != body->ninputs)
-        return af_fail(err, AF_ERR_INVALID_MODEL, "%s: subgraph '%s' takes %d inputs, given %d",
-                       body->file ? body->file : "<model>", body->name ? body->name : "",
-                       body->ninputs, ninputs);
-    return exec_in(x, x->f, body, NULL, NULL, inputs, ninputs, outputs, err);
 }

@@ -19,22 +19,11 @@ typedef struct block {
     _Alignas(64) unsigned char data[];
 } block;
 
-void *af_alloc_big(size_t bytes) {
-    const size_t huge = (size_t)2 << 20;
-    if (bytes >= huge) {
-        size_t n = (bytes + huge - 1) & ~(huge - 1);
-        void *p = aligned_alloc(huge, n);
-        if (p) madvise(p, n, MADV_HUGEPAGE); /* a hint: without it, 4 KiB pages still work */
-        return p;
-    }
-    return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-}
-
 struct af_arena {
     block *head;
 };
 
-af_arena *af_arena_new(void) { return calloc(1, sizeof(af_arena)); }
+af_arena *af_arena_new(void) { return af_calloc(1, sizeof(af_arena)); }
 
 void af_arena_free(af_arena *a) {
     if (!a) return;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Our own bugs: always on, never used for anything read from a file. */
 #define AF_ASSERT(c)                                                                        \
@@ -33,10 +34,23 @@ char *af_arena_strdup(af_arena *a, const char *s);
 /* Grow an arena array of elements of `size` bytes to hold at least `need` (old copy is left). */
 bool af_arena_grow(af_arena *a, void **arr, int *cap, int need, size_t size);
 
+/* ---- the heap (alloc.c) ----------------------------------------------------------------------
+ * Every heap allocation of the library goes through these, never malloc and its kin directly,
+ * so that tests can inject failures. Zero-byte requests return a unique pointer. */
+void *af_malloc(size_t bytes);
+void *af_calloc(size_t n, size_t size);
+void *af_realloc(void *p, size_t bytes);
+void af_free(void *p);
+char *af_strdup(const char *s);
 /* Memory for big buffers (arena blocks, the run arena, kernel scratch): 64-byte aligned; from
  * 2 MiB on, 2 MiB aligned with the transparent-huge-page hint (fewer TLB misses while weights
- * stream). Release with free(). NULL when out of memory. */
+ * stream). Release with af_free(). NULL when out of memory. */
 void *af_alloc_big(size_t bytes);
+/* Fault injection, for tests: the nth allocation from now fails (and, when persistent, every
+ * one after it); nth <= 0 disarms. af_alloc_count() is the number of allocations since the last
+ * af_alloc_fault call, so a test can count a run's allocations and then fail each in turn. */
+void af_alloc_fault(int64_t nth, bool persistent);
+int64_t af_alloc_count(void);
 
 /* Overflow-checked helpers: return false on overflow. */
 static inline bool af_mul_i64(int64_t a, int64_t b, int64_t *r) {

@@ -13,8 +13,28 @@
  * Invariant: cl_setup checks every dim, attribute and byte count against each other (through
  * Conv's own shape function on the NCHW view), so the loops below only form in-range
  * addresses. */
-#include "kernels/fast/conv.h"
+#include "kernels/fast/fast.h"
 #include "kernels/fast/gemm.h"
+#include "kernels/ref/epilogue.h"
+#include "kernels/ref/fused.h"
+
+typedef struct fk_conv_cl {
+    af_tensor y; /* output type [N, OH, OW, M] (rank -1 while X's rank is unknown) */
+    int64_t n, h, w, c, m, cg, mg, group;
+    int64_t oh, ow, kh, kw, sh, sw, dh, dw, ph, pw; /* pads at the beginning */
+    int packed; /* w_packed: 0 not yet, 1 GEMM panels, 2 depthwise */
+    af_gemm_type wt_type; /* packed GEMM panels in half or bfloat16 (--precision_mode) */
+    const float *x, *wt, *b;
+    /* in_scale: X's channels are multiplied by gate[n][c] (input in_scale, [N, 1, 1, C]; a
+     * squeeze-excite gate folded into this 1x1 conv), applied to the weights per image */
+    const float *gate;
+    /* pro_w >= 0: a depthwise conv whose 1x1 expand conv was merged in (passes/lower.c). X
+     * (input 0) is the expand's input [N, H, W, pro_c]; the C = E channels the depthwise conv
+     * reads are computed from it row by row (pro_wt packed pro_c x C, bias pro_b or NULL, then
+     * the program in pro_epilogue) and never stored whole. x is NULL then. */
+    const float *pro_x, *pro_wt, *pro_b;
+    int64_t pro_c;
+} fk_conv_cl;
 
 #include <string.h>
 
@@ -54,8 +74,9 @@ static af_status pro_setup(const af_node *n, const af_tensor *const *in, fk_conv
     return AF_OK;
 }
 
-af_status fk_conv_cl_setup(const af_node *n, const af_tensor *const *in, fk_conv_cl *g,
-                           af_error *err) {
+/* Check the node and its inputs (types only when data is absent) and fill g. */
+static af_status fk_conv_cl_setup(const af_node *n, const af_tensor *const *in, fk_conv_cl *g,
+                                  af_error *err) {
     memset(g, 0, sizeof *g);
     const af_tensor *x = nn_in(n, in, 0), *w = nn_in(n, in, 1), *b = nn_in(n, in, 2);
     if (!x || !w) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input X or W");
@@ -163,7 +184,7 @@ static bool pool_out(const af_node *n) {
     return af_attr_int(n, "pool_out", 0) != 0 && n->nout == 2;
 }
 
-af_status fk_shape_conv_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status fast_shape_fused_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_error *err) {
     fk_conv_cl g;
     af_status st = fk_conv_cl_setup(n, in, &g, err);
@@ -640,7 +661,7 @@ static af_status conv_ready(const af_node *n, const af_tensor *const *in, fk_con
     return AF_OK;
 }
 
-af_status fk_kernel_conv_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status fast_fused_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_exec *ex, af_error *err) {
     fk_conv_cl g;
     af_epilogue ep;
@@ -720,7 +741,7 @@ static af_status cpf_setup(const af_node *n, const af_tensor *const *in, cpf_cl 
     return AF_OK;
 }
 
-af_status fk_shape_cpf_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status fast_shape_conv_pool_fc(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_error *err) {
     cpf_cl c;
     af_status st = cpf_setup(n, in, &c, &out[0], err);
@@ -728,7 +749,7 @@ af_status fk_shape_cpf_cl(const af_node *n, const af_tensor *const *in, af_tenso
     return st;
 }
 
-af_status fk_kernel_cpf_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status fast_conv_pool_fc(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *ex, af_error *err) {
     cpf_cl c;
     af_tensor yt;

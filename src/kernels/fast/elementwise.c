@@ -1,17 +1,18 @@
-/* Fast paths of the float32 elementwise and row ops: unary activations and math, Add / Sub /
+/* The fast float32 elementwise and row kernels: unary activations and math, Clip, Add / Sub /
  * Mul / Div (and Pow by a constant 2 or 0.5) whose operands broadcast as the vector epilogue
- * can read them (same shape, per last-dim vector, per row, scalar), and the row-wise
- * LayerNormalization and Softmax over the last axis. The elementwise ones run through the
- * vector epilogue of vec.h, in parallel, in cache-sized pieces: one copy of the operand that
- * has the output's shape, then the step applied in place. Also the Transposes that move whole
- * rows (the layout pass's NCHW <-> NHWC reorders), in blocks.
+ * can read them (same shape, per last-dim vector, per row, scalar), the row-wise
+ * LayerNormalization and Softmax over the last axis, sums and means of rows, and the Transposes
+ * that move whole rows (the layout pass's NCHW <-> NHWC reorders), in blocks. The elementwise
+ * ones run through the vector epilogue of vec.h, in parallel, in cache-sized pieces: one copy of
+ * the operand that has the output's shape, then the step applied in place.
  *
- * Invariant: a fast path only takes what it computes exactly as the reference kernel defines
- * it (up to float rounding); anything else returns false and the reference kernel runs. Inputs
- * have been checked against the output by the caller. */
+ * Invariant: a kernel only takes what it computes exactly as the reference kernel defines it
+ * (up to float rounding), with every tensor it reads or writes checked to hold its elements;
+ * anything else is AF_DECLINED and the reference kernel runs it (and reports what is wrong). */
 #include "kernels/fast/elementwise.h"
-#include "kernels/simd/cpu.h"
-#include "runtime/exec.h"
+#include "kernels/fast/fast.h"
+#include "kernels/ref/nn_common.h"
+#include "kernels/ref/tensor_util.h"
 
 #include <string.h>
 
@@ -60,37 +61,13 @@ void fk_ep_run(af_exec *ex, const af_vep *v, const float *x, float *y, int64_t n
     af_exec_parallel(numel < 4 * PIECE ? NULL : ex, items, ep_range, &j);
 }
 
-/* The epilogue op of a unary ONNX op, with its parameters; false when there is none. */
+/* The vector op of a unary ONNX op with its parameters, from its row of the op table: its
+ * epilogue step, or its vector function; false when it has neither. */
 static bool unary_op(const af_node *n, int *op, float *p0, float *p1) {
+    if (af_op_ep_step(n, op, p0, p1)) return true;
     *p0 = *p1 = 0.0f;
-    switch (n->op) {
-    case AF_OP_RELU: *op = AF_EP_RELU; return true;
-    case AF_OP_SIGMOID: *op = AF_EP_SIGMOID; return true;
-    case AF_OP_TANH: *op = AF_EP_TANH; return true;
-    case AF_OP_HARD_SWISH: *op = AF_EP_HARD_SWISH; return true;
-    case AF_OP_SILU: *op = AF_EP_SILU; return true;
-    case AF_OP_LEAKY_RELU: *op = AF_EP_LEAKY_RELU; *p0 = af_attr_float(n, "alpha", 0.01f); return true;
-    case AF_OP_ELU: *op = AF_EP_ELU; *p0 = af_attr_float(n, "alpha", 1.0f); return true;
-    case AF_OP_HARD_SIGMOID:
-        *op = AF_EP_HARD_SIGMOID;
-        *p0 = af_attr_float(n, "alpha", 0.2f);
-        *p1 = af_attr_float(n, "beta", 0.5f);
-        return true;
-    case AF_OP_GELU: {
-        const char *a = af_attr_str(n, "approximate", "none");
-        *op = AF_EP_GELU;
-        *p0 = strcmp(a, "tanh") ? 0.0f : 1.0f;
-        return !strcmp(a, "none") || !strcmp(a, "tanh");
-    }
-    case AF_OP_ERF: *op = AF_VUN_ERF; return true;
-    case AF_OP_EXP: *op = AF_VUN_EXP; return true;
-    case AF_OP_SOFTPLUS: *op = AF_VUN_SOFTPLUS; return true;
-    case AF_OP_SQRT: *op = AF_VUN_SQRT; return true;
-    case AF_OP_RECIPROCAL: *op = AF_VUN_RECIPROCAL; return true;
-    case AF_OP_NEG: *op = AF_VUN_NEG; return true;
-    case AF_OP_ABS: *op = AF_VUN_ABS; return true;
-    default: return false;
-    }
+    *op = af_ops[n->op].vec_unary;
+    return *op != 0;
 }
 
 typedef struct un_job {
@@ -106,8 +83,8 @@ static void un_range(void *ctx, int slot, int64_t begin, int64_t end) {
     af_vec()->unary(j->op, j->p0, j->p1, j->x + begin, j->y + begin, end - begin);
 }
 
-bool fk_fast_map(int op, float p0, float p1, const af_tensor *x, af_tensor *y, af_exec *ex) {
-    if (af_isa_get() == AF_ISA_REFERENCE || x->dtype != AF_DTYPE_FLOAT || y->dtype != AF_DTYPE_FLOAT)
+static bool fk_fast_map(int op, float p0, float p1, const af_tensor *x, af_tensor *y, af_exec *ex) {
+    if (x->dtype != AF_DTYPE_FLOAT || y->dtype != AF_DTYPE_FLOAT)
         return false;
     int64_t count = af_tensor_numel(x);
     if (count < 0 || count != af_tensor_numel(y)) return false;
@@ -116,29 +93,24 @@ bool fk_fast_map(int op, float p0, float p1, const af_tensor *x, af_tensor *y, a
     return true;
 }
 
-bool fk_fast_unary(const af_node *n, const af_tensor *x, af_tensor *y, af_exec *ex) {
+static bool fk_fast_unary(const af_node *n, const af_tensor *x, af_tensor *y, af_exec *ex) {
     int op;
     float p0, p1;
     return unary_op(n, &op, &p0, &p1) && fk_fast_map(op, p0, p1, x, y, ex);
 }
 
-/* The epilogue op of a binary ONNX op; Pow by a constant scalar 2 or 0.5 becomes a unary op. */
+/* The epilogue op of a binary ONNX op (its row's .ep); Pow by a constant scalar 2 or 0.5
+ * becomes a unary op. */
 static bool binary_op(const af_node *n, const af_tensor *b, int *op, bool *unary) {
     *unary = false;
-    switch (n->op) {
-    case AF_OP_ADD: *op = AF_EP_ADD; return true;
-    case AF_OP_SUB: *op = AF_EP_SUB; return true;
-    case AF_OP_MUL: *op = AF_EP_MUL; return true;
-    case AF_OP_DIV: *op = AF_EP_DIV; return true;
-    case AF_OP_POW:
-        if (b->dtype != AF_DTYPE_FLOAT || af_tensor_numel(b) != 1) return false;
-        *unary = true;
-        if (((const float *)b->data)[0] == 2.0f) *op = AF_VUN_SQUARE;
-        else if (((const float *)b->data)[0] == 0.5f) *op = AF_VUN_SQRT;
-        else return false;
-        return true;
-    default: return false;
-    }
+    *op = af_ops[n->op].ep;
+    if (af_ep_is_binary(*op)) return true;
+    if (n->op != AF_OP_POW || b->dtype != AF_DTYPE_FLOAT || af_tensor_numel(b) != 1) return false;
+    *unary = true;
+    if (((const float *)b->data)[0] == 2.0f) *op = AF_VUN_SQUARE;
+    else if (((const float *)b->data)[0] == 0.5f) *op = AF_VUN_SQRT;
+    else return false;
+    return true;
 }
 
 static bool same_dims(const af_tensor *a, const af_tensor *b) {
@@ -148,11 +120,11 @@ static bool same_dims(const af_tensor *a, const af_tensor *b) {
     return true;
 }
 
-bool fk_fast_binary(const af_node *n, const af_tensor *a, const af_tensor *b, af_tensor *y,
+static bool fk_fast_binary(const af_node *n, const af_tensor *a, const af_tensor *b, af_tensor *y,
                     af_exec *ex) {
     int op;
     bool unary;
-    if (af_isa_get() == AF_ISA_REFERENCE || a->dtype != AF_DTYPE_FLOAT ||
+    if (a->dtype != AF_DTYPE_FLOAT ||
         b->dtype != AF_DTYPE_FLOAT || y->dtype != AF_DTYPE_FLOAT || y->rank < 1 ||
         !binary_op(n, b, &op, &unary))
         return false;
@@ -206,9 +178,9 @@ static void smax_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     }
 }
 
-bool fk_fast_layernorm(const af_tensor *x, const af_tensor *scale, const af_tensor *bias,
+static bool fk_fast_layernorm(const af_tensor *x, const af_tensor *scale, const af_tensor *bias,
                        float eps, int64_t rows, int64_t len, af_tensor *y, af_exec *ex) {
-    if (af_isa_get() == AF_ISA_REFERENCE || x->dtype != AF_DTYPE_FLOAT || y->dtype != AF_DTYPE_FLOAT ||
+    if (x->dtype != AF_DTYPE_FLOAT || y->dtype != AF_DTYPE_FLOAT ||
         scale->dtype != AF_DTYPE_FLOAT || af_tensor_numel(scale) != len || len < 1 ||
         (bias && (bias->dtype != AF_DTYPE_FLOAT || af_tensor_numel(bias) != len)))
         return false;
@@ -217,8 +189,8 @@ bool fk_fast_layernorm(const af_tensor *x, const af_tensor *scale, const af_tens
     return true;
 }
 
-bool fk_fast_softmax(const af_tensor *x, int64_t rows, int64_t len, af_tensor *y, af_exec *ex) {
-    if (af_isa_get() == AF_ISA_REFERENCE || x->dtype != AF_DTYPE_FLOAT || y->dtype != AF_DTYPE_FLOAT ||
+static bool fk_fast_softmax(const af_tensor *x, int64_t rows, int64_t len, af_tensor *y, af_exec *ex) {
+    if (x->dtype != AF_DTYPE_FLOAT || y->dtype != AF_DTYPE_FLOAT ||
         len < 1)
         return false;
     row_job j = {x->data, NULL, NULL, y->data, len, 0.0f};
@@ -243,9 +215,9 @@ static void sum_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     }
 }
 
-bool fk_fast_row_sums(const af_tensor *x, int64_t rows, int64_t len, bool mean, af_tensor *y,
+static bool fk_fast_row_sums(const af_tensor *x, int64_t rows, int64_t len, bool mean, af_tensor *y,
                       af_exec *ex) {
-    if (af_isa_get() == AF_ISA_REFERENCE || x->dtype != AF_DTYPE_FLOAT || y->dtype != AF_DTYPE_FLOAT ||
+    if (x->dtype != AF_DTYPE_FLOAT || y->dtype != AF_DTYPE_FLOAT ||
         len < 1 || af_tensor_numel(y) != rows)
         return false;
     sum_job j = {x->data, y->data, len, mean};
@@ -280,8 +252,8 @@ static void tr_blocks(void *ctx, int slot, int64_t begin, int64_t end) {
     }
 }
 
-bool fk_fast_transpose(const af_tensor *x, const int *perm, af_tensor *y, af_exec *ex) {
-    if (af_isa_get() == AF_ISA_REFERENCE || x->dtype != AF_DTYPE_FLOAT || x->rank < 2 ||
+static bool fk_fast_transpose(const af_tensor *x, const int *perm, af_tensor *y, af_exec *ex) {
+    if (x->dtype != AF_DTYPE_FLOAT || x->rank < 2 ||
         x->rank > AF_MAX_RANK)
         return false;
     /* Dims of 1 do not move anything: number the others, then cut the output's axes into runs
@@ -317,4 +289,119 @@ bool fk_fast_transpose(const af_tensor *x, const int *perm, af_tensor *y, af_exe
     j.cblocks = (j.c + TR_BLOCK - 1) / TR_BLOCK;
     af_exec_parallel(batch * j.r * j.c < 4 * PIECE ? NULL : ex, batch * j.cblocks, tr_blocks, &j);
     return true;
+}
+
+/* ---- the kernels ------------------------------------------------------------------------------ */
+
+/* A float32 tensor whose data holds all its elements. */
+static bool f32_ready(const af_tensor *t) {
+    int64_t count = t ? af_tensor_numel(t) : -1;
+    return count >= 0 && t->dtype == AF_DTYPE_FLOAT &&
+           (count == 0 || (t->data && (uint64_t)count <= (uint64_t)t->nbytes / sizeof(float)));
+}
+
+/* Input 0 and output 0: float32, ready, the same element count. */
+static bool same_ready(const af_node *n, const af_tensor *const *in, const af_tensor *out) {
+    return n->nin >= 1 && f32_ready(in[0]) && f32_ready(&out[0]) &&
+           af_tensor_numel(in[0]) == af_tensor_numel(&out[0]);
+}
+
+static af_status taken(bool ok) { return ok ? AF_OK : AF_DECLINED; }
+
+af_status fast_unary(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                     af_error *err) {
+    (void)err;
+    return taken(n->nin == 1 && same_ready(n, in, out) && fk_fast_unary(n, in[0], &out[0], x));
+}
+
+/* Bounds: attributes before opset 11, optional float32 scalar inputs from then on. */
+af_status fast_clip(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                    af_error *err) {
+    (void)err;
+    if (n->nin > 3 || !same_ready(n, in, out)) return AF_DECLINED;
+    double l = -INFINITY, h = INFINITY;
+    if (af_graph_opset(n->graph) < 11) {
+        l = af_attr_float(n, "min", -INFINITY);
+        h = af_attr_float(n, "max", INFINITY);
+    } else {
+        const af_tensor *lo = n->nin > 1 ? in[1] : NULL, *hi = n->nin > 2 ? in[2] : NULL;
+        if ((lo && (!f32_ready(lo) || af_tensor_numel(lo) != 1)) ||
+            (hi && (!f32_ready(hi) || af_tensor_numel(hi) != 1)))
+            return AF_DECLINED;
+        if (lo) l = ((const float *)lo->data)[0];
+        if (hi) h = ((const float *)hi->data)[0];
+    }
+    return taken(fk_fast_map(AF_EP_CLIP, (float)l, (float)h, in[0], &out[0], x));
+}
+
+/* t broadcasts unidirectionally (numpy) to y. */
+static bool broadcasts_to(const af_tensor *t, const af_tensor *y) {
+    if (t->rank > y->rank) return false;
+    for (int i = 0; i < t->rank; i++) {
+        int64_t d = t->dims[i], w = y->dims[y->rank - t->rank + i];
+        if (d != 1 && d != w) return false;
+    }
+    return true;
+}
+
+/* Two inputs that broadcast to the output (opset 7 on: older models' legacy broadcasting is the
+ * reference kernel's). */
+af_status fast_binary(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                      af_error *err) {
+    (void)err;
+    if (n->nin != 2 || af_graph_opset(n->graph) < 7 || !f32_ready(in[0]) || !f32_ready(in[1]) ||
+        !f32_ready(&out[0]) || !broadcasts_to(in[0], &out[0]) || !broadcasts_to(in[1], &out[0]))
+        return AF_DECLINED;
+    return taken(fk_fast_binary(n, in[0], in[1], &out[0], x));
+}
+
+/* Over the last axes, Scale and B as whole rows; no Mean / InvStdDev outputs. */
+af_status fast_layernorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                         af_exec *x, af_error *err) {
+    (void)err;
+    int axis;
+    const af_tensor *scale = n->nin > 1 ? in[1] : NULL, *b = n->nin > 2 ? in[2] : NULL;
+    for (int o = 1; o < n->nout; o++)
+        if (n->out[o]) return AF_DECLINED;
+    if (!same_ready(n, in, out) || !f32_ready(scale) || (b && !f32_ready(b)) ||
+        nn_layernorm_axis(n, in, &axis, NULL))
+        return AF_DECLINED;
+    const af_tensor *t = in[0];
+    int64_t outer = nn_prod(t, 0, axis), inner = nn_prod(t, axis, t->rank);
+    return taken(fk_fast_layernorm(t, scale, b, af_attr_float(n, "epsilon", 1e-5f), outer, inner,
+                                   &out[0], x));
+}
+
+/* Along a last axis of contiguous rows. */
+af_status fast_softmax(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                       af_error *err) {
+    (void)err;
+    int64_t outer, len, inner;
+    if (!same_ready(n, in, out) || nn_softmax_geom(n, in[0], &outer, &len, &inner, NULL) ||
+        inner != 1)
+        return AF_DECLINED;
+    return taken(fk_fast_softmax(in[0], outer, len, &out[0], x));
+}
+
+/* ReduceSum and ReduceMean over the last axis only. */
+af_status fast_reduce(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                      af_error *err) {
+    (void)err;
+    bool red[AF_MAX_RANK], noop, known;
+    const af_tensor *t = in[0];
+    if (n->nin < 1 || !f32_ready(t) || !f32_ready(&out[0]) || t->rank < 1 ||
+        tn_reduce_axes(n, in, t, red, &noop, &known, NULL) || !known || noop)
+        return AF_DECLINED;
+    bool last_only = red[t->rank - 1];
+    for (int a = 0; a + 1 < t->rank; a++) last_only = last_only && !red[a];
+    return taken(last_only && fk_fast_row_sums(t, af_tensor_numel(&out[0]), t->dims[t->rank - 1],
+                                               n->op == AF_OP_REDUCE_MEAN, &out[0], x));
+}
+
+af_status fast_transpose(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                         af_exec *x, af_error *err) {
+    (void)err;
+    int perm[AF_MAX_RANK];
+    if (!same_ready(n, in, out) || tn_transpose_perm(n, in[0]->rank, perm, NULL)) return AF_DECLINED;
+    return taken(fk_fast_transpose(in[0], perm, &out[0], x));
 }

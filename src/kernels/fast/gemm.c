@@ -9,6 +9,7 @@
 #include "kernels/simd/cpu.h"
 #include "util/util.h"
 
+#include <math.h>
 #include <string.h>
 
 /* ---- packing ---------------------------------------------------------------------------------------- */

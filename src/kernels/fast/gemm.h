@@ -22,7 +22,7 @@
 #define AF_KERNELS_GEMM_H
 
 #include "kernels/simd/vec.h"
-#include "runtime/exec.h"
+#include "kernels/kernel.h"
 
 /* Floats of a packed K x N matrix. */
 size_t af_gemm_packed_floats(int64_t k, int64_t n);

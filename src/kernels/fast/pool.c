@@ -5,9 +5,8 @@
  * Invariant: the geometry comes from the same window code as the NCHW kernels (nn_window_init
  * on the NCHW view of X), so both layouts agree on output sizes, padding and ceil_mode. */
 #include "kernels/ref/nn_common.h"
-#include "kernels/fast/pool.h"
+#include "kernels/fast/fast.h"
 #include "kernels/simd/vec.h"
-#include "runtime/exec.h"
 
 typedef struct pool_cl {
     nn_window w;
@@ -50,8 +49,8 @@ static af_status cl_setup(const af_node *n, const af_tensor *const *in, bool glo
     return AF_OK;
 }
 
-af_status fk_shape_pool_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                           bool global, int max, af_error *err) {
+static af_status fk_shape_pool_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                                  bool global, int max, af_error *err) {
     pool_cl p;
     return cl_setup(n, in, global, max, &p, &out[0], err);
 }
@@ -88,8 +87,8 @@ static void pool_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     }
 }
 
-af_status fk_kernel_pool_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                            bool global, int max, af_exec *ex, af_error *err) {
+static af_status fk_kernel_pool_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                                   bool global, int max, af_exec *ex, af_error *err) {
     pool_cl p;
     af_tensor t;
     af_status st = cl_setup(n, in, global, max, &p, &t, err);
@@ -103,3 +102,17 @@ af_status fk_kernel_pool_cl(const af_node *n, const af_tensor *const *in, af_ten
     af_exec_parallel(ex, global ? p.n : p.n * t.dims[1], pool_rows, &j);
     return AF_OK;
 }
+
+#define POOL_ENTRY(name, global, max)                                                             \
+    af_status fast_shape_##name(const af_node *n, const af_tensor *const *in, af_tensor *out,     \
+                                af_error *err) {                                                  \
+        return fk_shape_pool_cl(n, in, out, global, max, err);                                    \
+    }                                                                                             \
+    af_status fast_##name(const af_node *n, const af_tensor *const *in, af_tensor *out,           \
+                          af_exec *ex, af_error *err) {                                           \
+        return fk_kernel_pool_cl(n, in, out, global, max, ex, err);                               \
+    }
+POOL_ENTRY(maxpool, false, 1)
+POOL_ENTRY(avgpool, false, 0)
+POOL_ENTRY(global_maxpool, true, 1)
+POOL_ENTRY(global_avgpool, true, 0)

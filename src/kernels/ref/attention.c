@@ -17,31 +17,9 @@
  * running max and sum per row (online softmax) and rescales its TQ x D accumulator when the max
  * grows, so the [Sq, Sk] score matrix is never written anywhere. Every index the kernel forms is
  * checked against the tensors' dims first (fa_geom), so hostile attributes cannot read outside. */
-#include "kernels/simd/cpu.h"
-#include "kernels/fast/gemm.h"
-#include "kernels/kernel.h"
-
-#include <stdlib.h>
+#include "kernels/ref/attention.h"
 
 enum { FA_TQ = 16, FA_TK = 64 }; /* query rows per tile, keys per score block */
-
-/* Where one head row of a tensor lives: element (b, s, h, d) is at
- * ((order ? s * B + b : b * S + s) * width + col + h * D + d). */
-typedef struct fa_view {
-    const float *data;
-    int64_t width; /* last dim */
-    int64_t col;   /* first column of head 0 */
-    int order;     /* 0 batch-major rows, 1 sequence-major rows */
-} fa_view;
-
-typedef struct fa_geom {
-    int64_t B, H, D, E, Sq, Sk;
-    float scale;
-    int layout[4];
-    int64_t offsets[3];
-    int out_rank;
-    bool heads_merged;
-} fa_geom;
 
 /* Attributes, checked on their own (no input needed). */
 static af_status fa_attrs(const af_node *n, fa_geom *g, af_error *err) {
@@ -186,14 +164,6 @@ af_status fa_shape_attention(const af_node *n, const af_tensor *const *in, af_te
     return AF_OK;
 }
 
-/* Address of head h's row (b, s) in v. Callers keep b < B, s < S, h < H: fa_geom_of checked
- * that col + H*D fits in the width and the tensor has B*S rows of that width. */
-static const float *fa_row(const fa_view *v, int64_t B, int64_t S, int64_t b, int64_t s,
-                           int64_t h, int64_t D) {
-    int64_t r = v->order ? s * B + b : b * S + s;
-    return v->data + r * v->width + v->col + h * D;
-}
-
 /* One (batch, head, query tile of rows [s0, s0+tq)): online softmax over key blocks.
  * acc holds tq x D running (unnormalised) outputs; mx/sum the running row max and exp sum;
  * kt is D x FA_TK scratch for the key block, transposed so that the score loop runs along the
@@ -261,170 +231,11 @@ static void fa_tile(const fa_geom *g, const fa_view *q, const fa_view *k, const 
 }
 
 
-/* ---- the fast path: the GEMM core, one (batch, head) per task ---------------------------------------
- * Per head, K^T and V are packed once into GEMM panels (scratch of the task's thread); each
- * query tile of up to FF_TQ rows then takes its scores S = scale * Q K^T + mask (the scale and
- * mask as epilogue steps) for every key, a softmax per row, and O = P V written straight into
- * the head's columns of the output. Key blocks of FF_TK bound the score tile; with more keys
- * than one block, the rows carry a running max and sum (online softmax) and O is rescaled. */
 
-enum { FF_TQ = 56, FF_TK = 1024 };
-
-typedef struct ff_job {
-    const fa_geom *g;
-    const fa_view *q, *k, *v;
-    const float *mask;
-    const int64_t *mst;
-    float *out;
-    unsigned char *scratch;
-    size_t per_slot; /* bytes of scratch per thread */
-} ff_job;
-
-/* n floats rounded up to whole cache lines. */
-static int64_t ff_pad(int64_t n) {
-    return (n + 15) / 16 * 16;
-}
-
-/* Row stride (in floats) between consecutive sequence positions of a view. */
-static int64_t ff_step(const fa_view *v, int64_t B) {
-    return v->order ? B * v->width : v->width;
-}
-
-/* Scores of query rows [s0, s0 + tq) against keys [j0, j0 + tk) into sc (tq rows of tk, ld
- * floats apart), with the scale and the mask applied; without the scale when `unscaled` (the
- * softmax applies it). */
-static void ff_scores(const ff_job *j, int64_t b, int64_t h, int64_t s0, int64_t tq,
-                      int64_t j0, int64_t tk, const float *kt, float *sc, int64_t ld, bool unscaled) {
-    const fa_geom *g = j->g;
-    static const int64_t tap0[1] = {0};
-    af_epilogue ep;
-    memset(&ep, 0, sizeof ep);
-    ep.rank = 2;
-    ep.dims[0] = g->Sq;
-    ep.dims[1] = tk;
-    if (j->mask) {
-        ep.nsteps = 1;
-        ep.steps[0].op = AF_EP_ADD;
-        ep.steps[0].operand = j->mask + b * j->mst[0] + h * j->mst[1] + j0 * j->mst[3];
-        ep.steps[0].strides[0] = j->mst[2];
-        ep.steps[0].strides[1] = j->mst[3];
-    }
-    af_vep v;
-    af_vep_build(&ep, sc - s0 * tk, tk, &v); /* rows of the epilogue are query positions */
-    float scale = g->scale;
-    if (!unscaled) af_vep_prepend(&v, AF_EP_MUL, AF_VEP_SCALAR, &scale);
-    af_gemm gm = {fa_row(j->q, g->B, g->Sq, b, s0, h, g->D), 1, tq, 0, ff_step(j->q, g->B),
-                  tap0, 1, g->D, kt, tk, sc, ld, &v, s0, 0, AF_GEMM_F32, NULL, NULL};
-    af_gemm_run(NULL, &gm);
-}
-
-static void ff_head(const ff_job *j, int slot, int64_t b, int64_t h) {
-    const fa_geom *g = j->g;
-    const af_vec_ops *vo = af_vec();
-    static const int64_t tap0[1] = {0};
-    int64_t D = g->D, Sk = g->Sk, nblk = (Sk + FF_TK - 1) / FF_TK, tkmax = Sk < FF_TK ? Sk : FF_TK;
-    unsigned char *s = j->scratch + (size_t)slot * j->per_slot;
-    float *kt = (float *)s;                                /* every key block, packed */
-    float *vp = kt + af_gemm_packed_floats(D, tkmax) * (size_t)nblk;
-    float *sc = vp + af_gemm_packed_floats(tkmax, D) * (size_t)nblk; /* FF_TQ x ff_pad(tkmax) */
-    float *o = sc + (size_t)FF_TQ * (size_t)ff_pad(tkmax); /* FF_TQ x D, online blocks */
-    float *mx = o + (size_t)FF_TQ * (size_t)D, *sum = mx + FF_TQ;
-    /* One key block and no mask: the softmax takes the scale (saving the scores a pass) and
-     * leaves the rows unnormalised; P V multiplies each output row by 1 / its sum. */
-    bool direct = nblk == 1 && !j->mask && g->scale > 0.0f;
-    /* Score rows a whole number of cache lines apart when direct (the epilogue program, which
-     * would index by the row length, is empty then): a row's masked last store spans into the
-     * next row otherwise, and the next row's first load waits for it (softmax of 197 keys 19
-     * -> 13.x TSC cycles per 16 floats). */
-    int64_t ld = direct ? ff_pad(Sk) : Sk;
-    af_vep inv;
-    memset(&inv, 0, offsetof(af_vep, steps));
-    inv.nsteps = 1;
-    inv.cols = D;
-    inv.steps[0] = (af_vep_step){AF_EP_MUL, AF_VEP_ROW, 0, 0.0f, 0.0f, sum};
-    size_t ktb = af_gemm_packed_floats(D, tkmax), vpb = af_gemm_packed_floats(tkmax, D);
-    for (int64_t kb = 0; kb < nblk; kb++) {
-        int64_t j0 = kb * FF_TK, tk = Sk - j0 < FF_TK ? Sk - j0 : FF_TK;
-        const float *k0 = fa_row(j->k, g->B, Sk, b, j0, h, D), *v0 = fa_row(j->v, g->B, Sk, b, j0, h, D);
-        af_gemm_pack(k0, D, tk, 1, ff_step(j->k, g->B), kt + kb * ktb);
-        af_gemm_pack(v0, tk, D, ff_step(j->v, g->B), 1, vp + kb * vpb);
-    }
-    int64_t ystep = g->layout[3] ? g->B * g->E : g->E;
-    for (int64_t s0 = 0; s0 < g->Sq; s0 += FF_TQ) {
-        int64_t tq = g->Sq - s0 < FF_TQ ? g->Sq - s0 : FF_TQ;
-        int64_t r0 = g->layout[3] ? s0 * g->B + b : b * g->Sq + s0;
-        float *y = j->out + r0 * g->E + h * D;
-        if (nblk == 1) { /* all keys in one block: a plain softmax per row */
-            ff_scores(j, b, h, s0, tq, 0, Sk, kt, sc, ld, direct);
-            for (int64_t i = 0; i < tq; i++) {
-                if (direct) sum[i] = 1.0f / vo->softmax_exp(sc + i * ld, Sk, g->scale);
-                else vo->softmax_row(sc + i * ld, Sk);
-            }
-            af_gemm gm = {sc, 1, tq, 0, ld, tap0, 1, Sk, vp, D, y, ystep, direct ? &inv : NULL, 0,
-                          0, AF_GEMM_F32, NULL, NULL};
-            af_gemm_run(NULL, &gm);
-            continue;
-        }
-        for (int64_t i = 0; i < tq; i++) {
-            mx[i] = -INFINITY;
-            sum[i] = 0.0f;
-            memset(y + i * ystep, 0, sizeof(float) * (size_t)D);
-        }
-        for (int64_t kb = 0; kb < nblk; kb++) {
-            int64_t j0 = kb * FF_TK, tk = Sk - j0 < FF_TK ? Sk - j0 : FF_TK;
-            ff_scores(j, b, h, s0, tq, j0, tk, kt + kb * ktb, sc, tk, false);
-            for (int64_t i = 0; i < tq; i++) { /* running max and sum, block by block */
-                float *row = sc + i * tk, bmax = -INFINITY;
-                for (int64_t c = 0; c < tk; c++) bmax = row[c] > bmax ? row[c] : bmax;
-                float nmax = bmax > mx[i] ? bmax : mx[i];
-                float corr = nmax == -INFINITY ? 1.0f : expf(mx[i] - nmax);
-                float bsum = 0.0f;
-                for (int64_t c = 0; c < tk; c++) {
-                    row[c] = nmax == -INFINITY ? 0.0f : expf(row[c] - nmax);
-                    bsum += row[c];
-                }
-                sum[i] = sum[i] * corr + bsum;
-                mx[i] = nmax;
-                float *yi = y + i * ystep;
-                for (int64_t d = 0; d < D; d++) yi[d] *= corr;
-            }
-            af_gemm gm = {sc, 1, tq, 0, tk, tap0, 1, tk, vp + kb * vpb, D, o, D, NULL, 0, 0,
-                          AF_GEMM_F32, NULL, NULL};
-            af_gemm_run(NULL, &gm);
-            for (int64_t i = 0; i < tq; i++)
-                for (int64_t d = 0; d < D; d++) y[i * ystep + d] += o[i * D + d];
-        }
-        for (int64_t i = 0; i < tq; i++) {
-            float inv = 1.0f / sum[i];
-            for (int64_t d = 0; d < D; d++) y[i * ystep + d] *= inv;
-        }
-    }
-}
-
-static void ff_heads(void *ctx, int slot, int64_t begin, int64_t end) {
-    const ff_job *j = ctx;
-    for (int64_t t = begin; t < end; t++) ff_head(j, slot, t / j->g->H, t % j->g->H);
-}
-
-static af_status ff_run(const af_node *n, const fa_geom *g, const fa_view *views,
-                        const float *mask, const int64_t *mst, float *out, af_exec *x,
-                        af_error *err) {
-    int64_t nblk = (g->Sk + FF_TK - 1) / FF_TK, tk = g->Sk < FF_TK ? g->Sk : FF_TK;
-    size_t floats = (af_gemm_packed_floats(g->D, tk) + af_gemm_packed_floats(tk, g->D)) * (size_t)nblk +
-                    (size_t)FF_TQ * (size_t)(ff_pad(tk) + g->D + 2) + 64;
-    ff_job j = {g, &views[0], &views[1], &views[2], mask, mst, out, NULL,
-                (floats * sizeof(float) + 63) & ~(size_t)63};
-    int threads = af_exec_threads(x);
-    j.scratch = af_exec_scratch(x, j.per_slot * (size_t)threads);
-    if (!j.scratch)
-        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory for attention scratch");
-    af_exec_parallel(x, g->B * g->H, ff_heads, &j);
-    return AF_OK;
-}
-
-af_status fa_kernel_attention(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                              af_exec *x, af_error *err) {
+af_status fa_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out, fa_run *r,
+                     bool *done, af_error *err) {
     fa_geom g;
+    *done = false;
     af_status st = fa_geom_of(n, in, &g, err);
     if (st) return st;
     if (g.B < 0 || g.Sq < 0 || g.Sk < 0)
@@ -454,34 +265,47 @@ af_status fa_kernel_attention(const af_node *n, const af_tensor *const *in, af_t
         /* No keys: softmax over an empty axis leaves nothing to average; the unfused graph's
          * MatMul over an empty inner dim gives zeros. */
         if (total > 0) memset(y->data, 0, (size_t)total * sizeof(float));
+        *done = true;
         return AF_OK;
     }
-    fa_view views[3];
+    r->g = g;
     for (int i = 0; i < 3; i++) {
-        views[i].data = in[i]->data;
-        views[i].width = in[i]->dims[2];
-        views[i].col = g.offsets[i];
-        views[i].order = g.layout[i];
+        r->views[i].data = in[i]->data;
+        r->views[i].width = in[i]->dims[2];
+        r->views[i].col = g.offsets[i];
+        r->views[i].order = g.layout[i];
     }
-    const float *mask = m ? m->data : NULL;
-    if (af_isa_get() != AF_ISA_REFERENCE) return ff_run(n, &g, views, mask, mst, y->data, x, err);
+    r->mask = m ? m->data : NULL;
+    memcpy(r->mst, mst, sizeof mst);
+    r->y = y->data;
+    return AF_OK;
+}
+
+af_status fa_kernel_attention(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                              af_exec *x, af_error *err) {
+    (void)x;
+    fa_run r;
+    bool done;
+    af_status st = fa_prepare(n, in, out, &r, &done, err);
+    if (st || done) return st;
+    const fa_geom *g = &r.g;
     size_t accn, ktn;
     float *acc = NULL, *kt = NULL;
-    if (!af_mul_size((size_t)FA_TQ, (size_t)g.D, &accn) ||
-        !af_mul_size((size_t)FA_TK, (size_t)g.D, &ktn) ||
-        !(acc = malloc(accn * sizeof(float))) || !(kt = malloc(ktn * sizeof(float)))) {
-        free(acc);
+    if (!af_mul_size((size_t)FA_TQ, (size_t)g->D, &accn) ||
+        !af_mul_size((size_t)FA_TK, (size_t)g->D, &ktn) ||
+        !(acc = af_malloc(accn * sizeof(float))) || !(kt = af_malloc(ktn * sizeof(float)))) {
+        af_free(acc);
         return af_node_fail(err, n, AF_ERR_NOMEM, "no memory for a %d x %lld tile", FA_TQ,
-                            (long long)g.D);
+                            (long long)g->D);
     }
-    for (int64_t b = 0; b < g.B; b++)
-        for (int64_t h = 0; h < g.H; h++)
-            for (int64_t s0 = 0; s0 < g.Sq; s0 += FA_TQ) {
-                int64_t tq = g.Sq - s0 < FA_TQ ? g.Sq - s0 : FA_TQ;
-                fa_tile(&g, &views[0], &views[1], &views[2], mask, mst, y->data, b, h, s0, tq,
-                        acc, kt);
+    for (int64_t b = 0; b < g->B; b++)
+        for (int64_t h = 0; h < g->H; h++)
+            for (int64_t s0 = 0; s0 < g->Sq; s0 += FA_TQ) {
+                int64_t tq = g->Sq - s0 < FA_TQ ? g->Sq - s0 : FA_TQ;
+                fa_tile(g, &r.views[0], &r.views[1], &r.views[2], r.mask, r.mst, r.y, b, h, s0,
+                        tq, acc, kt);
             }
-    free(kt);
-    free(acc);
+    af_free(kt);
+    af_free(acc);
     return AF_OK;
 }

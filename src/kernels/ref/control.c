@@ -1,7 +1,6 @@
 /* Control flow: If, Loop and Scan run their body subgraphs through the executor. Their outputs'
  * shapes are only known after running, so the kernels allocate (move) them themselves. */
-#include "kernels/kernel.h"
-#include "runtime/exec.h"
+#include "kernels/ref/ref.h"
 
 static const af_graph *graph_attr(const af_node *n, const char *name) {
     const af_attr *a = af_node_attr(n, name);

@@ -14,8 +14,7 @@
  * functions are defined for every input (wrapping arithmetic, x / 0 == 0, shifts past the width
  * give 0), and float-to-integer conversion saturates, so no data reaches undefined behaviour.
  */
-#include "kernels/fast/elementwise.h"
-#include "kernels/kernel.h"
+#include "kernels/ref/ref.h"
 
 /* ---- dtypes and compute domains ----------------------------------------------------------- */
 
@@ -599,6 +598,7 @@ static void unary_params(const af_node *n, ew_params *p) {
 
 af_status ew_unary(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                    af_error *err) {
+    (void)x;
     const ew_unop *op = unop_find(n->op);
     AF_ASSERT(op);
     if (n->nin < 1 || !in[0]) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input missing");
@@ -611,7 +611,6 @@ af_status ew_unary(const af_node *n, const af_tensor *const *in, af_tensor *out,
     if (af_tensor_numel(&out[0]) != count)
         return af_node_fail(err, n, AF_ERR_INTERNAL, "output size differs from the input's");
 
-    if (fk_fast_unary(n, a, &out[0], x)) return AF_OK;
     ew_params p;
     unary_params(n, &p);
     ew_dom dom = dom_of(a->dtype);
@@ -642,6 +641,7 @@ af_status ew_shape_clip(const af_node *n, const af_tensor *const *in, af_tensor 
  * nothing. y = min(max(x, lo), hi): NaN stays NaN and min > max gives max, as numpy's clip. */
 af_status ew_clip(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                   af_error *err) {
+    (void)x;
     if (n->nin < 1 || !in[0]) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input missing");
     const af_tensor *a = in[0];
     const af_tensor *lo = n->nin > 1 ? in[1] : NULL, *hi = n->nin > 2 ? in[2] : NULL;
@@ -666,7 +666,6 @@ af_status ew_clip(const af_node *n, const af_tensor *const *in, af_tensor *out, 
             if (lo) l = get_f(lo, 0);
             if (hi) h = get_f(hi, 0);
         }
-        if (fk_fast_map(AF_EP_CLIP, (float)l, (float)h, a, &out[0], x)) break;
         for (int64_t k = 0; k < count; k++) {
             double v = get_f(a, k);
             v = v < l ? l : v;
@@ -799,6 +798,7 @@ static void assign(ew_dom dom, const af_tensor *a, af_tensor *out) {
  * output, which already has the broadcast shape of them all. */
 af_status ew_binary(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                     af_error *err) {
+    (void)x;
     ew_binop op;
     af_status st = binop_pick(n, n->nin > 0 && in[0] ? in[0]->dtype : AF_DTYPE_UNDEFINED, &op,
                               err);
@@ -819,7 +819,6 @@ af_status ew_binary(const af_node *n, const af_tensor *const *in, af_tensor *out
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "not defined for dtype %s",
                             af_dtype_name(in[0]->dtype));
 
-    if (n->nin == 2 && fk_fast_binary(n, in[0], &second, &out[0], x)) return AF_OK;
     if (n->nin == 1) {
         assign(dom, in[0], &out[0]);
     } else {

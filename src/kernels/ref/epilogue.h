@@ -1,90 +1,14 @@
-/* The epilogue program of fused ops: a short list of elementwise steps applied to each output
- * tile right after the core of a fused kernel (conv, matmul...) computes it.
- *
- * A fused node carries it in two attributes:
- *   "epilogue"        INTS   3 per step: {op (af_ep_op), operand, flags}
- *   "epilogue_params" FLOATS 2 per step: {p0, p1} (may be omitted when no step has parameters)
- * `operand` is the index of the fused node's input that holds the operand of a binary step (-1
- * for unary steps); the operand broadcasts (numpy, unidirectionally) to the output shape.
- * flags & AF_EP_REVERSED makes a binary step y = operand (op) y instead of y = y (op) operand.
- *
- * Invariant: af_epilogue_parse accepts only programs whose every step is known, whose operands
- * are present float32 tensors broadcastable to the output, so af_epilogue_apply reads only
- * inside each operand and never fails. Steps keep the value as float between steps, like the
- * unfused chain of ops they replace. */
-#ifndef AF_KERNELS_EPILOGUE_H
-#define AF_KERNELS_EPILOGUE_H
+/* The reference application of an epilogue program (ir/epilogue.h: decoded by
+ * af_epilogue_parse) to a fused op's output: scalar, step by step, in float between steps like
+ * the unfused chain of ops it replaces. */
+#ifndef AF_KERNELS_REF_EPILOGUE_H
+#define AF_KERNELS_REF_EPILOGUE_H
 
-#include "kernels/kernel.h"
+#include "ir/epilogue.h"
+#include "kernels/ref/ref.h"
 
-typedef enum af_ep_op {
-    AF_EP_ADD = 1,
-    AF_EP_SUB = 2,
-    AF_EP_MUL = 3,
-    AF_EP_DIV = 4,
-    AF_EP_RELU = 5,
-    AF_EP_CLIP = 6,         /* p0 min, p1 max */
-    AF_EP_LEAKY_RELU = 7,   /* p0 alpha */
-    AF_EP_SIGMOID = 8,
-    AF_EP_HARD_SIGMOID = 9, /* p0 alpha, p1 beta */
-    AF_EP_HARD_SWISH = 10,
-    AF_EP_SILU = 11,
-    AF_EP_GELU = 12,        /* p0: 0 erf form, 1 tanh form */
-    AF_EP_TANH = 13,
-    AF_EP_ELU = 14,         /* p0 alpha */
-    AF_EP_CUSTOM_UNARY = 15, /* a plugin's ELEMWISE op: its map(p, y) */
-    AF_EP_CUSTOM_BINARY = 16 /* a plugin's BROADCAST op: its map2(p, y, operand) */
-} af_ep_op;
-
-/* flags bit of a binary step: y = operand (op) y. */
-#define AF_EP_REVERSED 1
-/* Custom steps: flags >> AF_EP_CUSTOM_SHIFT is the index of the op's "domain:name" in the fused
- * node's "custom_ops" STRINGS attribute; p0, p1 are the op's parameters (its params()). */
-#define AF_EP_CUSTOM_SHIFT 1
-
-/* Longest program a fused node may carry (the fusion engine must not build longer ones). */
-#define AF_EP_MAX_STEPS 32
-
-typedef struct af_ep_step {
-    af_ep_op op;
-    bool reversed;
-    float p0, p1;
-    const float *operand;          /* binary steps: the operand's data; NULL for unary steps */
-    const struct af_custom_op *custom; /* custom steps: the plugin's op */
-    int64_t strides[AF_MAX_RANK];  /* broadcast strides of the operand over the output shape */
-} af_ep_step;
-
-typedef struct af_epilogue {
-    int nsteps;
-    int rank; /* of the output the operands broadcast to */
-    int64_t dims[AF_MAX_RANK];
-    af_ep_step steps[AF_EP_MAX_STEPS];
-} af_epilogue;
-
-/* True for ADD..DIV and CUSTOM_BINARY (steps with an operand); true for RELU..ELU and
- * CUSTOM_UNARY. */
-bool af_ep_is_binary(int64_t op);
-bool af_ep_is_unary(int64_t op);
-
-/* Check one unary op and its parameters (e.g. GELU's form); NULL when fine, else a reason. */
-const char *af_ep_unary_check(int64_t op, float p0, float p1);
 /* y = op(x) for a unary op accepted by af_ep_unary_check. */
 float af_ep_unary(af_ep_op op, float x, float p0, float p1);
-
-/* Check the node's epilogue attributes against its inputs and the output type `y` (dims may be
- * -1 and input data absent: what is unknown is not checked). For shape functions. */
-af_status af_epilogue_validate(const af_node *n, const af_tensor *const *in, const af_tensor *y,
-                               af_error *err);
-
-/* Parse and validate the node's epilogue for output type `y` (all dims known, operand data
- * present) into ep. No epilogue attribute means an empty program. */
-af_status af_epilogue_parse(const af_node *n, const af_tensor *const *in, const af_tensor *y,
-                            af_epilogue *ep, af_error *err);
-/* The same for the program in attributes `attr` and `attr`_params (a merged prologue's). */
-af_status af_epilogue_parse_attr(const af_node *n, const af_tensor *const *in,
-                                 const af_tensor *y, const char *attr, af_epilogue *ep,
-                                 af_error *err);
-
 /* Apply ep to the contiguous run y[0..len) of the output whose first element has multi-index
  * idx[0..ep->rank) (row-major order: the run may wrap across rows). */
 void af_epilogue_apply(const af_epilogue *ep, float *y, int64_t len, const int64_t *idx);

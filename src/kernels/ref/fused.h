@@ -36,4 +36,56 @@ void fk_conv_release(fk_conv *c);
 /* Output row (b, m, od, oh, all ow) of the convolution, bias added, into row[0..c->row). */
 void fk_conv_row(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh, float *row);
 
+/* Inputs and geometry of one FusedMatMul. Batch dims are the output's leading `nb` dims; A and
+ * B batch strides are 0 along broadcast dims. A is [.., M, K] (or [.., K, M] with trans_a),
+ * B [.., K, N] (or [.., N, K] with trans_b); 1-D operands have no M or N dim. */
+typedef struct fk_mm {
+    const af_tensor *a, *b, *bias, *lns, *lnb;
+    bool ta, tb, a1, b1; /* trans flags; A or B 1-D */
+    int64_t m, k, n;
+    int nb;
+    int64_t bdims[AF_MAX_RANK], astr[AF_MAX_RANK], bstr[AF_MAX_RANK];
+    int rank; /* output rank */
+    int64_t dims[AF_MAX_RANK];
+    /* A packed B (b_packed: GEMM panels made by the pack pass, in float32, or in half or
+     * bfloat16 after the precision pass): only the fast kernels read it. `b` is then their view
+     * of it as the logical [K, N] and bdtype the panels' element type. */
+    bool packed;
+    af_dtype bdtype;
+} fk_mm;
+
+
+/* Shapes, attributes and output type of a FusedMatMul; works with unknown dims (then g->rank may
+ * be -1). b_view: NULL, or the logical [K, N] view of a packed B (the fast kernels'; without it a
+ * packed B is refused). */
+af_status fk_mm_setup(const af_node *n, const af_tensor *const *in, const af_tensor *b_view,
+                      fk_mm *g, af_error *err);
+/* At run time: fk_mm_setup, the data of every input, the output's shape, the epilogue decoded
+ * into ep and the batch strides. */
+af_status fk_mm_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                        const af_tensor *b_view, fk_mm *g, af_epilogue *ep, af_error *err);
+
+/* FusedElementwise at run time: its shape, the input's data, the output and the decoded
+ * program. */
+af_status fk_fused_elementwise_prepare(const af_node *n, const af_tensor *const *in,
+                                       af_tensor *out, af_epilogue *ep, af_error *err);
+
+/* One activation attribute pair of SqueezeExcite ("act"/"act_params" or "gate"/"gate_params"). */
+typedef struct se_act {
+    af_ep_op op;
+    float p0, p1;
+} se_act;
+
+/* A SqueezeExcite checked at run time: activations, channels C and C/r, X's batch and positions,
+ * the weights, and the lowered forms (channels_last: X is [N, positions, C]; gate_only: the
+ * output is the [N, C] gate; pooled: X already holds the means). */
+typedef struct fk_se {
+    se_act act, gate;
+    int64_t c, cr, batch, hw;
+    const af_tensor *x, *w1, *b1, *w2, *b2;
+    bool gate_only, pooled, channels_last;
+} fk_se;
+af_status fk_se_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out, fk_se *s,
+                        af_error *err);
+
 #endif

@@ -7,7 +7,7 @@
  * output sums its products in double in the unfused Conv's order (channel, then kernel d, h, w),
  * so the core gives the unfused Conv's bits; the loops only share passes over the row between
  * consecutive products where that order allows it. */
-#include "kernels/fast/conv.h"
+#include "kernels/ref/epilogue.h"
 #include "kernels/ref/fused.h"
 
 #include <stdlib.h>
@@ -62,9 +62,9 @@ af_status fk_conv_setup(const af_node *n, const af_tensor *const *in, fk_conv *c
     if (!af_mul_size((size_t)(c->row > 0 ? c->row : 1), sizeof(double), &rb) ||
         !af_mul_size((size_t)(kw > 0 ? kw : 1), sizeof(int64_t), &kb))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "convolution too large");
-    c->acc = malloc(rb);
-    c->kw_lo = malloc(kb);
-    c->kw_hi = malloc(kb);
+    c->acc = af_malloc(rb);
+    c->kw_lo = af_malloc(kb);
+    c->kw_hi = af_malloc(kb);
     if (!c->acc || !c->kw_lo || !c->kw_hi)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     c->in_lo = 0;
@@ -83,9 +83,9 @@ af_status fk_conv_setup(const af_node *n, const af_tensor *const *in, fk_conv *c
 }
 
 void fk_conv_release(fk_conv *c) {
-    free(c->acc);
-    free(c->kw_lo);
-    free(c->kw_hi);
+    af_free(c->acc);
+    af_free(c->kw_lo);
+    af_free(c->kw_hi);
     c->acc = NULL;
     c->kw_lo = c->kw_hi = NULL;
 }
@@ -240,7 +240,7 @@ void fk_conv_row(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh,
 
 af_status fk_shape_fused_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
                               af_error *err) {
-    if (af_attr_int(n, "channels_last", 0)) return fk_shape_conv_cl(n, in, out, err);
+    if (af_attr_int(n, "channels_last", 0)) return af_ref_refuse_lowered(n, err);
     if (n->nout != 1)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "FusedConv has one output");
     const af_tensor *x = nn_in(n, in, 0);
@@ -255,7 +255,8 @@ af_status fk_shape_fused_conv(const af_node *n, const af_tensor *const *in, af_t
 
 af_status fk_kernel_fused_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                af_exec *ex, af_error *err) {
-    if (af_attr_int(n, "channels_last", 0)) return fk_kernel_conv_cl(n, in, out, ex, err);
+    (void)ex;
+    if (af_attr_int(n, "channels_last", 0)) return af_ref_refuse_lowered(n, err);
     fk_conv c;
     af_epilogue ep;
     af_status st = fk_conv_setup(n, in, &c, err);

@@ -8,27 +8,9 @@
  * accumulator per column, B walked along its rows; a trans_b B is transposed once per distinct
  * matrix into scratch), finished by the epilogue and stored once. Every index is derived from
  * shapes checked before the loops run. */
-#include "kernels/simd/cpu.h"
 #include "kernels/ref/fused.h"
-#include "kernels/fast/gemm.h"
 
 #include <stdlib.h>
-
-/* Inputs and geometry of one FusedMatMul. Batch dims are the output's leading `nb` dims; A and
- * B batch strides are 0 along broadcast dims. A is [.., M, K] (or [.., K, M] with trans_a),
- * B [.., K, N] (or [.., N, K] with trans_b); 1-D operands have no M or N dim. */
-typedef struct fk_mm {
-    const af_tensor *a, *b, *bias, *lns, *lnb;
-    bool ta, tb, a1, b1; /* trans flags; A or B 1-D */
-    int64_t m, k, n;
-    int nb;
-    int64_t bdims[AF_MAX_RANK], astr[AF_MAX_RANK], bstr[AF_MAX_RANK];
-    int rank; /* output rank */
-    int64_t dims[AF_MAX_RANK];
-    bool packed;  /* B was packed by the lower pass (gemm.h): `b` then points at bpk */
-    af_gemm_type bt; /* the packed B's type: float32, half, bfloat16 (--precision_mode) */
-    af_tensor bpk; /* the packed B seen as its logical [K, N] */
-} fk_mm;
 
 static af_status mm_dim_mismatch(const af_node *n, const char *what, int64_t a, int64_t b,
                                  af_error *err) {
@@ -57,37 +39,9 @@ static af_status mm_vec(const af_node *n, const af_tensor *t, const char *what, 
     return AF_OK;
 }
 
-/* B packed at compile time: a 1-D tensor of exactly the packed size of b_shape = [K, N]
- * (trans_b already applied): float32, or half / bfloat16 for a node the precision pass lowered.
- * Afterwards g->b is the logical [K, N] view of those elements. */
-static af_status mm_packed_b(const af_node *n, fk_mm *g, af_error *err) {
-    const int64_t *shape = NULL;
-    int64_t kn;
-    if (af_attr_ints(n, "b_shape", &shape) != 2 || shape[0] < 0 || shape[1] < 0 ||
-        !af_mul_i64(shape[0], shape[1], &kn) || kn > ((int64_t)1 << 40))
-        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "b_packed needs b_shape = [K, N]");
-    if (g->tb)
-        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "a packed B is never transposed");
-    const af_tensor *b = g->b;
-    g->bt = b->dtype == AF_DTYPE_BFLOAT16 ? AF_GEMM_BF16
-            : b->dtype == AF_DTYPE_FLOAT16 ? AF_GEMM_F16 : AF_GEMM_F32;
-    int64_t want = (int64_t)(af_gemm_packed_bytes(g->bt, shape[0], shape[1]) /
-                             (g->bt == AF_GEMM_F32 ? 4 : 2));
-    if (b->rank != 1 || (b->dims[0] >= 0 && b->dims[0] != want))
-        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
-                            "packed B must be 1-D with %lld elements for [%lld, %lld]",
-                            (long long)want, (long long)shape[0], (long long)shape[1]);
-    g->packed = true;
-    g->bpk = *b;
-    g->bpk.rank = 2;
-    g->bpk.dims[0] = shape[0];
-    g->bpk.dims[1] = shape[1];
-    g->b = &g->bpk;
-    return AF_OK;
-}
-
 /* Shapes, attributes and output type; works with unknown dims (then g->rank may be -1). */
-static af_status mm_setup(const af_node *n, const af_tensor *const *in, fk_mm *g, af_error *err) {
+af_status fk_mm_setup(const af_node *n, const af_tensor *const *in, const af_tensor *b_view,
+                      fk_mm *g, af_error *err) {
     memset(g, 0, sizeof(*g));
     g->a = nn_in(n, in, 0);
     g->b = nn_in(n, in, 1);
@@ -98,8 +52,13 @@ static af_status mm_setup(const af_node *n, const af_tensor *const *in, fk_mm *g
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input A or B");
     if (n->nout != 1)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "FusedMatMul has one output");
-    bool low_b = af_attr_int(n, "b_packed", 0) &&
-                 (g->b->dtype == AF_DTYPE_BFLOAT16 || g->b->dtype == AF_DTYPE_FLOAT16);
+    g->packed = af_attr_int(n, "b_packed", 0) != 0;
+    g->bdtype = g->b->dtype;
+    if (g->packed && !b_view)
+        return af_ref_refuse_lowered(n, err);
+    if (b_view)
+        g->b = b_view;
+    bool low_b = g->packed && (g->b->dtype == AF_DTYPE_BFLOAT16 || g->b->dtype == AF_DTYPE_FLOAT16);
     if (g->a->dtype != AF_DTYPE_FLOAT || (g->b->dtype != AF_DTYPE_FLOAT && !low_b))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "FusedMatMul on %s (float32 only)",
                             af_dtype_name(g->a->dtype != AF_DTYPE_FLOAT ? g->a->dtype : g->b->dtype));
@@ -107,11 +66,6 @@ static af_status mm_setup(const af_node *n, const af_tensor *const *in, fk_mm *g
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "ln_bias without ln_scale");
     g->ta = af_attr_int(n, "trans_a", 0) != 0;
     g->tb = af_attr_int(n, "trans_b", 0) != 0;
-    if (af_attr_int(n, "b_packed", 0)) {
-        af_status st = mm_packed_b(n, g, err);
-        if (st != AF_OK)
-            return st;
-    }
     g->rank = -1;
     const af_tensor *a = g->a, *b = g->b;
     if (a->rank == 0 || b->rank == 0)
@@ -181,7 +135,7 @@ static af_status mm_setup(const af_node *n, const af_tensor *const *in, fk_mm *g
 af_status fk_shape_fused_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                 af_error *err) {
     fk_mm g;
-    af_status st = mm_setup(n, in, &g, err);
+    af_status st = fk_mm_setup(n, in, NULL, &g, err);
     if (st != AF_OK)
         return st;
     af_tensor_set_type(&out[0], AF_DTYPE_FLOAT, g.rank, g.rank >= 0 ? g.dims : NULL);
@@ -271,236 +225,48 @@ static void mm_row(const fk_mm *g, const float *row, const float *b, const float
             y[j] = (float)(alpha * acc[j]);
 }
 
-
-/* ---- the fast path: the GEMM core (gemm.h) ------------------------------------------------------ */
-
-/* Where a fast FusedMatMul keeps its pieces while it runs. */
-typedef struct mm_fast {
-    const fk_mm *g;
-    const af_vep *ep;
-    const float *a;     /* A, or its normalised / transposed copy in scratch (same offsets) */
-    float *bscratch;    /* per slot: one packed B, when B is not packed already */
-    size_t bfloats;     /* floats of one packed B */
-    float *y;
-    int64_t nbatch;
-} mm_fast;
-
-/* Offsets of A and B for batch entry `step`. */
-static void mm_offsets(const fk_mm *g, int64_t step, int64_t *aoff, int64_t *boff) {
-    int64_t rest = step;
-    *aoff = *boff = 0;
-    for (int i = g->nb - 1; i >= 0; i--) {
-        int64_t idx = rest % g->bdims[i];
-        rest /= g->bdims[i];
-        *aoff += idx * g->astr[i];
-        *boff += idx * g->bstr[i];
-    }
-}
-
-/* B of batch entry at boff as packed panels: the compile-time ones, or packed into dst now. */
-static const float *mm_packed(const fk_mm *g, int64_t boff, float *dst) {
-    const float *b = (const float *)g->b->data + boff;
-    if (g->packed) return b;
-    af_gemm_pack(b, g->k, g->n, g->tb ? 1 : g->n, g->tb ? g->k : 1, dst);
-    return dst;
-}
-
-/* Batch entries [begin, end), each one GEMM on this thread. */
-static void mm_entries(void *ctx, int slot, int64_t begin, int64_t end) {
-    const mm_fast *f = ctx;
-    const fk_mm *g = f->g;
-    static const int64_t tap0[1] = {0};
-    for (int64_t step = begin; step < end; step++) {
-        int64_t aoff, boff;
-        mm_offsets(g, step, &aoff, &boff);
-        af_gemm gm = {f->a + aoff, 1, g->m, 0, g->k, tap0, 1, g->k,
-                      mm_packed(g, boff, f->bscratch + (size_t)slot * f->bfloats), g->n,
-                      f->y + step * g->m * g->n, g->n, f->ep, step * g->m, 0, AF_GEMM_F32,
-                      NULL, NULL};
-        af_gemm_run(NULL, &gm);
-    }
-}
-
-/* LayerNorm (or the transpose of trans_a) of every A matrix into dst, in A's own layout. */
-static void mm_prepare_a(const fk_mm *g, float eps, float *dst) {
-    int64_t rows = nn_numel(g->a) / (g->k > 0 ? g->k : 1);
-    const float *a = g->a->data;
-    if (g->ta) { /* [.., K, M] -> [.., M, K] */
-        for (int64_t r = 0; r < rows; r += g->m)
-            for (int64_t i = 0; i < g->m; i++)
-                for (int64_t kk = 0; kk < g->k; kk++)
-                    dst[(r + i) * g->k + kk] = a[r * g->k + kk * g->m + i];
-        return;
-    }
-    const af_vec_ops *v = af_vec();
-    const float *bi = g->lnb ? g->lnb->data : NULL;
-    for (int64_t r = 0; r < rows; r++)
-        v->layernorm(a + r * g->k, dst + r * g->k, g->k, eps, g->lns->data, bi);
-}
-
-/* ---- half and bfloat16 (--precision_mode) --------------------------------------------------- */
-
-/* A converted for a low-precision GEMM: row r of every batch entry (nbatch * M rows), through
- * the LayerNorm prologue when there is one, rounded to the GEMM's type: bfloat16 rows of
- * af_gemm_bf16_k(K) (zero padded, and 32 zero rows after the last for the AMX tiles), or
- * float32 rows holding half-precision values. Without prologue_fp32 the input is rounded
- * first, as if it had been stored in that type. */
-typedef struct mm_low {
-    const fk_mm *g;
-    float eps;
-    bool round_first;
-    int64_t kp;
-    uint16_t *a16;
-    float *a32;  /* F16: the converted rows; BF16: per slot, one row of LayerNorm output */
-} mm_low;
-
-static void mm_round(af_gemm_type t, float *x, int64_t n, uint16_t *tmp16) {
-    const af_vec_ops *v = af_vec();
-    if (t == AF_GEMM_F16) {
-        v->round_f16(x, x, n);
-        return;
-    }
-    v->to_bf16(x, tmp16, n);
-    for (int64_t i = 0; i < n; i++) x[i] = af_bf16_to_float(tmp16[i]);
-}
-
-static void mm_low_rows(void *ctx, int slot, int64_t begin, int64_t end) {
-    const mm_low *j = ctx;
-    const fk_mm *g = j->g;
-    const af_vec_ops *v = af_vec();
-    for (int64_t r = begin; r < end; r++) {
-        int64_t aoff, boff;
-        mm_offsets(g, r / g->m, &aoff, &boff);
-        const float *a = (const float *)g->a->data + aoff + r % g->m * g->k;
-        bool bf = g->bt == AF_GEMM_BF16;
-        float *row = bf ? j->a32 + (size_t)slot * (size_t)g->k : j->a32 + r * g->k;
-        uint16_t *out = bf ? j->a16 + r * j->kp : NULL;
-        memcpy(row, a, (size_t)g->k * sizeof(float));
-        if (g->lns) {
-            if (j->round_first) mm_round(g->bt, row, g->k, out);
-            v->layernorm(row, row, g->k, j->eps, g->lns->data, g->lnb ? g->lnb->data : NULL);
-        }
-        if (!bf) {
-            v->round_f16(row, row, g->k);
-            continue;
-        }
-        v->to_bf16(row, out, g->k);
-        memset(out + g->k, 0, (size_t)(j->kp - g->k) * sizeof(uint16_t));
-    }
-}
-
-static af_status mm_run_low(const af_node *n, const fk_mm *g, const af_vep *vep, float *y,
-                            af_exec *ex, af_error *err) {
-    int64_t nbatch = 1;
-    for (int i = 0; i < g->nb; i++) nbatch *= g->bdims[i];
-    int64_t rows = nbatch * g->m, slots = af_exec_threads(ex);
-    bool bf = g->bt == AF_GEMM_BF16;
-    mm_low j = {g, af_attr_float(n, "ln_epsilon", 1e-5f), !af_attr_int(n, "prologue_fp32", 0),
-                bf ? af_gemm_bf16_k(g->k) : g->k, NULL, NULL};
-    size_t a16 = bf ? (size_t)((rows + 32) * j.kp) * sizeof(uint16_t) : 0;
-    size_t a32 = (size_t)((bf ? slots : rows) * g->k) * sizeof(float);
-    size_t off = (a16 + 63) & ~(size_t)63;
-    unsigned char *scratch = af_exec_scratch(ex, off + a32 + 64);
-    if (!scratch)
-        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory for %zu bytes of scratch",
-                            off + a32 + 64);
-    j.a16 = bf ? (uint16_t *)scratch : NULL;
-    j.a32 = (float *)(scratch + off);
-    if (bf) memset(j.a16 + rows * j.kp, 0, (size_t)(32 * j.kp) * sizeof(uint16_t));
-    af_exec_parallel(rows * g->k < 16384 ? NULL : ex, rows, mm_low_rows, &j);
-    static const int64_t tap0[1] = {0};
-    af_gemm gm = {bf ? (const void *)j.a16 : (const void *)j.a32, 1, rows, 0, j.kp, tap0, 1, j.kp,
-                  g->b->data, g->n, y, g->n, vep, 0, 0, g->bt, NULL, NULL};
-    af_gemm_run(ex, &gm);
-    return AF_OK;
-}
-
-/* Y = epilogue(alpha * op(LN(A)) x B + bias) on the GEMM core. */
-static af_status mm_run_fast(const af_node *n, const fk_mm *g, const af_epilogue *ep, float *y,
-                             af_exec *ex, af_error *err) {
-    float alpha = af_attr_float(n, "alpha", 1.0f), eps = af_attr_float(n, "ln_epsilon", 1e-5f);
-    af_vep vep;
-    af_vep_build(ep, y, g->n, &vep);
-    if (g->bias) af_vep_prepend(&vep, AF_EP_ADD, AF_VEP_COL, g->bias->data);
-    if (alpha != 1.0f) af_vep_prepend(&vep, AF_EP_MUL, AF_VEP_SCALAR, &alpha);
-    if (g->bt != AF_GEMM_F32) return mm_run_low(n, g, &vep, y, ex, err);
-    mm_fast f = {g, &vep, g->a->data, NULL, 0, y, 1};
-    for (int i = 0; i < g->nb; i++) f.nbatch *= g->bdims[i];
-    bool shared_b = true, dense_a = true;
-    for (int i = 0; i < g->nb; i++) shared_b = shared_b && g->bstr[i] == 0;
-    for (int64_t i = g->nb - 1, want = g->m * g->k; i >= 0; want *= g->bdims[i], i--)
-        dense_a = dense_a && (g->bdims[i] == 1 || g->astr[i] == want);
-    bool copy_a = g->ta || g->lns;
-    size_t afloats = copy_a ? (size_t)nn_numel(g->a) : 0;
-    f.bfloats = g->packed ? 0 : af_gemm_packed_floats(g->k, g->n);
-    int slots = shared_b ? 1 : af_exec_threads(ex);
-    size_t bytes = (afloats + (size_t)slots * f.bfloats + 16) * sizeof(float);
-    float *scratch = afloats || f.bfloats ? af_exec_scratch(ex, bytes) : NULL;
-    if ((afloats || f.bfloats) && !scratch)
-        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory for %zu bytes of scratch", bytes);
-    if (copy_a) {
-        mm_prepare_a(g, eps, scratch);
-        f.a = scratch;
-    }
-    f.bscratch = scratch + afloats;
-    static const int64_t tap0[1] = {0};
-    if (shared_b && (dense_a || f.nbatch == 1)) {
-        /* One GEMM over every row of every batch entry: B (shared) is packed once. */
-        af_gemm gm = {f.a, 1, f.nbatch * g->m, 0, g->k, tap0, 1, g->k, mm_packed(g, 0, f.bscratch),
-                      g->n, y, g->n, &vep, 0, 0, AF_GEMM_F32, NULL, NULL};
-        af_gemm_run(ex, &gm);
-    } else if (shared_b) {
-        const float *b = mm_packed(g, 0, f.bscratch);
-        for (int64_t step = 0; step < f.nbatch; step++) {
-            int64_t aoff, boff;
-            mm_offsets(g, step, &aoff, &boff);
-            af_gemm gm = {f.a + aoff, 1, g->m, 0, g->k, tap0, 1, g->k, b, g->n,
-                          y + step * g->m * g->n, g->n, &vep, step * g->m, 0, AF_GEMM_F32,
-                          NULL, NULL};
-            af_gemm_run(ex, &gm);
-        }
-    } else {
-        af_exec_parallel(ex, f.nbatch, mm_entries, &f);
-    }
+af_status fk_mm_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                        const af_tensor *b_view, fk_mm *g, af_epilogue *ep, af_error *err) {
+    af_status st = fk_mm_setup(n, in, b_view, g, err);
+    if (st != AF_OK)
+        return st;
+    if (g->rank < 0 || !fk_has_data(g->a) || !fk_has_data(g->b) ||
+        (g->bias && !fk_has_data(g->bias)) || (g->lns && !fk_has_data(g->lns)) ||
+        (g->lnb && !fk_has_data(g->lnb)))
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
+    st = nn_check_out(n, &out[0], g->rank, g->dims, err);
+    if (st == AF_OK)
+        st = af_epilogue_parse(n, in, &out[0], ep, err);
+    if (st != AF_OK)
+        return st;
+    if (g->lns && g->k == 0)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "LayerNorm over an empty dim");
+    mm_batch_strides(g, g->a, g->a1 ? 0 : g->a->rank - 2, g->m * g->k, g->astr);
+    mm_batch_strides(g, g->b, g->b1 ? 0 : g->b->rank - 2, g->k * g->n, g->bstr);
     return AF_OK;
 }
 
 af_status fk_kernel_fused_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                  af_exec *ex, af_error *err) {
+    (void)ex;
     fk_mm g;
     af_epilogue ep;
-    af_status st = mm_setup(n, in, &g, err);
+    af_status st = fk_mm_prepare(n, in, out, NULL, &g, &ep, err);
     if (st != AF_OK)
         return st;
-    if (g.rank < 0 || !fk_has_data(g.a) || !fk_has_data(g.b) ||
-        (g.bias && !fk_has_data(g.bias)) || (g.lns && !fk_has_data(g.lns)) ||
-        (g.lnb && !fk_has_data(g.lnb)))
-        return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
-    st = nn_check_out(n, &out[0], g.rank, g.dims, err);
-    if (st == AF_OK)
-        st = af_epilogue_parse(n, in, &out[0], &ep, err);
-    if (st != AF_OK)
-        return st;
-    if (g.lns && g.k == 0)
-        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "LayerNorm over an empty dim");
     float alpha = af_attr_float(n, "alpha", 1.0f), eps = af_attr_float(n, "ln_epsilon", 1e-5f);
-    mm_batch_strides(&g, g.a, g.a1 ? 0 : g.a->rank - 2, g.m * g.k, g.astr);
-    mm_batch_strides(&g, g.b, g.b1 ? 0 : g.b->rank - 2, g.k * g.n, g.bstr);
-    /* Packed weights exist only for the fast path; otherwise it is the ISA's choice. */
-    if (g.packed || af_isa_get() != AF_ISA_REFERENCE)
-        return mm_run_fast(n, &g, &ep, out[0].data, ex, err);
     /* A transposed [N, K] B of one row or one column is already [K, N] in memory. */
     bool transpose = g.tb && g.n > 1 && g.k > 1;
     size_t kn = 0; /* B holds K*N elements per matrix, so this product fits */
     if (transpose && !af_mul_size((size_t)g.k, (size_t)g.n, &kn))
         return af_node_fail(err, n, AF_ERR_INTERNAL, "B's size overflows");
-    float *row = malloc((size_t)(g.k > 0 ? g.k : 1) * sizeof(float));
-    double *acc = malloc((size_t)(g.n > 0 ? g.n : 1) * sizeof(double));
-    float *bt = transpose ? malloc(kn * sizeof(float)) : NULL;
+    float *row = af_malloc((size_t)(g.k > 0 ? g.k : 1) * sizeof(float));
+    double *acc = af_malloc((size_t)(g.n > 0 ? g.n : 1) * sizeof(double));
+    float *bt = transpose ? af_malloc(kn * sizeof(float)) : NULL;
     if (!row || !acc || (transpose && !bt)) {
-        free(row);
-        free(acc);
-        free(bt);
+        af_free(row);
+        af_free(acc);
+        af_free(bt);
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     }
     int64_t nbatch = 1;
@@ -529,8 +295,8 @@ af_status fk_kernel_fused_matmul(const af_node *n, const af_tensor *const *in, a
             af_epilogue_apply_at(&ep, y, yoff, g.n);
         }
     }
-    free(row);
-    free(acc);
-    free(bt);
+    af_free(row);
+    af_free(acc);
+    af_free(bt);
     return AF_OK;
 }

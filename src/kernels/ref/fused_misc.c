@@ -6,12 +6,8 @@
  * works in place on Y one cache-sized run at a time, ConvPoolFc reduces each conv output row as
  * soon as it is computed, SqueezeExcite keeps only per-channel vectors. Values are rounded to
  * float where the unfused chain would store a float tensor, so both agree closely. */
-#include "kernels/fast/conv.h"
-#include "kernels/simd/cpu.h"
-#include "kernels/fast/elementwise.h"
+#include "kernels/ref/epilogue.h"
 #include "kernels/ref/fused.h"
-#include "kernels/simd/vec.h"
-#include "runtime/exec.h"
 
 #include <stdlib.h>
 
@@ -29,9 +25,8 @@ af_status fk_shape_fused_elementwise(const af_node *n, const af_tensor *const *i
     return af_epilogue_validate(n, in, &out[0], err);
 }
 
-af_status fk_kernel_fused_elementwise(const af_node *n, const af_tensor *const *in,
-                                      af_tensor *out, af_exec *ex, af_error *err) {
-    af_epilogue ep;
+af_status fk_fused_elementwise_prepare(const af_node *n, const af_tensor *const *in,
+                                       af_tensor *out, af_epilogue *ep, af_error *err) {
     af_tensor yt;
     af_status st = fk_shape_fused_elementwise(n, in, &yt, err);
     const af_tensor *x = in[0];
@@ -40,15 +35,18 @@ af_status fk_kernel_fused_elementwise(const af_node *n, const af_tensor *const *
     if (st == AF_OK)
         st = nn_check_out(n, &out[0], x->rank, x->dims, err);
     if (st == AF_OK)
-        st = af_epilogue_parse(n, in, &out[0], &ep, err);
+        st = af_epilogue_parse(n, in, &out[0], ep, err);
+    return st;
+}
+
+af_status fk_kernel_fused_elementwise(const af_node *n, const af_tensor *const *in,
+                                      af_tensor *out, af_exec *ex, af_error *err) {
+    (void)ex;
+    af_epilogue ep;
+    af_status st = fk_fused_elementwise_prepare(n, in, out, &ep, err);
     if (st != AF_OK)
         return st;
-    if (af_isa_get() != AF_ISA_REFERENCE) {
-        af_vep v;
-        af_vep_build(&ep, out[0].data, x->rank > 0 ? x->dims[x->rank - 1] : 1, &v);
-        fk_ep_run(ex, &v, x->data, out[0].data, nn_numel(x));
-        return AF_OK;
-    }
+    const af_tensor *x = in[0];
     /* Fixed-size runs (they may wrap across rows) stay in cache between the copy and the
      * epilogue, whatever the shape: short rows cost no per-row overhead. */
     enum { RUN = 4096 };
@@ -117,7 +115,7 @@ af_status fk_shape_conv_pool_fc(const af_node *n, const af_tensor *const *in, af
     cpf_fc fc;
     if (n->nout != 1)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "ConvPoolFc has one output");
-    if (af_attr_int(n, "channels_last", 0)) return fk_shape_cpf_cl(n, in, out, err);
+    if (af_attr_int(n, "channels_last", 0)) return af_ref_refuse_lowered(n, err);
     const af_tensor *x = nn_in(n, in, 0);
     if (x && x->dtype != AF_DTYPE_FLOAT)
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "ConvPoolFc on %s (float32 only)",
@@ -181,7 +179,8 @@ static void cpf_fc_row(const cpf_fc *fc, int64_t mch, const float *pooled, doubl
 
 af_status fk_kernel_conv_pool_fc(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                  af_exec *ex, af_error *err) {
-    if (af_attr_int(n, "channels_last", 0)) return fk_kernel_cpf_cl(n, in, out, ex, err);
+    (void)ex;
+    if (af_attr_int(n, "channels_last", 0)) return af_ref_refuse_lowered(n, err);
     fk_conv c;
     cpf_fc fc;
     af_epilogue ep;
@@ -199,14 +198,14 @@ af_status fk_kernel_conv_pool_fc(const af_node *n, const af_tensor *const *in, a
         fk_conv_release(&c);
         return st;
     }
-    float *row = malloc((size_t)(c.row > 0 ? c.row : 1) * sizeof(float));
-    float *pooled = malloc((size_t)(c.cout > 0 ? c.cout : 1) * sizeof(float));
-    double *acc = malloc((size_t)(fc.classes > 0 ? fc.classes : 1) * sizeof(double));
+    float *row = af_malloc((size_t)(c.row > 0 ? c.row : 1) * sizeof(float));
+    float *pooled = af_malloc((size_t)(c.cout > 0 ? c.cout : 1) * sizeof(float));
+    double *acc = af_malloc((size_t)(fc.classes > 0 ? fc.classes : 1) * sizeof(double));
     if (!row || !pooled || !acc) {
         fk_conv_release(&c);
-        free(row);
-        free(pooled);
-        free(acc);
+        af_free(row);
+        af_free(pooled);
+        af_free(acc);
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     }
     int64_t bstr[2] = {0, 0};
@@ -222,19 +221,13 @@ af_status fk_kernel_conv_pool_fc(const af_node *n, const af_tensor *const *in, a
                 (float)(acc[j] + (bias ? bias[b * bstr[0] + j * bstr[1]] : 0.0));
     }
     fk_conv_release(&c);
-    free(row);
-    free(pooled);
-    free(acc);
+    af_free(row);
+    af_free(pooled);
+    af_free(acc);
     return AF_OK;
 }
 
 /* ---- SqueezeExcite --------------------------------------------------------------------------- */
-
-/* One activation attribute pair ("act"/"act_params" or "gate"/"gate_params"). */
-typedef struct se_act {
-    af_ep_op op;
-    float p0, p1;
-} se_act;
 
 static af_status se_act_parse(const af_node *n, const char *name, const char *pname, bool gate,
                               se_act *a, af_error *err) {
@@ -335,38 +328,34 @@ af_status fk_shape_squeeze_excite(const af_node *n, const af_tensor *const *in, 
     return AF_OK;
 }
 
-typedef struct se_fc_job {
-    const float *w, *b, *s_in;
-    int64_t nin;
-    const se_act *a;
-    float *s_out;
-} se_fc_job;
-
-/* Outputs [begin, end): the vector product, then bias and activation. */
-static void se_fc_rows(void *ctx, int slot, int64_t begin, int64_t end) {
-    (void)slot;
-    const se_fc_job *j = ctx;
-    const af_vec_ops *v = af_vec();
-    float *y = j->s_out + begin;
-    v->gemv(j->w + begin * j->nin, j->s_in, end - begin, j->nin, y);
-    if (j->b)
-        for (int64_t o = begin; o < end; o++) j->s_out[o] += j->b[o];
-    /* The activation vectorised (a scalar libm sigmoid per output was a fifth of EfficientNet's
-     * squeeze-excite time): every non-custom epilogue activation has a vector form. */
-    v->unary(j->a->op, j->a->p0, j->a->p1, y, y, end - begin);
+af_status fk_se_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out, fk_se *s,
+                        af_error *err) {
+    af_status st = se_setup(n, in, &s->act, &s->gate, &s->c, &s->cr, err);
+    if (st != AF_OK)
+        return st;
+    s->x = in[0];
+    s->w1 = in[1];
+    s->w2 = in[3];
+    s->b1 = nn_in(n, in, 2);
+    s->b2 = nn_in(n, in, 4);
+    if (!fk_has_data(s->x) || !fk_has_data(s->w1) || !fk_has_data(s->w2) ||
+        (s->b1 && !fk_has_data(s->b1)) || (s->b2 && !fk_has_data(s->b2)) || s->cr < 0)
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
+    s->gate_only = af_attr_int(n, "gate_only", 0) != 0;
+    s->pooled = af_attr_int(n, "pooled", 0) != 0;
+    s->channels_last = af_attr_int(n, "channels_last", 0) != 0;
+    af_tensor yt;
+    st = fk_shape_squeeze_excite(n, in, &yt, err);
+    if (st == AF_OK)
+        st = nn_check_out(n, &out[0], yt.rank, yt.dims, err);
+    s->batch = s->x->dims[0];
+    s->hw = nn_prod(s->x, 2, s->x->rank);
+    return st;
 }
 
-/* s_out[o] = act(b[o] + sum_i w[o, i] * s_in[i]) for a 1x1 conv on a [1, nin, 1...] input.
- * The weights (up to megabytes in EfficientNet's last stages) are read once per image, so the
- * threads share the rows of large ones; a small one is not worth waking them for. */
+/* s_out[o] = act(b[o] + sum_i w[o, i] * s_in[i]) for a 1x1 conv on a [1, nin, 1...] input. */
 static void se_fc(const float *w, const float *b, const float *s_in, int64_t nin, int64_t nout,
-                  const se_act *a, float *s_out, af_exec *ex) {
-    if (af_isa_get() != AF_ISA_REFERENCE) {
-        se_fc_job j = {w, b, s_in, nin, a, s_out};
-        if (nin * nout >= 65536) af_exec_parallel(ex, nout, se_fc_rows, &j);
-        else se_fc_rows(&j, 0, 0, nout);
-        return;
-    }
+                  const se_act *a, float *s_out) {
     for (int64_t o = 0; o < nout; o++) {
         double sum = b ? b[o] : 0.0;
         for (int64_t i = 0; i < nin; i++)
@@ -375,81 +364,23 @@ static void se_fc(const float *w, const float *b, const float *s_in, int64_t nin
     }
 }
 
-typedef struct se_job {
-    const float *x;
-    float *y;
-    const af_vep *v;
-    int64_t c;
-} se_job;
-
-/* Rows [begin, end) of positions: y = x * scale (per channel). */
-static void se_scale_rows(void *ctx, int slot, int64_t begin, int64_t end) {
-    (void)slot;
-    const se_job *j = ctx;
-    if (j->y != j->x)
-        memcpy(j->y + begin * j->c, j->x + begin * j->c, (size_t)((end - begin) * j->c) * sizeof(float));
-    af_vec()->ep_tile(j->v, j->y + begin * j->c, j->c, begin, 0, end - begin, j->c);
-}
-
-/* Channels-last: X [N, positions, C]; the mean over positions is a sum of rows of C. With
- * gate_only, y receives the N x C gates instead of the scaled X. */
-static void se_run_cl(const af_tensor *x, const af_tensor *w1, const af_tensor *b1,
-                      const af_tensor *w2, const af_tensor *b2, const se_act *act,
-                      const se_act *gate, int64_t c, int64_t cr, float *gap, float *mid,
-                      float *scale, float *y, bool gate_only, bool pooled, af_exec *ex) {
-    int64_t batch = x->dims[0], hw = c > 0 && batch > 0 ? nn_numel(x) / (batch * c) : 0;
-    const af_vec_ops *v = af_vec();
-    for (int64_t b = 0; b < batch; b++) {
-        const float *xb = (const float *)x->data + b * hw * c;
-        if (pooled) { /* X already holds the means (computed by the conv that made them) */
-            memcpy(gap, xb, (size_t)c * sizeof(float));
-        } else {
-            if (hw > 0) v->reduce_rows(xb, hw, c, 0, gap);
-            for (int64_t ch = 0; ch < c; ch++) gap[ch] = hw > 0 ? gap[ch] / (float)hw : 0.0f;
-        }
-        se_fc(w1->data, b1 ? b1->data : NULL, gap, c, cr, act, mid, ex);
-        se_fc(w2->data, b2 ? b2->data : NULL, mid, cr, c, gate, gate_only ? y + b * c : scale, ex);
-        if (gate_only) continue;
-        af_vep vp;
-        af_vep_build(NULL, y + b * hw * c, c, &vp);
-        af_vep_prepend(&vp, AF_EP_MUL, AF_VEP_COL, scale);
-        se_job j = {xb, y + b * hw * c, &vp, c};
-        af_exec_parallel(ex, hw, se_scale_rows, &j);
-    }
-}
-
 af_status fk_kernel_squeeze_excite(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    af_exec *ex, af_error *err) {
-    se_act act, gate;
-    int64_t c, cr;
-    af_status st = se_setup(n, in, &act, &gate, &c, &cr, err);
+    (void)ex;
+    fk_se s;
+    af_status st = fk_se_prepare(n, in, out, &s, err);
     if (st != AF_OK)
         return st;
-    const af_tensor *x = in[0], *w1 = in[1], *w2 = in[3];
-    const af_tensor *b1 = nn_in(n, in, 2), *b2 = nn_in(n, in, 4);
-    if (!fk_has_data(x) || !fk_has_data(w1) || !fk_has_data(w2) || (b1 && !fk_has_data(b1)) ||
-        (b2 && !fk_has_data(b2)) || cr < 0)
-        return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
-    bool gate_only = af_attr_int(n, "gate_only", 0) != 0;
-    af_tensor yt;
-    st = fk_shape_squeeze_excite(n, in, &yt, err);
-    if (st == AF_OK) st = nn_check_out(n, &out[0], yt.rank, yt.dims, err);
-    if (st != AF_OK)
-        return st;
-    int64_t batch = x->dims[0], hw = nn_prod(x, 2, x->rank);
-    /* Three small vectors, from the run's scratch (nothing allocated per run). */
+    if (s.channels_last)
+        return af_ref_refuse_lowered(n, err);
+    int64_t c = s.c, cr = s.cr, hw = s.hw;
     size_t nc = (size_t)(c > 0 ? c : 1), nr = (size_t)(cr > 0 ? cr : 1);
-    float *gap = af_exec_scratch(ex, (2 * nc + nr) * sizeof(float));
-    float *mid = gap ? gap + nc : NULL, *scale = gap ? mid + nr : NULL;
+    float *gap = af_malloc((2 * nc + nr) * sizeof(float));
     if (!gap) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
-    const float *xd = x->data;
+    float *mid = gap + nc, *scale = mid + nr;
+    const float *xd = s.x->data, *b1 = s.b1 ? s.b1->data : NULL, *b2 = s.b2 ? s.b2->data : NULL;
     float *y = out[0].data;
-    if (af_attr_int(n, "channels_last", 0)) {
-        se_run_cl(x, w1, b1, w2, b2, &act, &gate, c, cr, gap, mid, scale, y, gate_only,
-                  af_attr_int(n, "pooled", 0) != 0, ex);
-        return AF_OK;
-    }
-    for (int64_t b = 0; b < batch; b++) {
+    for (int64_t b = 0; b < s.batch; b++) {
         const float *xb = xd + b * c * hw;
         for (int64_t ch = 0; ch < c; ch++) {
             double sum = 0.0;
@@ -457,11 +388,12 @@ af_status fk_kernel_squeeze_excite(const af_node *n, const af_tensor *const *in,
                 sum += xb[ch * hw + p];
             gap[ch] = (float)(hw > 0 ? sum / (double)hw : 0.0);
         }
-        se_fc(w1->data, b1 ? b1->data : NULL, gap, c, cr, &act, mid, ex);
-        se_fc(w2->data, b2 ? b2->data : NULL, mid, cr, c, &gate, scale, ex);
+        se_fc(s.w1->data, b1, gap, c, cr, &s.act, mid);
+        se_fc(s.w2->data, b2, mid, cr, c, &s.gate, scale);
         for (int64_t ch = 0; ch < c; ch++)
             for (int64_t p = 0; p < hw; p++)
                 y[(b * c + ch) * hw + p] = xb[ch * hw + p] * scale[ch];
     }
+    af_free(gap);
     return AF_OK;
 }

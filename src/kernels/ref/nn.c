@@ -8,7 +8,6 @@
  * wrap-around arithmetic. Each matrix-product output element is written once, through mm_emit
  * (the per-element epilogue a fused kernel will replace). Shape functions and kernels share one
  * "setup" per op, so the kernel indexes only within what the checks allowed. */
-#include "kernels/fast/elementwise.h"
 #include "kernels/ref/nn_common.h"
 
 #include <stdlib.h>
@@ -873,6 +872,14 @@ static af_status ln_prepare(const af_node *n, const af_tensor *const *in, ln_geo
     return st;
 }
 
+af_status nn_layernorm_axis(const af_node *n, const af_tensor *const *in, int *axis,
+                            af_error *err) {
+    ln_geom g;
+    af_status st = ln_prepare(n, in, &g, err);
+    *axis = g.axis;
+    return st;
+}
+
 static void ln_stat_type(const af_tensor *x, const ln_geom *g, af_tensor *t) {
     int64_t dims[AF_MAX_RANK];
     for (int i = 0; i < x->rank; i++)
@@ -923,6 +930,7 @@ static int64_t *ln_index(const af_tensor *t, const af_tensor *x, int axis, int64
 
 af_status nn_kernel_layernorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
                               af_exec *ex, af_error *err) {
+    (void)ex;
     ln_geom g;
     af_status st = ln_prepare(n, in, &g, err);
     if (st == AF_OK)
@@ -940,9 +948,6 @@ af_status nn_kernel_layernorm(const af_node *n, const af_tensor *const *in, af_t
     if (st != AF_OK)
         return st;
     int64_t outer = nn_prod(x, 0, g.axis), inner = nn_prod(x, g.axis, x->rank);
-    if (!stat[0] && !stat[1] &&
-        fk_fast_layernorm(x, scale, b, af_attr_float(n, "epsilon", 1e-5f), outer, inner, &out[0], ex))
-        return AF_OK;
     int64_t *si = ln_index(scale, x, g.axis, inner), *bi = b ? ln_index(b, x, g.axis, inner) : NULL;
     if (!si || (b && !bi)) {
         free(si);
@@ -1160,8 +1165,8 @@ af_status nn_kernel_mvn(const af_node *n, const af_tensor *const *in, af_tensor 
 
 /* Before opset 13 these ops flatten X to 2-D at `axis` (default 1) and work on whole rows;
  * from 13 on they work along the one axis (default -1). Both are outer x len x inner. */
-static af_status smax_geom(const af_node *n, const af_tensor *x, int64_t *outer, int64_t *len,
-                           int64_t *inner, af_error *err) {
+af_status nn_softmax_geom(const af_node *n, const af_tensor *x, int64_t *outer, int64_t *len,
+                          int64_t *inner, af_error *err) {
     bool coerce = af_graph_opset(n->graph) < 13;
     int axis;
     if (!af_axis(af_attr_int(n, "axis", coerce ? 1 : -1), x->rank, &axis))
@@ -1182,7 +1187,7 @@ af_status nn_shape_softmax(const af_node *n, const af_tensor *const *in, af_tens
     af_status st = norm_shape_like_x(n, in, out, 0, err);
     if (st == AF_OK && in[0]->rank >= 0) {
         int64_t o, l, i;
-        st = smax_geom(n, in[0], &o, &l, &i, err);
+        st = nn_softmax_geom(n, in[0], &o, &l, &i, err);
     }
     return st;
 }
@@ -1191,15 +1196,14 @@ typedef enum smax_kind { SMAX_SOFT, SMAX_LOG, SMAX_HARD } smax_kind;
 
 static af_status smax_run(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           smax_kind kind, af_exec *ex, af_error *err) {
+    (void)ex;
     af_status st = norm_ready(n, in, out, err);
     int64_t outer, len, inner;
     if (st == AF_OK)
-        st = smax_geom(n, in[0], &outer, &len, &inner, err);
+        st = nn_softmax_geom(n, in[0], &outer, &len, &inner, err);
     if (st != AF_OK)
         return st;
     const af_tensor *x = in[0];
-    if (kind == SMAX_SOFT && inner == 1 && fk_fast_softmax(x, outer, len, &out[0], ex))
-        return AF_OK;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             int64_t base = o * len * inner + i, arg = 0;

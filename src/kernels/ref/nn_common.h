@@ -6,7 +6,7 @@
 #ifndef AF_KERNELS_NN_COMMON_H
 #define AF_KERNELS_NN_COMMON_H
 
-#include "kernels/kernel.h"
+#include "kernels/ref/ref.h"
 
 /* Spatial dims handled by convolution and pooling. Lower-rank windows are padded in front with
  * size-1 dims (a 1-D conv is a 3-D conv of depth 1 and height 1), so one loop nest serves all. */
@@ -158,5 +158,13 @@ af_status nn_window_init(const af_node *n, const af_tensor *x, const int64_t *k,
 /* Output positions o in [*lo, *hi) of padded dim i whose input index o*s - pb + kk*d falls
  * inside [0, in): the loop bounds that keep the inner conv and pool loops free of tests. */
 void nn_window_range(const nn_window *w, int i, int64_t kk, int64_t *lo, int64_t *hi);
+
+/* Softmax, LogSoftmax, Hardmax: X as outer x len x inner (before opset 13 X flattened to 2-D at
+ * axis, from 13 on along the one axis). */
+af_status nn_softmax_geom(const af_node *n, const af_tensor *x, int64_t *outer, int64_t *len,
+                          int64_t *inner, af_error *err);
+/* LayerNormalization's checked axis: it normalises over dims [axis, rank). */
+af_status nn_layernorm_axis(const af_node *n, const af_tensor *const *in, int *axis,
+                            af_error *err);
 
 #endif

@@ -6,7 +6,6 @@
  * padding is never read, only counted (AveragePool's count_include_pad). Each output element
  * is one accumulator written once. */
 #include "kernels/ref/nn_common.h"
-#include "kernels/fast/pool.h"
 
 #include <stdlib.h>
 
@@ -78,7 +77,7 @@ static double pool_p(const af_node *n) {
 static af_status pool_shape(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             pool_kind kind, af_error *err) {
     if (af_attr_int(n, "channels_last", 0) && kind != POOL_LP)
-        return fk_shape_pool_cl(n, in, out, false, kind == POOL_MAX, err);
+        return af_ref_refuse_lowered(n, err);
     nn_window w;
     af_status st = pool_prepare(n, in, kind, &w, err);
     if (st != AF_OK)
@@ -191,12 +190,14 @@ static af_status pool_kernel(const af_node *n, const af_tensor *const *in, af_te
 
 af_status nn_kernel_maxpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_exec *ex, af_error *err) {
-    if (af_attr_int(n, "channels_last", 0)) return fk_kernel_pool_cl(n, in, out, false, 1, ex, err);
+    (void)ex;
+    if (af_attr_int(n, "channels_last", 0)) return af_ref_refuse_lowered(n, err);
     return pool_kernel(n, in, out, POOL_MAX, err);
 }
 af_status nn_kernel_avgpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_exec *ex, af_error *err) {
-    if (af_attr_int(n, "channels_last", 0)) return fk_kernel_pool_cl(n, in, out, false, 0, ex, err);
+    (void)ex;
+    if (af_attr_int(n, "channels_last", 0)) return af_ref_refuse_lowered(n, err);
     return pool_kernel(n, in, out, POOL_AVG, err);
 }
 af_status nn_kernel_lppool(const af_node *n, const af_tensor *const *in, af_tensor *out,
@@ -232,7 +233,7 @@ static void gpool_out_type(const af_tensor *x, af_tensor *y) {
 static af_status gpool_shape(const af_node *n, const af_tensor *const *in, af_tensor *out,
                              pool_kind kind, af_error *err) {
     if (af_attr_int(n, "channels_last", 0) && kind != POOL_LP)
-        return fk_shape_pool_cl(n, in, out, true, kind == POOL_MAX, err);
+        return af_ref_refuse_lowered(n, err);
     af_status st = gpool_prepare(n, in, kind, err);
     if (st == AF_OK)
         gpool_out_type(in[0], &out[0]);
@@ -287,12 +288,14 @@ af_status nn_shape_global_lppool(const af_node *n, const af_tensor *const *in, a
 }
 af_status nn_kernel_global_maxpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    af_exec *ex, af_error *err) {
-    if (af_attr_int(n, "channels_last", 0)) return fk_kernel_pool_cl(n, in, out, true, 1, ex, err);
+    (void)ex;
+    if (af_attr_int(n, "channels_last", 0)) return af_ref_refuse_lowered(n, err);
     return gpool_kernel(n, in, out, POOL_MAX, err);
 }
 af_status nn_kernel_global_avgpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    af_exec *ex, af_error *err) {
-    if (af_attr_int(n, "channels_last", 0)) return fk_kernel_pool_cl(n, in, out, true, 0, ex, err);
+    (void)ex;
+    if (af_attr_int(n, "channels_last", 0)) return af_ref_refuse_lowered(n, err);
     return gpool_kernel(n, in, out, POOL_AVG, err);
 }
 af_status nn_kernel_global_lppool(const af_node *n, const af_tensor *const *in, af_tensor *out,

@@ -6,7 +6,6 @@
  * double, so no input makes the arithmetic undefined; results are converted to the output type
  * once, at the end. Ties in ArgMax/ArgMin/TopK go to the lower index (ArgMax/ArgMin: the higher
  * with select_last_index). */
-#include "kernels/fast/elementwise.h"
 #include "kernels/ref/tensor_util.h"
 
 #include <stdlib.h>
@@ -15,8 +14,8 @@
 
 /* Which axes to reduce. *noop: noop_with_empty_axes with no axes (output = input). *known
  * false when the axes input's value is not known yet. */
-static af_status reduce_axes(const af_node *n, const af_tensor *const *in, const af_tensor *x,
-                             bool *red, bool *noop, bool *known, af_error *err) {
+af_status tn_reduce_axes(const af_node *n, const af_tensor *const *in, const af_tensor *x,
+                         bool *red, bool *noop, bool *known, af_error *err) {
     int64_t opset = af_graph_opset(n->graph);
     bool from_input = opset >= 18 || (n->op == AF_OP_REDUCE_SUM && opset >= 13);
     int axes[AF_MAX_RANK], naxes;
@@ -46,7 +45,7 @@ af_status tn_shape_reduce(const af_node *n, const af_tensor *const *in, af_tenso
         return AF_OK;
     }
     bool red[AF_MAX_RANK], noop, known;
-    af_status st = reduce_axes(n, in, x, red, &noop, &known, err);
+    af_status st = tn_reduce_axes(n, in, x, red, &noop, &known, err);
     if (st)
         return st;
     int64_t dims[AF_MAX_RANK];
@@ -163,10 +162,11 @@ static void reduce_strides(const af_tensor *x, const bool *red, int64_t *os) {
 
 af_status tn_kernel_reduce(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *ex, af_error *err) {
+    (void)ex;
     TN_READY(n, out, 1, err);
     const af_tensor *x = in[0];
     bool red[AF_MAX_RANK], noop, known;
-    af_status st = reduce_axes(n, in, x, red, &noop, &known, err);
+    af_status st = tn_reduce_axes(n, in, x, red, &noop, &known, err);
     if (st)
         return st;
     if (!known)
@@ -180,13 +180,6 @@ af_status tn_kernel_reduce(const af_node *n, const af_tensor *const *in, af_tens
             memcpy(out->data, x->data, (size_t)total * af_dtype_size(x->dtype));
         return AF_OK;
     }
-    /* Mean or sum of float32 rows over the last axis only: the vector row kernels. */
-    bool last_only = x->rank >= 1 && red[x->rank - 1];
-    for (int a = 0; a + 1 < x->rank; a++) last_only = last_only && !red[a];
-    int kind = reduce_kind(n->op);
-    if (last_only && (kind == K_MEAN || kind == K_SUM) &&
-        fk_fast_row_sums(x, m, x->dims[x->rank - 1], kind == K_MEAN, out, ex))
-        return AF_OK;
     red_state s = {reduce_kind(n->op), int_path(reduce_kind(n->op), x->dtype), NULL, NULL, NULL};
     void *mem = calloc((size_t)m + 1, 2 * sizeof(double));
     if (!mem)

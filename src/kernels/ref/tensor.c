@@ -6,7 +6,6 @@
  * work for every fixed-size dtype (float16, bool, complex included). Each op has one parameter
  * function shared by its shape function and its kernel, so both always agree on the output
  * shape; every offset a kernel computes is derived from checked parameters and stays in bounds. */
-#include "kernels/fast/elementwise.h"
 #include "kernels/ref/tensor_util.h"
 
 #include <stdlib.h>
@@ -259,7 +258,7 @@ af_status tn_shape_unsqueeze(const af_node *n, const af_tensor *const *in, af_te
 
 /* ---- Transpose --------------------------------------------------------------------------- */
 
-static af_status transpose_perm(const af_node *n, int rank, int *perm, af_error *err) {
+af_status tn_transpose_perm(const af_node *n, int rank, int *perm, af_error *err) {
     const int64_t *p = NULL;
     int cnt = af_attr_ints(n, "perm", &p);
     if (cnt < 0) {
@@ -290,7 +289,7 @@ af_status tn_shape_transpose(const af_node *n, const af_tensor *const *in, af_te
         return AF_OK;
     }
     int perm[AF_MAX_RANK];
-    af_status st = transpose_perm(n, x->rank, perm, err);
+    af_status st = tn_transpose_perm(n, x->rank, perm, err);
     if (st)
         return st;
     int64_t dims[AF_MAX_RANK];
@@ -302,17 +301,16 @@ af_status tn_shape_transpose(const af_node *n, const af_tensor *const *in, af_te
 
 af_status tn_kernel_transpose(const af_node *n, const af_tensor *const *in, af_tensor *out,
                               af_exec *ex, af_error *err) {
+    (void)ex;
     TN_READY(n, out, 1, err);
     const af_tensor *x = in[0];
     int perm[AF_MAX_RANK];
     size_t es;
-    af_status st = transpose_perm(n, x->rank, perm, err);
+    af_status st = tn_transpose_perm(n, x->rank, perm, err);
     if (!st)
         st = tn_esize(n, x, &es, err);
     if (st)
         return st;
-    if (fk_fast_transpose(x, perm, out, ex))
-        return AF_OK;
     int64_t xs[AF_MAX_RANK], vs[AF_MAX_RANK];
     af_strides(x, xs);
     for (int i = 0; i < x->rank; i++)

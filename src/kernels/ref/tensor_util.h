@@ -7,7 +7,7 @@
 #ifndef AF_TENSOR_UTIL_H
 #define AF_TENSOR_UTIL_H
 
-#include "kernels/kernel.h"
+#include "kernels/ref/ref.h"
 
 /* Maximum rank of the internal views (Tile and DepthToSpace split each axis in two). */
 #define TN_MAX_VIEW (2 * AF_MAX_RANK)
@@ -89,5 +89,13 @@ af_status tn_axes(const af_node *n, const af_tensor *t, bool from_input, const c
 /* Stable merge sort of v[0..n) by cmp(ctx, a, b); tmp has room for n values. */
 void tn_sort(int64_t *v, int64_t n, int64_t *tmp, int (*cmp)(void *ctx, int64_t a, int64_t b),
              void *ctx);
+
+/* Transpose's perm (default: the dims reversed), checked to be a permutation of rank axes. */
+af_status tn_transpose_perm(const af_node *n, int rank, int *perm, af_error *err);
+/* Which axes of x a Reduce* node reduces (red[i]), from its attribute or input as its opset
+ * says. *noop: noop_with_empty_axes with no axes (output = input). *known false when the axes
+ * input's value is not known yet. */
+af_status tn_reduce_axes(const af_node *n, const af_tensor *const *in, const af_tensor *x,
+                         bool *red, bool *noop, bool *known, af_error *err);
 
 #endif

@@ -10,7 +10,7 @@
 #ifndef AF_KERNELS_VEC_H
 #define AF_KERNELS_VEC_H
 
-#include "kernels/ref/epilogue.h"
+#include "ir/epilogue.h"
 
 #include <stdint.h>
 
@@ -102,18 +102,6 @@ typedef struct af_vep {
 void af_vep_build(const af_epilogue *ep, float *y, int64_t cols, af_vep *v);
 /* Put a step before the others (op af_ep_op, kind af_vep_kind, operand x). */
 void af_vep_prepend(af_vep *v, int op, int kind, const float *x);
-
-/* Unary ops of the standalone fast elementwise kernels (beyond the epilogue's activations). */
-typedef enum af_vun_op {
-    AF_VUN_EXP = 100,
-    AF_VUN_ERF,
-    AF_VUN_SQRT,
-    AF_VUN_RECIPROCAL,
-    AF_VUN_NEG,
-    AF_VUN_ABS,
-    AF_VUN_SQUARE,
-    AF_VUN_SOFTPLUS
-} af_vun_op;
 
 /* One output row of a channels-last depthwise convolution (one input channel per output
  * channel): y[ow][c] = bias[c] + sum over valid (kh, kw) of x[ih][iw][c] * w[kh * kw_n + kw][c],

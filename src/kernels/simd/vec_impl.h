@@ -7,6 +7,7 @@
  * Invariant: loads and stores touch only [p, p + n) of the ranges the caller passes; partial
  * vectors go through a zero-padded local copy, so every lane of a tail computes exactly what a
  * full vector would. */
+#include "kernels/ref/epilogue.h"
 #include "kernels/simd/vec.h"
 #include "util/util.h"
 

@@ -2,7 +2,8 @@
  * time (declared types, constant values) and record the result on the output values. A dim the
  * model declares (value_info) is kept where inference cannot tell; a contradiction between the
  * two is an error, since the model would fail at run time anyway. */
-#include "ir/ir.h"
+#include "kernels/fast/dispatch.h"
+#include "passes/passes.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +52,7 @@ static af_status infer_node(af_node *n, af_error *err) {
     }
     for (int i = 0; i < n->nin; i++) in[i] = n->in[i] ? &n->in[i]->type : NULL;
     for (int i = 0; i < n->nout; i++) out[i].rank = -1;
-    st = af_ops[n->op].shape(n, in, out, err);
+    st = af_kernel_shape(n, in, out, err);
     for (int o = 0; o < n->nout && !st; o++) {
         if (!n->out[o]) continue;
         if (out[o].rank > AF_MAX_RANK)

@@ -1,0 +1,83 @@
+/* The one place that decides which kernel runs a node (dispatch.h).
+ *
+ * Every op has a reference kernel (kernels/ref, the op table's column). Some have a fast one,
+ * listed below, and a few exist in forms only the lowering makes: weights packed into GEMM
+ * panels, tensors in channels-last layout. A node runs on its fast kernel when the ISA in force
+ * is above the reference (AUTOFUSION_ISA=reference keeps everything on the oracle) or when it is
+ * in such a lowered form, which only the fast kernels read; a fast kernel may still decline a
+ * case (another dtype, a broadcast its vector code cannot read), and then the reference kernel
+ * runs it. Lowered forms also have their own shape functions here; the reference shape
+ * functions refuse them.
+ *
+ * Invariant: the choice depends on the node and the ISA only, never on the data, so a node
+ * computes the same bits on every run. */
+#include "kernels/fast/dispatch.h"
+#include "kernels/fast/fast.h"
+#include "kernels/ref/ref.h"
+#include "ir/epilogue.h"
+#include "kernels/simd/cpu.h"
+
+typedef struct fast_row {
+    af_kernel_fn kernel;
+    af_shape_fn shape;   /* of the lowered form; NULL: the reference shape function serves */
+    const char *lowered; /* the attribute that marks the lowered form (NULL: none) */
+    bool only_lowered;   /* the fast kernel takes the lowered form only */
+} fast_row;
+
+/* Ops whose rows of the op table have a unary epilogue step or a vector function run on
+ * fast_unary without a row here (fast_of). */
+static const fast_row rows[AF_OP_COUNT] = {
+    [AF_OP_CLIP] = {fast_clip, NULL, NULL, false},
+    [AF_OP_ADD] = {fast_binary, NULL, NULL, false},
+    [AF_OP_SUB] = {fast_binary, NULL, NULL, false},
+    [AF_OP_MUL] = {fast_binary, NULL, NULL, false},
+    [AF_OP_DIV] = {fast_binary, NULL, NULL, false},
+    [AF_OP_POW] = {fast_binary, NULL, NULL, false},
+    [AF_OP_LAYER_NORMALIZATION] = {fast_layernorm, NULL, NULL, false},
+    [AF_OP_SOFTMAX] = {fast_softmax, NULL, NULL, false},
+    [AF_OP_REDUCE_SUM] = {fast_reduce, NULL, NULL, false},
+    [AF_OP_REDUCE_MEAN] = {fast_reduce, NULL, NULL, false},
+    [AF_OP_TRANSPOSE] = {fast_transpose, NULL, NULL, false},
+    [AF_OP_MAX_POOL] = {fast_maxpool, fast_shape_maxpool, "channels_last", true},
+    [AF_OP_AVERAGE_POOL] = {fast_avgpool, fast_shape_avgpool, "channels_last", true},
+    [AF_OP_GLOBAL_MAX_POOL] = {fast_global_maxpool, fast_shape_global_maxpool, "channels_last", true},
+    [AF_OP_GLOBAL_AVERAGE_POOL] = {fast_global_avgpool, fast_shape_global_avgpool, "channels_last",
+                                   true},
+    [AF_OP_FUSED_CONV] = {fast_fused_conv, fast_shape_fused_conv, "channels_last", true},
+    [AF_OP_CONV_POOL_FC] = {fast_conv_pool_fc, fast_shape_conv_pool_fc, "channels_last", true},
+    [AF_OP_FUSED_MATMUL] = {fast_fused_matmul, fast_shape_fused_matmul, "b_packed", false},
+    [AF_OP_FUSED_ELEMENTWISE] = {fast_fused_elementwise, NULL, NULL, false},
+    [AF_OP_SQUEEZE_EXCITE] = {fast_squeeze_excite, NULL, "channels_last", false},
+    [AF_OP_FUSED_ATTENTION] = {fast_attention, NULL, NULL, false},
+};
+
+static const fast_row unary_row = {fast_unary, NULL, NULL, false};
+
+static const fast_row *fast_of(af_op op) {
+    if (op >= AF_OP_COUNT) return NULL;
+    if (rows[op].kernel) return &rows[op];
+    return af_ops[op].vec_unary || (af_ep_is_unary(af_ops[op].ep) && op != AF_OP_CLIP) ? &unary_row
+                                                                                        : NULL;
+}
+
+static bool lowered(const af_node *n, const fast_row *r) {
+    return r && r->lowered && af_attr_int(n, r->lowered, 0) != 0;
+}
+
+af_status af_kernel_shape(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                          af_error *err) {
+    const fast_row *r = fast_of(n->op);
+    if (r && r->shape && lowered(n, r)) return r->shape(n, in, out, err);
+    return af_ref_ops[n->op].shape(n, in, out, err);
+}
+
+af_status af_kernel_run(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                        af_error *err) {
+    const fast_row *r = fast_of(n->op);
+    bool fast = r && ((!r->only_lowered && af_isa_get() != AF_ISA_REFERENCE) || lowered(n, r));
+    if (fast) {
+        af_status st = r->kernel(n, in, out, x, err);
+        if (st != AF_DECLINED) return st;
+    }
+    return af_ref_ops[n->op].kernel(n, in, out, x, err);
+}

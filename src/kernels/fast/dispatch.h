@@ -1,0 +1,18 @@
+/* Which shape function and which kernel serve a node: the one place that decides (dispatch.c).
+ * Everything that runs a node or infers its shape (the shape pass, constant folding, the fusion
+ * engine's checks, the executor) goes through here. */
+#ifndef AF_KERNELS_DISPATCH_H
+#define AF_KERNELS_DISPATCH_H
+
+#include "kernels/kernel.h"
+
+/* Node n's shape function: the fast one of a lowered form, else the reference one. */
+af_status af_kernel_shape(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                          af_error *err);
+/* Run node n: its fast kernel when the op has one and either the ISA in force is not the
+ * reference (kernels/simd/cpu.h) or n is in a lowered form; the reference kernel otherwise, and
+ * whenever the fast kernel declines. */
+af_status af_kernel_run(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                        af_error *err);
+
+#endif

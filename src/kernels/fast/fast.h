@@ -1,0 +1,49 @@
+/* The fast kernels (this folder), as the dispatcher (dispatch.c) sees them: a kernel per op or
+ * family, and the shape functions of the forms only the lowering makes (packed weights,
+ * channels-last tensors). A fast kernel has the reference kernel's contract (kernel.h) and may
+ * answer AF_DECLINED for a case it does not take; it never checks the ISA (the dispatcher and
+ * the vector tables of kernels/simd do). */
+#ifndef AF_KERNELS_FAST_H
+#define AF_KERNELS_FAST_H
+
+#include "kernels/kernel.h"
+
+#define AF_FAST_KERNEL(name)                                                                  \
+    af_status name(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,  \
+                   af_error *err)
+#define AF_FAST_SHAPE(name)                                                                   \
+    af_status name(const af_node *n, const af_tensor *const *in, af_tensor *out, af_error *err)
+
+/* elementwise.c: float32 elementwise and row ops. fast_unary takes every op whose row of the
+ * op table has a unary epilogue step or a vector function (ir/ops.def: .ep, .vec_unary). */
+AF_FAST_KERNEL(fast_unary);
+AF_FAST_KERNEL(fast_clip);
+AF_FAST_KERNEL(fast_binary);
+AF_FAST_KERNEL(fast_layernorm);
+AF_FAST_KERNEL(fast_softmax);
+AF_FAST_KERNEL(fast_reduce);
+AF_FAST_KERNEL(fast_transpose);
+/* pool.c: channels-last pooling. */
+AF_FAST_KERNEL(fast_maxpool);
+AF_FAST_KERNEL(fast_avgpool);
+AF_FAST_KERNEL(fast_global_maxpool);
+AF_FAST_KERNEL(fast_global_avgpool);
+AF_FAST_SHAPE(fast_shape_maxpool);
+AF_FAST_SHAPE(fast_shape_avgpool);
+AF_FAST_SHAPE(fast_shape_global_maxpool);
+AF_FAST_SHAPE(fast_shape_global_avgpool);
+/* conv.c: channels-last FusedConv and ConvPoolFc on the GEMM core. */
+AF_FAST_KERNEL(fast_fused_conv);
+AF_FAST_KERNEL(fast_conv_pool_fc);
+AF_FAST_SHAPE(fast_shape_fused_conv);
+AF_FAST_SHAPE(fast_shape_conv_pool_fc);
+/* matmul.c: FusedMatMul on the GEMM core (packed B too). */
+AF_FAST_KERNEL(fast_fused_matmul);
+AF_FAST_SHAPE(fast_shape_fused_matmul);
+/* fused.c: FusedElementwise and SqueezeExcite. */
+AF_FAST_KERNEL(fast_fused_elementwise);
+AF_FAST_KERNEL(fast_squeeze_excite);
+/* attention.c: FusedAttention. */
+AF_FAST_KERNEL(fast_attention);
+
+#endif
