@@ -40,45 +40,19 @@ static bool clip_bounds(const af_node *n, float *lo, float *hi) {
 bool fu_act_op(const af_node *n, int64_t *op, float *p0, float *p1) {
     *p0 = *p1 = 0.0f;
     if (n->nin < 1 || !n->in[0] || n->nout < 1 || !n->out[0]) return false;
-    switch (n->op) {
-    case AF_OP_RELU: *op = AF_EP_RELU; return n->nin == 1;
-    case AF_OP_SIGMOID: *op = AF_EP_SIGMOID; return n->nin == 1;
-    case AF_OP_HARD_SWISH: *op = AF_EP_HARD_SWISH; return n->nin == 1;
-    case AF_OP_TANH: *op = AF_EP_TANH; return n->nin == 1;
-    case AF_OP_SILU: *op = AF_EP_SILU; return n->nin == 1;
-    case AF_OP_CLIP: *op = AF_EP_CLIP; return clip_bounds(n, p0, p1);
-    case AF_OP_LEAKY_RELU:
-        *op = AF_EP_LEAKY_RELU;
-        *p0 = af_attr_float(n, "alpha", 0.01f);
-        return n->nin == 1;
-    case AF_OP_HARD_SIGMOID:
-        *op = AF_EP_HARD_SIGMOID;
-        *p0 = af_attr_float(n, "alpha", 0.2f);
-        *p1 = af_attr_float(n, "beta", 0.5f);
-        return n->nin == 1;
-    case AF_OP_ELU:
-        *op = AF_EP_ELU;
-        *p0 = af_attr_float(n, "alpha", 1.0f);
-        return n->nin == 1;
-    case AF_OP_GELU: {
-        const char *form = af_attr_str(n, "approximate", "none");
-        *op = AF_EP_GELU;
-        if (!strcmp(form, "tanh")) *p0 = 1.0f;
-        else if (strcmp(form, "none")) return false;
-        return n->nin == 1;
+    if (n->op == AF_OP_CLIP) {
+        *op = AF_EP_CLIP;
+        return clip_bounds(n, p0, p1);
     }
-    default: return false;
-    }
+    int step;
+    if (!af_op_ep_step(n, &step, p0, p1)) return false;
+    *op = step;
+    return n->nin == 1;
 }
 
+/* The epilogue step of an arithmetic op (its row's .ep); 0 for anything else. */
 static int64_t binary_op(af_op op) {
-    switch (op) {
-    case AF_OP_ADD: return AF_EP_ADD;
-    case AF_OP_SUB: return AF_EP_SUB;
-    case AF_OP_MUL: return AF_EP_MUL;
-    case AF_OP_DIV: return AF_EP_DIV;
-    default: return 0;
-    }
+    return af_ep_is_binary(af_ops[op].ep) ? af_ops[op].ep : 0;
 }
 
 /* A plugin's op as a custom step: ELEMWISE with map reading y, or BROADCAST with map2 reading y

@@ -37,20 +37,13 @@ typedef enum slot_kind {
     S_OPERAND  /* a broadcast operand of an elementwise step: 4-D activation or constant */
 } slot_kind;
 
+/* Elementwise ops that compute the same in any layout (their row of the op table). */
 static bool is_unary_elementwise(af_op op) {
-    switch (op) {
-    case AF_OP_RELU: case AF_OP_SIGMOID: case AF_OP_TANH: case AF_OP_LEAKY_RELU:
-    case AF_OP_HARD_SIGMOID: case AF_OP_HARD_SWISH: case AF_OP_ELU: case AF_OP_GELU:
-    case AF_OP_SILU: case AF_OP_ERF: case AF_OP_EXP: case AF_OP_SQRT: case AF_OP_NEG:
-    case AF_OP_ABS: case AF_OP_CLIP:
-        return true;
-    default:
-        return false;
-    }
+    return af_ops[op].layout == AF_LAYOUT_UNARY;
 }
 
 static bool is_binary_elementwise(af_op op) {
-    return op == AF_OP_ADD || op == AF_OP_SUB || op == AF_OP_MUL || op == AF_OP_DIV;
+    return af_ops[op].layout == AF_LAYOUT_BINARY;
 }
 
 static bool rank4_f32(const af_value *v) {

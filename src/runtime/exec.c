@@ -150,11 +150,11 @@ static bool place(const frame *f, const af_node *n, int o, const af_tensor *cons
     bool over_input = s->inplace_of >= 0 && o == 0 && n->nin > 0 && n->in[0] &&
                       n->in[0]->id == s->inplace_of && in[0] && in[0]->data == p;
     if (over_input && !af_plan_inplace_ok(n, in[0], t)) return false;
-    if (!over_input && !af_plan_op_writes_all(n->op)) memset(p, 0, bytes);
+    if (!over_input && !af_ops[n->op].writes_all) memset(p, 0, bytes);
     t->data = p;
     t->nbytes = bytes;
     t->owns_data = 0;
-    if (over_input && af_plan_op_is_view(n->op)) *done = true;
+    if (over_input && af_ops[n->op].inplace == AF_INPLACE_VIEW) *done = true;
     return true;
 }
 

@@ -1,5 +1,5 @@
-/* The memory planner (see plan.h): liveness over the node order, in-place reuse for a short
- * table of ops, and a greedy placement of the resulting buffers in one arena; plus the checker
+/* The memory planner (see plan.h): liveness over the node order, in-place reuse for the ops
+ * whose row of the op table allows it (ir/ops.def: .inplace), and a greedy placement of the resulting buffers in one arena; plus the checker
  * that holds any plan (ours or one read from a file) to the invariant of plan.h.
  *
  * Buffers: a value planned in place over its producer's input 0 joins that input's buffer, so a
@@ -8,77 +8,11 @@
  * first and puts each at the lowest offset where it overlaps no buffer live at the same time
  * (first fit): large buffers fix the arena's shape, small ones fill the gaps they leave.
  */
+#include "ir/epilogue.h"
 #include "runtime/plan.h"
 
 #include <stdarg.h>
 #include <string.h>
-
-/* ---- the in-place table ------------------------------------------------------------------------ */
-
-/* Ops whose output 0 may overwrite their input 0. Kept here, not in ops.def, because it is a
- * promise about how each kernel walks memory, and the list is deliberately short:
- *   SAME_SHAPE: out[i] depends on in0[i] only (and on other inputs), and the kernel reads
- *               in0[i] before it writes out[i]: unary activations, binary arithmetic when the
- *               output has input 0's shape, FusedElementwise (copy then epilogue, run by run);
- *   VIEW:       the output's bytes are input 0's bytes (a reshape). */
-typedef enum ip_kind { IP_NONE, IP_SAME_SHAPE, IP_VIEW } ip_kind;
-
-static ip_kind inplace_kind(const af_node *n) {
-    switch (n->op) {
-    case AF_OP_RELU:
-    case AF_OP_SIGMOID:
-    case AF_OP_TANH:
-        return n->nin == 1 ? IP_SAME_SHAPE : IP_NONE;
-    case AF_OP_ADD:
-    case AF_OP_SUB:
-    case AF_OP_MUL:
-    case AF_OP_DIV:
-        return n->nin == 2 ? IP_SAME_SHAPE : IP_NONE;
-    case AF_OP_FUSED_ELEMENTWISE:
-        return IP_SAME_SHAPE;
-    case AF_OP_RESHAPE:
-    case AF_OP_FLATTEN:
-    case AF_OP_SQUEEZE:
-    case AF_OP_UNSQUEEZE:
-        return IP_VIEW;
-    default:
-        return IP_NONE;
-    }
-}
-
-bool af_plan_op_writes_all(af_op op) {
-    switch (op) {
-    case AF_OP_FUSED_CONV:
-    case AF_OP_FUSED_MATMUL:
-    case AF_OP_FUSED_ELEMENTWISE:
-    case AF_OP_FUSED_ATTENTION:
-    case AF_OP_SQUEEZE_EXCITE:
-    case AF_OP_CONV_POOL_FC:
-    case AF_OP_RELU:
-    case AF_OP_SIGMOID:
-    case AF_OP_TANH:
-    case AF_OP_ERF:
-    case AF_OP_ADD:
-    case AF_OP_SUB:
-    case AF_OP_MUL:
-    case AF_OP_DIV:
-    case AF_OP_GELU:
-    case AF_OP_SILU:
-    case AF_OP_TRANSPOSE:
-    case AF_OP_SOFTMAX:
-    case AF_OP_MAX_POOL:
-    case AF_OP_AVERAGE_POOL:
-    case AF_OP_GLOBAL_AVERAGE_POOL:
-        return true;
-    default:
-        return false;
-    }
-}
-
-bool af_plan_op_is_view(af_op op) {
-    return op == AF_OP_RESHAPE || op == AF_OP_FLATTEN || op == AF_OP_SQUEEZE ||
-           op == AF_OP_UNSQUEEZE;
-}
 
 /* Bytes of a fully known numeric type; false when unknown, empty, or beyond AF_PLAN_MAX_BYTES. */
 static bool type_bytes(const af_tensor *t, uint64_t *bytes) {
@@ -92,12 +26,16 @@ static bool type_bytes(const af_tensor *t, uint64_t *bytes) {
 }
 
 bool af_plan_inplace_ok(const af_node *n, const af_tensor *in0, const af_tensor *out) {
-    ip_kind k = inplace_kind(n);
+    af_inplace k = af_ops[n->op].inplace;
+    int ep = af_ops[n->op].ep;
     uint64_t a, b;
-    if (k == IP_NONE || in0->dtype != out->dtype || !type_bytes(in0, &a) || !type_bytes(out, &b) ||
-        a != b)
+    /* An activation in place reads one input, arithmetic two: a node with others is not what
+     * the row promises about. */
+    if ((af_ep_is_unary(ep) && n->nin != 1) || (af_ep_is_binary(ep) && n->nin != 2)) return false;
+    if (k == AF_INPLACE_NONE || in0->dtype != out->dtype || !type_bytes(in0, &a) ||
+        !type_bytes(out, &b) || a != b)
         return false;
-    if (k == IP_VIEW) return true;
+    if (k == AF_INPLACE_VIEW) return true;
     if (in0->rank != out->rank) return false;
     for (int d = 0; d < out->rank; d++)
         if (in0->dims[d] != out->dims[d]) return false;

@@ -60,15 +60,9 @@ af_status af_plan_check(const af_graph *g, af_plan *p, af_error *err);
 double af_plan_ratio(const af_plan *p);
 
 /* For the executor. May output `out` (the run-time type of node n's output 0) be computed over
- * `in0` (its input 0), byte for byte where the plan put it in place? Checks the op's table
- * entry and that the two types match as the op needs. */
+ * `in0` (its input 0), byte for byte where the plan put it in place? Checks the op's in-place
+ * kind (its row of the op table, ir/ops.def) and that the two types match as the op needs. */
 bool af_plan_inplace_ok(const af_node *n, const af_tensor *in0, const af_tensor *out);
-/* Ops whose kernels write every element of every output they produce (one short, checked
- * list: the executor hands these their arena slots as they are, without zeroing them first). */
-bool af_plan_op_writes_all(af_op op);
-/* Ops whose output is their input 0's bytes unchanged (Reshape, Flatten, Squeeze, Unsqueeze):
- * run in place, they have nothing left to do. */
-bool af_plan_op_is_view(af_op op);
 
 /* Run main graph g like af_exec_graph (runtime/exec.h), with the values p places living in
  * `arena` (p->arena_size bytes, AF_PLAN_ALIGN-aligned, owned by the caller; its contents need
