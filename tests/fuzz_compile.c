@@ -7,6 +7,8 @@
  *     build-fuzz/tests/fuzz_compile -max_total_time=60 CORPUS_DIR
  */
 #include "fusion/fusion.h"
+#include "driver/compile.h"
+#include "runtime/machine.h"
 #include "onnx/onnx.h"
 #include "passes/passes.h"
 #include "runtime/plan.h"
@@ -17,9 +19,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     af_model *m = NULL;
     af_error err;
     if (af_model_load_bytes(data, size, "fuzz.onnx", &m, &err) != AF_OK) return 0;
+    if (af_graph_infer_shapes(m->graph, &err) != AF_OK) {
+        af_model_free(m);
+        return 0;
+    }
     af_fusion_report rep;
-    af_fusion_report_init(&rep, "fuzz.onnx");
-    if (af_optimize(m->graph, NULL, &rep, &err) == AF_OK && af_lower(m->graph, &err) == AF_OK) {
+    af_fusion_report_init(&rep, "fuzz.onnx", af_machine_get());
+    if (af_optimize(m->graph, NULL, &rep, &err) == AF_OK && af_lower(m->graph, NULL, &err) == AF_OK) {
         af_plan *p = NULL;
         if (af_plan_build(m->graph, &p, &err) == AF_OK && af_plan_check(m->graph, p, &err))
             abort(); /* a plan that fails its own check is our bug */

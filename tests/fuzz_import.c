@@ -6,12 +6,17 @@
  * A corpus of small valid models makes the fuzzer reach deep quickly, e.g. the model.onnx files
  * of the conformance suite and of tests/gen_bad_models.py. */
 #include "onnx/onnx.h"
+#include "passes/passes.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     af_model *m = NULL;
     af_error err;
-    if (af_model_load_bytes(data, size, "fuzz.onnx", &m, &err) == AF_OK) af_model_free(m);
+    /* The importer, and the shapes stage that reads what it built. */
+    if (af_model_load_bytes(data, size, "fuzz.onnx", &m, &err) == AF_OK) {
+        (void)af_graph_infer_shapes(m->graph, &err);
+        af_model_free(m);
+    }
     return 0;
 }

@@ -16,7 +16,10 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "format/afm.h"
+#include "driver/compile.h"
 #include "onnx/export.h"
 #include "passes/passes.h"
 #include "runtime/exec.h"
@@ -541,7 +544,7 @@ static int conformance_case(const char *dir, const char *id, int fd, bool optimi
     af_tensor in[64] = {{0}};
     const af_tensor *bound[64] = {0};
     snprintf(path, sizeof path, "%s/model.onnx", dir);
-    if (af_model_load(path, &m, &err) || m->graph->ninputs > 64) return 3;
+    if (tu_load(path, &m, &err) || m->graph->ninputs > 64) return 3;
     if (optimized && optimize(m->graph, &err)) return 3;
     int nin = load_inputs(dir, m->graph, in, bound);
     if (nin < 0) return 3;
@@ -1023,7 +1026,7 @@ static void check_export(af_graph *g, const af_tensor *const *inputs, const char
     if (af_onnx_export(g, path, &err)) fail_msg("%s", err.message);
     expect_checker_ok(path);
     af_model *m = NULL;
-    if (af_model_load(path, &m, &err)) fail_msg("re-import: %s", err.message);
+    if (tu_load(path, &m, &err)) fail_msg("re-import: %s", err.message);
     assert_int_equal(m->graph->nnodes, g->nnodes);
     for (int i = 0; i < g->nnodes; i++) {
         assert_int_equal(m->graph->nodes[i]->op, g->nodes[i]->op);
@@ -1063,7 +1066,7 @@ static void test_export(void **state) {
     const af_tensor *xp[] = {&x[0]};
     check_export(h, xp, "attrs.onnx");
     af_model *m = NULL;
-    assert_int_equal(af_model_load(tmp_path("attrs.onnx"), &m, &err), AF_OK);
+    assert_int_equal(tu_load(tmp_path("attrs.onnx"), &m, &err), AF_OK);
     char why[512] = "";
     for (int i = 0; i < h->nnodes; i++)
         for (int k = 0; k < h->nodes[i]->nattrs; k++) {

@@ -16,7 +16,11 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "fusion/fusion.h"
+#include "driver/compile.h"
+#include "runtime/machine.h"
 #include "kernels/fast/dispatch.h"
 #include "kernels/ref/ref.h"
 #include "onnx/onnx.h"
@@ -341,7 +345,7 @@ static af_model *load(const char *name) {
     af_model *m = NULL;
     af_error err;
     snprintf(path, sizeof path, "%s/%s.onnx", models_dir(), name);
-    if (af_model_load(path, &m, &err) != AF_OK) fail_msg("%s", err.message);
+    if (tu_load(path, &m, &err) != AF_OK) fail_msg("%s", err.message);
     return m;
 }
 
@@ -403,7 +407,7 @@ static void test_rule_models(void **state) {
         af_model *ref = load(mc->name), *fused = load(mc->name);
         af_fusion_report rep;
         af_error err;
-        af_fusion_report_init(&rep, mc->name);
+        af_fusion_report_init(&rep, mc->name, af_machine_get());
         /* As the pipeline does: simplify first (ViT's Slice bounds become constants). */
         if (af_pass_simplify(fused->graph, &err) != AF_OK ||
             af_fuse(fused->graph, &cfg, &rep, &err) != AF_OK)
@@ -467,9 +471,9 @@ static void test_lowered_qkv(void **state) {
         af_model *ref = load(names[c]), *low = load(names[c]);
         af_fusion_report rep;
         af_error err;
-        af_fusion_report_init(&rep, names[c]);
+        af_fusion_report_init(&rep, names[c], af_machine_get());
         if (af_optimize(low->graph, &cfg, &rep, &err) != AF_OK ||
-            af_lower(low->graph, &err) != AF_OK || af_graph_verify(low->graph, &err) != AF_OK)
+            af_lower(low->graph, NULL, &err) != AF_OK || af_graph_verify(low->graph, &err) != AF_OK)
             fail_msg("%s: %s", names[c], err.message);
         assert_true(count_op(low->graph, AF_OP_FUSED_ATTENTION) > 0);
         check_merged(names[c], low->graph);

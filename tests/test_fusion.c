@@ -13,7 +13,10 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "fusion/fusion.h"
+#include "runtime/machine.h"
 #include "kernels/simd/cpu.h"
 #include "onnx/onnx.h"
 #include "runtime/exec.h"
@@ -38,7 +41,7 @@ static af_model *load(const char *name) {
     snprintf(path, sizeof path, "%s/%s.onnx", dir, name);
     af_model *m = NULL;
     af_error err;
-    if (af_model_load(path, &m, &err) != AF_OK) fail_msg("%s: %s", name, err.message);
+    if (tu_load(path, &m, &err) != AF_OK) fail_msg("%s: %s", name, err.message);
     return m;
 }
 
@@ -204,7 +207,7 @@ static void test_positive(void **state) {
         const positive *p = &positives[c];
         af_model *ref = load(p->model), *m = load(p->model);
         af_fusion_report rep;
-        af_fusion_report_init(&rep, p->model);
+        af_fusion_report_init(&rep, p->model, af_machine_get());
         fuse(m, NULL, &rep);
         int applied = af_fusion_report_applied(&rep, p->rule);
         if (applied != p->applied)
@@ -300,7 +303,7 @@ static void test_near_misses(void **state) {
         const near_miss *nm = &misses[c];
         af_model *ref = load(nm->model), *m = load(nm->model);
         af_fusion_report rep;
-        af_fusion_report_init(&rep, nm->model);
+        af_fusion_report_init(&rep, nm->model, af_machine_get());
         fuse(m, NULL, &rep);
         if (count_op(m->graph, nm->absent))
             fail_msg("%s: %s was made", nm->model, af_ops[nm->absent].name);
@@ -432,7 +435,7 @@ static void test_disabled(void **state) {
                      AF_OK);
     af_model *m = load("conv_bn_relu");
     af_fusion_report rep;
-    af_fusion_report_init(&rep, "conv_bn_relu.onnx");
+    af_fusion_report_init(&rep, "conv_bn_relu.onnx", af_machine_get());
     fuse(m, &cfg, &rep);
     assert_int_equal(count_fused(m->graph), 0);
     char *text = print_report(&rep);
@@ -461,7 +464,7 @@ static void test_report_text(void **state) {
     (void)state;
     af_model *m = load("conv_bn_relu");
     af_fusion_report rep;
-    af_fusion_report_init(&rep, "conv_bn_relu.onnx");
+    af_fusion_report_init(&rep, "conv_bn_relu.onnx", af_machine_get());
     fuse(m, NULL, &rep);
     char *text = print_report(&rep);
     const char *want[] = {"[AF] Graph Fusion Report: conv_bn_relu.onnx\n",
@@ -478,7 +481,7 @@ static void test_report_text(void **state) {
     af_model_free(m);
 
     m = load("nm_two_consumers");
-    af_fusion_report_init(&rep, "nm.onnx");
+    af_fusion_report_init(&rep, "nm.onnx", af_machine_get());
     fuse(m, NULL, &rep);
     text = print_report(&rep);
     if (!strstr(text, "Near misses: 1 (Conv conv_shared: output feeds 2 consumers)"))
@@ -488,7 +491,7 @@ static void test_report_text(void **state) {
     af_model_free(m);
 
     m = load("matmul_bias_relu");
-    af_fusion_report_init(&rep, "mm.onnx");
+    af_fusion_report_init(&rep, "mm.onnx", af_machine_get());
     fuse(m, NULL, &rep);
     text = print_report(&rep);
     if (!strstr(text, "Pattern: MatMulBiasRelu ") ||
@@ -516,7 +519,7 @@ static void test_report_json(void **state) {
     (void)state;
     af_model *m = load("conv_bn_relu");
     af_fusion_report rep;
-    af_fusion_report_init(&rep, "conv_bn_relu.onnx");
+    af_fusion_report_init(&rep, "conv_bn_relu.onnx", af_machine_get());
     fuse(m, NULL, &rep);
     char path[512];
     snprintf(path, sizeof path, "%s/report.json", tmpdir);
@@ -547,7 +550,7 @@ static void test_report_json(void **state) {
     assert_int_equal(af_fusion_disable_list(&cfg, "SqueezeExciteFusionOp", "--disable_fusion", &err),
                      AF_OK);
     m = load("nm_two_consumers");
-    af_fusion_report_init(&rep, "nm.onnx");
+    af_fusion_report_init(&rep, "nm.onnx", af_machine_get());
     fuse(m, &cfg, &rep);
     char *s = af_fusion_report_json(&rep);
     assert_non_null(s);

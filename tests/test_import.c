@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "onnx/onnx.h"
 
 #include <stdio.h>
@@ -214,7 +216,7 @@ static buf small_model(variant v) {
 
 static af_status load(const buf *b, af_model **m, af_error *err) {
     memset(err, 0, sizeof *err);
-    af_status st = af_model_load_bytes(b->p, b->n, "mem.onnx", m, err);
+    af_status st = tu_load_bytes(b->p, b->n, "mem.onnx", m, err);
     if (st == AF_OK)
         assert_non_null(*m);
     else
@@ -392,7 +394,7 @@ static void test_truncations(void **state) {
         memcpy(copy, b.p, n);
         af_model *m;
         af_error err = {0};
-        af_status st = af_model_load_bytes(copy, n, "cut.onnx", &m, &err);
+        af_status st = tu_load_bytes(copy, n, "cut.onnx", &m, &err);
         if (st == AF_OK) {
             loaded++;
             af_model_free(m);
@@ -413,7 +415,7 @@ static void test_bit_flips(void **state) {
             b.p[i] ^= (unsigned char)(1u << bit);
             af_model *m;
             af_error err = {0};
-            af_status st = af_model_load_bytes(b.p, b.n, "flip.onnx", &m, &err);
+            af_status st = tu_load_bytes(b.p, b.n, "flip.onnx", &m, &err);
             if (st == AF_OK)
                 af_model_free(m);
             else
@@ -807,7 +809,7 @@ static void test_load_file_and_external_data(void **state) {
     write_file(path, mb.p, mb.n);
     af_model *m;
     af_error err;
-    assert_int_equal(af_model_load(path, &m, &err), AF_OK);
+    assert_int_equal(tu_load(path, &m, &err), AF_OK);
     const float *w0 = find(m->graph, "w0")->type.data, *w1 = find(m->graph, "w1")->type.data;
     assert_true(w0[0] == 1 && w0[1] == 2 && w1[0] == 3 && w1[1] == 4);
     assert_ptr_equal((const char *)w1, (const char *)w0 + 8); /* one mapping of the file */
@@ -816,9 +818,9 @@ static void test_load_file_and_external_data(void **state) {
 
     /* A file that does not exist, and a directory. */
     snprintf(path, sizeof path, "%s/absent.onnx", dir);
-    assert_int_equal(af_model_load(path, &m, &err), AF_ERR_IO);
+    assert_int_equal(tu_load(path, &m, &err), AF_ERR_IO);
     assert_null(m);
-    assert_int_equal(af_model_load(dir, &m, &err), AF_ERR_IO);
+    assert_int_equal(tu_load(dir, &m, &err), AF_ERR_IO);
 }
 
 /* A TensorProto file keeps float16 as float16. */
@@ -995,7 +997,7 @@ static void test_generated_models(void **state) {
         snprintf(path, sizeof path, "%s/%s/model.onnx", bad_models_dir, name);
         af_model *m;
         af_error err = {0};
-        af_status st = af_model_load(path, &m, &err);
+        af_status st = tu_load(path, &m, &err);
         if (st == AF_OK) af_model_free(m);
         if (strcmp(status_name(st), status) || (word && !strstr(err.message, word))) {
             print_error("%s: expected %s '%s', got %s: %s\n", name, status, word ? word : "",

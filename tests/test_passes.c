@@ -17,6 +17,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+
+#include "test_util.h"
 #include <dirent.h>
 #include <math.h>
 #include <string.h>
@@ -841,7 +843,7 @@ static int compare_runs(af_graph *g, af_tensor *in, const af_tensor *want, bool 
 static int drive_model(const char *path, bool count_only) {
     af_model *m;
     af_error err;
-    if (af_model_load(path, &m, &err)) {
+    if (tu_load(path, &m, &err)) {
         printf("%s\n", err.message);
         return 3;
     }
@@ -866,7 +868,7 @@ static int drive_case(const char *dir) {
     af_model *m;
     af_error err;
     if (snprintf(path, sizeof path, "%s/model.onnx", dir) >= (int)sizeof path) return 3;
-    if (af_model_load(path, &m, &err)) return 3; /* not importable: not ours to judge */
+    if (tu_load(path, &m, &err)) return 3; /* not importable: not ours to judge */
     af_graph *g = m->graph;
     af_tensor *in = calloc((size_t)g->ninputs + 1, sizeof(af_tensor));
     af_tensor *want = calloc((size_t)g->noutputs + 1, sizeof(af_tensor));

@@ -21,10 +21,13 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "format/afm.h"
+#include "driver/compile.h"
 #include "passes/passes.h"
 #include "runtime/exec.h"
-#include "runtime/session.h"
+#include "driver/session.h"
 #include "runtime/plan.h"
 
 #include <dirent.h>
@@ -431,7 +434,7 @@ static af_model *load_model(const char *name, bool optimized, af_tensor *in, con
     af_model *m = NULL;
     af_error err;
     snprintf(path, sizeof path, "%s/%s.onnx", models_dir(), name);
-    if (af_model_load(path, &m, &err)) fail_msg("%s", err.message);
+    if (tu_load(path, &m, &err)) fail_msg("%s", err.message);
     if (optimized && af_optimize(m->graph, NULL, NULL, &err)) fail_msg("%s", err.message);
     for (int i = 0; i < m->graph->ninputs; i++) {
         snprintf(path, sizeof path, "%s/%s.in%d.npy", models_dir(), name, i);
@@ -509,7 +512,7 @@ static void conformance_case(const char *dir, const char *id, bool optimized, co
     af_model *m = NULL;
     af_error err;
     snprintf(path, sizeof path, "%s/model.onnx", dir);
-    if (af_model_load(path, &m, &err)) return;
+    if (tu_load(path, &m, &err)) return;
     if (m->graph->ninputs > 64 || (optimized && af_optimize(m->graph, NULL, NULL, &err))) {
         af_model_free(m);
         return;

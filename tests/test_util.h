@@ -15,6 +15,8 @@
 #include <string.h>
 
 #include "kernels/fast/dispatch.h"
+#include "onnx/onnx.h"
+#include "passes/passes.h"
 #include "runtime/exec.h"
 
 #ifndef TENS_MAXV
@@ -175,6 +177,27 @@ static inline void tens_expect_close(const char *name, const af_tensor *got, con
         if (fabs(g - w) > 1e-5 * fmax(1.0, fabs(w)))
             fail_msg("%s: element %lld is %.17g, expected %.17g", name, (long long)i, g, w);
     }
+}
+
+/* A model as the compile driver sees it before optimising: imported, then its shapes inferred
+ * (the first stage). On error *m is NULL. */
+static inline af_status tu_load(const char *path, af_model **m, af_error *err) {
+    af_status st = af_model_load(path, m, err);
+    if (st == AF_OK && (st = af_graph_infer_shapes((*m)->graph, err)) != AF_OK) {
+        af_model_free(*m);
+        *m = NULL;
+    }
+    return st;
+}
+
+static inline af_status tu_load_bytes(const void *bytes, size_t len, const char *name,
+                                      af_model **m, af_error *err) {
+    af_status st = af_model_load_bytes(bytes, len, name, m, err);
+    if (st == AF_OK && (st = af_graph_infer_shapes((*m)->graph, err)) != AF_OK) {
+        af_model_free(*m);
+        *m = NULL;
+    }
+    return st;
 }
 
 #endif

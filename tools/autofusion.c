@@ -7,7 +7,7 @@
 #include "fusion/fusion.h"
 #include "onnx/export.h"
 #include "onnx/onnx.h"
-#include "runtime/session.h"
+#include "driver/session.h"
 #include "cli.h"
 
 #include <errno.h>

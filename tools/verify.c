@@ -13,8 +13,8 @@
  * Exit status: 0 within tolerance, 1 over it (culprits named or not), 2 bad arguments. */
 #include "cli.h"
 #include "fusion/fusion.h"
-#include "passes/passes.h"
-#include "runtime/session.h"
+#include "lower/lower.h"
+#include "driver/session.h"
 
 #include <math.h>
 #include <stdio.h>

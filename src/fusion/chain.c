@@ -17,7 +17,7 @@ void fu_epi_init(fu_epi *e) {
 
 /* A float32 constant holding one element (any rank): its value. */
 static bool const_scalar(const af_value *v, float *out) {
-    if (!fu_is_const(v) || v->type.dtype != AF_DTYPE_FLOAT || af_tensor_numel(&v->type) != 1)
+    if (!af_value_is_const(v) || v->type.dtype != AF_DTYPE_FLOAT || af_tensor_numel(&v->type) != 1)
         return false;
     *out = ((const float *)v->type.data)[0];
     return true;
@@ -68,12 +68,12 @@ static const char *custom_step(fu_epi *e, const af_node *n, const af_value *y, c
     int slot = unary || n->in[0] == y ? 0 : 1;
     af_value *t = unary ? NULL : n->in[1 - slot];
     if (!unary && (n->in[slot] != y || t == y)) return AF_NO_MATCH;
-    if (!fu_is_f32(n->out[0]) || (t && !fu_is_f32(t))) return "dtype is not float32";
+    if (!af_value_is_f32(n->out[0]) || (t && !af_value_is_f32(t))) return "dtype is not float32";
     if (t) {
         const char *why = fu_fits(&t->type, out);
         if (why) return why;
     }
-    if (!fu_same_shape(&n->out[0]->type, out)) return "broadcast does not fit the output";
+    if (!af_same_shape(&n->out[0]->type, out)) return "broadcast does not fit the output";
     float p[2] = {0.0f, 0.0f};
     if (c->params) c->params((const af_pnode *)n, &af_plugin_graph_api, p);
     e->op[k] = unary ? AF_EP_CUSTOM_UNARY : AF_EP_CUSTOM_BINARY;
@@ -108,10 +108,10 @@ const char *fu_epi_append(fu_epi *e, const af_node *n, const af_value *y, const 
     int slot = n->in[0] == y ? 0 : 1;
     af_value *t = n->in[1 - slot];
     if (n->in[slot] != y || t == y) return AF_NO_MATCH;
-    if (!fu_is_f32(t) || !fu_is_f32(n->out[0])) return "dtype is not float32";
+    if (!af_value_is_f32(t) || !af_value_is_f32(n->out[0])) return "dtype is not float32";
     const char *why = fu_fits(&t->type, out);
     if (why) return why;
-    if (!fu_same_shape(&n->out[0]->type, out)) return "broadcast does not fit the output";
+    if (!af_same_shape(&n->out[0]->type, out)) return "broadcast does not fit the output";
     e->op[k] = op;
     e->flags[k] = slot == 1 && (op == AF_EP_SUB || op == AF_EP_DIV) ? AF_EP_REVERSED : 0;
     e->p0[k] = e->p1[k] = 0.0f;
@@ -187,8 +187,8 @@ af_status fu_epi_emit(af_node *dst, const fu_epi *e, int first, af_error *err) {
         ps[2 * s] = e->p0[s];
         ps[2 * s + 1] = e->p1[s];
     }
-    if (!fu_set_ints(dst, "epilogue", ops, 3 * e->n) ||
-        !fu_set_floats(dst, "epilogue_params", ps, 2 * e->n))
+    if (!af_node_set_ints(dst, "epilogue", ops, 3 * e->n) ||
+        !af_node_set_floats(dst, "epilogue_params", ps, 2 * e->n))
         return af_node_fail(err, dst, AF_ERR_NOMEM, "out of memory");
     if (ncustom) {
         const char **list = af_arena_calloc(dst->graph->arena, (size_t)ncustom, sizeof *list);

@@ -25,9 +25,9 @@ static const char *gemm_c(fu_core *c, af_node *gemm) {
     float beta = af_attr_float(gemm, "beta", 1.0f);
     if (!cv || beta == 0.0f) return NULL;
     c->c_scale = beta;
-    if (beta != 1.0f && !(fu_is_const(cv) && fu_is_f32(cv)))
+    if (beta != 1.0f && !(af_value_is_const(cv) && af_value_is_f32(cv)))
         return "Gemm scales a C that is not constant";
-    if (!fu_is_f32(cv)) return "dtype is not float32";
+    if (!af_value_is_f32(cv)) return "dtype is not float32";
     const af_tensor *t = &cv->type, *yt = &y->type;
     if (t->rank == 1 && yt->rank == 2 && t->dims[0] >= 0 && t->dims[0] == yt->dims[1]) {
         c->in[2] = cv;
@@ -91,7 +91,7 @@ const char *fu_core_init(fu_core *c, af_node *src) {
 static af_value *scaled_c(const fu_core *c, af_error *err) {
     af_node *gemm = c->src;
     const af_value *cv = gemm->in[2];
-    af_value *v = fu_const(gemm->graph, "gemm_c_scaled", cv->type.rank, cv->type.dims);
+    af_value *v = af_value_new_f32(gemm->graph, "gemm_c_scaled", cv->type.rank, cv->type.dims);
     if (!v) {
         af_node_fail(err, gemm, AF_ERR_NOMEM, "out of memory");
         return NULL;
@@ -112,7 +112,7 @@ af_node *fu_core_build(fu_core *c, const char *name, af_error *err) {
         else c->in[2] = v;
         c->c_scale = 1.0f;
     }
-    af_node *n = fu_node_new(src->graph, c->op, name, c->nfixed + fu_epi_operands(&c->epi));
+    af_node *n = af_node_new_ours(src->graph, c->op, name, c->nfixed + fu_epi_operands(&c->epi));
     if (!n) {
         af_node_fail(err, src, AF_ERR_NOMEM, "out of memory");
         return NULL;
@@ -123,14 +123,14 @@ af_node *fu_core_build(fu_core *c, const char *name, af_error *err) {
     if (src->op == AF_OP_GEMM) {
         int64_t ta = af_attr_int(src, "transA", 0), tb = af_attr_int(src, "transB", 0);
         float alpha = af_attr_float(src, "alpha", 1.0f);
-        if (ta) ok = ok && fu_set_int(n, "trans_a", 1);
-        if (tb) ok = ok && fu_set_int(n, "trans_b", 1);
-        if (alpha != 1.0f) ok = ok && fu_set_float(n, "alpha", alpha);
+        if (ta) ok = ok && af_node_set_int(n, "trans_a", 1);
+        if (tb) ok = ok && af_node_set_int(n, "trans_b", 1);
+        if (alpha != 1.0f) ok = ok && af_node_set_float(n, "alpha", alpha);
     } else if (src->op != AF_OP_MATMUL) {
         ok = fu_copy_attrs(n, src);
     }
     if (ok && c->ln && !af_node_attr(n, "ln_epsilon"))
-        ok = fu_set_float(n, "ln_epsilon", c->ln_epsilon);
+        ok = af_node_set_float(n, "ln_epsilon", c->ln_epsilon);
     if (!ok) {
         af_node_fail(err, src, AF_ERR_NOMEM, "out of memory");
         return NULL;

@@ -113,24 +113,6 @@ void fu_match_output(af_match *m, af_value *v) {
     m->nout = 1;
 }
 
-bool fu_is_const(const af_value *v) {
-    if (!v || !v->is_const || v->is_input || !v->type.data) return false;
-    int64_t numel = af_tensor_numel(&v->type);
-    size_t need;
-    return numel >= 0 && af_mul_size((size_t)numel, af_dtype_size(v->type.dtype), &need) &&
-           v->type.nbytes >= need;
-}
-
-bool fu_is_f32(const af_value *v) {
-    return v && v->type.dtype == AF_DTYPE_FLOAT;
-}
-
-af_node *fu_sole_reader(const af_value *v) {
-    if (!v || v->nuses != 1) return NULL;
-    af_node *r = v->uses[0].node;
-    return r->graph == v->graph ? r : NULL;
-}
-
 /* Static reasons, so that checks never format. */
 static const char *consumers_reason(int n) {
     static const char *const r[] = {
@@ -163,13 +145,6 @@ const char *fu_fits(const af_tensor *t, const af_tensor *out) {
     return NULL;
 }
 
-bool fu_same_shape(const af_tensor *a, const af_tensor *b) {
-    if (a->rank < 0 || a->rank != b->rank) return false;
-    for (int i = 0; i < a->rank; i++)
-        if (a->dims[i] < 0 || a->dims[i] != b->dims[i]) return false;
-    return true;
-}
-
 static bool is_pattern_output(const af_match *m, const af_value *v) {
     for (int i = 0; i < m->nout; i++)
         if (m->out[i] == v) return true;
@@ -195,22 +170,16 @@ static const char *guard(const af_match *m, const af_graph *g) {
     for (int i = 0; i < m->nout; i++) {
         const af_value *v = m->out[i];
         if (!v || !v->producer || fu_match_index(m, v->producer) < 0) return AF_NO_MATCH;
-        if (!fu_is_f32(v)) return "dtype is not float32";
+        if (!af_value_is_f32(v)) return "dtype is not float32";
     }
     const af_node *a = m->node[0];
-    if ((a->nin > 0 && a->in[0] && !fu_is_f32(a->in[0])) ||
-        (a->nout > 0 && a->out[0] && !fu_is_f32(a->out[0])))
+    if ((a->nin > 0 && a->in[0] && !af_value_is_f32(a->in[0])) ||
+        (a->nout > 0 && a->out[0] && !af_value_is_f32(a->out[0])))
         return "dtype is not float32";
     return NULL;
 }
 
 /* ---- building ------------------------------------------------------------------------------ */
-
-af_node *fu_node_new(af_graph *g, af_op op, const char *name, int nin) {
-    af_node *n = af_node_new(g, op, name, nin, 1);
-    if (n) n->domain = AF_DOMAIN;
-    return n;
-}
 
 static bool is_ours_attr(const char *name) {
     return !strcmp(name, "epilogue") || !strcmp(name, "epilogue_params") ||
@@ -227,56 +196,6 @@ bool fu_copy_attrs(af_node *dst, const af_node *src) {
         *d = *s; /* same arena: the lists stay valid as long as the graph */
     }
     return true;
-}
-
-bool fu_set_int(af_node *n, const char *name, int64_t v) {
-    af_attr *a = af_node_add_attr(n, name, AF_ATTR_INT);
-    if (a) a->i = v;
-    return a != NULL;
-}
-
-bool fu_set_str(af_node *n, const char *name, const char *v) {
-    size_t len = strlen(v);
-    char *copy = af_arena_strndup(n->graph->arena, v, len);
-    af_attr *a = NULL;
-    for (int i = 0; i < n->nattrs && !a; i++)
-        if (!strcmp(n->attrs[i].name, name) && n->attrs[i].type == AF_ATTR_STRING) a = &n->attrs[i];
-    if (!a && copy) a = af_node_add_attr(n, name, AF_ATTR_STRING);
-    if (!a || !copy) return false;
-    a->s = copy;
-    a->slen = len;
-    return true;
-}
-
-bool fu_set_float(af_node *n, const char *name, float v) {
-    af_attr *a = af_node_add_attr(n, name, AF_ATTR_FLOAT);
-    if (a) a->f = v;
-    return a != NULL;
-}
-
-bool fu_set_ints(af_node *n, const char *name, const int64_t *v, int count) {
-    int64_t *copy = af_arena_calloc(n->graph->arena, (size_t)count + 1, sizeof(int64_t));
-    af_attr *a = copy ? af_node_add_attr(n, name, AF_ATTR_INTS) : NULL;
-    if (!a) return false;
-    memcpy(copy, v, (size_t)count * sizeof(int64_t));
-    a->ints = copy;
-    a->n = count;
-    return true;
-}
-
-bool fu_set_floats(af_node *n, const char *name, const float *v, int count) {
-    float *copy = af_arena_calloc(n->graph->arena, (size_t)count + 1, sizeof(float));
-    af_attr *a = copy ? af_node_add_attr(n, name, AF_ATTR_FLOATS) : NULL;
-    if (!a) return false;
-    memcpy(copy, v, (size_t)count * sizeof(float));
-    a->floats = copy;
-    a->n = count;
-    return true;
-}
-
-af_value *fu_const(af_graph *g, const char *hint, int rank, const int64_t *dims) {
-    const char *name = af_graph_unique_name(g, hint);
-    return name ? af_value_new_const(g, name, AF_DTYPE_FLOAT, rank, dims) : NULL;
 }
 
 /* ---- committing ---------------------------------------------------------------------------- */
@@ -507,7 +426,7 @@ static af_status plugin_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
     const af_plugin_match *pm = &cx->pm;
     af_node *a = m->node[0];
     af_arena *ar = a->graph->arena;
-    af_node *f = fu_node_new(a->graph, AF_OP_CUSTOM, a->name, pm->ninputs);
+    af_node *f = af_node_new_ours(a->graph, AF_OP_CUSTOM, a->name, pm->ninputs);
     if (!f) return af_node_fail(err, a, AF_ERR_NOMEM, "out of memory");
     f->domain = af_arena_strndup(ar, p->fused_domain, strlen(p->fused_domain));
     f->op_type = af_arena_strndup(ar, p->fused_op, strlen(p->fused_op));
@@ -518,8 +437,8 @@ static af_status plugin_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
     }
     for (int i = 0; ok && i < pm->nattrs; i++) {
         const char *name = af_arena_strndup(ar, pm->attrs[i].name, strlen(pm->attrs[i].name));
-        ok = name && (pm->attrs[i].is_float ? fu_set_float(f, name, pm->attrs[i].f)
-                                            : fu_set_int(f, name, pm->attrs[i].i));
+        ok = name && (pm->attrs[i].is_float ? af_node_set_float(f, name, pm->attrs[i].f)
+                                            : af_node_set_int(f, name, pm->attrs[i].i));
     }
     if (!ok) return af_node_fail(err, a, AF_ERR_NOMEM, "out of memory");
     return fu_commit(cx, m, f, m->out[0], fu_all(m), err);
@@ -678,9 +597,7 @@ af_status af_fuse(af_graph *g, const af_fusion_config *cfg, af_fusion_report *re
     memset(&cx, 0, sizeof cx);
     cx.rep = rep;
     if (rep) {
-        cx.mach = af_machine_get();
-        rep->peak_gflops = cx.mach->flops / 1e9;
-        rep->bandwidth_gbs = cx.mach->bandwidth / 1e9;
+        cx.mach = &rep->machine;
         if (cfg) rep->cfg = *cfg;
         else af_fusion_config_init(&rep->cfg);
         int count = 0;

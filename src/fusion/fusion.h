@@ -90,6 +90,18 @@ af_status af_fusion_switch_file(af_fusion_config *cfg, const char *path, af_erro
 /* AUTOFUSION_FUSION_LOG (alias GE_GRAPH_FUSION_LOG) is set to something other than "" or "0". */
 bool af_fusion_log_requested(void);
 
+/* The machine the estimates are for (measured by runtime/machine.c): one core's rates, the FMA
+ * peak, what the GEMM core reaches, and copy bandwidth for buffers in L2, in the next level (a
+ * few times L2) and in memory. */
+typedef struct af_machine {
+    double flops;      /* float32 FLOP/s of an FMA loop (an FMA counts 2) */
+    double gemm_flops; /* FLOP/s of the GEMM core (kernels/fast/gemm.h) on a cache-resident problem */
+    double bandwidth;  /* bytes/s (read + write) to and from memory */
+    double l2_bandwidth, l3_bandwidth; /* the same within L2 and within 8 x L2 */
+    double l2_bytes;   /* per-core L2 size (cpuinfo) */
+    char isa[16];      /* the kernels' ISA when measured: "avx512", "avx2", "generic" */
+} af_machine;
+
 /* ---- the report (report.c) ------------------------------------------------------------------ */
 
 /* One line of the report: the matches of a rule counted under one name (a rule may report some
@@ -131,15 +143,16 @@ typedef struct af_fusion_report {
     af_fusion_config cfg; /* copy of the switches in force (for the Disabled lines) */
     int ops_before, ops_after; /* node counts, subgraphs included */
     double t_before, t_after;  /* estimated seconds of the whole graph */
-    double peak_gflops, bandwidth_gbs; /* the machine the estimates are for */
+    af_machine machine;                /* the machine the estimates are for */
     char *precision_mode;              /* owned; NULL: fp32 (no precision section) */
     char *precision_note;              /* owned; e.g. why the mode fell back to fp32 */
     af_precision_entry *prec;
     int nprec;
 } af_fusion_report;
 
-/* Empty report for `model` (a name for the header line; may be NULL). */
-void af_fusion_report_init(af_fusion_report *r, const char *model);
+/* Empty report for `model` (a name for the header line; may be NULL), with estimates for
+ * machine m (runtime/machine.h: af_machine_get). */
+void af_fusion_report_init(af_fusion_report *r, const char *model, const af_machine *m);
 void af_fusion_report_free(af_fusion_report *r);
 /* The text report, every line prefixed "[AF] ". */
 void af_fusion_report_print(const af_fusion_report *r, FILE *f);
@@ -170,27 +183,7 @@ af_status af_fuse(af_graph *g, const af_fusion_config *cfg, af_fusion_report *re
 
 /* ---- the cost model (cost.c) ---------------------------------------------------------------- */
 
-/* One core's measured peak FMA rate and memory bandwidth. */
-/* One core's measured rates: the FMA peak, what the GEMM core reaches, and copy bandwidth for
- * buffers in L2, in the next level (a few times L2) and in memory. */
-typedef struct af_machine {
-    double flops;      /* float32 FLOP/s of an FMA loop (an FMA counts 2) */
-    double gemm_flops; /* FLOP/s of the GEMM core (kernels/gemm.h) on a cache-resident problem */
-    double bandwidth;  /* bytes/s (read + write) to and from memory */
-    double l2_bandwidth, l3_bandwidth; /* the same within L2 and within 8 x L2 */
-    double l2_bytes;   /* per-core L2 size (cpuinfo) */
-    char isa[16];      /* the kernels' ISA when measured: "avx512", "avx2", "generic" */
-} af_machine;
 
-/* The machine file path: $AUTOFUSION_MACHINE_FILE, else $XDG_CACHE_HOME/autofusion/machine.json,
- * else $HOME/.cache/autofusion/machine.json; NULL when none can be formed. */
-const char *af_machine_path(char *buf, size_t len);
-/* Load m from `path` (NULL: af_machine_path) when it holds a valid record for the kernels' ISA
- * in force, else measure (about 500 ms) and write the record there (creating the folder; a
- * write failure is not an error). */
-af_status af_machine_calibrate(const char *path, af_machine *m, af_error *err);
-/* The process-wide machine: calibrated once on first use (thread-safe). */
-const af_machine *af_machine_get(void);
 /* Roofline inputs of one node from its input/output types (unknown dims count as 1). */
 double af_cost_flops(const af_node *n);
 double af_cost_bytes(const af_node *n);

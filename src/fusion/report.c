@@ -9,8 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-void af_fusion_report_init(af_fusion_report *r, const char *model) {
+void af_fusion_report_init(af_fusion_report *r, const char *model, const af_machine *m) {
     memset(r, 0, sizeof *r);
+    r->machine = *m;
     af_fusion_config_init(&r->cfg);
     if (model) {
         size_t n = strlen(model);
@@ -256,10 +257,10 @@ char *af_fusion_report_json(const af_fusion_report *r) {
         fail |= json_object_set_new(root, "ops_after", json_integer(r->ops_after));
         fail |= json_object_set_new(root, "overall_estimated_speedup",
                                     speedup(r->t_before, r->t_after));
-        const af_machine *m = af_machine_get();
-        json_t *mach = json_pack("{s:f, s:f, s:f, s:f, s:f}", "peak_gflops", r->peak_gflops,
+        const af_machine *m = &r->machine;
+        json_t *mach = json_pack("{s:f, s:f, s:f, s:f, s:f}", "peak_gflops", m->flops / 1e9,
                                  "gemm_gflops", m->gemm_flops / 1e9, "bandwidth_gbs",
-                                 r->bandwidth_gbs, "l2_bandwidth_gbs", m->l2_bandwidth / 1e9,
+                                 m->bandwidth / 1e9, "l2_bandwidth_gbs", m->l2_bandwidth / 1e9,
                                  "l3_bandwidth_gbs", m->l3_bandwidth / 1e9);
         fail |= !mach || json_object_set_new(root, "machine", mach);
         if (r->precision_mode) {

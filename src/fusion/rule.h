@@ -9,7 +9,7 @@
  *       report) or a short static reason ("output feeds 2 consumers"): the pattern is here but a
  *       condition refuses it, which the report lists as a near miss.
  *   af_status apply(af_fusion_ctx *cx, af_match *m, af_error *err)
- *       Builds the fused node(s) with fu_node_new and hands each to fu_commit. Fails only when
+ *       Builds the fused node(s) with af_node_new_ours and hands each to fu_commit. Fails only when
  *       out of memory; a rewrite the fused op's shape function rejects is declined by fu_commit
  *       (a near miss), never half done.
  * Between the two the engine runs the standard guards on m, so rules need not repeat them:
@@ -80,13 +80,6 @@ void fu_match_keep(af_match *m, const af_node *n);
 /* Set the single pattern output. */
 void fu_match_output(af_match *m, af_value *v);
 
-/* A constant whose value may be used at compile time: not an overridable graph input, data
- * present and covering its known dims. */
-bool fu_is_const(const af_value *v);
-/* A float32 value (v may be NULL: false). */
-bool fu_is_f32(const af_value *v);
-/* The only node reading v, in v's graph; NULL when v has no reader or several. */
-af_node *fu_sole_reader(const af_value *v);
 /* The standard intermediate guard: NULL when v may disappear inside a fused op (one reader, not a
  * graph output), else "intermediate is a graph output" / "output feeds N consumers". */
 const char *fu_edge(const af_value *v);
@@ -94,8 +87,6 @@ const char *fu_edge(const af_value *v);
  * type `out` with every dim known, else "broadcast does not fit the output" / "shape is not
  * known". */
 const char *fu_fits(const af_tensor *operand, const af_tensor *out);
-/* Both types have the same rank and the same known dims. */
-bool fu_same_shape(const af_tensor *a, const af_tensor *b);
 
 /* ---- epilogue programs (chain.c) -------------------------------------------------------------- */
 
@@ -145,20 +136,10 @@ af_node *fu_core_build(fu_core *c, const char *name, af_error *err);
 
 /* ---- building and committing (engine.c) ------------------------------------------------------- */
 
-/* A new node of our domain with nin inputs (all NULL) and one output slot, appended to g. */
-af_node *fu_node_new(af_graph *g, af_op op, const char *name, int nin);
 /* Copy src's attributes to dst, except the epilogue and provenance ones. */
 bool fu_copy_attrs(af_node *dst, const af_node *src);
-bool fu_set_int(af_node *n, const char *name, int64_t v);
-bool fu_set_float(af_node *n, const char *name, float v);
-/* Set (replacing the one there) a STRING attribute; false when out of memory. */
-bool fu_set_str(af_node *n, const char *name, const char *v);
-bool fu_set_ints(af_node *n, const char *name, const int64_t *v, int count);
-bool fu_set_floats(af_node *n, const char *name, const float *v, int count);
-/* A new float32 constant named after hint (data zeroed, to be filled); NULL when out of memory. */
-af_value *fu_const(af_graph *g, const char *hint, int rank, const int64_t *dims);
 
-/* Put `fused` (built by fu_node_new, inputs set, output slot empty) in place of the covered nodes
+/* Put `fused` (built by af_node_new_ours, inputs set, output slot empty) in place of the covered nodes
  * whose bits are set in `covers`: its shape function must accept the inputs and give `out`'s
  * type, else the rewrite is declined (fused is removed, the graph untouched, the engine records a
  * near miss). On success: fused produces `out`, sits right after the last covered node, carries

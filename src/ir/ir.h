@@ -224,6 +224,28 @@ af_status af_graph_verify(const af_graph *g, af_error *err);
 /* Sort nodes topologically; AF_ERR_INVALID_MODEL naming a node on a cycle or with a dangling input. */
 af_status af_graph_toposort(af_graph *g, af_error *err);
 
+/* ---- building (build.c): what the passes and fusion rules rewrite with -------------------- */
+
+/* A constant whose value may be used at compile time: not an overridable graph input, data
+ * present and covering its known dims. */
+bool af_value_is_const(const af_value *v);
+/* A float32 value (v may be NULL: false). */
+bool af_value_is_f32(const af_value *v);
+/* The only node reading v, in v's graph; NULL when v has no reader or several. */
+af_node *af_value_sole_reader(const af_value *v);
+/* A new float32 constant named after hint (data zeroed, to be filled); NULL when out of memory. */
+af_value *af_value_new_f32(af_graph *g, const char *hint, int rank, const int64_t *dims);
+/* A new node of our domain (AF_DOMAIN) with nin inputs (all NULL) and one output slot,
+ * appended to g. */
+af_node *af_node_new_ours(af_graph *g, af_op op, const char *name, int nin);
+/* Add an attribute (a string, list or tensor is copied into g's arena); false when out of
+ * memory. af_node_set_str replaces a STRING attribute of that name. */
+bool af_node_set_int(af_node *n, const char *name, int64_t v);
+bool af_node_set_float(af_node *n, const char *name, float v);
+bool af_node_set_str(af_node *n, const char *name, const char *v);
+bool af_node_set_ints(af_node *n, const char *name, const int64_t *v, int count);
+bool af_node_set_floats(af_node *n, const char *name, const float *v, int count);
+
 /* Attribute lookup; NULL when absent. */
 const af_attr *af_node_attr(const af_node *n, const char *name);
 int64_t af_attr_int(const af_node *n, const char *name, int64_t dflt);
@@ -259,6 +281,8 @@ void af_tensor_type_copy(af_tensor *dst, const af_tensor *src);
 void af_tensor_set_type(af_tensor *t, af_dtype dtype, int rank, const int64_t *dims);
 /* Read an int64/int32 1-D tensor (e.g. a shape input) into v[0..n); false if too long/bad type. */
 bool af_tensor_to_ints(const af_tensor *t, int64_t *v, int max, int *n);
+/* Both types have the same rank and the same known dims. */
+bool af_same_shape(const af_tensor *a, const af_tensor *b);
 /* "[1,3,224,224]" into buf. */
 const char *af_dims_str(const af_tensor *t, char *buf, size_t len);
 

@@ -2,7 +2,6 @@
  * with work taken from slow threads, and the hook through which control flow reaches the
  * executor. Invariant: a parallel loop runs each item exactly once and returns after the last. */
 #include "kernels/kernel.h"
-#include "kernels/simd/cpu.h"
 
 #include <pthreadpool.h>
 #include <stdatomic.h>
@@ -17,10 +16,10 @@ struct af_workers {
 
 af_status af_workers_new(int threads, af_workers **out, af_error *err) {
     *out = NULL;
-    if (threads < 0) return af_fail(err, AF_ERR_INVALID_ARG, "--threads must be >= 0, got %d", threads);
+    if (threads < 1) return af_fail(err, AF_ERR_INVALID_ARG, "%d threads", threads);
     af_workers *w = af_calloc(1, sizeof *w);
     if (!w) return af_fail(err, AF_ERR_NOMEM, "out of memory");
-    w->threads = threads ? threads : af_cpu_cores();
+    w->threads = threads;
     if (w->threads > 1) {
         w->pool = pthreadpool_create((size_t)w->threads);
         if (!w->pool) {

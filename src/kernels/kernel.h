@@ -43,7 +43,7 @@ typedef af_status (*af_kernel_fn)(const af_node *n, const af_tensor *const *in, 
  * and then stays, so a steady-state run allocates nothing for it. */
 typedef struct af_workers af_workers;
 
-/* threads: 0 for every core. */
+/* threads >= 1 (the caller resolves "every core"). */
 af_status af_workers_new(int threads, af_workers **out, af_error *err);
 void af_workers_free(af_workers *w);
 int af_workers_threads(const af_workers *w);

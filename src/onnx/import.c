@@ -13,7 +13,6 @@
  * orders them) and lets a subgraph see every value of its enclosing graphs.
  */
 #include "onnx/onnx.h"
-#include "passes/passes.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1192,7 +1191,7 @@ static af_status import_model(af_model *m, af_error *err) {
     if (st) return st;
     c.halves_to_float = !half;
     st = import_graph(&c, &sub, NULL, &m->graph, err);
-    return st ? st : af_graph_infer_shapes(m->graph, err);
+    return st;
 }
 
 /* A model with its arena and names, no bytes yet. */

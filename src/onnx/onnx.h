@@ -30,7 +30,8 @@ typedef struct af_model {
     af_extfile *ext;  /* external data files opened so far (each once) */
 } af_model;
 
-/* Load a model file: mapped read-only, checked, imported, shapes inferred. On error *out is
+/* Load a model file: mapped read-only, checked, imported (types as the file declares them: the
+ * shapes stage, passes/passes.h, infers the rest). On error *out is
  * NULL and nothing is left allocated. */
 af_status af_model_load(const char *path, af_model **out, af_error *err);
 /* Same from bytes (copied; `name` is used in messages). External data is an error: there is no

@@ -23,7 +23,6 @@
  * left exactly as it was. The replacement writes the pattern's last value, so names of graph
  * outputs survive.
  */
-#include "fusion/rule.h"
 #include "passes/rewrite.h"
 
 #include <math.h>
@@ -124,7 +123,7 @@ static af_status make_gelu(pass_scope *s, const match *m, const af_node *anchor,
                            af_value *y, const char *approximate, bool *hit, af_error *err) {
     af_node *r = NULL;
     af_status st = replace(s, m, anchor, AF_OP_GELU, x, y, &r, err);
-    if (!st && !pass_attr_str(r, "approximate", approximate))
+    if (!st && !af_node_set_str(r, "approximate", approximate))
         st = af_node_fail(err, anchor, AF_ERR_NOMEM, "out of memory canonicalizing");
     *hit = !st;
     return st;
@@ -466,8 +465,8 @@ static af_status layernorm(pass_scope *s, af_node *mean, bool *hit, af_error *er
     if (!l.gamma) l.gamma = ln_fill(s, &l, "layernorm_scale", 1.0f);
     if (!l.beta) l.beta = ln_fill(s, &l, "layernorm_bias", 0.0f);
     af_node *r = pass_node_new(s, AF_OP_LAYER_NORMALIZATION, mean, 3, 1);
-    if (!l.gamma || !l.beta || !r || !pass_attr_int(r, "axis", -1) ||
-        !pass_attr_float(r, "epsilon", (float)l.eps) || !provenance(r, &l.m))
+    if (!l.gamma || !l.beta || !r || !af_node_set_int(r, "axis", -1) ||
+        !af_node_set_float(r, "epsilon", (float)l.eps) || !provenance(r, &l.m))
         return af_node_fail(err, mean, AF_ERR_NOMEM, "out of memory canonicalizing");
     af_status st = AF_OK;
     for (int i = 0; i < l.m.n && !st; i++) st = pass_kill(s, l.m.nodes[i], err);
@@ -557,7 +556,7 @@ static af_status add_before_reshape(pass_scope *s, af_node *add, bool *hit, af_e
         return AF_OK;
     for (int side = 0; side < 2; side++) {
         af_value *v = add->in[side], *r = add->in[1 - side];
-        if (!v || !r || v == r || r->type.dtype != AF_DTYPE_FLOAT || !fu_same_shape(&r->type, &out->type))
+        if (!v || !r || v == r || r->type.dtype != AF_DTYPE_FLOAT || !af_same_shape(&r->type, &out->type))
             continue;
         match m = {{NULL}, 0};
         af_node *rs;

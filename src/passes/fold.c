@@ -48,7 +48,7 @@ static bool foldable_op(const af_node *n) {
 
 static bool inputs_const(const af_node *n) {
     for (int k = 0; k < n->nin; k++)
-        if (n->in[k] && !pass_const(n->in[k])) return false;
+        if (n->in[k] && !af_value_is_const(n->in[k])) return false;
     return true;
 }
 

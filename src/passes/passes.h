@@ -10,9 +10,6 @@
 
 #include "ir/ir.h"
 
-struct af_fusion_config;
-struct af_fusion_report;
-
 /* Shapes (shapes.c): shape and dtype inference over g and its subgraphs with what is known
  * (declared types, constant values), through each op's shape function (kernels/fast/dispatch.h);
  * unknown dims stay -1. A dim the model declares is kept where inference cannot tell; a
@@ -31,44 +28,6 @@ af_status af_pass_simplify(af_graph *g, af_error *err);
  * HardSwish from x*HardSigmoid(x) and x*Clip(x+3,0,6)/6. A rewrite fires only when every
  * shape, constant, attribute and consumer count it relies on checks out. */
 af_status af_pass_canonicalize(af_graph *g, af_error *err);
-
-/* Lowering (lower.c): Conv, MatMul and Gemm become FusedConv / FusedMatMul with an empty
- * epilogue, inference BatchNormalization a FusedElementwise scale-and-shift. */
-af_status af_pass_lower(af_graph *g, af_error *err);
-/* Layout (layout.c): 2-D convolutions and the ops between them channels-last (NHWC), with
- * reorders only at the edges of each channels-last region. */
-af_status af_pass_layout(af_graph *g, af_error *err);
-/* Packing (lower.c): constant GEMM weights of FusedMatMul and channels-last FusedConv in the
- * panel order of kernels/gemm.h (depthwise weights [KH * KW][M]); then a channels-last
- * SqueezeExcite read only by a packed 1x1 conv hands its gate to that conv, which applies it to
- * its weights (when they are smaller than X), so that X * gate is never written; and when X
- * comes from a depthwise conv, that conv also writes X's means for the SqueezeExcite. */
-af_status af_pass_pack(af_graph *g, af_error *err);
-
-/* Precision modes (precision.c): --precision_mode's names and ATC's aliases. */
-typedef enum af_precision { AF_PREC_FP32, AF_PREC_BF16, AF_PREC_FP16, AF_PREC_MIXED } af_precision;
-/* The mode a name means ("fp32", "bf16", "fp16", "mixed", "force_fp32", "allow_mix_precision",
- * ...); -1 when unknown. */
-int af_precision_parse(const char *name);
-const char *af_precision_name(af_precision p);
-/* False (with the reason) when this CPU cannot run the mode's low-precision arithmetic. */
-bool af_precision_supported(af_precision p, const char **why);
-typedef struct af_precision_cfg {
-    af_precision mode;
-    const char *keep_fp32; /* "A,B": rules, node names or op types that stay fp32 (may be NULL) */
-} af_precision_cfg;
-/* Mark each GEMM core with the precision it runs in (see precision.c); cfg NULL: fp32. An
- * unknown --keep_fp32 name is AF_ERR_INVALID_ARG. */
-af_status af_pass_precision(af_graph *g, const af_precision_cfg *cfg, af_error *err);
-
-/* The whole pipeline, in order (src/passes/pipeline.c). */
-af_status af_optimize(af_graph *g, const struct af_fusion_config *cfg,
-                      struct af_fusion_report *rep, af_error *err);
-/* The lowering stage, after af_optimize or on its own for the unfused graph: lower, layout,
- * dead-code removal, precision (prec may be NULL: fp32), pack. Does nothing under
- * AF_ISA_REFERENCE (kernels/cpu.h). */
-af_status af_lower(af_graph *g, af_error *err);
-af_status af_lower_precision(af_graph *g, const af_precision_cfg *prec, af_error *err);
 
 /* ---- opset-independent readers (rewrite.c) --------------------------------------------------
  * Kernels choose between an op's attribute form and its input form by the model's opset, so

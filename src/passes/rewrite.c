@@ -97,20 +97,12 @@ af_node *pass_producer(const pass_scope *s, const af_value *v, af_op op) {
     return p->op == op && p->graph == s->g && !pass_dead(s, p) ? p : NULL;
 }
 
-bool pass_const(const af_value *v) {
-    if (!v || !v->is_const || v->is_input || !v->type.data) return false;
-    int64_t n = af_tensor_numel(&v->type);
-    size_t bytes;
-    return n >= 0 && af_mul_size((size_t)n, af_dtype_size(v->type.dtype), &bytes) &&
-           bytes <= v->type.nbytes;
-}
-
 static bool is_real_number_type(af_dtype t) {
     return af_dtype_size(t) > 0 && t != AF_DTYPE_COMPLEX64 && t != AF_DTYPE_COMPLEX128;
 }
 
 bool pass_scalar(const af_value *v, double *out) {
-    if (!pass_const(v) || af_tensor_numel(&v->type) != 1 || !is_real_number_type(v->type.dtype))
+    if (!af_value_is_const(v) || af_tensor_numel(&v->type) != 1 || !is_real_number_type(v->type.dtype))
         return false;
     *out = af_tensor_get_double(&v->type, 0);
     return true;
@@ -147,27 +139,6 @@ af_node *pass_node_new(pass_scope *s, af_op op, const af_node *anchor, int nin, 
     af_node *n = name ? af_node_new(s->g, op, name, nin, nout) : NULL;
     if (n && af_op_is_ours(op)) n->domain = AF_DOMAIN;
     return n;
-}
-
-af_attr *pass_attr_int(af_node *n, const char *name, int64_t v) {
-    af_attr *a = af_node_add_attr(n, name, AF_ATTR_INT);
-    if (a) a->i = v;
-    return a;
-}
-
-af_attr *pass_attr_float(af_node *n, const char *name, float v) {
-    af_attr *a = af_node_add_attr(n, name, AF_ATTR_FLOAT);
-    if (a) a->f = v;
-    return a;
-}
-
-af_attr *pass_attr_str(af_node *n, const char *name, const char *v) {
-    af_attr *a = af_node_add_attr(n, name, AF_ATTR_STRING);
-    if (a) {
-        a->s = v;
-        a->slen = strlen(v);
-    }
-    return a;
 }
 
 /* ---- captures ------------------------------------------------------------------------------ */
@@ -254,7 +225,7 @@ bool af_node_axes(const af_node *n, int64_t *axes, int max, int *count) {
     }
     const af_value *a = n->nin > 1 ? n->in[1] : NULL;
     if (!a) return true;
-    if (!pass_const(a) || a->type.rank > 1) return false;
+    if (!af_value_is_const(a) || a->type.rank > 1) return false;
     if (a->type.dtype != AF_DTYPE_INT64 && a->type.dtype != AF_DTYPE_INT32) return false;
     int64_t c = af_tensor_numel(&a->type);
     if (c < 0 || c > max) return false;

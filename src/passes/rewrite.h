@@ -36,8 +36,6 @@ af_node *pass_sole_user(const pass_scope *s, const af_value *v);
 /* The live producer of v in s->g when it is an `op` node, else NULL. */
 af_node *pass_producer(const pass_scope *s, const af_value *v, af_op op);
 
-/* A true constant: not an overridable graph input, data present. */
-bool pass_const(const af_value *v);
 /* A constant holding one number (any rank, all dims 1): its value in *out. */
 bool pass_scalar(const af_value *v, double *out);
 /* k-th subgraph held by n's attributes, or NULL past the last. */
@@ -47,9 +45,6 @@ af_graph *pass_subgraph(const af_node *n, int k);
  * "/mlp/Erf_1" gives "/mlp/Gelu_1"), in our domain when the op is ours. Appended at the end
  * of g->nodes: the caller restores the order with af_graph_toposort. */
 af_node *pass_node_new(pass_scope *s, af_op op, const af_node *anchor, int nin, int nout);
-af_attr *pass_attr_int(af_node *n, const char *name, int64_t v);
-af_attr *pass_attr_float(af_node *n, const char *name, float v);
-af_attr *pass_attr_str(af_node *n, const char *name, const char *v);
 
 /* Rebuild the capture lists of every subgraph nested in g (bottom-up) after rewiring. */
 af_status pass_fix_captures(af_graph *g, af_error *err);

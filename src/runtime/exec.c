@@ -9,6 +9,7 @@
  * before. Invariant: a tensor pointing into the arena never owns its data, so releasing it is
  * only forgetting it; the graph outputs, never planned, are moved to the caller. */
 #include "kernels/fast/dispatch.h"
+#include "kernels/simd/cpu.h"
 #include "runtime/exec.h"
 #include "runtime/plan.h"
 #include "runtime/profile.h"
@@ -45,9 +46,10 @@ typedef struct run {
 
 af_status af_runtime_new(int threads, af_runtime **out, af_error *err) {
     *out = NULL;
+    if (threads < 0) return af_fail(err, AF_ERR_INVALID_ARG, "--threads must be >= 0, got %d", threads);
     af_runtime *rt = af_calloc(1, sizeof *rt);
     if (!rt) return af_fail(err, AF_ERR_NOMEM, "out of memory");
-    af_status st = af_workers_new(threads, &rt->w, err);
+    af_status st = af_workers_new(threads ? threads : af_cpu_cores(), &rt->w, err);
     if (st) {
         af_free(rt);
         return st;

@@ -81,7 +81,7 @@ static af_node *producer(const af_value *v, const af_graph *g) {
 }
 
 static bool known_f32(const af_value *v, int rank) {
-    if (!fu_is_f32(v) || v->type.rank != rank) return false;
+    if (!af_value_is_f32(v) || v->type.rank != rank) return false;
     for (int i = 0; i < rank; i++)
         if (v->type.dims[i] < 0) return false;
     return true;
@@ -90,7 +90,7 @@ static bool known_f32(const af_value *v, int rank) {
 /* A float32 constant holding one finite number whose rank does not exceed `rank` (so it
  * cannot grow the other operand's shape when broadcast). */
 static bool const_scalar(const af_value *v, int rank, double *out) {
-    if (!fu_is_const(v) || v->type.dtype != AF_DTYPE_FLOAT || v->type.rank > rank ||
+    if (!af_value_is_const(v) || v->type.dtype != AF_DTYPE_FLOAT || v->type.rank > rank ||
         af_tensor_numel(&v->type) != 1)
         return false;
     *out = ((const float *)v->type.data)[0];
@@ -126,14 +126,14 @@ static bool scale_node(const af_node *n, af_value **x, double *f) {
     int rank = n->out[0]->type.rank;
     if (n->op == AF_OP_MUL) {
         for (int i = 0; i < 2; i++)
-            if (const_scalar(n->in[1 - i], rank, &c) && !fu_is_const(n->in[i])) {
+            if (const_scalar(n->in[1 - i], rank, &c) && !af_value_is_const(n->in[i])) {
                 *x = n->in[i];
                 *f = c;
                 return true;
             }
         return false;
     }
-    if (const_scalar(n->in[1], rank, &c) && c != 0.0 && !fu_is_const(n->in[0])) {
+    if (const_scalar(n->in[1], rank, &c) && c != 0.0 && !af_value_is_const(n->in[0])) {
         *x = n->in[0];
         *f = 1.0 / c;
         return true;
@@ -215,7 +215,7 @@ static const char *walk_input(fa_match *m, fa_input *in, af_value *x, af_node *r
             in->reshape = p;
             memcpy(in->labels, l, sizeof(fa_label) * (size_t)r);
             in->rank = r;
-            if (p->nin < 2 || !fu_is_const(p->in[1])) return "head reshape shape is not constant";
+            if (p->nin < 2 || !af_value_is_const(p->in[1])) return "head reshape shape is not constant";
             in->split = p->in[0];
             return NULL;
         }
@@ -243,7 +243,7 @@ static bool slice_arg(const af_node *s, int i, bool *present, int64_t *v) {
     const af_value *a = i < s->nin ? s->in[i] : NULL;
     *present = a != NULL;
     if (!a) return true;
-    if (!fu_is_const(a) || (a->type.dtype != AF_DTYPE_INT64 && a->type.dtype != AF_DTYPE_INT32) ||
+    if (!af_value_is_const(a) || (a->type.dtype != AF_DTYPE_INT64 && a->type.dtype != AF_DTYPE_INT32) ||
         af_tensor_numel(&a->type) != 1)
         return false;
     *v = af_tensor_get_int(&a->type, 0);
@@ -321,8 +321,8 @@ static bool scale_like(const af_node *n, const af_value **x) {
         return false;
     for (int i = 0; i < 2; i++) {
         const af_value *c = n->in[1 - i];
-        if ((i == 0 || n->op == AF_OP_MUL) && fu_is_const(c) && af_tensor_numel(&c->type) == 1 &&
-            !fu_is_const(n->in[i])) {
+        if ((i == 0 || n->op == AF_OP_MUL) && af_value_is_const(c) && af_tensor_numel(&c->type) == 1 &&
+            !af_value_is_const(n->in[i])) {
             *x = n->in[i];
             return true;
         }
@@ -415,7 +415,7 @@ static const char *walk_scores(fa_match *m) {
 
 /* The mask broadcasts (unidirectionally) to the scores. */
 static const char *check_mask(const fa_match *m) {
-    if (!fu_is_f32(m->mask)) return "mask is not float32";
+    if (!af_value_is_f32(m->mask)) return "mask is not float32";
     if (m->mask->type.rank > m->rank) return "mask rank exceeds the scores'";
     return fu_fits(&m->mask->type, &m->qk->out[0]->type);
 }
@@ -437,7 +437,7 @@ static const char *walk_output(fa_match *m) {
             return "attention output is not merged back into rows";
         if ((why = cover(m, c))) return why;
         if (c->op == AF_OP_RESHAPE) {
-            if (c->nin < 2 || !fu_is_const(c->in[1])) return "output reshape shape is not constant";
+            if (c->nin < 2 || !af_value_is_const(c->in[1])) return "output reshape shape is not constant";
             m->out_reshape = c;
             break;
         }
@@ -454,7 +454,7 @@ static const char *walk_output(fa_match *m) {
     int o = memory_order(l, r, size);
     if (o < 0) return "output heads are not merged into the hidden dim";
     af_value *out = m->out_reshape->out[0];
-    if (!fu_is_f32(out)) return "output reshape is not float32";
+    if (!af_value_is_f32(out)) return "output reshape is not float32";
     const af_tensor *t = &out->type;
     int64_t rows;
     if (!af_mul_i64(m->B, m->Sq, &rows)) return "output rows overflow";
@@ -605,16 +605,16 @@ af_status fr_mha_apply(af_fusion_ctx *cx, af_match *am, af_error *err) {
     af_graph *g = am->node[0]->graph;
     af_value *mask = am->val[V_MASK];
     const char *name = fused_name(g, am->node[0]);
-    af_node *f = name ? fu_node_new(g, AF_OP_FUSED_ATTENTION, name, mask ? 4 : 3) : NULL;
+    af_node *f = name ? af_node_new_ours(g, AF_OP_FUSED_ATTENTION, name, mask ? 4 : 3) : NULL;
     int64_t lay = am->ival[I_LAYOUT];
     int64_t layout[4] = {lay & 1, lay >> 1 & 1, lay >> 2 & 1, lay >> 3 & 1};
     int64_t offsets[3] = {am->ival[I_COL_Q], am->ival[I_COL_K], am->ival[I_COL_V]};
-    if (!f || !fu_set_int(f, "num_heads", am->ival[I_HEADS]) ||
-        !fu_set_int(f, "head_dim", am->ival[I_HEAD_DIM]) ||
-        !fu_set_float(f, "scale", am->fval[0]) || !fu_set_ints(f, "layout", layout, 4) ||
-        !fu_set_ints(f, "offsets", offsets, 3) ||
-        !fu_set_int(f, "out_rank", am->ival[I_OUT_RANK]) ||
-        !fu_set_int(f, "heads_merged", am->ival[I_MERGED]))
+    if (!f || !af_node_set_int(f, "num_heads", am->ival[I_HEADS]) ||
+        !af_node_set_int(f, "head_dim", am->ival[I_HEAD_DIM]) ||
+        !af_node_set_float(f, "scale", am->fval[0]) || !af_node_set_ints(f, "layout", layout, 4) ||
+        !af_node_set_ints(f, "offsets", offsets, 3) ||
+        !af_node_set_int(f, "out_rank", am->ival[I_OUT_RANK]) ||
+        !af_node_set_int(f, "heads_merged", am->ival[I_MERGED]))
         return af_fail(err, AF_ERR_NOMEM, "out of memory fusing attention");
     for (int i = 0; i < 3; i++) af_node_set_input(f, i, am->val[V_Q + i]);
     if (mask) af_node_set_input(f, 3, mask);

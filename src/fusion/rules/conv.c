@@ -30,7 +30,7 @@ static af_node *reader(const af_value *v, af_op op, int slot) {
 
 /* A float32 constant [n] (1-D). */
 static bool const_vec(const af_value *v, int64_t n) {
-    return fu_is_const(v) && fu_is_f32(v) && v->type.rank == 1 && v->type.dims[0] == n;
+    return af_value_is_const(v) && af_value_is_f32(v) && v->type.rank == 1 && v->type.dims[0] == n;
 }
 
 static bool all_known(const af_tensor *t) {
@@ -53,8 +53,8 @@ static const char *bn_foldable(const af_node *conv, const af_node *bn) {
     for (int o = 1; o < bn->nout; o++)
         if (bn->out[o] && (bn->out[o]->nuses > 0 || bn->out[o]->is_output))
             return "BatchNormalization statistics outputs are used";
-    if (!fu_is_const(w)) return "weights are not constant";
-    if (!fu_is_f32(w) || w->type.rank < 3 || w->type.dims[0] <= 0)
+    if (!af_value_is_const(w)) return "weights are not constant";
+    if (!af_value_is_f32(w) || w->type.rank < 3 || w->type.dims[0] <= 0)
         return "weights are not constant float32";
     int64_t c = w->type.dims[0];
     if (b && !const_vec(b, c)) return "bias is not constant";
@@ -85,7 +85,7 @@ const char *fr_conv_check(af_fusion_ctx *cx, af_node *conv, af_match *m) {
     if (why) return why;
     const af_tensor *out = &y->type;
     fu_match_add(m, conv);
-    af_node *next = fu_sole_reader(y);
+    af_node *next = af_value_sole_reader(y);
     if (next->op == AF_OP_BATCH_NORMALIZATION) {
         if (next->in[0] != y || !next->out[0]) return AF_NO_MATCH;
         why = bn_foldable(conv, next);
@@ -93,14 +93,14 @@ const char *fr_conv_check(af_fusion_ctx *cx, af_node *conv, af_match *m) {
         fu_match_add(m, next);
         m->core = next;
         y = next->out[0];
-        next = fu_edge(y) ? NULL : fu_sole_reader(y);
+        next = fu_edge(y) ? NULL : af_value_sole_reader(y);
     }
     if (next && next->op == AF_OP_ADD) {
         why = fu_epi_append(&m->epi, next, y, out);
         if (!why) {
             fu_match_add(m, next);
             y = next->out[0];
-            next = fu_edge(y) ? NULL : fu_sole_reader(y);
+            next = fu_edge(y) ? NULL : af_value_sole_reader(y);
         } else if (why != AF_NO_MATCH) {
             if (m->n == 1) return why;
             m->partial = why;
@@ -126,9 +126,9 @@ static af_status fold_bn(af_node *conv, const af_node *bn, af_value **w_out, af_
     int64_t c = w->type.dims[0], numel = af_tensor_numel(&w->type), per = numel / c;
     char hint[200];
     snprintf(hint, sizeof hint, "%.180s_bnfold", w->name);
-    af_value *nw = fu_const(conv->graph, hint, w->type.rank, w->type.dims);
+    af_value *nw = af_value_new_f32(conv->graph, hint, w->type.rank, w->type.dims);
     snprintf(hint, sizeof hint, "%.180s_bnfold_bias", conv->name);
-    af_value *nb = fu_const(conv->graph, hint, 1, &c);
+    af_value *nb = af_value_new_f32(conv->graph, hint, 1, &c);
     if (!nw || !nb) return af_node_fail(err, conv, AF_ERR_NOMEM, "out of memory");
     const float *gamma = bn->in[1]->type.data, *beta = bn->in[2]->type.data;
     const float *mean = bn->in[3]->type.data, *var = bn->in[4]->type.data;
@@ -193,16 +193,16 @@ static bool head_shape(const af_value *pooled, af_node **flat, af_node **fc) {
 /* The FC weights and bias: Gemm without transA; alpha and a scaled C need constants. */
 static const char *fc_ok(const af_node *fc) {
     const af_value *w = input(fc, 1), *c = input(fc, 2);
-    if (!w || !fu_is_f32(w) || w->type.rank != 2) return "FC weights are not 2-D float32";
+    if (!w || !af_value_is_f32(w) || w->type.rank != 2) return "FC weights are not 2-D float32";
     if (fc->op == AF_OP_MATMUL) return fc->nin == 2 ? NULL : AF_NO_MATCH;
     if (af_attr_int(fc, "transA", 0) != 0) return "Gemm transposes A";
     if (fc->nin > 3) return AF_NO_MATCH;
-    if (af_attr_float(fc, "alpha", 1.0f) != 1.0f && !fu_is_const(w))
+    if (af_attr_float(fc, "alpha", 1.0f) != 1.0f && !af_value_is_const(w))
         return "Gemm scales weights that are not constant";
     float beta = af_attr_float(fc, "beta", 1.0f);
     if (c && beta != 0.0f) {
-        if (!fu_is_f32(c)) return "dtype is not float32";
-        if (beta != 1.0f && !fu_is_const(c)) return "Gemm scales a C that is not constant";
+        if (!af_value_is_f32(c)) return "dtype is not float32";
+        if (beta != 1.0f && !af_value_is_const(c)) return "Gemm scales a C that is not constant";
         if (c->type.rank > 2) return "broadcast does not fit the output";
         return fu_fits(&c->type, &fc->out[0]->type);
     }
@@ -235,7 +235,7 @@ const char *fr_cpf_check(af_fusion_ctx *cx, af_node *gap, af_match *m) {
 /* Wfc scaled by alpha / C scaled by beta, as new constants when needed. */
 static af_value *scaled(af_node *fc, af_value *v, float s, const char *hint, af_error *err) {
     if (s == 1.0f) return v;
-    af_value *nv = fu_const(fc->graph, hint, v->type.rank, v->type.dims);
+    af_value *nv = af_value_new_f32(fc->graph, hint, v->type.rank, v->type.dims);
     if (!nv) {
         af_node_fail(err, fc, AF_ERR_NOMEM, "out of memory");
         return NULL;
@@ -259,10 +259,10 @@ af_status fr_cpf_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
         if (input(fc, 2) && beta != 0.0f) bfc = scaled(fc, fc->in[2], beta, "fc_b_scaled", err);
         if (!wfc || (input(fc, 2) && beta != 0.0f && !bfc)) return err ? err->code : AF_ERR_NOMEM;
     }
-    af_node *f = fu_node_new(conv->graph, AF_OP_CONV_POOL_FC, conv->name,
+    af_node *f = af_node_new_ours(conv->graph, AF_OP_CONV_POOL_FC, conv->name,
                              5 + fu_epi_operands(&core.epi));
     if (!f || !fu_copy_attrs(f, conv) ||
-        (gemm && af_attr_int(fc, "transB", 0) && !fu_set_int(f, "fc_trans_b", 1)))
+        (gemm && af_attr_int(fc, "transB", 0) && !af_node_set_int(f, "fc_trans_b", 1)))
         return af_node_fail(err, conv, AF_ERR_NOMEM, "out of memory");
     af_node_set_input(f, 0, core.in[0]);
     af_node_set_input(f, 1, core.in[1]);
@@ -319,7 +319,7 @@ static const char *pointwise(const af_node *conv, int64_t cin, int64_t cout, int
     for (int i = 2; i < rank; i++)
         if (wt->dims[i] != 1 || yt->dims[i] != 1) return "excite conv is not 1x1 on the pooled map";
     if (yt->dims[1] != wt->dims[0]) return "shape is not known";
-    if (b && !(fu_is_f32(b) && b->type.rank == 1 && b->type.dims[0] == wt->dims[0]))
+    if (b && !(af_value_is_f32(b) && b->type.rank == 1 && b->type.dims[0] == wt->dims[0]))
         return "excite conv bias is not 1-D";
     return NULL;
 }
@@ -334,7 +334,7 @@ const char *fr_se_check(af_fusion_ctx *cx, af_node *gap, af_match *m) {
     af_node *mul = gate ? mul_with(gate->out[0], x) : NULL;
     if (!x || !mul || !mul->out[0]) return AF_NO_MATCH;
     const af_tensor *xt = &x->type;
-    if (!all_known(xt) || xt->rank < 3 || !fu_same_shape(&mul->out[0]->type, xt))
+    if (!all_known(xt) || xt->rank < 3 || !af_same_shape(&mul->out[0]->type, xt))
         return "shape is not known";
     const char *why = fu_edge(pooled);
     if (!why) why = fu_edge(c1->out[0]);
@@ -357,9 +357,9 @@ af_status fr_se_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
     float ap[2], gp[2];
     fu_act_op(act, &aop, &ap[0], &ap[1]);
     fu_act_op(gate, &gop, &gp[0], &gp[1]);
-    af_node *f = fu_node_new(gap->graph, AF_OP_SQUEEZE_EXCITE, gap->name, 5);
-    if (!f || !fu_set_ints(f, "act", &aop, 1) || !fu_set_floats(f, "act_params", ap, 2) ||
-        !fu_set_ints(f, "gate", &gop, 1) || !fu_set_floats(f, "gate_params", gp, 2))
+    af_node *f = af_node_new_ours(gap->graph, AF_OP_SQUEEZE_EXCITE, gap->name, 5);
+    if (!f || !af_node_set_ints(f, "act", &aop, 1) || !af_node_set_floats(f, "act_params", ap, 2) ||
+        !af_node_set_ints(f, "gate", &gop, 1) || !af_node_set_floats(f, "gate_params", gp, 2))
         return af_node_fail(err, gap, AF_ERR_NOMEM, "out of memory");
     af_node_set_input(f, 0, gap->in[0]);
     af_node_set_input(f, 1, c1->in[1]);

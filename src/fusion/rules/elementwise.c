@@ -16,7 +16,7 @@
 /* Grow the chain after value y (the output of the last op taken) while the next op fits. */
 static af_value *extend(af_match *m, af_value *y, const af_tensor *out) {
     while (!fu_edge(y)) {
-        af_node *next = fu_sole_reader(y);
+        af_node *next = af_value_sole_reader(y);
         if (!next || fu_epi_append(&m->epi, next, y, out) || !fu_match_add(m, next)) break;
         y = next->out[0];
     }
@@ -59,8 +59,8 @@ const char *fr_ew_check(af_fusion_ctx *cx, af_node *e, af_match *m) {
      * not (a bias, a scale); none when both are (a residual Add). */
     int main_slot = 0;
     if (bin) {
-        bool s0 = fu_same_shape(&e->in[0]->type, &e->out[0]->type);
-        bool s1 = fu_same_shape(&e->in[1]->type, &e->out[0]->type);
+        bool s0 = af_same_shape(&e->in[0]->type, &e->out[0]->type);
+        bool s1 = af_same_shape(&e->in[1]->type, &e->out[0]->type);
         main_slot = s0 && !s1 ? 0 : s1 && !s0 ? 1 : -1;
     }
     const char *refused = attach(e, 0, main_slot == 0, m);
@@ -73,8 +73,8 @@ const char *fr_ew_check(af_fusion_ctx *cx, af_node *e, af_match *m) {
     /* No producer takes the chain: a FusedElementwise over X, the input shaped like the output. */
     memset(m, 0, sizeof *m);
     af_value *x = e->in[0];
-    if (bin && !fu_same_shape(&x->type, &e->out[0]->type)) x = e->in[1];
-    if (!fu_same_shape(&x->type, &e->out[0]->type) || fu_epi_append(&m->epi, e, x, &x->type))
+    if (bin && !af_same_shape(&x->type, &e->out[0]->type)) x = e->in[1];
+    if (!af_same_shape(&x->type, &e->out[0]->type) || fu_epi_append(&m->epi, e, x, &x->type))
         return refused;
     fu_match_add(m, e);
     af_value *y = extend(m, e->out[0], &x->type);
@@ -94,7 +94,7 @@ af_status fr_ew_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
         f = fu_core_build(&core, m->core->name, err);
         if (!f) return err ? err->code : AF_ERR_NOMEM;
     } else {
-        f = fu_node_new(e->graph, AF_OP_FUSED_ELEMENTWISE, e->name, 1 + fu_epi_operands(&m->epi));
+        f = af_node_new_ours(e->graph, AF_OP_FUSED_ELEMENTWISE, e->name, 1 + fu_epi_operands(&m->epi));
         if (!f) return af_node_fail(err, e, AF_ERR_NOMEM, "out of memory");
         af_node_set_input(f, 0, m->val[0]);
         af_status st = fu_epi_emit(f, &m->epi, 1, err);

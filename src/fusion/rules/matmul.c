@@ -38,7 +38,7 @@ static af_value *bias_vector(const af_node *add, const af_value *y) {
     if (add->nin != 2 || !add->in[0] || !add->in[1] || add->in[0] == add->in[1]) return NULL;
     af_value *t = add->in[0] == y ? add->in[1] : add->in[0];
     const af_tensor *yt = &y->type;
-    if (!fu_is_f32(t) || t->type.rank != 1 || yt->rank < 1 || t->type.dims[0] < 0 ||
+    if (!af_value_is_f32(t) || t->type.rank != 1 || yt->rank < 1 || t->type.dims[0] < 0 ||
         t->type.dims[0] != yt->dims[yt->rank - 1] || !add->out[0] ||
         add->out[0]->type.rank != yt->rank)
         return NULL;
@@ -61,7 +61,7 @@ const char *fr_mba_check(af_fusion_ctx *cx, af_node *mm, af_match *m) {
     if (why) return why;
     fu_match_add(m, mm);
     const af_tensor *out = &y->type;
-    af_node *next = fu_sole_reader(y);
+    af_node *next = af_value_sole_reader(y);
     int first = core.epi.n;
     if (next->op == AF_OP_ADD) {
         af_value *bias = core.in[2] ? NULL : bias_vector(next, y);
@@ -71,7 +71,7 @@ const char *fr_mba_check(af_fusion_ctx *cx, af_node *mm, af_match *m) {
         m->val[0] = bias;
         fu_match_add(m, next);
         y = next->out[0];
-        next = fu_edge(y) ? NULL : fu_sole_reader(y);
+        next = fu_edge(y) ? NULL : af_value_sole_reader(y);
     } else if (!gemm) {
         return AF_NO_MATCH;
     }
@@ -224,9 +224,9 @@ const char *fr_lnmm_check(af_fusion_ctx *cx, af_node *ln, af_match *m) {
     if (axis != -1 && axis != rank - 1) return "normalisation axis is not the last";
     int64_t k = x->type.dims[rank - 1];
     if (k < 0) return "shape is not known";
-    if (!fu_is_f32(scale) || scale->type.rank != 1 || scale->type.dims[0] != k)
+    if (!af_value_is_f32(scale) || scale->type.rank != 1 || scale->type.dims[0] != k)
         return "LayerNorm scale is not 1-D";
-    if (bias && (!fu_is_f32(bias) || bias->type.rank != 1 || bias->type.dims[0] != k))
+    if (bias && (!af_value_is_f32(bias) || bias->type.rank != 1 || bias->type.dims[0] != k))
         return "LayerNorm bias is not 1-D";
     for (int o = 1; o < ln->nout; o++)
         if (ln->out[o] && (ln->out[o]->nuses > 0 || ln->out[o]->is_output))

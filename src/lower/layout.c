@@ -16,6 +16,7 @@
  * or after the node being converted, so the order stays topological.
  */
 #include "fusion/rule.h"
+#include "lower/lower.h"
 #include "passes/rewrite.h"
 
 #include <string.h>
@@ -85,10 +86,10 @@ static bool capable(const af_node *n) {
     if (!rank4_f32(n->in[0])) return false;
     switch (n->op) {
     case AF_OP_FUSED_CONV:
-        return n->nin >= 2 && fu_is_const(n->in[1]) && n->in[1]->type.rank == 4 &&
+        return n->nin >= 2 && af_value_is_const(n->in[1]) && n->in[1]->type.rank == 4 &&
                !af_attr_int(n, "channels_last", 0);
     case AF_OP_CONV_POOL_FC:
-        return n->nin >= 2 && fu_is_const(n->in[1]) && n->in[1]->type.rank == 4 &&
+        return n->nin >= 2 && af_value_is_const(n->in[1]) && n->in[1]->type.rank == 4 &&
                !af_attr_int(n, "channels_last", 0);
     case AF_OP_SQUEEZE_EXCITE:
     case AF_OP_GLOBAL_AVERAGE_POOL:
@@ -113,7 +114,7 @@ static bool input_ok(const layout *L, const af_value *v, slot_kind k) {
     if (v->type.rank == 4) return true; /* a Transpose makes it NHWC */
     if (k == S_ACT) return false;
     /* A lower-rank operand: constants are permuted; a runtime one only when it is a scalar. */
-    if (fu_is_const(v)) return true;
+    if (af_value_is_const(v)) return true;
     for (int d = 0; d < v->type.rank; d++)
         if (v->type.dims[d] != 1) return false;
     return true;
@@ -216,7 +217,7 @@ static af_value *permute_const(layout *L, af_value *c, af_error *err) {
     int64_t d4[4] = {1, 1, 1, 1}, nd[4];
     for (int i = 0; i < t->rank; i++) d4[4 - t->rank + i] = t->dims[i];
     for (int i = 0; i < 4; i++) nd[i] = d4[to_nhwc[i]];
-    af_value *p = fu_const(L->g, "nhwc_const", 4, nd);
+    af_value *p = af_value_new_f32(L->g, "nhwc_const", 4, nd);
     if (!p) {
         af_fail(err, AF_ERR_NOMEM, "out of memory in the layout pass");
         return NULL;
@@ -237,7 +238,7 @@ static bool set_channels_last(af_node *n) {
             n->attrs[a].i = 1;
             return true;
         }
-    return fu_set_int(n, "channels_last", 1);
+    return af_node_set_int(n, "channels_last", 1);
 }
 
 /* Concat's axis in NHWC: N stays, C moves last, H and W move up one. */
@@ -255,8 +256,8 @@ static af_status convert(layout *L, af_node *n, af_error *err) {
         af_value *v = n->in[i];
         slot_kind k = slot_of(n, i);
         if (!v || k == S_KEEP) continue;
-        af_value *r = v->type.rank == 4 && !fu_is_const(v) ? nhwc_of(L, v, err)
-                      : fu_is_const(v) ? permute_const(L, v, err) : v;
+        af_value *r = v->type.rank == 4 && !af_value_is_const(v) ? nhwc_of(L, v, err)
+                      : af_value_is_const(v) ? permute_const(L, v, err) : v;
         if (!r) return err ? err->code : AF_ERR_NOMEM;
         if (r != v) af_node_set_input(n, i, r);
     }

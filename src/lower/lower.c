@@ -15,6 +15,7 @@
 #include "fusion/rule.h"
 #include "kernels/simd/cpu.h"
 #include "kernels/fast/gemm.h"
+#include "lower/lower.h"
 #include "passes/rewrite.h"
 
 #include <math.h>
@@ -58,13 +59,13 @@ static af_status lower_batchnorm(af_graph *g, af_node *n, af_error *err) {
     if (x->type.rank < 2 || x->type.dims[1] < 1) return AF_OK;
     int64_t c = x->type.dims[1];
     for (int i = 1; i < 5; i++)
-        if (!fu_is_const(n->in[i]) || n->in[i]->type.rank != 1 || n->in[i]->type.dims[0] != c)
+        if (!af_value_is_const(n->in[i]) || n->in[i]->type.rank != 1 || n->in[i]->type.dims[0] != c)
             return AF_OK;
     int64_t dims[AF_MAX_RANK] = {c};
     int rank = x->type.rank - 1;
     for (int i = 1; i < rank; i++) dims[i] = 1;
-    af_value *s = fu_const(g, "bn_scale", rank, dims), *t = fu_const(g, "bn_shift", rank, dims);
-    af_node *f = s && t ? fu_node_new(g, AF_OP_FUSED_ELEMENTWISE, n->name, 3) : NULL;
+    af_value *s = af_value_new_f32(g, "bn_scale", rank, dims), *t = af_value_new_f32(g, "bn_shift", rank, dims);
+    af_node *f = s && t ? af_node_new_ours(g, AF_OP_FUSED_ELEMENTWISE, n->name, 3) : NULL;
     if (!f) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     const float *sc = n->in[1]->type.data, *bi = n->in[2]->type.data;
     const float *mean = n->in[3]->type.data, *var = n->in[4]->type.data;
@@ -117,7 +118,7 @@ static af_gemm_type gemm_type(const af_node *n) {
 
 /* n cannot run its precision after all: fp32, and why. */
 static af_status keep_fp32(af_node *n, const char *why, af_error *err) {
-    if (!fu_set_str(n, "precision", "fp32") || !fu_set_str(n, "precision_why", why))
+    if (!af_node_set_str(n, "precision", "fp32") || !af_node_set_str(n, "precision_why", why))
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     return AF_OK;
 }
@@ -125,7 +126,7 @@ static af_status keep_fp32(af_node *n, const char *why, af_error *err) {
 /* A constant for `bytes` of packed weights of type t: float32, or half / bfloat16 elements. */
 static af_value *packed_const(af_graph *g, af_gemm_type t, size_t bytes) {
     int64_t len = (int64_t)(t == AF_GEMM_F32 ? bytes / 4 : bytes / 2);
-    if (t == AF_GEMM_F32) return fu_const(g, "packed_b", 1, &len);
+    if (t == AF_GEMM_F32) return af_value_new_f32(g, "packed_b", 1, &len);
     return af_value_new_const(g, af_graph_unique_name(g, "packed_b"),
                               t == AF_GEMM_F16 ? AF_DTYPE_FLOAT16 : AF_DTYPE_BFLOAT16, 1, &len);
 }
@@ -137,13 +138,13 @@ static af_value *packed_const(af_graph *g, af_gemm_type t, size_t bytes) {
 static af_status pack_b(af_graph *g, af_node *n, int slot, const char *trans, const char *shape,
                         const char *flag, af_error *err) {
     af_value *b = n->nin > slot ? n->in[slot] : NULL;
-    if (!b || !fu_is_const(b) || !fu_is_f32(b) || b->type.rank != 2 || af_attr_int(n, flag, 0))
+    if (!b || !af_value_is_const(b) || !af_value_is_f32(b) || b->type.rank != 2 || af_attr_int(n, flag, 0))
         return AF_OK;
     bool tb = af_attr_int(n, trans, 0) != 0;
     af_gemm_type t = n->op == AF_OP_FUSED_MATMUL ? gemm_type(n) : AF_GEMM_F32;
     int64_t k = b->type.dims[tb ? 1 : 0], nn = b->type.dims[tb ? 0 : 1], dims[2] = {k, nn};
     af_value *p = packed_const(g, t, af_gemm_packed_bytes(t, k, nn));
-    if (!p || !fu_set_ints(n, shape, dims, 2) || !fu_set_int(n, flag, 1))
+    if (!p || !af_node_set_ints(n, shape, dims, 2) || !af_node_set_int(n, flag, 1))
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
     af_gemm_pack_type(t, b->type.data, k, nn, tb ? 1 : nn, tb ? k : 1, p->type.data);
     for (int a = 0; a < n->nattrs; a++)
@@ -231,7 +232,7 @@ static af_status pack_conv_low(af_graph *g, af_node *n, af_gemm_type t, af_error
     int64_t cp = t == AF_GEMM_BF16 ? af_gemm_bf16_k(c) : c, k = taps * cp;
     af_value *p = packed_const(g, t, af_gemm_packed_bytes(t, k, m));
     float *tmp = calloc((size_t)(k * m > 0 ? k * m : 1), sizeof(float));
-    if (!p || !tmp || !fu_set_ints(n, "w_shape", d, 4) || !fu_set_int(n, "w_packed", 1)) {
+    if (!p || !tmp || !af_node_set_ints(n, "w_shape", d, 4) || !af_node_set_int(n, "w_packed", 1)) {
         free(tmp);
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
     }
@@ -257,7 +258,7 @@ static af_status pack_conv_low(af_graph *g, af_node *n, af_gemm_type t, af_error
 static af_status pack_conv(af_graph *g, af_node *n, af_error *err) {
     af_value *w = n->nin > 1 ? n->in[1] : NULL;
     if (!af_attr_int(n, "channels_last", 0) || af_attr_int(n, "w_packed", 0) || !w ||
-        !fu_is_const(w) || !fu_is_f32(w) || w->type.rank != 4)
+        !af_value_is_const(w) || !af_value_is_f32(w) || w->type.rank != 4)
         return AF_OK;
     const int64_t *d = w->type.dims;
     int64_t m = d[0], cg = d[1], kh = d[2], kw = d[3], group = af_attr_int(n, "group", 1);
@@ -278,10 +279,10 @@ static af_status pack_conv(af_graph *g, af_node *n, af_error *err) {
     }
     int64_t len = dw ? taps * m : group * (int64_t)af_gemm_packed_floats(k, mg);
     if (wg) len = 36 * (int64_t)af_gemm_packed_floats(cg, m);
-    af_value *p = fu_const(g, dw ? "packed_dw" : "packed_w", 1, &len);
+    af_value *p = af_value_new_f32(g, dw ? "packed_dw" : "packed_w", 1, &len);
     float *tmp = dw ? NULL : malloc(sizeof(float) * (size_t)((wg ? 36 : 1) * k * mg > 0 ? (wg ? 36 : 1) * k * mg : 1));
-    if (!p || (!dw && !tmp) || !fu_set_ints(n, "w_shape", d, 4) ||
-        !fu_set_int(n, "w_packed", dw ? 2 : wg ? 3 : 1)) {
+    if (!p || (!dw && !tmp) || !af_node_set_ints(n, "w_shape", d, 4) ||
+        !af_node_set_int(n, "w_packed", dw ? 2 : wg ? 3 : 1)) {
         free(tmp);
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
     }
@@ -342,14 +343,14 @@ static af_status fold_se(af_graph *g, af_node *se, af_error *err) {
      * the same as not). */
     if (ws[0] > 2 * xd[1] * xd[2]) return AF_OK;
     af_value *gate = af_value_new(g, af_graph_unique_name(g, "se_gate"));
-    if (!gate || !fu_set_int(se, "gate_only", 1))
+    if (!gate || !af_node_set_int(se, "gate_only", 1))
         return af_node_fail(err, se, AF_ERR_NOMEM, "out of memory");
     gate->type = y->type;
     gate->type.dims[1] = gate->type.dims[2] = 1;
     af_node_set_output(se, 0, gate);
     af_node_set_input(cv, 0, x);
     int slot = af_node_add_input(cv, gate);
-    if (slot < 0 || !fu_set_int(cv, "in_scale", slot))
+    if (slot < 0 || !af_node_set_int(cv, "in_scale", slot))
         return af_node_fail(err, cv, AF_ERR_NOMEM, "out of memory");
     y->producer = NULL;
     return AF_OK;
@@ -366,8 +367,8 @@ static af_status pool_in_conv(af_graph *g, af_node *se, af_error *err) {
         af_attr_int(dw, "pool_out", 0) || x->type.rank != 4)
         return AF_OK;
     af_value *mean = af_value_new(g, af_graph_unique_name(g, "dw_mean"));
-    if (!mean || af_node_add_output(dw, mean) < 0 || !fu_set_int(dw, "pool_out", 1) ||
-        !fu_set_int(se, "pooled", 1))
+    if (!mean || af_node_add_output(dw, mean) < 0 || !af_node_set_int(dw, "pool_out", 1) ||
+        !af_node_set_int(se, "pooled", 1))
         return af_node_fail(err, dw, AF_ERR_NOMEM, "out of memory");
     mean->type = x->type;
     mean->type.dims[1] = mean->type.dims[2] = 1;
@@ -389,7 +390,7 @@ static af_status pool_in_conv(af_graph *g, af_node *se, af_error *err) {
 static bool pro_operand_ok(const af_value *v, const af_value *y) {
     const af_tensor *t = &v->type;
     int64_t n = af_tensor_numel(t), e = y->type.dims[3];
-    if (n == 1 || fu_same_shape(t, &y->type)) return true;
+    if (n == 1 || af_same_shape(t, &y->type)) return true;
     return t->rank >= 1 && t->dims[t->rank - 1] == e && n == e;
 }
 
@@ -457,7 +458,7 @@ static bool merge_provenance(const af_node *a, af_node *b) {
             b->attrs[i].n = fa->n + fb->n;
         }
     }
-    return fu_set_str(b, "fusion_rule", rules);
+    return af_node_set_str(b, "fusion_rule", rules);
 }
 
 static af_status merge_expand(af_graph *g, af_node *d, af_error *err) {
@@ -476,9 +477,9 @@ static af_status merge_expand(af_graph *g, af_node *d, af_error *err) {
         nprog[s + 1] = prog[s + 1] < 0 ? -1 : af_node_add_input(d, e->in[prog[s + 1]]);
         ok = prog[s + 1] < 0 || nprog[s + 1] >= 0;
     }
-    ok = ok && fu_set_int(d, "pro_w", wi) && fu_set_int(d, "pro_b", bi) &&
-         fu_set_int(d, "pro_m", ws[0]) && (np <= 0 || fu_set_ints(d, "pro_epilogue", nprog, np)) &&
-         (npar <= 0 || fu_set_floats(d, "pro_epilogue_params", params, npar)) &&
+    ok = ok && af_node_set_int(d, "pro_w", wi) && af_node_set_int(d, "pro_b", bi) &&
+         af_node_set_int(d, "pro_m", ws[0]) && (np <= 0 || af_node_set_ints(d, "pro_epilogue", nprog, np)) &&
+         (npar <= 0 || af_node_set_floats(d, "pro_epilogue_params", params, npar)) &&
          merge_provenance(e, d);
     if (!ok) return af_node_fail(err, d, AF_ERR_NOMEM, "out of memory merging the expand conv");
     af_value *y = e->out[0];
@@ -515,12 +516,12 @@ static bool qkv_match(const af_node *att, qkv *q) {
             p->nin > 5 || af_node_attr(p, "epilogue") || af_attr_int(p, "b_packed", 0))
             return false;
         const af_value *b = p->in[1], *bias = p->nin > 2 ? p->in[2] : NULL;
-        if (!fu_is_const(b) || !fu_is_f32(b) || b->type.rank != 2 || v->type.rank < 2) return false;
+        if (!af_value_is_const(b) || !af_value_is_f32(b) || b->type.rank != 2 || v->type.rank < 2) return false;
         bool tb = af_attr_int(p, "trans_b", 0) != 0;
         q->p[i] = p;
         q->n[i] = b->type.dims[tb ? 0 : 1];
         int64_t k = b->type.dims[tb ? 1 : 0];
-        if (bias && (!fu_is_const(bias) || !fu_is_f32(bias) || bias->type.rank != 1 ||
+        if (bias && (!af_value_is_const(bias) || !af_value_is_f32(bias) || bias->type.rank != 1 ||
                      bias->type.dims[0] != q->n[i]))
             return false;
         if (i == 0) {
@@ -574,14 +575,14 @@ static af_status merge_qkv(af_graph *g, af_node *att, af_error *err) {
     int64_t ntot = q.n[0] + q.n[1] + q.n[2], kn[2] = {q.k, ntot};
     bool has_bias = false;
     for (int i = 0; i < 3; i++) has_bias |= q.p[i]->nin > 2 && q.p[i]->in[2];
-    af_value *b = fu_const(g, "qkv_weight", 2, kn);
-    af_value *bias = has_bias ? fu_const(g, "qkv_bias", 1, &ntot) : NULL;
+    af_value *b = af_value_new_f32(g, "qkv_weight", 2, kn);
+    af_value *bias = has_bias ? af_value_new_f32(g, "qkv_bias", 1, &ntot) : NULL;
     af_value *y = af_value_new(g, af_graph_unique_name(g, "qkv"));
     af_node *f = b && y && (bias || !has_bias)
-                     ? fu_node_new(g, AF_OP_FUSED_MATMUL, p0->name, p0->nin)
+                     ? af_node_new_ours(g, AF_OP_FUSED_MATMUL, p0->name, p0->nin)
                      : NULL;
     int64_t *noff = af_arena_calloc(g->arena, 3, sizeof(int64_t));
-    if (!f || !noff || !fu_set_int(f, "trans_b", 0) || !fu_copy_attrs(f, p0) ||
+    if (!f || !noff || !af_node_set_int(f, "trans_b", 0) || !fu_copy_attrs(f, p0) ||
         !qkv_provenance(f, &q))
         return af_node_fail(err, att, AF_ERR_NOMEM, "out of memory merging Q, K and V");
     float *bd = b->type.data, *cd = bias ? bias->type.data : NULL;

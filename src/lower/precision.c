@@ -16,6 +16,7 @@
 #include "fusion/fusion.h"
 #include "fusion/rule.h"
 #include "kernels/simd/cpu.h"
+#include "lower/lower.h"
 #include "passes/passes.h"
 
 #include <string.h>
@@ -124,7 +125,7 @@ static const char *low_precision_blocker(const af_node *n) {
     switch (n->op) {
     case AF_OP_FUSED_MATMUL: {
         const af_value *b = n->nin > 1 ? n->in[1] : NULL;
-        if (!b || !fu_is_const(b) || !fu_is_f32(b) || b->type.rank != 2)
+        if (!b || !af_value_is_const(b) || !af_value_is_f32(b) || b->type.rank != 2)
             return "B is not a constant matrix (a product of two activations runs fp32)";
         if (af_attr_int(n, "trans_a", 0)) return "A is transposed";
         return NULL;
@@ -171,9 +172,9 @@ af_status af_pass_precision(af_graph *g, const af_precision_cfg *cfg, af_error *
         if (!why && kept(n, cfg->keep_fp32)) why = "--keep_fp32";
         if (!why && !ok) why = unsupported;
         bool sensitive = cfg->mode == AF_PREC_MIXED && has_sensitive_rule(n);
-        if (!fu_set_str(n, "precision", why ? "fp32" : low) ||
-            (why && !fu_set_str(n, "precision_why", why)) ||
-            (!why && sensitive && !fu_set_int(n, "prologue_fp32", 1)))
+        if (!af_node_set_str(n, "precision", why ? "fp32" : low) ||
+            (why && !af_node_set_str(n, "precision_why", why)) ||
+            (!why && sensitive && !af_node_set_int(n, "prologue_fp32", 1)))
             return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     }
     return AF_OK;

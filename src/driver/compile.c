@@ -1,0 +1,234 @@
+/* The compile driver (compile.h): the order of the stages, in af_compile's table. After every
+ * stage the IR invariants are checked in debug builds, so a pass that breaks them is caught
+ * where it ran. */
+#include "driver/compile.h"
+#include "kernels/simd/cpu.h"
+#include "passes/passes.h"
+#include "runtime/machine.h"
+
+#include <string.h>
+
+/* Where a stage belongs: the optimisation (skipped with no_fusion), the lowering (skipped with
+ * no_lower and under AUTOFUSION_ISA=reference), or always. */
+typedef enum stage_group { ALWAYS, OPTIMIZE, LOWER } stage_group;
+
+typedef struct stage_ctx {
+    const af_fusion_config *fusion;
+    af_fusion_report *rep; /* NULL: no report */
+    const af_precision_cfg *prec;
+} stage_ctx;
+
+typedef struct stage {
+    const char *name;
+    stage_group group;
+    af_status (*run)(af_graph *g, const stage_ctx *c, af_error *err);
+} stage;
+
+static af_status shapes(af_graph *g, const stage_ctx *c, af_error *err) {
+    (void)c;
+    return af_graph_infer_shapes(g, err);
+}
+
+static af_status simplify(af_graph *g, const stage_ctx *c, af_error *err) {
+    (void)c;
+    return af_pass_simplify(g, err);
+}
+
+static af_status canonicalize(af_graph *g, const stage_ctx *c, af_error *err) {
+    (void)c;
+    return af_pass_canonicalize(g, err);
+}
+
+static af_status fuse(af_graph *g, const stage_ctx *c, af_error *err) {
+    return af_fuse(g, c->fusion, c->rep, err);
+}
+
+static af_status lower(af_graph *g, const stage_ctx *c, af_error *err) {
+    (void)c;
+    return af_pass_lower(g, err);
+}
+
+static af_status layout(af_graph *g, const stage_ctx *c, af_error *err) {
+    (void)c;
+    return af_pass_layout(g, err);
+}
+
+static af_status precision(af_graph *g, const stage_ctx *c, af_error *err) {
+    return af_pass_precision(g, c->prec, err);
+}
+
+static af_status pack(af_graph *g, const stage_ctx *c, af_error *err) {
+    (void)c;
+    return af_pass_pack(g, err);
+}
+
+/* THE order. The plan of the final graph comes last (af_compile). */
+static const stage stages[] = {
+    {"shapes", ALWAYS, shapes},             /* types of every value, from the model's inputs */
+    {"simplify", OPTIMIZE, simplify},       /* folding (shape subgraphs too), Identity, dead code */
+    {"canonicalize", OPTIMIZE, canonicalize}, /* LayerNorm, Gelu, Silu, HardSwish in one form each */
+    {"fuse", OPTIMIZE, fuse},               /* the rule table (fusion/rules.def) */
+    {"simplify", OPTIMIZE, simplify},       /* what fusion left dead */
+    {"lower", LOWER, lower},                /* Conv/MatMul/Gemm cores, BatchNorm scale-and-shift */
+    {"layout", LOWER, layout},              /* channels-last convolution regions */
+    {"simplify", LOWER, simplify},          /* the reorders nobody reads */
+    {"precision", LOWER, precision},        /* which cores run bf16 / fp16 (--precision_mode) */
+    {"pack", LOWER, pack},                  /* weights in GEMM panel order; SE gates into 1x1 convs */
+};
+
+/* Nodes of g and of every subgraph. */
+static int count_nodes(const af_graph *g) {
+    int n = g->nnodes;
+    for (int i = 0; i < g->nnodes; i++)
+        for (int a = 0; a < g->nodes[i]->nattrs; a++) {
+            const af_attr *at = &g->nodes[i]->attrs[a];
+            if (at->g) n += count_nodes(at->g);
+            for (int k = 0; at->graphs && k < at->n; k++) n += count_nodes(at->graphs[k]);
+        }
+    return n;
+}
+
+/* Run the stages of `group` in table order. */
+static af_status run_group(af_graph *g, stage_group group, const stage_ctx *c, af_error *err) {
+    for (size_t i = 0; i < AF_COUNT(stages); i++) {
+        if (stages[i].group != group) continue;
+        af_status st = stages[i].run(g, c, err);
+#ifndef NDEBUG
+        if (!st) st = af_graph_verify(g, err);
+#endif
+        if (st) return st;
+    }
+    return AF_OK;
+}
+
+af_status af_optimize(af_graph *g, const af_fusion_config *cfg, af_fusion_report *rep,
+                      af_error *err) {
+    stage_ctx c = {cfg, rep, NULL};
+    if (rep && !rep->ops_before) rep->ops_before = count_nodes(g);
+    af_status st = run_group(g, OPTIMIZE, &c, err);
+    if (!st && rep) rep->ops_after = count_nodes(g);
+    return st;
+}
+
+af_status af_lower(af_graph *g, const af_precision_cfg *prec, af_error *err) {
+    stage_ctx c = {NULL, NULL, prec};
+    if (af_isa_get() == AF_ISA_REFERENCE) return AF_OK;
+    return run_group(g, LOWER, &c, err);
+}
+
+static af_value *find_input(const af_graph *g, const char *name) {
+    for (int i = 0; i < g->ninputs; i++)
+        if (!strcmp(g->inputs[i]->name, name)) return g->inputs[i];
+    return NULL;
+}
+
+/* Apply "name:1,3,224,224;name2:4,5" to the graph inputs' declared dims. */
+af_status af_apply_input_shape(af_graph *g, const char *spec, af_error *err) {
+    const char *p = spec;
+    while (*p) {
+        const char *end = strchr(p, ';');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *colon = NULL;
+        for (size_t i = 0; i < len; i++)
+            if (p[i] == ':') colon = p + i;
+        if (!colon)
+            return af_fail(err, AF_ERR_INVALID_ARG,
+                           "--input_shape: '%.*s' is not name:d1,d2,...", (int)len, p);
+        char name[256];
+        size_t nlen = (size_t)(colon - p);
+        if (nlen >= sizeof name) return af_fail(err, AF_ERR_INVALID_ARG, "--input_shape: name too long");
+        memcpy(name, p, nlen);
+        name[nlen] = 0;
+        af_value *v = find_input(g, name);
+        if (!v) return af_fail(err, AF_ERR_INVALID_ARG, "--input_shape: the model has no input '%s'", name);
+        int64_t dims[AF_MAX_RANK];
+        int rank = 0;
+        const char *q = colon + 1, *stop = p + len;
+        while (q < stop) {
+            char *e;
+            long long d = strtoll(q, &e, 10);
+            if (e == q || e > stop || d < 0 || rank == AF_MAX_RANK)
+                return af_fail(err, AF_ERR_INVALID_ARG, "--input_shape: bad dims for '%s'", name);
+            dims[rank++] = d;
+            q = e;
+            if (q < stop && *q == ',') q++;
+        }
+        if (v->type.rank >= 0 && v->type.rank != rank)
+            return af_fail(err, AF_ERR_INVALID_ARG, "--input_shape: '%s' has rank %d, not %d",
+                           name, v->type.rank, rank);
+        for (int i = 0; i < rank; i++)
+            if (v->type.rank >= 0 && v->type.dims[i] >= 0 && v->type.dims[i] != dims[i])
+                return af_fail(err, AF_ERR_INVALID_ARG,
+                               "--input_shape: dim %d of '%s' is fixed to %lld by the model", i,
+                               name, (long long)v->type.dims[i]);
+        v->type.rank = rank;
+        memcpy(v->type.dims, dims, sizeof(int64_t) * (size_t)rank);
+        p = end ? end + 1 : p + len;
+    }
+    return af_graph_infer_shapes(g, err);
+}
+
+/* The switches in force: --fusion_switch_file, then the environment, then --disable_fusion. */
+static af_status fusion_config(const af_options *o, af_fusion_config *cfg, af_error *err) {
+    af_fusion_config_init(cfg);
+    af_status st = AF_OK;
+    if (o->fusion_switch_file) st = af_fusion_switch_file(cfg, o->fusion_switch_file, err);
+    if (!st) st = af_fusion_config_env(cfg, err);
+    if (!st && o->disable_fusion)
+        st = af_fusion_disable_list(cfg, o->disable_fusion, "--disable_fusion", err);
+    return st;
+}
+
+/* --precision_mode as a configuration for the lowering. */
+static af_status precision_config(const af_options *o, const char *file, af_precision_cfg *pc,
+                                  af_error *err) {
+    pc->mode = AF_PREC_FP32;
+    pc->keep_fp32 = o->keep_fp32;
+    if (!o->precision_mode) return AF_OK;
+    int m = af_precision_parse(o->precision_mode);
+    if (m < 0)
+        return af_fail(err, AF_ERR_INVALID_ARG,
+                       "%s: unknown precision mode '%s': fp32, bf16, fp16 or mixed (ATC's "
+                       "force_fp32, must_keep_origin_dtype, force_fp16, allow_fp32_to_fp16, "
+                       "allow_mix_precision, allow_mix_precision_bf16 also work)",
+                       file, o->precision_mode);
+    pc->mode = (af_precision)m;
+    return AF_OK;
+}
+
+af_status af_compile(af_graph *g, const char *file, const af_options *opt, af_compiled *out,
+                     af_error *err) {
+    af_fusion_config cfg;
+    af_precision_cfg pc = {AF_PREC_FP32, NULL};
+    memset(out, 0, sizeof *out);
+    af_status st = opt->input_shape ? af_apply_input_shape(g, opt->input_shape, err)
+                                    : af_graph_infer_shapes(g, err);
+#ifndef NDEBUG
+    /* Debug builds check the IR's invariants after every stage that builds or changes it. */
+    if (!st) st = af_graph_verify(g, err);
+#endif
+    if (!st && !opt->no_fusion) st = fusion_config(opt, &cfg, err);
+    if (!st && !opt->no_fusion) {
+        af_fusion_report_init(&out->report, file, af_machine_get());
+        out->fused = true;
+        st = af_optimize(g, &cfg, &out->report, err);
+    }
+    /* Fused or not, the graph then runs on the fast kernels. */
+    if (!st && !opt->no_lower) st = precision_config(opt, file, &pc, err);
+    if (!st && !opt->no_lower) st = af_lower(g, &pc, err);
+    out->precision = af_precision_name(pc.mode);
+    if (!st && !opt->no_lower && out->fused && pc.mode != AF_PREC_FP32) {
+        const char *note = NULL;
+        af_precision_supported(pc.mode, &note);
+        st = af_fusion_report_precision(&out->report, g, out->precision, note, err);
+    }
+    if (!st) st = af_plan_build(g, &out->plan, err);
+    if (st) af_compiled_free(out);
+    return st;
+}
+
+void af_compiled_free(af_compiled *c) {
+    if (c->fused) af_fusion_report_free(&c->report);
+    af_plan_free(c->plan);
+    memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,377 @@
+/* The machine the cost model estimates for (fusion/fusion.h: af_machine), measured on this
+ * machine, one core, once: an FMA loop with independent accumulators, the GEMM core on a
+ * cache-resident problem (what convolutions and matrix products reach), memcpy within L2, within
+ * a few times L2 and of a 64 MiB buffer (where a tensor of each size lives right after its
+ * producer wrote it). The rates are cached as JSON in $XDG_CACHE_HOME/autofusion/machine.json
+ * (else ~/.cache/autofusion/machine.json; $AUTOFUSION_MACHINE_FILE overrides the path), per
+ * kernel ISA, so that a process measures only when nothing is cached.
+ *
+ * Invariant: a record is used only when every rate in it is finite and within wide sane bounds,
+ * and only for the ISA it was measured on. */
+#include "runtime/machine.h"
+#include "kernels/fast/gemm.h"
+#include "kernels/simd/cpu.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- measuring ----------------------------------------------------------------------------- */
+
+/* One FMA loop: `iters` iterations of `flops_per_iter` FLOPs on independent accumulators. The
+ * x86-64 loops are inline assembly so that the measurement does not depend on how this file
+ * was optimised (a Debug build measures the same peak as a Release one). */
+typedef struct fma_loop {
+    const char *isa;
+    double flops_per_iter;
+    void (*run)(long iters);
+} fma_loop;
+
+#if defined(__x86_64__)
+static void fma_avx512(long iters) {
+    __asm__ volatile("vxorps %%xmm0, %%xmm0, %%xmm0\n\t"
+                     "vxorps %%xmm1, %%xmm1, %%xmm1\n\t"
+                     "vxorps %%xmm2, %%xmm2, %%xmm2\n\t"
+                     "vxorps %%xmm3, %%xmm3, %%xmm3\n\t"
+                     "vxorps %%xmm4, %%xmm4, %%xmm4\n\t"
+                     "vxorps %%xmm5, %%xmm5, %%xmm5\n\t"
+                     "vxorps %%xmm6, %%xmm6, %%xmm6\n\t"
+                     "vxorps %%xmm7, %%xmm7, %%xmm7\n\t"
+                     "vxorps %%xmm8, %%xmm8, %%xmm8\n\t"
+                     "vxorps %%xmm9, %%xmm9, %%xmm9\n\t"
+                     "vxorps %%xmm10, %%xmm10, %%xmm10\n\t"
+                     "vxorps %%xmm11, %%xmm11, %%xmm11\n\t"
+                     "vxorps %%xmm12, %%xmm12, %%xmm12\n\t"
+                     "vxorps %%xmm13, %%xmm13, %%xmm13\n\t"
+                     "1:\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm0\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm1\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm2\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm3\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm4\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm5\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm6\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm7\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm8\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm9\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm10\n\t"
+                     "vfmadd231ps %%zmm12, %%zmm13, %%zmm11\n\t"
+                     "dec %0\n\t"
+                     "jnz 1b\n\t"
+                     "vzeroupper"
+                     : "+r"(iters)
+                     :
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
+                       "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "cc");
+}
+
+static void fma_avx2(long iters) {
+    __asm__ volatile("vxorps %%xmm0, %%xmm0, %%xmm0\n\t"
+                     "vxorps %%xmm1, %%xmm1, %%xmm1\n\t"
+                     "vxorps %%xmm2, %%xmm2, %%xmm2\n\t"
+                     "vxorps %%xmm3, %%xmm3, %%xmm3\n\t"
+                     "vxorps %%xmm4, %%xmm4, %%xmm4\n\t"
+                     "vxorps %%xmm5, %%xmm5, %%xmm5\n\t"
+                     "vxorps %%xmm6, %%xmm6, %%xmm6\n\t"
+                     "vxorps %%xmm7, %%xmm7, %%xmm7\n\t"
+                     "vxorps %%xmm8, %%xmm8, %%xmm8\n\t"
+                     "vxorps %%xmm9, %%xmm9, %%xmm9\n\t"
+                     "vxorps %%xmm10, %%xmm10, %%xmm10\n\t"
+                     "vxorps %%xmm11, %%xmm11, %%xmm11\n\t"
+                     "vxorps %%xmm12, %%xmm12, %%xmm12\n\t"
+                     "vxorps %%xmm13, %%xmm13, %%xmm13\n\t"
+                     "1:\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm0\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm1\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm2\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm3\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm4\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm5\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm6\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm7\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm8\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm9\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm10\n\t"
+                     "vfmadd231ps %%ymm12, %%ymm13, %%ymm11\n\t"
+                     "dec %0\n\t"
+                     "jnz 1b\n\t"
+                     "vzeroupper"
+                     : "+r"(iters)
+                     :
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
+                       "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "cc");
+}
+
+/* Without FMA: 6 independent multiplies and 6 independent adds of 4 lanes per iteration. */
+static void fma_sse(long iters) {
+    __asm__ volatile("xorps %%xmm0, %%xmm0\n\t"
+                     "xorps %%xmm1, %%xmm1\n\t"
+                     "xorps %%xmm2, %%xmm2\n\t"
+                     "xorps %%xmm3, %%xmm3\n\t"
+                     "xorps %%xmm4, %%xmm4\n\t"
+                     "xorps %%xmm5, %%xmm5\n\t"
+                     "xorps %%xmm6, %%xmm6\n\t"
+                     "xorps %%xmm7, %%xmm7\n\t"
+                     "xorps %%xmm8, %%xmm8\n\t"
+                     "xorps %%xmm9, %%xmm9\n\t"
+                     "xorps %%xmm10, %%xmm10\n\t"
+                     "xorps %%xmm11, %%xmm11\n\t"
+                     "xorps %%xmm12, %%xmm12\n\t"
+                     "1:\n\t"
+                     "mulps %%xmm12, %%xmm0\n\t"
+                     "addps %%xmm12, %%xmm1\n\t"
+                     "mulps %%xmm12, %%xmm2\n\t"
+                     "addps %%xmm12, %%xmm3\n\t"
+                     "mulps %%xmm12, %%xmm4\n\t"
+                     "addps %%xmm12, %%xmm5\n\t"
+                     "mulps %%xmm12, %%xmm6\n\t"
+                     "addps %%xmm12, %%xmm7\n\t"
+                     "mulps %%xmm12, %%xmm8\n\t"
+                     "addps %%xmm12, %%xmm9\n\t"
+                     "mulps %%xmm12, %%xmm10\n\t"
+                     "addps %%xmm12, %%xmm11\n\t"
+                     "dec %0\n\t"
+                     "jnz 1b"
+                     : "+r"(iters)
+                     :
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
+                       "xmm9", "xmm10", "xmm11", "xmm12", "cc");
+}
+
+#else
+/* Portable fallback: 8 independent accumulators the compiler may keep in registers. */
+static volatile float fma_sink;
+static void fma_c(long iters) {
+    float a[8] = {0}, m = 1.0f, c = 1e-7f;
+    for (long i = 0; i < iters; i++)
+        for (int k = 0; k < 8; k++) a[k] = a[k] * m + c;
+    fma_sink = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+}
+#endif
+
+static fma_loop pick_loop(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return (fma_loop){"avx512", 12 * 16 * 2, fma_avx512};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return (fma_loop){"avx2", 12 * 8 * 2, fma_avx2};
+    return (fma_loop){"sse", 12 * 4, fma_sse};
+#else
+    return (fma_loop){"c", 8 * 2, fma_c};
+#endif
+}
+
+/* Best FLOP/s over 8 runs of about 20 ms each. */
+static double measure_flops(fma_loop *l) {
+    long iters = 1 << 14;
+    double t = 0.0;
+    for (;;) {
+        double t0 = now();
+        l->run(iters);
+        t = now() - t0;
+        if (t >= 0.002 || iters > (1L << 40)) break;
+        iters *= 4;
+    }
+    long run = t > 0.0 ? (long)((double)iters * 0.02 / t) : iters;
+    if (run < 1) run = 1;
+    double best = 0.0; /* best of 8: a shared machine's other tenants only ever slow it down */
+    for (int rep = 0; rep < 8; rep++) {
+        double t0 = now();
+        l->run(run);
+        double dt = now() - t0;
+        if (dt > 0.0 && (double)run * l->flops_per_iter / dt > best)
+            best = (double)run * l->flops_per_iter / dt;
+    }
+    return best;
+}
+
+/* Best copy bandwidth (bytes read + written per second) of a `size` buffer (halved while
+ * memory runs short) over about 100 ms of memcpy. */
+static double measure_bandwidth(size_t size) {
+    char *a = NULL, *b = NULL;
+    while (size >= ((size_t)64 << 10)) {
+        a = malloc(size);
+        b = malloc(size);
+        if (a && b) break;
+        free(a);
+        free(b);
+        a = b = NULL;
+        size /= 2;
+    }
+    if (!a) return 1e9; /* no memory to measure with: a modest figure keeps estimates finite */
+    memset(a, 1, size);
+    memset(b, 2, size);
+    double best = 0.0, start = now();
+    for (int rep = 0; rep < 5000 && (rep < 3 || now() - start < 0.1); rep++) {
+        double t0 = now();
+        memcpy(b, a, size);
+        double dt = now() - t0;
+        a[rep % size] = b[(rep * 7919) % size]; /* keep the copies observable */
+        if (dt > 0.0 && 2.0 * (double)size / dt > best) best = 2.0 * (double)size / dt;
+    }
+    free(a);
+    free(b);
+    return best > 0.0 ? best : 1e9;
+}
+
+/* Best rate of the GEMM core (the ISA in force, one thread) on a 192 x 256 x 512 problem whose
+ * operands stay in cache: what convolutions and matrix products run at. */
+static double measure_gemm(void) {
+    enum { M = 192, N = 256, K = 512 };
+    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N);
+    float *c = malloc(sizeof(float) * M * N), *p = malloc(sizeof(float) * af_gemm_packed_floats(K, N));
+    double best = 0.0;
+    if (a && b && c && p) {
+        for (int i = 0; i < M * K; i++) a[i] = (float)(i % 7) * 0.1f;
+        for (int i = 0; i < K * N; i++) b[i] = (float)(i % 5) * 0.1f;
+        af_gemm_pack(b, K, N, N, 1, p);
+        static const int64_t tap0[1] = {0};
+        af_gemm g = {a, 1, M, 0, K, tap0, 1, K, p, N, c, N, NULL, 0, 0, AF_GEMM_F32, NULL, NULL};
+        double start = now();
+        for (int rep = 0; rep < 400 && (rep < 5 || now() - start < 0.1); rep++) {
+            double t0 = now();
+            af_gemm_run(NULL, &g);
+            double dt = now() - t0;
+            if (dt > 0.0 && 2.0 * M * N * K / dt > best) best = 2.0 * M * N * K / dt;
+        }
+    }
+    free(a);
+    free(b);
+    free(c);
+    free(p);
+    return best;
+}
+
+/* ---- the cache file ------------------------------------------------------------------------ */
+
+const char *af_machine_path(char *buf, size_t len) {
+    const char *env = getenv("AUTOFUSION_MACHINE_FILE"), *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    int n;
+    if (env && *env) n = snprintf(buf, len, "%s", env);
+    else if (xdg && xdg[0] == '/') n = snprintf(buf, len, "%s/autofusion/machine.json", xdg);
+    else if (home && *home) n = snprintf(buf, len, "%s/.cache/autofusion/machine.json", home);
+    else return NULL;
+    return n > 0 && (size_t)n < len ? buf : NULL;
+}
+
+static bool sane(double v, double lo, double hi) {
+    return isfinite(v) && v >= lo && v <= hi;
+}
+
+static double num(json_t *root, const char *key) {
+    return json_number_value(json_object_get(root, key));
+}
+
+/* The file holds one record per ISA ({"version": 3, "avx512": {...}, "avx2": {...}}), so that
+ * runs on different ISAs (the tests' AUTOFUSION_ISA variants) do not evict each other's. Load
+ * the record of the kernels' ISA now in force. */
+static bool load(const char *path, af_machine *m) {
+    json_error_t e;
+    json_t *root = json_load_file(path, 0, &e);
+    if (!root) return false;
+    const char *isa = af_isa_name(af_isa_get());
+    json_t *r = json_integer_value(json_object_get(root, "version")) == 3
+                    ? json_object_get(root, isa) : NULL;
+    double gf = num(r, "peak_gflops"), gg = num(r, "gemm_gflops"), bw = num(r, "bandwidth_gbs");
+    double b2 = num(r, "l2_bandwidth_gbs"), b3 = num(r, "l3_bandwidth_gbs"), l2 = num(r, "l2_bytes");
+    bool ok = r && sane(gf, 0.01, 1e6) && sane(gg, 0.01, 1e6) && sane(bw, 0.01, 1e5) &&
+              sane(b2, 0.01, 1e5) && sane(b3, 0.01, 1e5) && sane(l2, 1024, 1e10);
+    if (ok) {
+        m->flops = gf * 1e9;
+        m->gemm_flops = gg * 1e9;
+        m->bandwidth = bw * 1e9;
+        m->l2_bandwidth = b2 * 1e9;
+        m->l3_bandwidth = b3 * 1e9;
+        m->l2_bytes = l2;
+        snprintf(m->isa, sizeof m->isa, "%s", isa);
+    }
+    json_decref(root);
+    return ok;
+}
+
+/* mkdir -p of path's folder. */
+static void make_parents(const char *path) {
+    char dir[4096];
+    int n = snprintf(dir, sizeof dir, "%s", path);
+    if (n <= 0 || (size_t)n >= sizeof dir) return;
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(dir, 0700) != 0 && errno != EEXIST) return;
+        *p = '/';
+    }
+}
+
+/* m's record into the file (the other ISAs' records kept), written atomically (temporary file,
+ * then rename); failures only mean the next run measures. */
+static void store(const char *path, const af_machine *m) {
+    json_error_t e;
+    json_t *root = json_load_file(path, 0, &e);
+    if (!root || !json_is_object(root) ||
+        json_integer_value(json_object_get(root, "version")) != 3) {
+        json_decref(root);
+        root = json_pack("{s:i}", "version", 3);
+    }
+    json_t *r = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "peak_gflops", m->flops / 1e9,
+                          "gemm_gflops", m->gemm_flops / 1e9, "bandwidth_gbs", m->bandwidth / 1e9,
+                          "l2_bandwidth_gbs", m->l2_bandwidth / 1e9,
+                          "l3_bandwidth_gbs", m->l3_bandwidth / 1e9, "l2_bytes", m->l2_bytes);
+    if (!root || !r || json_object_set_new(root, m->isa, r)) {
+        json_decref(root);
+        return;
+    }
+    char tmp[4200];
+    int n = snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    if (n > 0 && (size_t)n < sizeof tmp) {
+        make_parents(path);
+        if (json_dump_file(root, tmp, JSON_INDENT(2)) == 0 && rename(tmp, path) != 0)
+            unlink(tmp);
+    }
+    json_decref(root);
+}
+
+af_status af_machine_calibrate(const char *path, af_machine *m, af_error *err) {
+    (void)err;
+    char buf[4096];
+    if (!path) path = af_machine_path(buf, sizeof buf);
+    memset(m, 0, sizeof *m);
+    if (path && load(path, m)) return AF_OK;
+    fma_loop l = pick_loop();
+    m->flops = measure_flops(&l);
+    if (!(m->flops > 0.0)) m->flops = 1e9;
+    m->gemm_flops = measure_gemm();
+    if (!(m->gemm_flops > 0.0) || m->gemm_flops > m->flops) m->gemm_flops = m->flops;
+    m->l2_bytes = (double)af_cpu_l2();
+    m->bandwidth = measure_bandwidth((size_t)64 << 20);
+    m->l2_bandwidth = measure_bandwidth(af_cpu_l2() / 4); /* two buffers inside L2 */
+    m->l3_bandwidth = measure_bandwidth(af_cpu_l2() * 4);
+    snprintf(m->isa, sizeof m->isa, "%s", af_isa_name(af_isa_get()));
+    if (path) store(path, m);
+    return AF_OK;
+}
+
+static af_machine machine;
+static pthread_once_t machine_once = PTHREAD_ONCE_INIT;
+
+static void machine_init(void) {
+    af_machine_calibrate(NULL, &machine, NULL);
+}
+
+const af_machine *af_machine_get(void) {
+    pthread_once(&machine_once, machine_init);
+    return &machine;
+}
+
