@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "test_util.h"
+#include "cli.h"
 
 #include "format/afm.h"
 #include "driver/compile.h"
@@ -988,7 +989,7 @@ static void test_meta_and_inspect(void **state) {
     char *text = NULL;
     size_t tlen = 0;
     FILE *f = open_memstream(&text, &tlen);
-    assert_int_equal(af_afm_inspect(path, f, &err), AF_OK);
+    assert_int_equal(cli_inspect(path, f, &err), AF_OK);
     fclose(f);
     static const char *needles[] = {"format version 3", "command line: autofusion compile",
                                     "meta precision_mode: fp32", "FusedConv", "Gelu",

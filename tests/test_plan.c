@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "test_util.h"
+#include "cli.h"
 
 #include "format/afm.h"
 #include "driver/compile.h"
@@ -656,7 +657,7 @@ static void test_afm_round_trip(void **state) {
         char *text = NULL, want[160];
         size_t len = 0;
         FILE *f = open_memstream(&text, &len);
-        assert_int_equal(af_afm_inspect(path, f, &err), AF_OK);
+        assert_int_equal(cli_inspect(path, f, &err), AF_OK);
         fclose(f);
         snprintf(want, sizeof want, "arena: %llu bytes (lower bound %llu, ratio %.3f)",
                  (unsigned long long)p->arena_size, (unsigned long long)p->lower_bound,
@@ -697,7 +698,7 @@ static void test_afm_other_plans(void **state) {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
-    assert_int_equal(af_afm_inspect(path, f, &err), AF_OK);
+    assert_int_equal(cli_inspect(path, f, &err), AF_OK);
     fclose(f);
     assert_non_null(strstr(text, "arena: not planned"));
     free(text);

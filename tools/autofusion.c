@@ -602,7 +602,7 @@ static int cmd_report(const cli *c) {
 
 static int cmd_inspect(const cli *c) {
     af_error err;
-    if (af_afm_inspect(c->model, stdout, &err)) {
+    if (cli_inspect(c->model, stdout, &err)) {
         fprintf(stderr, "autofusion: %s\n", err.message);
         return 1;
     }

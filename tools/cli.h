@@ -6,6 +6,7 @@
 #include "autofusion.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #define MAX_INPUTS 64
 
@@ -44,5 +45,8 @@ int run_once(af_session *s, const inputs *in, af_tensor **out);
 void outputs_free(af_tensor **out, int n);
 
 int cmd_verify(const cli *c);
+
+/* Print what `autofusion inspect` shows for the compiled model at path (inspect.c). */
+af_status cli_inspect(const char *path, FILE *out, af_error *err);
 
 #endif

@@ -40,8 +40,6 @@
 #include "onnx/onnx.h"
 #include "runtime/plan.h"
 
-#include <stdio.h>
-
 #define AF_AFM_FORMAT_VERSION 3
 
 /* A section's checksum: XXH3-64 over the little-endian list of the XXH3-64 hashes of its
@@ -107,10 +105,5 @@ typedef struct af_afm_info {
 af_status af_afm_read_meta(const char *path, af_afm_info **out, af_error *err);
 void af_afm_info_free(af_afm_info *info);
 
-/* Print what `autofusion inspect` shows: header, writer version and command line, metadata,
- * graph inputs and outputs, the op histogram, every fused op with its provenance (attributes
- * "fusion_rule" and "fused_nodes") and precision (attribute "precision"), the weights size (bytes of every constant) and the arena:
- * "arena: N bytes (lower bound M, ratio R), ..." from the stored plan, or "not planned". */
-af_status af_afm_inspect(const char *path, FILE *out, af_error *err);
 
 #endif
