@@ -3,10 +3,6 @@
  * --k v. Every failure prints one line naming the file and the reason and exits non-zero. */
 #include "autofusion.h"
 #include "autofusion_plugin.h"
-#include "format/afm.h"
-#include "fusion/fusion.h"
-#include "onnx/export.h"
-#include "onnx/onnx.h"
 #include "driver/session.h"
 #include "cli.h"
 
@@ -552,7 +548,7 @@ static af_status export_fused(const cli *c, af_error *err) {
     opt.no_lower = 1;
     af_session *s = NULL;
     af_status st = af_session_new(c->model, &opt, &s, err);
-    if (!st) st = af_onnx_export(af_session_model(s)->graph, c->export_onnx, err);
+    if (!st) st = af_session_export_onnx(s, c->export_onnx, err);
     af_session_free(s);
     return st;
 }
@@ -567,9 +563,6 @@ static int cmd_compile(cli *c) {
     char path[4096];
     snprintf(path, sizeof path, "%s%s", c->output, ends_with(c->output, ".afm") ? "" : ".afm");
     const char *json = af_session_report(s, 1), *text = af_session_report(s, 0);
-    af_afm_kv kv[] = {{"precision_mode", af_session_precision(s)},
-                      {"fusion_report", json ? json : "{}"}};
-    af_afm_meta meta = {AF_VERSION, c->command_line, kv, (int)AF_COUNT(kv)};
     if (log_info(c) && text) fputs(text, stdout);
     if (c->report && (!json || af_fusion_report_write_json(af_session_fusion_report(s), c->report, &err))) {
         fprintf(stderr, "autofusion: %s\n", json ? err.message : "out of memory");
@@ -579,7 +572,7 @@ static int cmd_compile(cli *c) {
         fprintf(stderr, "autofusion: %s\n", err.message);
         goto done;
     }
-    if (af_afm_save(path, af_session_model(s)->graph, &meta, &err)) {
+    if (af_session_save(s, path, c->command_line, &err)) {
         fprintf(stderr, "autofusion: %s\n", err.message);
         goto done;
     }

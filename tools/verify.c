@@ -12,7 +12,6 @@
  *
  * Exit status: 0 within tolerance, 1 over it (culprits named or not), 2 bad arguments. */
 #include "cli.h"
-#include "fusion/fusion.h"
 #include "lower/lower.h"
 #include "driver/session.h"
 

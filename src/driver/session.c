@@ -8,6 +8,7 @@
 #include "driver/compile.h"
 #include "driver/session.h"
 #include "format/afm.h"
+#include "onnx/export.h"
 #include "kernels/simd/cpu.h"
 #include "runtime/exec.h"
 #include "runtime/profile.h"
@@ -294,4 +295,16 @@ const char *af_session_precision(const af_session *s) {
 const char *af_session_isa(const af_session *s) {
     (void)s;
     return af_isa_name(af_isa_get());
+}
+
+af_status af_session_save(af_session *s, const char *path, const char *command_line,
+                          af_error *err) {
+    const char *json = af_session_report(s, 1);
+    af_afm_kv kv[] = {{"precision_mode", s->c.precision}, {"fusion_report", json ? json : "{}"}};
+    af_afm_meta meta = {AF_VERSION, command_line, kv, (int)AF_COUNT(kv)};
+    return af_afm_save_with_plan(path, s->model->graph, &meta, s->c.plan, err);
+}
+
+af_status af_session_export_onnx(const af_session *s, const char *path, af_error *err) {
+    return af_onnx_export(s->model->graph, path, err);
 }
