@@ -6,7 +6,8 @@
 
 #define AF_UNPAREN(...) __VA_ARGS__
 const af_op_info af_ops[AF_OP_COUNT] = {
-#define AF_OP(id, name, cls, shape, kernel, props) [AF_OP_##id] = {name, cls, AF_UNPAREN props},
+#define AF_OP(id, onnx_name, op_class, shape, kernel, props)                                  \
+    [AF_OP_##id] = {.name = onnx_name, .cls = op_class, AF_UNPAREN props},
 #include "ir/ops.def"
 #undef AF_OP
 };
