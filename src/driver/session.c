@@ -144,9 +144,9 @@ void af_session_free(af_session *s) {
     af_free(s->report_text);
     af_free(s->report_json);
     af_runtime_free(s->rt);
-    free(s->arena);
+    af_free(s->arena);
     af_model_free(s->model);
-    free(s);
+    af_free(s);
 }
 
 int af_session_input_count(const af_session *s) { return s->model->graph->ninputs; }
@@ -230,8 +230,8 @@ static af_status run_planned(af_session *s, const af_tensor *const *bound, af_te
 af_status af_session_run(af_session *s, const char *const *names, const af_tensor *const *inputs,
                          size_t ninputs, af_tensor **outputs, af_error *err) {
     const af_graph *g = s->model->graph;
-    const af_tensor **bound = calloc((size_t)g->ninputs + 1, sizeof(af_tensor *));
-    af_tensor *res = calloc((size_t)g->noutputs + 1, sizeof(af_tensor));
+    const af_tensor **bound = af_calloc((size_t)g->ninputs + 1, sizeof(af_tensor *));
+    af_tensor *res = af_calloc((size_t)g->noutputs + 1, sizeof(af_tensor));
     af_status st = AF_OK;
     int made = 0;
     if (!bound || !res) {
@@ -253,7 +253,7 @@ af_status af_session_run(af_session *s, const char *const *names, const af_tenso
     st = s->c.plan ? run_planned(s, bound, res, err) : af_exec_graph(g, bound, res, err);
     if (st) goto done;
     for (; made < g->noutputs; made++) {
-        outputs[made] = malloc(sizeof(af_tensor));
+        outputs[made] = af_malloc(sizeof(af_tensor));
         if (!outputs[made]) {
             st = af_fail(err, AF_ERR_NOMEM, "out of memory");
             break;
@@ -269,8 +269,8 @@ af_status af_session_run(af_session *s, const char *const *names, const af_tenso
     }
 done:
     for (int i = 0; res && i < g->noutputs; i++) af_tensor_release(&res[i]);
-    free(bound);
-    free(res);
+    af_free(bound);
+    af_free(res);
     return st;
 }
 

@@ -323,15 +323,15 @@ static af_status build_graphs(loader *L, af_model *m, af_opset *opsets, int nops
                               af_error *err) {
     const section *gs = &L->sec[SEC_GRAPHS], *vs = &L->sec[SEC_VALUES];
     uint32_t next_value = 0, *chain, depth = 0;
-    L->graphs = calloc(L->ngraphs, sizeof *L->graphs);
-    L->parent = calloc(L->ngraphs, sizeof *L->parent);
-    L->claimed = calloc(L->ngraphs, sizeof *L->claimed);
-    L->values = calloc((size_t)L->nvalues + 1, sizeof *L->values);
-    L->vgraph = calloc((size_t)L->nvalues + 1, sizeof *L->vgraph);
-    L->last = malloc(((size_t)L->nvalues + 1) * sizeof *L->last);
-    chain = calloc(MAX_GRAPH_DEPTH + 1, sizeof *chain); /* the current graph's ancestors */
+    L->graphs = af_calloc(L->ngraphs, sizeof *L->graphs);
+    L->parent = af_calloc(L->ngraphs, sizeof *L->parent);
+    L->claimed = af_calloc(L->ngraphs, sizeof *L->claimed);
+    L->values = af_calloc((size_t)L->nvalues + 1, sizeof *L->values);
+    L->vgraph = af_calloc((size_t)L->nvalues + 1, sizeof *L->vgraph);
+    L->last = af_malloc(((size_t)L->nvalues + 1) * sizeof *L->last);
+    chain = af_calloc(MAX_GRAPH_DEPTH + 1, sizeof *chain); /* the current graph's ancestors */
     if (!L->graphs || !L->parent || !L->claimed || !L->values || !L->vgraph || !L->last || !chain) {
-        free(chain);
+        af_free(chain);
         return nomem(L, err);
     }
     memset(L->last, 0xff, ((size_t)L->nvalues + 1) * sizeof *L->last);
@@ -403,7 +403,7 @@ static af_status build_graphs(loader *L, af_model *m, af_opset *opsets, int nops
             L->vgraph[vi] = gi;
         }
     }
-    free(chain);
+    af_free(chain);
     if (!st && next_value != L->nvalues)
         st = BAD(SEC_GRAPHS, "%u values belong to no graph", L->nvalues - next_value);
     return st;
@@ -749,12 +749,12 @@ static af_status read_plan(const loader *L, af_plan **out, af_error *err) {
 }
 
 static void loader_free(loader *L) {
-    free(L->graphs);
-    free(L->parent);
-    free(L->claimed);
-    free(L->values);
-    free(L->vgraph);
-    free(L->last);
+    af_free(L->graphs);
+    af_free(L->parent);
+    af_free(L->claimed);
+    af_free(L->values);
+    af_free(L->vgraph);
+    af_free(L->last);
 }
 
 af_status af_afm_load_with_plan(const char *path, af_model **out, af_afm_meta *meta_out,
@@ -766,11 +766,11 @@ af_status af_afm_load_with_plan(const char *path, af_model **out, af_afm_meta *m
     int nopsets = 0;
     *out = NULL;
     if (plan_out) *plan_out = NULL;
-    af_model *m = calloc(1, sizeof *m);
+    af_model *m = af_calloc(1, sizeof *m);
     if (m) m->arena = af_arena_new();
     if (!m || !m->arena || !(m->path = af_arena_strdup(m->arena, path))) {
         if (m) af_arena_free(m->arena);
-        free(m);
+        af_free(m);
         return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", path);
     }
     L.a = m->arena;
@@ -815,10 +815,10 @@ af_status af_afm_load(const char *path, af_model **out, af_afm_meta *meta_out, a
 af_status af_afm_read_meta(const char *path, af_afm_info **out, af_error *err) {
     loader L = {0};
     *out = NULL;
-    af_afm_info *info = calloc(1, sizeof *info);
+    af_afm_info *info = af_calloc(1, sizeof *info);
     if (info) info->arena = af_arena_new();
     if (!info || !info->arena) {
-        free(info);
+        af_free(info);
         return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", path);
     }
     L.a = info->arena;
@@ -862,7 +862,7 @@ af_status af_afm_read_meta(const char *path, af_afm_info **out, af_error *err) {
 void af_afm_info_free(af_afm_info *info) {
     if (!info) return;
     af_arena_free(info->arena);
-    free(info);
+    af_free(info);
 }
 
 /* Totals over a graph and its subgraphs. */

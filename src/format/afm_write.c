@@ -32,7 +32,7 @@ static uint8_t *wb_grow(wbuf *b, size_t n) {
             }
             cap *= 2;
         }
-        uint8_t *p = realloc(b->p, cap);
+        uint8_t *p = af_realloc(b->p, cap);
         if (!p) {
             b->oom = true;
             return NULL;
@@ -103,7 +103,7 @@ static bool str_equal(const writer *w, uint32_t id, const char *s, size_t len) {
 
 static bool str_rehash(writer *w) {
     size_t cap = w->str_cap ? 2 * w->str_cap : 1024;
-    uint32_t *slots = calloc(cap, sizeof *slots);
+    uint32_t *slots = af_calloc(cap, sizeof *slots);
     if (!slots) return false;
     for (uint32_t id = 0; id < w->nstr; id++) {
         uint32_t a = get32(w->str_offs.p + 4 * (size_t)id);
@@ -112,7 +112,7 @@ static bool str_rehash(writer *w) {
         while (slots[i]) i = (i + 1) & (cap - 1);
         slots[i] = id + 1;
     }
-    free(w->str_slots);
+    af_free(w->str_slots);
     w->str_slots = slots;
     w->str_cap = cap;
     return true;
@@ -127,7 +127,7 @@ static uint32_t str_id_len(writer *w, const char *s, size_t len) {
         return 0;
     }
     if (!w->nstr) wb_u32(&w->str_offs, 0);
-    if (2 * ((size_t)w->nstr + 1) > w->str_cap && !str_rehash(w)) {
+    if (w->str_offs.oom || (2 * ((size_t)w->nstr + 1) > w->str_cap && !str_rehash(w))) {
         w->oom = true;
         return 0;
     }
@@ -141,6 +141,10 @@ static uint32_t str_id_len(writer *w, const char *s, size_t len) {
     }
     if (len) memcpy(dst, s, len);
     wb_u32(&w->str_offs, (uint32_t)w->str_blob.n);
+    if (w->str_offs.oom) { /* the string's end offset is not recorded: it must not be found */
+        w->oom = true;
+        return 0;
+    }
     w->str_slots[i] = ++w->nstr;
     return w->nstr - 1;
 }
@@ -151,7 +155,7 @@ static uint32_t str_id(writer *w, const char *s) { return str_id_len(w, s, s ? s
 static uint64_t add_weight(writer *w, const void *data, size_t nbytes) {
     if (w->nw == w->wcap) {
         size_t cap = w->wcap ? 2 * w->wcap : 64;
-        wpiece *p = realloc(w->w, cap * sizeof *p);
+        wpiece *p = af_realloc(w->w, cap * sizeof *p);
         if (!p) {
             w->oom = true;
             return 0;
@@ -172,9 +176,9 @@ static af_status collect_graphs(writer *w, const af_graph *g, uint32_t parent, i
         return wfail(w, err, AF_ERR_UNSUPPORTED, "subgraphs nest deeper than %d", MAX_GRAPH_DEPTH);
     if (w->ngraphs == w->graphs_cap) {
         int cap = w->graphs_cap ? 2 * w->graphs_cap : 8;
-        const af_graph **gs = realloc(w->graphs, (size_t)cap * sizeof *gs);
+        const af_graph **gs = af_realloc(w->graphs, (size_t)cap * sizeof *gs);
         if (gs) w->graphs = gs;
-        uint32_t *ps = realloc(w->graph_parent, (size_t)cap * sizeof *ps);
+        uint32_t *ps = af_realloc(w->graph_parent, (size_t)cap * sizeof *ps);
         if (ps) w->graph_parent = ps;
         if (!gs || !ps) return wfail(w, err, AF_ERR_NOMEM, "out of memory");
         w->graphs_cap = cap;
@@ -229,9 +233,9 @@ static af_status value_ref(const writer *w, const af_value *v, uint32_t *out, af
 static af_status number_values(writer *w, af_error *err) {
     size_t ng = (size_t)w->ngraphs;
     uint64_t total = 0;
-    w->orig_base = calloc(ng, sizeof *w->orig_base);
-    w->value_base = calloc(ng, sizeof *w->value_base);
-    w->nkept = calloc(ng, sizeof *w->nkept);
+    w->orig_base = af_calloc(ng, sizeof *w->orig_base);
+    w->value_base = af_calloc(ng, sizeof *w->value_base);
+    w->nkept = af_calloc(ng, sizeof *w->nkept);
     if (!w->orig_base || !w->value_base || !w->nkept)
         return wfail(w, err, AF_ERR_NOMEM, "out of memory");
     for (size_t gi = 0; gi < ng; gi++) {
@@ -239,7 +243,7 @@ static af_status number_values(writer *w, af_error *err) {
         total += (uint64_t)w->graphs[gi]->nvalues;
         if (total >= NONE) return wfail(w, err, AF_ERR_UNSUPPORTED, "too many values");
     }
-    w->remap = calloc((size_t)total + 1, sizeof *w->remap);
+    w->remap = af_calloc((size_t)total + 1, sizeof *w->remap);
     if (!w->remap) return wfail(w, err, AF_ERR_NOMEM, "out of memory");
     for (size_t gi = 0; gi < ng; gi++) {
         const af_graph *g = w->graphs[gi];
@@ -385,7 +389,7 @@ static af_status write_attr(writer *w, const af_node *n, const af_attr *at, af_e
     case AF_ATTR_TENSORS:
     case AF_ATTR_GRAPHS: {
         count = (uint32_t)at->n;
-        uint32_t *ids = calloc((size_t)at->n + 1, sizeof *ids);
+        uint32_t *ids = af_calloc((size_t)at->n + 1, sizeof *ids);
         if (!ids) return wfail(w, err, AF_ERR_NOMEM, "out of memory");
         af_status st = AF_OK;
         for (int k = 0; k < at->n && !st; k++) {
@@ -405,7 +409,7 @@ static af_status write_attr(writer *w, const af_node *n, const af_attr *at, af_e
         }
         ref = (uint32_t)(refs->n / 4);
         for (int k = 0; k < at->n && !st; k++) wb_u32(refs, ids[k]);
-        free(ids);
+        af_free(ids);
         if (st) return st;
         break;
     }
@@ -575,7 +579,7 @@ static void finish_strings(writer *w) {
     wb_u32(s, w->nstr);
     wb_u32(s, 0);
     uint8_t *p = wb_grow(s, w->str_offs.n + w->str_blob.n);
-    if (!p) return;
+    if (!p || w->str_offs.oom || w->str_blob.oom) return; /* reported by the caller */
     memcpy(p, w->str_offs.p, w->str_offs.n);
     if (w->str_blob.n) memcpy(p + w->str_offs.n, w->str_blob.p, w->str_blob.n);
 }
@@ -686,17 +690,17 @@ static af_status write_out(const writer *w, af_error *err) {
 }
 
 static void writer_free(writer *w) {
-    for (int s = 0; s < NSEC; s++) free(w->sec[s].p);
-    free(w->str_offs.p);
-    free(w->str_blob.p);
-    free(w->str_slots);
-    free(w->graphs);
-    free(w->graph_parent);
-    free(w->value_base);
-    free(w->orig_base);
-    free(w->remap);
-    free(w->nkept);
-    free(w->w);
+    for (int s = 0; s < NSEC; s++) af_free(w->sec[s].p);
+    af_free(w->str_offs.p);
+    af_free(w->str_blob.p);
+    af_free(w->str_slots);
+    af_free(w->graphs);
+    af_free(w->graph_parent);
+    af_free(w->value_base);
+    af_free(w->orig_base);
+    af_free(w->remap);
+    af_free(w->nkept);
+    af_free(w->w);
 }
 
 af_status af_afm_save_with_plan(const char *path, const af_graph *g, const af_afm_meta *meta,

@@ -211,8 +211,9 @@ static double node_time(const af_fusion_ctx *cx, const af_node *n) {
 }
 
 /* NULL when the fused op's shape function accepts the node's inputs and gives out's type. */
-static const char *validate(const af_node *fused, const af_value *out) {
-    const af_tensor **in = calloc((size_t)fused->nin + 1, sizeof(af_tensor *));
+static const char *validate(const af_node *fused, const af_value *out, bool *oom) {
+    const af_tensor **in = af_calloc((size_t)fused->nin + 1, sizeof(af_tensor *));
+    *oom = !in;
     if (!in) return "out of memory";
     for (int i = 0; i < fused->nin; i++) in[i] = fused->in[i] ? &fused->in[i]->type : NULL;
     af_tensor y;
@@ -220,7 +221,8 @@ static const char *validate(const af_node *fused, const af_value *out) {
     y.rank = -1;
     af_error e;
     af_status st = af_kernel_shape(fused, in, &y, &e);
-    free(in);
+    af_free(in);
+    *oom = st == AF_ERR_NOMEM;
     if (st != AF_OK) return "the fused op rejects its inputs";
     const af_tensor *t = &out->type;
     if (y.dtype != AF_DTYPE_UNDEFINED && t->dtype != AF_DTYPE_UNDEFINED && y.dtype != t->dtype)
@@ -322,10 +324,13 @@ af_status fu_commit(af_fusion_ctx *cx, af_match *m, af_node *fused, af_value *ou
     if (last < 0 || !out) why = "nothing to fuse";
     else if (!out->producer || out->producer->id != last)
         why = "pattern output is not produced last";
-    if (!why) why = validate(fused, out);
+    bool oom = false;
+    if (!why) why = validate(fused, out, &oom);
     if (!why) why = check_inputs(m, fused, removed, last);
     if (why) {
         af_node_remove(fused);
+        /* Out of memory is an error, not a reason to leave the pattern unfused. */
+        if (oom) return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", g->file ? g->file : "<model>");
         cx->declined = why;
         return AF_OK;
     }
@@ -467,7 +472,7 @@ static af_fusion_stat *stat_for(af_fusion_report *r, int rule, const char *name)
 
 static char *dup_str(const char *s) {
     size_t n = strlen(s ? s : "");
-    char *d = malloc(n + 1);
+    char *d = af_malloc(n + 1);
     if (d) memcpy(d, s ? s : "", n + 1);
     return d;
 }
@@ -483,7 +488,7 @@ static af_status record_miss(af_fusion_ctx *cx, const char *name, const char *op
     }
     if (r->nmisses == r->misses_cap) {
         int cap = r->misses_cap ? r->misses_cap * 2 : 16;
-        af_fusion_miss *nm = realloc(r->misses, (size_t)cap * sizeof *nm);
+        af_fusion_miss *nm = af_realloc(r->misses, (size_t)cap * sizeof *nm);
         if (!nm) return af_fail(err, AF_ERR_NOMEM, "out of memory recording a near miss");
         r->misses = nm;
         r->misses_cap = cap;
@@ -494,8 +499,8 @@ static af_status record_miss(af_fusion_ctx *cx, const char *name, const char *op
     mi->node = dup_str(name);
     mi->op_type = dup_str(op_type);
     if (!mi->node || !mi->op_type) {
-        free(mi->node);
-        free(mi->op_type);
+        af_free(mi->node);
+        af_free(mi->op_type);
         return af_fail(err, AF_ERR_NOMEM, "out of memory recording a near miss");
     }
     r->nmisses++;
@@ -517,10 +522,10 @@ static af_status run_rule(af_fusion_ctx *cx, af_graph *g, int r, af_error *err) 
     const fu_rule row = rule_row(r), *rule = &row;
     int count = g->nnodes;
     if (count == 0) return AF_OK;
-    af_node **snap = malloc((size_t)count * sizeof *snap);
+    af_node **snap = af_malloc((size_t)count * sizeof *snap);
     if (!snap) return af_fail(err, AF_ERR_NOMEM, "out of memory in the fusion engine");
     memcpy(snap, g->nodes, (size_t)count * sizeof *snap);
-    af_match *m = malloc(sizeof *m);
+    af_match *m = af_malloc(sizeof *m);
     af_status st = m ? AF_OK : af_fail(err, AF_ERR_NOMEM, "out of memory in the fusion engine");
     cx->rule = r;
     for (int i = 0; i < count && st == AF_OK; i++) {
@@ -549,8 +554,8 @@ static af_status run_rule(af_fusion_ctx *cx, af_graph *g, int r, af_error *err) 
             st = record_miss(cx, name, op_type, cx->declined, true, err);
         }
     }
-    free(m);
-    free(snap);
+    af_free(m);
+    af_free(snap);
     return st;
 }
 

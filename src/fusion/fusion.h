@@ -156,7 +156,7 @@ void af_fusion_report_init(af_fusion_report *r, const char *model, const af_mach
 void af_fusion_report_free(af_fusion_report *r);
 /* The text report, every line prefixed "[AF] ". */
 void af_fusion_report_print(const af_fusion_report *r, FILE *f);
-/* The JSON report as a malloc'd string (free() it); NULL when out of memory. Keys: "model",
+/* The JSON report as a malloc'd string (af_free() it); NULL when out of memory. Keys: "model",
  * "graph_fusion" {name: {pattern, match_times, effect_times, fused_into, estimated_speedup,
  * near_misses [{node, op_type, reason}], disabled, disabled_by}}, "ops_before", "ops_after",
  * "overall_estimated_speedup", "machine" {peak_gflops, bandwidth_gbs}, and with a precision mode

@@ -15,7 +15,7 @@ void af_fusion_report_init(af_fusion_report *r, const char *model, const af_mach
     af_fusion_config_init(&r->cfg);
     if (model) {
         size_t n = strlen(model);
-        r->model = malloc(n + 1);
+        r->model = af_malloc(n + 1);
         if (r->model) memcpy(r->model, model, n + 1);
     }
 }
@@ -23,32 +23,32 @@ void af_fusion_report_init(af_fusion_report *r, const char *model, const af_mach
 static char *dup(const char *s) {
     if (!s) return NULL;
     size_t n = strlen(s);
-    char *d = malloc(n + 1);
+    char *d = af_malloc(n + 1);
     if (d) memcpy(d, s, n + 1);
     return d;
 }
 
 void af_fusion_report_free(af_fusion_report *r) {
     for (int i = 0; i < r->nmisses; i++) {
-        free(r->misses[i].node);
-        free(r->misses[i].op_type);
+        af_free(r->misses[i].node);
+        af_free(r->misses[i].op_type);
     }
-    free(r->misses);
+    af_free(r->misses);
     for (int i = 0; i < r->nprec; i++) {
         af_precision_entry *e = &r->prec[i];
-        free(e->node), free(e->op), free(e->rules), free(e->precision), free(e->why);
+        af_free(e->node), af_free(e->op), af_free(e->rules), af_free(e->precision), af_free(e->why);
     }
-    free(r->prec);
-    free(r->precision_mode);
-    free(r->precision_note);
-    free(r->model);
+    af_free(r->prec);
+    af_free(r->precision_mode);
+    af_free(r->precision_note);
+    af_free(r->model);
     memset(r, 0, sizeof *r);
 }
 
 af_status af_fusion_report_precision(af_fusion_report *r, const af_graph *g, const char *mode,
                                      const char *note, af_error *err) {
-    free(r->precision_mode);
-    free(r->precision_note);
+    af_free(r->precision_mode);
+    af_free(r->precision_note);
     r->precision_mode = dup(mode);
     r->precision_note = dup(note);
     if (!r->precision_mode || (note && !r->precision_note))
@@ -57,7 +57,7 @@ af_status af_fusion_report_precision(af_fusion_report *r, const af_graph *g, con
         const af_node *n = g->nodes[i];
         const char *prec = af_attr_str(n, "precision", NULL);
         if (!prec) continue;
-        af_precision_entry *e = realloc(r->prec, sizeof *e * (size_t)(r->nprec + 1));
+        af_precision_entry *e = af_realloc(r->prec, sizeof *e * (size_t)(r->nprec + 1));
         if (!e) return af_fail(err, AF_ERR_NOMEM, "out of memory");
         r->prec = e;
         e = &r->prec[r->nprec];
@@ -286,7 +286,7 @@ af_status af_fusion_report_write_json(const af_fusion_report *r, const char *pat
         bool ok = fputs(s, f) >= 0 && fputc('\n', f) != EOF;
         if (fclose(f) != 0 || !ok) st = af_fail(err, AF_ERR_IO, "%s: write failed", path);
     }
-    free(s);
+    af_free(s);
     return st;
 }
 

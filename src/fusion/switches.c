@@ -237,6 +237,6 @@ af_status af_fusion_switch_file(af_fusion_config *cfg, const char *path, af_erro
             st = parse_lines(&next, path, (const char *)data, len, err);
         if (st == AF_OK) *cfg = next;
     }
-    free(data);
+    af_free(data);
     return st;
 }

@@ -260,9 +260,9 @@ af_status af_graph_toposort(af_graph *g, af_error *err) {
     int n = g->nnodes;
     if (n == 0) return AF_OK;
     enum { NEW, OPEN, DONE };
-    unsigned char *state = calloc((size_t)n, 1);
-    int *stack = calloc((size_t)n, sizeof(int)), *next = calloc((size_t)n, sizeof(int));
-    af_node **order = calloc((size_t)n, sizeof(af_node *));
+    unsigned char *state = af_calloc((size_t)n, 1);
+    int *stack = af_calloc((size_t)n, sizeof(int)), *next = af_calloc((size_t)n, sizeof(int));
+    af_node **order = af_calloc((size_t)n, sizeof(af_node *));
     af_status st = AF_OK;
     if (!state || !stack || !next || !order) {
         st = af_fail(err, AF_ERR_NOMEM, "%s: out of memory sorting the graph", g->file);
@@ -302,10 +302,10 @@ af_status af_graph_toposort(af_graph *g, af_error *err) {
         af_graph_renumber(g);
     }
 done:
-    free(state);
-    free(stack);
-    free(next);
-    free(order);
+    af_free(state);
+    af_free(stack);
+    af_free(next);
+    af_free(order);
     return st;
 }
 

@@ -39,8 +39,8 @@ af_status af_tensor_alloc(af_tensor *t, af_error *err) {
                        af_dtype_name(t->dtype));
     if (!af_mul_size((size_t)n, es, &bytes) || bytes > ((size_t)1 << 40))
         return af_fail(err, AF_ERR_NOMEM, "tensor of %lld elements is too large", (long long)n);
-    /* calloc(0) may return NULL; keep a valid pointer for empty tensors. */
-    t->data = calloc(bytes ? bytes : 1, 1);
+    /* af_calloc(0) may return NULL; keep a valid pointer for empty tensors. */
+    t->data = af_calloc(bytes ? bytes : 1, 1);
     if (!t->data) return af_fail(err, AF_ERR_NOMEM, "out of memory allocating %zu bytes", bytes);
     t->nbytes = bytes;
     t->owns_data = 1;
@@ -48,7 +48,7 @@ af_status af_tensor_alloc(af_tensor *t, af_error *err) {
 }
 
 void af_tensor_release(af_tensor *t) {
-    if (t->owns_data) free(t->data);
+    if (t->owns_data) af_free(t->data);
     t->data = NULL;
     t->nbytes = 0;
     t->owns_data = 0;
@@ -66,13 +66,13 @@ af_status af_tensor_copy(af_tensor *dst, const af_tensor *src, af_error *err) {
 
 af_tensor *af_tensor_new(af_dtype dtype, int rank, const int64_t *dims) {
     if (rank < 0 || rank > AF_MAX_RANK || (rank && !dims)) return NULL;
-    af_tensor *t = calloc(1, sizeof *t);
+    af_tensor *t = af_calloc(1, sizeof *t);
     if (!t) return NULL;
     t->dtype = dtype;
     t->rank = rank;
     for (int i = 0; i < rank; i++) t->dims[i] = dims[i];
     if (af_tensor_alloc(t, NULL)) {
-        free(t);
+        af_free(t);
         return NULL;
     }
     return t;
@@ -81,7 +81,7 @@ af_tensor *af_tensor_new(af_dtype dtype, int rank, const int64_t *dims) {
 void af_tensor_free(af_tensor *t) {
     if (!t) return;
     af_tensor_release(t);
-    free(t);
+    af_free(t);
 }
 
 int64_t af_tensor_get_int(const af_tensor *t, int64_t i) {

@@ -231,9 +231,9 @@ static af_status pack_conv_low(af_graph *g, af_node *n, af_gemm_type t, af_error
     int64_t m = d[0], c = d[1], taps = d[2] * d[3];
     int64_t cp = t == AF_GEMM_BF16 ? af_gemm_bf16_k(c) : c, k = taps * cp;
     af_value *p = packed_const(g, t, af_gemm_packed_bytes(t, k, m));
-    float *tmp = calloc((size_t)(k * m > 0 ? k * m : 1), sizeof(float));
+    float *tmp = af_calloc((size_t)(k * m > 0 ? k * m : 1), sizeof(float));
     if (!p || !tmp || !af_node_set_ints(n, "w_shape", d, 4) || !af_node_set_int(n, "w_packed", 1)) {
-        free(tmp);
+        af_free(tmp);
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
     }
     const float *src = w->type.data;
@@ -241,7 +241,7 @@ static af_status pack_conv_low(af_graph *g, af_node *n, af_gemm_type t, af_error
         for (int64_t ci = 0; ci < c; ci++)
             for (int64_t tp = 0; tp < taps; tp++) tmp[(tp * cp + ci) * m + o] = src[(o * c + ci) * taps + tp];
     af_gemm_pack_type(t, tmp, k, m, m, 1, p->type.data);
-    free(tmp);
+    af_free(tmp);
     af_node_set_input(n, 1, p);
     return AF_OK;
 }
@@ -280,10 +280,10 @@ static af_status pack_conv(af_graph *g, af_node *n, af_error *err) {
     int64_t len = dw ? taps * m : group * (int64_t)af_gemm_packed_floats(k, mg);
     if (wg) len = 36 * (int64_t)af_gemm_packed_floats(cg, m);
     af_value *p = af_value_new_f32(g, dw ? "packed_dw" : "packed_w", 1, &len);
-    float *tmp = dw ? NULL : malloc(sizeof(float) * (size_t)((wg ? 36 : 1) * k * mg > 0 ? (wg ? 36 : 1) * k * mg : 1));
+    float *tmp = dw ? NULL : af_malloc(sizeof(float) * (size_t)((wg ? 36 : 1) * k * mg > 0 ? (wg ? 36 : 1) * k * mg : 1));
     if (!p || (!dw && !tmp) || !af_node_set_ints(n, "w_shape", d, 4) ||
         !af_node_set_int(n, "w_packed", dw ? 2 : wg ? 3 : 1)) {
-        free(tmp);
+        af_free(tmp);
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
     }
     const float *src = w->type.data;
@@ -310,7 +310,7 @@ static af_status pack_conv(af_graph *g, af_node *n, af_error *err) {
             af_gemm_pack(tmp, k, mg, mg, 1, dst + (size_t)gi * per);
         }
     }
-    free(tmp);
+    af_free(tmp);
     af_node_set_input(n, 1, p);
     return AF_OK;
 }

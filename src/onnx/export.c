@@ -57,7 +57,7 @@ static void pb_raw(pbw *b, const void *d, size_t n) {
             }
             cap *= 2;
         }
-        uint8_t *p = realloc(b->p, cap);
+        uint8_t *p = af_realloc(b->p, cap);
         if (!p) {
             b->oom = true;
             return;
@@ -409,6 +409,6 @@ af_status af_onnx_export(const af_graph *g, const char *path, af_error *err) {
                      "%s: the model takes %zu bytes; ONNX files stop at 2 GiB (external data is "
                      "not written)", path, x.b.n);
     if (!st) st = save(&x, err);
-    free(x.b.p);
+    af_free(x.b.p);
     return st;
 }

@@ -183,7 +183,7 @@ af_status af_onnx_extdata(af_model *m, const af_pb *msg, const char *tname, size
     }
 
     size_t n = strlen(m->dir) + 1 + strlen(ref.location) + 1;
-    char *full = malloc(n), *real = NULL;
+    char *full = af_malloc(n), *real = NULL;
     af_extfile *e;
     if (!full) return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", m->path);
     snprintf(full, n, "%s/%s", m->dir, ref.location);
@@ -210,8 +210,8 @@ af_status af_onnx_extdata(af_model *m, const af_pb *msg, const char *tname, size
     }
     *data = nbytes ? (const uint8_t *)e->map + ref.offset : empty;
 fail:
-    free(full);
-    free(real);
+    af_free(full);
+    af_free(real);
     return st;
 }
 

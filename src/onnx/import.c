@@ -157,7 +157,7 @@ static af_value *scope_get(const scope *s, const char *name) {
 static bool scope_put(scope *s, af_value *v) {
     if (2 * (s->n + 1) > s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 64;
-        af_value **slots = calloc(cap, sizeof *slots);
+        af_value **slots = af_calloc(cap, sizeof *slots);
         if (!slots) return false;
         for (size_t k = 0; k < s->cap; k++) {
             if (!s->slots[k]) continue;
@@ -165,7 +165,7 @@ static bool scope_put(scope *s, af_value *v) {
             while (slots[i]) i = (i + 1) & (cap - 1);
             slots[i] = s->slots[k];
         }
-        free(s->slots);
+        af_free(s->slots);
         s->slots = slots;
         s->cap = cap;
     }
@@ -942,7 +942,7 @@ static af_status import_nodes(const imp *c, const af_pb *msg, af_graph *g, scope
     int n, k = 0;
     af_status st = af_pb_count(msg, GRAPH_NODE, &n, err);
     if (st) return st;
-    node_rec *recs = calloc((size_t)n + 1, sizeof *recs);
+    node_rec *recs = af_calloc((size_t)n + 1, sizeof *recs);
     if (!recs) return nomem(c, err);
     af_pb r = *msg;
     af_pb_field f;
@@ -957,7 +957,7 @@ static af_status import_nodes(const imp *c, const af_pb *msg, af_graph *g, scope
         st = recs[i].node ? define_node(c, g, s, &recs[i], err)
                           : define_constant(c, g, &recs[i], err);
 fail:
-    free(recs);
+    af_free(recs);
     return st;
 }
 
@@ -1090,7 +1090,7 @@ static af_status import_graph(const imp *c, const af_pb *msg, af_graph *parent, 
     if (st == AF_OK) st = import_nodes(c, msg, g, &s, err);
     if (st == AF_OK) st = import_outputs(c, msg, g, &s, err);
     if (st == AF_OK) st = af_graph_toposort(g, err);
-    free(s.slots);
+    af_free(s.slots);
     *out = g;
     return st;
 }
@@ -1196,12 +1196,12 @@ static af_status import_model(af_model *m, af_error *err) {
 
 /* A model with its arena and names, no bytes yet. */
 static af_model *model_new(const char *path) {
-    af_model *m = calloc(1, sizeof *m);
+    af_model *m = af_calloc(1, sizeof *m);
     if (!m) return NULL;
     m->arena = af_arena_new();
     if (!m->arena || !(m->path = af_arena_strdup(m->arena, path))) {
         af_arena_free(m->arena);
-        free(m);
+        af_free(m);
         return NULL;
     }
     m->producer_name = m->producer_version = "";
@@ -1222,7 +1222,7 @@ static af_status model_dir(af_model *m, const char *path, af_error *err) {
         return af_fail(err, AF_ERR_IO, "%s: cannot resolve the model's folder: %s", path,
                        strerror(errno));
     m->dir = af_arena_strdup(m->arena, real);
-    free(real);
+    af_free(real);
     return m->dir ? AF_OK : af_fail(err, AF_ERR_NOMEM, "%s: out of memory", path);
 }
 
@@ -1270,7 +1270,7 @@ af_status af_model_load_bytes(const void *bytes, size_t len, const char *name, a
     af_model *m = model_new(name ? name : "<bytes>");
     *out = NULL;
     if (!m) return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", name ? name : "<bytes>");
-    m->map = malloc(len ? len : 1);
+    m->map = af_malloc(len ? len : 1);
     if (!m->map) {
         st = af_fail(err, AF_ERR_NOMEM, "%s: out of memory copying %zu bytes", m->path, len);
         goto fail;
@@ -1293,9 +1293,9 @@ void af_model_free(af_model *m) {
     if (m->map_is_mmap)
         munmap(m->map, m->map_len);
     else
-        free(m->map);
+        af_free(m->map);
     af_arena_free(m->arena);
-    free(m);
+    af_free(m);
 }
 
 af_status af_tensor_load_pb(const char *path, af_tensor *out, char **name_out, af_error *err) {
@@ -1311,11 +1311,11 @@ af_status af_tensor_load_pb(const char *path, af_tensor *out, char **name_out, a
     af_pb r;
     af_pb_init(&r, buf, len, path, "TensorProto");
     if (st == AF_OK) st = read_tensor(&c, &r, out, &name, err);
-    if (st == AF_OK && name_out && *name && !(*name_out = strdup(name))) {
+    if (st == AF_OK && name_out && *name && !(*name_out = af_strdup(name))) {
         af_tensor_release(out);
         st = af_fail(err, AF_ERR_NOMEM, "%s: out of memory", path);
     }
     af_arena_free(c.a);
-    free(buf);
+    af_free(buf);
     return st;
 }

@@ -188,7 +188,7 @@ af_status af_tensor_load_npy(const char *path, af_tensor *out, af_error *err) {
 fail:
     if (why) af_fail(err, st, "%s: %s", path, why);
     if (st) memset(out, 0, sizeof *out);
-    free(buf);
+    af_free(buf);
     return st;
 }
 

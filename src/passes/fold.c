@@ -137,16 +137,16 @@ static af_status store(pass_scope *s, af_node *n, af_tensor *out, af_error *err)
 
 static af_status fold_node(pass_scope *s, af_node *n, bool *changed, af_error *err) {
     /* On the heap: a node may have very many inputs or outputs. */
-    const af_tensor **in = calloc((size_t)n->nin + 1, sizeof(af_tensor *));
-    af_tensor *out = calloc((size_t)n->nout + 1, sizeof(af_tensor));
+    const af_tensor **in = af_calloc((size_t)n->nin + 1, sizeof(af_tensor *));
+    af_tensor *out = af_calloc((size_t)n->nout + 1, sizeof(af_tensor));
     af_status st = AF_OK;
     if (!in || !out) st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory folding constants");
     else if (compute(n, in, out)) {
         st = store(s, n, out, err);
         *changed = true;
     }
-    free(in);
-    free(out);
+    af_free(in);
+    af_free(out);
     return st;
 }
 

@@ -24,8 +24,8 @@ af_status pass_scope_open(pass_scope *s, af_graph *g, af_error *err) {
     s->g = g;
     s->npinned = g->nvalues;
     s->ndead = g->nnodes;
-    s->pinned = calloc((size_t)s->npinned + 1, sizeof(bool));
-    s->dead = calloc((size_t)s->ndead + 1, sizeof(bool));
+    s->pinned = af_calloc((size_t)s->npinned + 1, sizeof(bool));
+    s->dead = af_calloc((size_t)s->ndead + 1, sizeof(bool));
     if (!s->pinned || !s->dead) {
         pass_scope_close(s);
         return af_fail(err, AF_ERR_NOMEM, "out of memory optimizing the graph");
@@ -38,8 +38,8 @@ af_status pass_scope_open(pass_scope *s, af_graph *g, af_error *err) {
 }
 
 void pass_scope_close(pass_scope *s) {
-    free(s->pinned);
-    free(s->dead);
+    af_free(s->pinned);
+    af_free(s->dead);
     s->pinned = NULL;
     s->dead = NULL;
 }
@@ -57,7 +57,7 @@ af_status pass_kill(pass_scope *s, af_node *n, af_error *err) {
     if (n->id >= s->ndead) {
         /* Nodes made during this pass sit past the size the scope opened with. */
         int cap = s->g->nnodes;
-        bool *d = realloc(s->dead, (size_t)cap * sizeof(bool));
+        bool *d = af_realloc(s->dead, (size_t)cap * sizeof(bool));
         if (!d) return af_fail(err, AF_ERR_NOMEM, "out of memory optimizing the graph");
         memset(d + s->ndead, 0, (size_t)(cap - s->ndead) * sizeof(bool));
         s->dead = d;

@@ -44,8 +44,8 @@ static af_status infer_node(af_node *n, af_error *err) {
     }
     if (st) return st;
     /* On the heap: a node may have very many inputs or outputs. */
-    const af_tensor **in = calloc((size_t)n->nin + 1, sizeof(af_tensor *));
-    af_tensor *out = calloc((size_t)n->nout + 1, sizeof(af_tensor));
+    const af_tensor **in = af_calloc((size_t)n->nin + 1, sizeof(af_tensor *));
+    af_tensor *out = af_calloc((size_t)n->nout + 1, sizeof(af_tensor));
     if (!in || !out) {
         st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
         goto done;
@@ -62,8 +62,8 @@ static af_status infer_node(af_node *n, af_error *err) {
             st = merge(n, n->out[o], &out[o], err);
     }
 done:
-    free(in);
-    free(out);
+    af_free(in);
+    af_free(out);
     return st;
 }
 

@@ -202,11 +202,11 @@ static double measure_flops(fma_loop *l) {
 static double measure_bandwidth(size_t size) {
     char *a = NULL, *b = NULL;
     while (size >= ((size_t)64 << 10)) {
-        a = malloc(size);
-        b = malloc(size);
+        a = af_malloc(size);
+        b = af_malloc(size);
         if (a && b) break;
-        free(a);
-        free(b);
+        af_free(a);
+        af_free(b);
         a = b = NULL;
         size /= 2;
     }
@@ -221,8 +221,8 @@ static double measure_bandwidth(size_t size) {
         a[rep % size] = b[(rep * 7919) % size]; /* keep the copies observable */
         if (dt > 0.0 && 2.0 * (double)size / dt > best) best = 2.0 * (double)size / dt;
     }
-    free(a);
-    free(b);
+    af_free(a);
+    af_free(b);
     return best > 0.0 ? best : 1e9;
 }
 
@@ -230,8 +230,8 @@ static double measure_bandwidth(size_t size) {
  * operands stay in cache: what convolutions and matrix products run at. */
 static double measure_gemm(void) {
     enum { M = 192, N = 256, K = 512 };
-    float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N);
-    float *c = malloc(sizeof(float) * M * N), *p = malloc(sizeof(float) * af_gemm_packed_floats(K, N));
+    float *a = af_malloc(sizeof(float) * M * K), *b = af_malloc(sizeof(float) * K * N);
+    float *c = af_malloc(sizeof(float) * M * N), *p = af_malloc(sizeof(float) * af_gemm_packed_floats(K, N));
     double best = 0.0;
     if (a && b && c && p) {
         for (int i = 0; i < M * K; i++) a[i] = (float)(i % 7) * 0.1f;
@@ -247,10 +247,10 @@ static double measure_gemm(void) {
             if (dt > 0.0 && 2.0 * M * N * K / dt > best) best = 2.0 * M * N * K / dt;
         }
     }
-    free(a);
-    free(b);
-    free(c);
-    free(p);
+    af_free(a);
+    af_free(b);
+    af_free(c);
+    af_free(p);
     return best;
 }
 

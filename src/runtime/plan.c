@@ -84,17 +84,17 @@ static void read_sub(live *L, const af_graph *sg, int pos, int depth) {
 }
 
 static void live_free(live *L) {
-    free(L->def);
-    free(L->last);
-    free(L->bytes);
+    af_free(L->def);
+    af_free(L->last);
+    af_free(L->bytes);
 }
 
 static af_status live_compute(live *L, const af_graph *g, af_error *err) {
     size_t n = (size_t)g->nvalues + 1;
     L->g = g;
-    L->def = malloc(n * sizeof(int));
-    L->last = malloc(n * sizeof(int));
-    L->bytes = calloc(n, sizeof(uint64_t));
+    L->def = af_malloc(n * sizeof(int));
+    L->last = af_malloc(n * sizeof(int));
+    L->bytes = af_calloc(n, sizeof(uint64_t));
     if (!L->def || !L->last || !L->bytes) {
         live_free(L);
         return af_fail(err, AF_ERR_NOMEM, "%s: out of memory planning memory",
@@ -168,7 +168,7 @@ typedef struct buffer {
 static af_status make_buffers(const live *L, const af_plan_slot *slots, int *bufof,
                               buffer **out, int *nout, af_error *err) {
     const af_graph *g = L->g;
-    buffer *b = calloc((size_t)g->nvalues + 1, sizeof *b);
+    buffer *b = af_calloc((size_t)g->nvalues + 1, sizeof *b);
     int nb = 0;
     if (!b) return af_fail(err, AF_ERR_NOMEM, "%s: out of memory planning memory", g->file);
     /* In producer order, so a chain's earlier value has its buffer before the next joins. */
@@ -199,11 +199,11 @@ static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UI
 /* Max over node positions of the bytes of buffers live there. */
 static af_status lower_bound(const af_graph *g, const buffer *b, int nb, uint64_t *out,
                              af_error *err) {
-    uint64_t *add = calloc((size_t)g->nnodes + 2, sizeof *add),
-             *sub = calloc((size_t)g->nnodes + 2, sizeof *sub);
+    uint64_t *add = af_calloc((size_t)g->nnodes + 2, sizeof *add),
+             *sub = af_calloc((size_t)g->nnodes + 2, sizeof *sub);
     if (!add || !sub) {
-        free(add);
-        free(sub);
+        af_free(add);
+        af_free(sub);
         return af_fail(err, AF_ERR_NOMEM, "%s: out of memory planning memory", g->file);
     }
     for (int k = 0; k < nb; k++) {
@@ -216,8 +216,8 @@ static af_status lower_bound(const af_graph *g, const buffer *b, int nb, uint64_
         cur = cur == UINT64_MAX ? cur : cur - sub[t]; /* a saturated sum stays saturated */
         if (cur > best) best = cur;
     }
-    free(add);
-    free(sub);
+    af_free(add);
+    af_free(sub);
     *out = best;
     return AF_OK;
 }
@@ -243,7 +243,7 @@ static int by_off(const void *pa, const void *pb) {
 /* Offsets for b[0..nb), sorted largest first; a buffer that would end beyond
  * AF_PLAN_MAX_BYTES stays unplanned (offset -1). */
 static af_status place(buffer *b, int nb, uint64_t *arena, af_error *err) {
-    span *busy = malloc(((size_t)nb + 1) * sizeof *busy);
+    span *busy = af_malloc(((size_t)nb + 1) * sizeof *busy);
     if (!busy) return af_fail(err, AF_ERR_NOMEM, "out of memory planning memory");
     qsort(b, (size_t)nb, sizeof *b, by_size_desc);
     *arena = 0;
@@ -263,7 +263,7 @@ static af_status place(buffer *b, int nb, uint64_t *arena, af_error *err) {
         b[k].offset = (int64_t)at;
         if (at + b[k].size > *arena) *arena = at + b[k].size;
     }
-    free(busy);
+    af_free(busy);
     return AF_OK;
 }
 
@@ -271,11 +271,11 @@ static af_status place(buffer *b, int nb, uint64_t *arena, af_error *err) {
 
 af_plan *af_plan_new(int nvalues) {
     if (nvalues < 0) return NULL;
-    af_plan *p = calloc(1, sizeof *p);
+    af_plan *p = af_calloc(1, sizeof *p);
     if (!p) return NULL;
-    p->slots = malloc(((size_t)nvalues + 1) * sizeof *p->slots);
+    p->slots = af_malloc(((size_t)nvalues + 1) * sizeof *p->slots);
     if (!p->slots) {
-        free(p);
+        af_free(p);
         return NULL;
     }
     p->nvalues = nvalues;
@@ -285,8 +285,8 @@ af_plan *af_plan_new(int nvalues) {
 
 void af_plan_free(af_plan *p) {
     if (!p) return;
-    free(p->slots);
-    free(p);
+    af_free(p->slots);
+    af_free(p);
 }
 
 double af_plan_ratio(const af_plan *p) {
@@ -301,7 +301,7 @@ af_status af_plan_build(const af_graph *g, af_plan **out, af_error *err) {
     af_status st = live_compute(&L, g, err);
     if (st) return st;
     af_plan *p = af_plan_new(g->nvalues);
-    int *bufof = malloc(((size_t)g->nvalues + 1) * sizeof *bufof);
+    int *bufof = af_malloc(((size_t)g->nvalues + 1) * sizeof *bufof);
     buffer *b = NULL;
     int nb = 0;
     if (!p || !bufof) {
@@ -327,7 +327,7 @@ af_status af_plan_build(const af_graph *g, af_plan **out, af_error *err) {
     if (!st) st = place(b, nb, &p->arena_size, err);
     if (st) goto done;
     /* Each value takes its buffer's offset (bufof indexes the unsorted order: map by root). */
-    int *at = malloc(((size_t)g->nvalues + 1) * sizeof *at);
+    int *at = af_malloc(((size_t)g->nvalues + 1) * sizeof *at);
     if (!at) {
         st = af_fail(err, AF_ERR_NOMEM, "%s: out of memory planning memory", g->file);
         goto done;
@@ -340,7 +340,7 @@ af_status af_plan_build(const af_graph *g, af_plan **out, af_error *err) {
         while (p->slots[root].inplace_of >= 0) root = p->slots[root].inplace_of;
         s->offset = b[at[root]].offset;
     }
-    free(at);
+    af_free(at);
     /* Chains whose buffer found no room are unplanned as a whole. */
     for (int i = 0; i < g->nvalues; i++) {
         af_plan_slot *s = &p->slots[i];
@@ -351,8 +351,8 @@ af_status af_plan_build(const af_graph *g, af_plan **out, af_error *err) {
         }
     }
 done:
-    free(b);
-    free(bufof);
+    af_free(b);
+    af_free(bufof);
     live_free(&L);
     if (st) af_plan_free(p);
     else *out = p;
@@ -409,7 +409,7 @@ static int by_start(const void *pa, const void *pb) {
 /* No two buffers live at once share a byte. A sweep over time keeps the live buffers sorted
  * by offset; they are disjoint, so a new one only needs checking against its two neighbours. */
 static af_status check_disjoint(const af_graph *g, buffer *b, int nb, af_error *err) {
-    buffer **act = malloc(((size_t)nb + 1) * sizeof *act);
+    buffer **act = af_malloc(((size_t)nb + 1) * sizeof *act);
     int nact = 0;
     if (!act) return af_fail(err, AF_ERR_NOMEM, "%s: out of memory checking a memory plan", g->file);
     qsort(b, (size_t)nb, sizeof *b, by_start);
@@ -438,7 +438,7 @@ static af_status check_disjoint(const af_graph *g, buffer *b, int nb, af_error *
         act[pos] = &b[k];
         nact++;
     }
-    free(act);
+    af_free(act);
     return st;
 }
 
@@ -453,7 +453,7 @@ af_status af_plan_check(const af_graph *g, af_plan *p, af_error *err) {
     live L = {0};
     af_status st = live_compute(&L, g, err);
     if (st) return st;
-    int *bufof = malloc(((size_t)g->nvalues + 1) * sizeof *bufof);
+    int *bufof = af_malloc(((size_t)g->nvalues + 1) * sizeof *bufof);
     buffer *b = NULL;
     int nb = 0, nplanned = 0, ninplace = 0;
     if (!bufof) {
@@ -483,8 +483,8 @@ af_status af_plan_check(const af_graph *g, af_plan *p, af_error *err) {
         p->ninplace = ninplace;
     }
 done:
-    free(b);
-    free(bufof);
+    af_free(b);
+    af_free(bufof);
     live_free(&L);
     return st;
 }

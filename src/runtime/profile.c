@@ -21,15 +21,15 @@ struct af_profile {
 };
 
 af_profile *af_profile_new(void) {
-    af_profile *p = calloc(1, sizeof *p);
+    af_profile *p = af_calloc(1, sizeof *p);
     if (p) clock_gettime(CLOCK_MONOTONIC, &p->t0);
     return p;
 }
 
 void af_profile_free(af_profile *p) {
     if (!p) return;
-    free(p->ev);
-    free(p);
+    af_free(p->ev);
+    af_free(p);
 }
 
 double af_profile_now(const af_profile *p) {
@@ -41,7 +41,7 @@ double af_profile_now(const af_profile *p) {
 void af_profile_add(af_profile *p, const af_node *n, const char *what, double start_us, double dur_us) {
     if (p->n == p->cap) {
         size_t cap = p->cap ? 2 * p->cap : 1024;
-        prof_event *ev = realloc(p->ev, cap * sizeof *ev);
+        prof_event *ev = af_realloc(p->ev, cap * sizeof *ev);
         if (!ev) {
             p->dropped++;
             return;
@@ -58,7 +58,7 @@ static char *joined(const af_node *n, const char *name) {
     if (!a || a->type != AF_ATTR_STRINGS || a->n <= 0) return NULL;
     size_t len = 1;
     for (int i = 0; i < a->n; i++) len += strlen(a->strings[i]) + 1;
-    char *s = malloc(len);
+    char *s = af_malloc(len);
     if (!s) return NULL;
     s[0] = 0;
     for (int i = 0; i < a->n; i++) {
@@ -95,7 +95,7 @@ static json_t *event_json(const prof_event *e, const char *model, const char *is
         if (rule) json_object_set_new(args, "fusion_rule", json_string(rule));
         char *fused = joined(e->node, "fused_nodes");
         if (fused) json_object_set_new(args, "fused_nodes", json_string(fused));
-        free(fused);
+        af_free(fused);
     }
     json_object_set_new(o, "args", args);
     return o;

@@ -10,6 +10,7 @@
 static _Atomic int64_t counted; /* allocations since the last af_alloc_fault */
 static _Atomic int64_t fail_at; /* 0: none armed, else the allocation number that fails */
 static _Atomic bool fail_after; /* every allocation from fail_at on fails too */
+static _Atomic bool paused;     /* neither counted nor failed */
 
 void af_alloc_fault(int64_t nth, bool persistent) {
     atomic_store(&counted, 0);
@@ -19,8 +20,11 @@ void af_alloc_fault(int64_t nth, bool persistent) {
 
 int64_t af_alloc_count(void) { return atomic_load(&counted); }
 
+void af_alloc_pause(bool on) { atomic_store(&paused, on); }
+
 /* True when this allocation is to fail. */
 static bool injected(void) {
+    if (atomic_load_explicit(&paused, memory_order_relaxed)) return false;
     int64_t at = atomic_load_explicit(&fail_at, memory_order_relaxed);
     int64_t k = atomic_fetch_add_explicit(&counted, 1, memory_order_relaxed) + 1;
     return at && (k == at || (k > at && atomic_load(&fail_after)));

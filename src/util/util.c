@@ -29,9 +29,9 @@ void af_arena_free(af_arena *a) {
     if (!a) return;
     for (block *b = a->head, *next; b; b = next) {
         next = b->next;
-        free(b);
+        af_free(b);
     }
-    free(a);
+    af_free(a);
 }
 
 void *af_arena_alloc(af_arena *a, size_t size) {
@@ -161,7 +161,7 @@ int af_read_file(const char *path, unsigned char **data, size_t *len) {
     for (;;) {
         if (n == cap) {
             size_t ncap = cap ? cap * 2 : 65536;
-            unsigned char *nb = realloc(buf, ncap);
+            unsigned char *nb = af_realloc(buf, ncap);
             if (!nb) goto fail;
             buf = nb;
             cap = ncap;
@@ -176,7 +176,7 @@ int af_read_file(const char *path, unsigned char **data, size_t *len) {
     *len = n;
     return 0;
 fail:
-    free(buf);
+    af_free(buf);
     fclose(f);
     return -1;
 }
@@ -196,7 +196,7 @@ bool af_write_all(int fd, const void *p, size_t n) {
 int af_write_atomic(const char *path, bool (*fill)(int fd, const void *ctx), const void *ctx,
                     bool *created) {
     size_t len = strlen(path);
-    char *tmp = malloc(len + 8);
+    char *tmp = af_malloc(len + 8);
     *created = false;
     if (!tmp) return ENOMEM;
     memcpy(tmp, path, len);
@@ -204,7 +204,7 @@ int af_write_atomic(const char *path, bool (*fill)(int fd, const void *ctx), con
     int fd = mkstemp(tmp);
     if (fd < 0) {
         int e = errno;
-        free(tmp);
+        af_free(tmp);
         return e;
     }
     *created = true;
@@ -217,6 +217,6 @@ int af_write_atomic(const char *path, bool (*fill)(int fd, const void *ctx), con
         saved = errno;
     }
     if (!ok) unlink(tmp);
-    free(tmp);
+    af_free(tmp);
     return ok ? 0 : (saved ? saved : EIO);
 }

@@ -51,6 +51,9 @@ void *af_alloc_big(size_t bytes);
  * af_alloc_fault call, so a test can count a run's allocations and then fail each in turn. */
 void af_alloc_fault(int64_t nth, bool persistent);
 int64_t af_alloc_count(void);
+/* While paused, allocations are neither counted nor failed (a test's own, between the
+ * library's). */
+void af_alloc_pause(bool on);
 
 /* Overflow-checked helpers: return false on overflow. */
 static inline bool af_mul_i64(int64_t a, int64_t b, int64_t *r) {

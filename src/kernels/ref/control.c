@@ -53,11 +53,11 @@ af_status cf_kernel_if(const af_node *n, const af_tensor *const *in, af_tensor *
     if (n->nin < 1 || !in[0] || af_tensor_numel(in[0]) != 1)
         return af_node_fail(err, n, AF_ERR_RUNTIME, "condition must be one element");
     const af_graph *b = graph_attr(n, scalar_true(in[0]) ? "then_branch" : "else_branch");
-    af_tensor *res = calloc((size_t)n->nout + 1, sizeof(af_tensor));
+    af_tensor *res = af_calloc((size_t)n->nout + 1, sizeof(af_tensor));
     if (!res) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     af_status st = af_exec_subgraph(x, b, NULL, 0, res, err);
     for (int i = 0; i < n->nout && !st; i++) put(&out[i], &res[i]);
-    free(res);
+    af_free(res);
     return st;
 }
 
@@ -112,10 +112,10 @@ af_status cf_kernel_loop(const af_node *n, const af_tensor *const *in, af_tensor
     int64_t trip = n->nin > 0 && in[0] ? af_tensor_get_int(in[0], 0) : INT64_MAX;
     bool cond = n->nin > 1 && in[1] ? scalar_true(in[1]) : true;
     int64_t iters_cap = 0, iters = 0;
-    af_tensor *carried = calloc((size_t)ncarried + 1, sizeof(af_tensor));
-    af_tensor *res = calloc((size_t)b->noutputs + 1, sizeof(af_tensor));
-    af_tensor **scans = calloc((size_t)nscan + 1, sizeof(af_tensor *));
-    const af_tensor **args = calloc((size_t)b->ninputs + 1, sizeof(af_tensor *));
+    af_tensor *carried = af_calloc((size_t)ncarried + 1, sizeof(af_tensor));
+    af_tensor *res = af_calloc((size_t)b->noutputs + 1, sizeof(af_tensor));
+    af_tensor **scans = af_calloc((size_t)nscan + 1, sizeof(af_tensor *));
+    const af_tensor **args = af_calloc((size_t)b->ninputs + 1, sizeof(af_tensor *));
     af_tensor iter = {0}, cond_t = {0};
     af_status st = AF_OK;
     if (!carried || !res || !scans || !args) {
@@ -141,7 +141,7 @@ af_status cf_kernel_loop(const af_node *n, const af_tensor *const *in, af_tensor
         if (nscan && iters == iters_cap) {
             int64_t ncap = iters_cap ? iters_cap * 2 : 16;
             for (int k = 0; k < nscan && !st; k++) {
-                af_tensor *g = realloc(scans[k], (size_t)ncap * sizeof(af_tensor));
+                af_tensor *g = af_realloc(scans[k], (size_t)ncap * sizeof(af_tensor));
                 if (!g) st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
                 else scans[k] = g;
             }
@@ -163,14 +163,14 @@ done:
     for (int i = 0; carried && i < ncarried; i++) af_tensor_release(&carried[i]);
     for (int k = 0; scans && k < nscan; k++) {
         for (int64_t j = 0; j < iters && scans[k]; j++) af_tensor_release(&scans[k][j]);
-        free(scans[k]);
+        af_free(scans[k]);
     }
     af_tensor_release(&iter);
     af_tensor_release(&cond_t);
-    free(carried);
-    free(res);
-    free(scans);
-    free(args);
+    af_free(carried);
+    af_free(res);
+    af_free(scans);
+    af_free(args);
     return st;
 }
 
@@ -260,10 +260,10 @@ af_status cf_kernel_scan(const af_node *n, const af_tensor *const *in, af_tensor
         len = t->dims[in_ax[j]];
     }
     if (len < 0) len = 0;
-    af_tensor *state = calloc((size_t)ns + 1, sizeof(af_tensor));
-    af_tensor *slices = calloc((size_t)m + 1, sizeof(af_tensor));
-    af_tensor *res = calloc((size_t)n->nout + 1, sizeof(af_tensor));
-    const af_tensor **args = calloc((size_t)n->nin + 1, sizeof(af_tensor *));
+    af_tensor *state = af_calloc((size_t)ns + 1, sizeof(af_tensor));
+    af_tensor *slices = af_calloc((size_t)m + 1, sizeof(af_tensor));
+    af_tensor *res = af_calloc((size_t)n->nout + 1, sizeof(af_tensor));
+    const af_tensor **args = af_calloc((size_t)n->nin + 1, sizeof(af_tensor *));
     int out_ax[AF_MAX_RANK * 4];
     if (!state || !slices || !res || !args) {
         st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
@@ -320,9 +320,9 @@ done:
     for (int i = 0; state && i < ns; i++) af_tensor_release(&state[i]);
     for (int j = 0; slices && j < m; j++) af_tensor_release(&slices[j]);
     for (int i = 0; res && i < n->nout; i++) af_tensor_release(&res[i]);
-    free(state);
-    free(slices);
-    free(res);
-    free(args);
+    af_free(state);
+    af_free(slices);
+    af_free(res);
+    af_free(args);
     return st;
 }

@@ -201,11 +201,11 @@ static void conv_core(const conv_geom *g, const double *x, const double *w,
 /* Run conv_core on loaded operands; x and w are subtracted their zero points already. */
 static af_status conv_run(const af_node *n, const conv_geom *g, const double *x, const double *w,
                           const conv_epilogue *e, af_error *err) {
-    double *acc = malloc((size_t)(g->w.out[2] > 0 ? g->w.out[2] : 1) * sizeof(double));
+    double *acc = af_malloc((size_t)(g->w.out[2] > 0 ? g->w.out[2] : 1) * sizeof(double));
     if (!acc)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     conv_core(g, x, w, e, acc);
-    free(acc);
+    af_free(acc);
     return AF_OK;
 }
 
@@ -214,7 +214,7 @@ static af_status conv_run(const af_node *n, const conv_geom *g, const double *x,
  * per-channel quantization parameters. The caller frees *out, also on failure. */
 static af_status conv_channel_vec(const af_node *n, const af_tensor *t, int64_t count,
                                   const char *what, double dflt, double **out, af_error *err) {
-    *out = malloc((size_t)(count > 0 ? count : 1) * sizeof(double));
+    *out = af_malloc((size_t)(count > 0 ? count : 1) * sizeof(double));
     if (!*out)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     int64_t tn = t ? nn_numel(t) : 0;
@@ -474,9 +474,9 @@ af_status nn_kernel_conv(const af_node *n, const af_tensor *const *in, af_tensor
         conv_epilogue e = {&out[0], bd, NULL, 0.0};
         st = conv_run(n, &g, xd, wd, &e, err);
     }
-    free(xd);
-    free(wd);
-    free(bd);
+    af_free(xd);
+    af_free(wd);
+    af_free(bd);
     return st;
 }
 
@@ -532,10 +532,10 @@ af_status nn_kernel_conv_integer(const af_node *n, const af_tensor *const *in, a
         conv_epilogue e = {&out[0], NULL, NULL, 0.0};
         st = conv_run(n, &g, xd, wd, &e, err);
     }
-    free(xzp);
-    free(wzp);
-    free(xd);
-    free(wd);
+    af_free(xzp);
+    af_free(wzp);
+    af_free(xd);
+    af_free(wd);
     return st;
 }
 
@@ -594,15 +594,15 @@ af_status nn_kernel_qlinear_conv(const af_node *n, const af_tensor *const *in, a
         conv_epilogue e = {&out[0], bias, ws, yzp[0]};
         st = conv_run(n, &g, xd, wd, &e, err);
     }
-    free(xs);
-    free(xzp);
-    free(ws);
-    free(wzp);
-    free(ys);
-    free(yzp);
-    free(bias);
-    free(xd);
-    free(wd);
+    af_free(xs);
+    af_free(xzp);
+    af_free(ws);
+    af_free(wzp);
+    af_free(ys);
+    af_free(yzp);
+    af_free(bias);
+    af_free(xd);
+    af_free(wd);
     return st;
 }
 
@@ -747,7 +747,7 @@ af_status nn_kernel_conv_transpose(const af_node *n, const af_tensor *const *in,
     af_status st = conv_load(n, in, true, &out[0], &g, &xd, &wd, &bd, err);
     int64_t total = nn_numel(&out[0]);
     if (st == AF_OK) {
-        acc = calloc((size_t)(total > 0 ? total : 1), sizeof(double));
+        acc = af_calloc((size_t)(total > 0 ? total : 1), sizeof(double));
         if (!acc)
             st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     }
@@ -758,9 +758,9 @@ af_status nn_kernel_conv_transpose(const af_node *n, const af_tensor *const *in,
         for (int64_t i = 0; i < total; i++)
             conv_emit(&e, i, (i / plane) % g.cout, acc[i]);
     }
-    free(xd);
-    free(wd);
-    free(bd);
-    free(acc);
+    af_free(xd);
+    af_free(wd);
+    af_free(bd);
+    af_free(acc);
     return st;
 }

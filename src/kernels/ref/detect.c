@@ -92,7 +92,7 @@ static bool nms_push(int64_t **sel, int64_t *count, int64_t *cap, int64_t b, int
                      int64_t box) {
     if (*count == *cap) {
         int64_t nc = *cap ? *cap * 2 : 64;
-        int64_t *p = realloc(*sel, (size_t)nc * 3 * sizeof(int64_t));
+        int64_t *p = af_realloc(*sel, (size_t)nc * 3 * sizeof(int64_t));
         if (!p)
             return false;
         *sel = p;
@@ -123,8 +123,8 @@ af_status nn_kernel_nms(const af_node *n, const af_tensor *const *in, af_tensor 
     double score_th = has_st ? nn_get(stt, 0) : 0.0;
     bool center = af_attr_int(n, "center_point_box", 0) != 0;
     int64_t nb = bx->dims[0], ns = bx->dims[1], nk = sc->dims[1];
-    nms_cand *cand = malloc((size_t)(ns > 0 ? ns : 1) * sizeof(nms_cand));
-    double *sel_boxes = malloc((size_t)(ns > 0 ? ns : 1) * 4 * sizeof(double));
+    nms_cand *cand = af_malloc((size_t)(ns > 0 ? ns : 1) * sizeof(nms_cand));
+    double *sel_boxes = af_malloc((size_t)(ns > 0 ? ns : 1) * 4 * sizeof(double));
     int64_t *sel = NULL, count = 0, cap = 0;
     if (!cand || !sel_boxes)
         st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
@@ -159,9 +159,9 @@ af_status nn_kernel_nms(const af_node *n, const af_tensor *const *in, af_tensor 
         if (st == AF_OK && count > 0)
             memcpy(out[0].data, sel, (size_t)count * 3 * sizeof(int64_t));
     }
-    free(cand);
-    free(sel_boxes);
-    free(sel);
+    af_free(cand);
+    af_free(sel_boxes);
+    af_free(sel);
     return st;
 }
 

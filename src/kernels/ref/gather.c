@@ -611,7 +611,7 @@ af_status tn_kernel_unique(const af_node *n, const af_tensor *const *in, af_tens
     }
     int64_t m = u.dim;
     /* items sorted; per group: its first item and count; per item: its group. */
-    int64_t *buf = calloc((size_t)(5 * m + 1), sizeof(int64_t));
+    int64_t *buf = af_calloc((size_t)(5 * m + 1), sizeof(int64_t));
     if (!buf)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     int64_t *items = buf, *tmp = buf + m, *group = buf + 2 * m, *first = buf + 3 * m,
@@ -639,6 +639,6 @@ af_status tn_kernel_unique(const af_node *n, const af_tensor *const *in, af_tens
             group[i] = items[group[i]];
     }
     st = unique_outputs(n, x, out, &u, axis, order, group, first, count, ng, es, err);
-    free(buf);
+    af_free(buf);
     return st;
 }

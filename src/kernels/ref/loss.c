@@ -118,7 +118,7 @@ af_status nn_kernel_nll_loss(const af_node *n, const af_tensor *const *in, af_te
         st = nn_load(n, x, &lp, err);
     if (st == AF_OK)
         st = loss_reduce(n, lp, x, in[1], w, &out[0], err);
-    free(lp);
+    af_free(lp);
     return st;
 }
 
@@ -146,7 +146,7 @@ af_status nn_kernel_sce_loss(const af_node *n, const af_tensor *const *in, af_te
     if (st == AF_OK)
         st = nn_load(n, x, &lp, err);
     if (st != AF_OK) {
-        free(lp);
+        af_free(lp);
         return st;
     }
     int64_t nb = x->dims[0], c = x->dims[1], inner = nn_prod(x, 2, x->rank);
@@ -164,6 +164,6 @@ af_status nn_kernel_sce_loss(const af_node *n, const af_tensor *const *in, af_te
         for (int64_t i = 0; i < nn_numel(x); i++)
             nn_put(lpo, i, lp[i]);
     st = loss_reduce(n, lp, x, in[1], w, &out[0], err);
-    free(lp);
+    af_free(lp);
     return st;
 }

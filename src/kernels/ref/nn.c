@@ -65,7 +65,7 @@ af_status nn_load(const af_node *n, const af_tensor *t, double **out, af_error *
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing or shorter than its shape");
     size_t bytes;
     if (!af_mul_size((size_t)(numel > 0 ? numel : 1), sizeof(double), &bytes) ||
-        !(*out = malloc(bytes)))
+        !(*out = af_malloc(bytes)))
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     for (int64_t i = 0; i < numel; i++)
         (*out)[i] = nn_get(t, i);
@@ -287,7 +287,7 @@ static af_status nn_load_int(const af_node *n, const af_tensor *t, int64_t **out
     *out = NULL;
     if (!nn_has_data(t, numel))
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing or shorter than its shape");
-    *out = malloc((size_t)(numel > 0 ? numel : 1) * sizeof(int64_t));
+    *out = af_malloc((size_t)(numel > 0 ? numel : 1) * sizeof(int64_t));
     if (!*out)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     for (int64_t i = 0; i < numel; i++)
@@ -309,7 +309,7 @@ static af_status mm_run(const af_node *n, const mm_geom *g, const af_tensor *a,
         if (st == AF_OK)
             st = nn_load(n, b, (double **)&bd, err);
     }
-    if (st == AF_OK && !(acc = malloc((size_t)(g->n > 0 ? g->n : 1) * sizeof(uint64_t))))
+    if (st == AF_OK && !(acc = af_malloc((size_t)(g->n > 0 ? g->n : 1) * sizeof(uint64_t))))
         st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     if (st == AF_OK) {
         if (nn_is_int(a->dtype))
@@ -317,9 +317,9 @@ static af_status mm_run(const af_node *n, const mm_geom *g, const af_tensor *a,
         else
             mm_core(g, ad, bd, e, acc);
     }
-    free(ad);
-    free(bd);
-    free(acc);
+    af_free(ad);
+    af_free(bd);
+    af_free(acc);
     return st;
 }
 
@@ -503,7 +503,7 @@ static bool is_q8(af_dtype t) {
  * scalar or 1-D tensor. */
 static af_status q_vec(const af_node *n, const af_tensor *t, int64_t count, double dflt,
                        const char *what, double **out, af_error *err) {
-    *out = malloc((size_t)(count > 0 ? count : 1) * sizeof(double));
+    *out = af_malloc((size_t)(count > 0 ? count : 1) * sizeof(double));
     if (!*out)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     int64_t tn = t ? nn_numel(t) : 1;
@@ -588,8 +588,8 @@ static af_status qmm_run(const af_node *n, const af_tensor *const *in, const mm_
         st = q_shifted(b, bzp, false, 1, g->n, &bs, err);
     if (st == AF_OK)
         st = mm_run(n, g, &as, &bs, e, err);
-    free(azp);
-    free(bzp);
+    af_free(azp);
+    af_free(bzp);
     af_tensor_release(&as);
     af_tensor_release(&bs);
     return st;
@@ -657,10 +657,10 @@ af_status nn_kernel_qlinear_matmul(const af_node *n, const af_tensor *const *in,
         mm_epilogue e = {.y = &out[0], .alpha = 1.0, .col_scale = bs, .zero_point = yzp[0]};
         st = qmm_run(n, in, &g, a, b, 2, 5, &e, err);
     }
-    free(as);
-    free(bs);
-    free(ys);
-    free(yzp);
+    af_free(as);
+    af_free(bs);
+    af_free(ys);
+    af_free(yzp);
     return st;
 }
 
@@ -907,7 +907,7 @@ af_status nn_shape_layernorm(const af_node *n, const af_tensor *const *in, af_te
 
 /* Offsets of a broadcast parameter for each of the `inner` normalised positions. */
 static int64_t *ln_index(const af_tensor *t, const af_tensor *x, int axis, int64_t inner) {
-    int64_t *idx = malloc((size_t)(inner > 0 ? inner : 1) * sizeof(int64_t));
+    int64_t *idx = af_malloc((size_t)(inner > 0 ? inner : 1) * sizeof(int64_t));
     if (!idx)
         return NULL;
     int nd = x->rank - axis, off = nd - t->rank;
@@ -950,8 +950,8 @@ af_status nn_kernel_layernorm(const af_node *n, const af_tensor *const *in, af_t
     int64_t outer = nn_prod(x, 0, g.axis), inner = nn_prod(x, g.axis, x->rank);
     int64_t *si = ln_index(scale, x, g.axis, inner), *bi = b ? ln_index(b, x, g.axis, inner) : NULL;
     if (!si || (b && !bi)) {
-        free(si);
-        free(bi);
+        af_free(si);
+        af_free(bi);
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     }
     double eps = af_attr_float(n, "epsilon", 1e-5f);
@@ -968,8 +968,8 @@ af_status nn_kernel_layernorm(const af_node *n, const af_tensor *const *in, af_t
         if (stat[1])
             nn_put(stat[1], o, inv);
     }
-    free(si);
-    free(bi);
+    af_free(si);
+    af_free(bi);
     return AF_OK;
 }
 
@@ -1139,7 +1139,7 @@ af_status nn_kernel_mvn(const af_node *n, const af_tensor *const *in, af_tensor 
         else
             groups *= x->dims[d];
     }
-    double *sum = calloc((size_t)(groups > 0 ? groups : 1), 2 * sizeof(double));
+    double *sum = af_calloc((size_t)(groups > 0 ? groups : 1), 2 * sizeof(double));
     if (!sum)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     double *sq = sum + (groups > 0 ? groups : 1);
@@ -1157,7 +1157,7 @@ af_status nn_kernel_mvn(const af_node *n, const af_tensor *const *in, af_tensor 
         double sd = sqrt(sq[g] / (double)count);
         nn_put(&out[0], i, (nn_get(x, i) - sum[g]) / (sd + 1e-9));
     }
-    free(sum);
+    af_free(sum);
     return AF_OK;
 }
 
@@ -1313,6 +1313,6 @@ af_status nn_kernel_det(const af_node *n, const af_tensor *const *in, af_tensor 
         }
         nn_put(&out[0], b, det);
     }
-    free(a);
+    af_free(a);
     return AF_OK;
 }

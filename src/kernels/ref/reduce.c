@@ -181,7 +181,7 @@ af_status tn_kernel_reduce(const af_node *n, const af_tensor *const *in, af_tens
         return AF_OK;
     }
     red_state s = {reduce_kind(n->op), int_path(reduce_kind(n->op), x->dtype), NULL, NULL, NULL};
-    void *mem = calloc((size_t)m + 1, 2 * sizeof(double));
+    void *mem = af_calloc((size_t)m + 1, 2 * sizeof(double));
     if (!mem)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     s.acc = mem;
@@ -230,7 +230,7 @@ af_status tn_kernel_reduce(const af_node *n, const af_tensor *const *in, af_tens
         }
         tn_setd(out, o, v);
     }
-    free(mem);
+    af_free(mem);
     return AF_OK;
 }
 
@@ -377,7 +377,7 @@ af_status tn_kernel_topk(const af_node *n, const af_tensor *const *in, af_tensor
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "unsupported type");
     int64_t outer = tn_prod(x->dims, 0, axis), dim = x->dims[axis];
     int64_t inner = tn_prod(x->dims, axis + 1, x->rank);
-    int64_t *buf = malloc(sizeof(int64_t) * (size_t)(2 * dim + 1));
+    int64_t *buf = af_malloc(sizeof(int64_t) * (size_t)(2 * dim + 1));
     if (!buf)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     /* A stable sort on value alone keeps equal values in index order. */
@@ -397,7 +397,7 @@ af_status tn_kernel_topk(const af_node *n, const af_tensor *const *in, af_tensor
             }
         }
     }
-    free(buf);
+    af_free(buf);
     return AF_OK;
 }
 

@@ -343,7 +343,7 @@ af_status tn_kernel_resize(const af_node *n, const af_tensor *const *in, af_tens
     }
     if (p.mode != RZ_NEAREST && !tn_is_numeric(x->dtype))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "unsupported type");
-    rz_taps *taps = calloc((size_t)ntaps + 1, sizeof *taps), *axis0[AF_MAX_RANK];
+    rz_taps *taps = af_calloc((size_t)ntaps + 1, sizeof *taps), *axis0[AF_MAX_RANK];
     if (!taps)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     rz_taps *t = taps;
@@ -374,6 +374,6 @@ af_status tn_kernel_resize(const af_node *n, const af_tensor *const *in, af_tens
         }
         tn_next(idx, out->dims, r);
     }
-    free(taps);
+    af_free(taps);
     return AF_OK;
 }

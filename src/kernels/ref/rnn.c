@@ -217,18 +217,18 @@ typedef struct rnn_data {
 } rnn_data;
 
 static void rnn_data_free(rnn_data *d) {
-    free(d->x);
-    free(d->w);
-    free(d->r);
-    free(d->b);
-    free(d->p);
-    free(d->h0);
-    free(d->c0);
-    free(d->len);
-    free(d->h);
-    free(d->c);
-    free(d->gate);
-    free(d->tmp);
+    af_free(d->x);
+    af_free(d->w);
+    af_free(d->r);
+    af_free(d->b);
+    af_free(d->p);
+    af_free(d->h0);
+    af_free(d->c0);
+    af_free(d->len);
+    af_free(d->h);
+    af_free(d->c);
+    af_free(d->gate);
+    af_free(d->tmp);
 }
 
 static af_status rnn_load(const af_node *n, const af_tensor *const *in, const rnn_geom *g,
@@ -256,11 +256,11 @@ static af_status rnn_load(const af_node *n, const af_tensor *const *in, const rn
     if (!af_mul_i64(g->batch, g->hidden, &bhn) || !af_mul_i64(g->gates, g->hidden, &ghn))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "batch x hidden overflows");
     size_t bh = (size_t)bhn + 1;
-    d->len = malloc((size_t)(g->batch + 1) * sizeof(int64_t));
-    d->h = calloc(bh, sizeof(double));
-    d->c = calloc(bh, sizeof(double));
-    d->gate = calloc((size_t)ghn + 1, sizeof(double));
-    d->tmp = calloc((size_t)(g->hidden + 1), sizeof(double));
+    d->len = af_malloc((size_t)(g->batch + 1) * sizeof(int64_t));
+    d->h = af_calloc(bh, sizeof(double));
+    d->c = af_calloc(bh, sizeof(double));
+    d->gate = af_calloc((size_t)ghn + 1, sizeof(double));
+    d->tmp = af_calloc((size_t)(g->hidden + 1), sizeof(double));
     if (!d->len || !d->h || !d->c || !d->gate || !d->tmp)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     const af_tensor *sl = nn_in(n, in, 4);

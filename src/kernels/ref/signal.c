@@ -107,7 +107,7 @@ static double *sig_doubles(int64_t count) {
         count = 1;
     if (!af_mul_size((size_t)count, sizeof(double), &bytes))
         return NULL;
-    return malloc(bytes);
+    return af_malloc(bytes);
 }
 
 /* ---- the transform of one line ----------------------------------------------------------------- */
@@ -134,8 +134,8 @@ static af_status sig_twiddle_init(const af_node *n, int64_t len, sig_twiddle *t,
 }
 
 static void sig_twiddle_free(sig_twiddle *t) {
-    free(t->cs);
-    free(t->sn);
+    af_free(t->cs);
+    af_free(t->sn);
 }
 
 /* y[k] for k < nout of the length-len DFT of x (nx <= len samples, the rest zero). Forward uses
@@ -267,8 +267,8 @@ af_status mx_kernel_dft(const af_node *n, const af_tensor *const *in, af_tensor 
     }
 fail:
     sig_twiddle_free(&tw);
-    free(xv);
-    free(buf);
+    af_free(xv);
+    af_free(buf);
     return st;
 }
 
@@ -397,9 +397,9 @@ af_status mx_kernel_stft(const af_node *n, const af_tensor *const *in, af_tensor
     }
 fail:
     sig_twiddle_free(&tw);
-    free(xv);
-    free(wv);
-    free(buf);
+    af_free(xv);
+    af_free(wv);
+    af_free(buf);
     return st;
 }
 
@@ -562,10 +562,10 @@ af_status mx_kernel_mel(const af_node *n, const af_tensor *const *in, af_tensor 
         return st;
     size_t bytes;
     int64_t *edge = NULL;
-    if (!af_mul_size((size_t)p.bins + 2, sizeof(int64_t), &bytes) || !(edge = malloc(bytes)))
+    if (!af_mul_size((size_t)p.bins + 2, sizeof(int64_t), &bytes) || !(edge = af_malloc(bytes)))
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     if ((st = mel_edges(n, &p, edge, err))) {
-        free(edge);
+        af_free(edge);
         return st;
     }
     /* Band i rises from edge i to a peak of 1 at edge i+1 and falls to edge i+2; writes outside
@@ -585,6 +585,6 @@ af_status mx_kernel_mel(const af_node *n, const af_tensor *const *in, af_tensor 
                 nn_put(y, j * p.bins + i, (double)(h - j) / (double)(h - c));
         }
     }
-    free(edge);
+    af_free(edge);
     return AF_OK;
 }

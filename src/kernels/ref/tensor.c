@@ -469,7 +469,7 @@ af_status tn_shape_split(const af_node *n, const af_tensor *const *in, af_tensor
         return AF_OK;
     }
     int axis;
-    int64_t *sizes = calloc((size_t)n->nout, sizeof *sizes);
+    int64_t *sizes = af_calloc((size_t)n->nout, sizeof *sizes);
     if (!sizes)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     af_status st = split_sizes(n, in, x, &axis, sizes, err);
@@ -479,7 +479,7 @@ af_status tn_shape_split(const af_node *n, const af_tensor *const *in, af_tensor
         dims[axis] = sizes[i];
         af_tensor_set_type(&out[i], x->dtype, x->rank, dims);
     }
-    free(sizes);
+    af_free(sizes);
     return st;
 }
 
@@ -493,7 +493,7 @@ af_status tn_kernel_split(const af_node *n, const af_tensor *const *in, af_tenso
     if (st)
         return st;
     int axis;
-    int64_t *sizes = calloc((size_t)n->nout, sizeof *sizes);
+    int64_t *sizes = af_calloc((size_t)n->nout, sizeof *sizes);
     if (!sizes)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     st = split_sizes(n, in, x, &axis, sizes, err);
@@ -511,7 +511,7 @@ af_status tn_kernel_split(const af_node *n, const af_tensor *const *in, af_tenso
             at += chunk;
         }
     }
-    free(sizes);
+    af_free(sizes);
     return st;
 }
 

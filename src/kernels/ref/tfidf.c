@@ -168,7 +168,7 @@ af_status mx_kernel_tfidf(const af_node *n, const af_tensor *const *in, af_tenso
     if (numel < 0 || !af_mul_size((size_t)numel, af_dtype_size(x->dtype), &need) ||
         (need && (!x->data || x->nbytes < need)))
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing or shorter than its shape");
-    double *counts = calloc((size_t)(s.ngrams > 0 ? s.ngrams : 1), sizeof(double));
+    double *counts = af_calloc((size_t)(s.ngrams > 0 ? s.ngrams : 1), sizeof(double));
     if (!counts)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     int64_t top = s.max_n < s.nlevels ? s.max_n : s.nlevels;
@@ -187,6 +187,6 @@ af_status mx_kernel_tfidf(const af_node *n, const af_tensor *const *in, af_tenso
             nn_put(y, at, nn_get(y, at) + v);
         }
     }
-    free(counts);
+    af_free(counts);
     return AF_OK;
 }

@@ -181,7 +181,7 @@ static af_status train_one(const af_node *n, const af_tensor *const *in, af_tens
     }
 done:
     for (int j = 0; j < 4; j++)
-        free(v[j]);
+        af_free(v[j]);
     return st;
 }
 
