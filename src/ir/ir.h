@@ -265,7 +265,29 @@ void af_tensor_release(af_tensor *t);
 af_status af_tensor_copy(af_tensor *dst, const af_tensor *src, af_error *err);
 /* Value of element i of an integer or float tensor as int64 / double. */
 int64_t af_tensor_get_int(const af_tensor *t, int64_t i);
-double af_tensor_get_double(const af_tensor *t, int64_t i);
+static inline double af_tensor_get_double(const af_tensor *t, int64_t i) {
+    const void *p = t->data;
+    switch (t->dtype) {
+    case AF_DTYPE_FLOAT: return ((const float *)p)[i];
+    case AF_DTYPE_DOUBLE: return ((const double *)p)[i];
+    case AF_DTYPE_FLOAT16: return af_half_to_float(((const uint16_t *)p)[i]);
+    case AF_DTYPE_BFLOAT16: return af_bf16_to_float(((const uint16_t *)p)[i]);
+    case AF_DTYPE_INT8: return ((const int8_t *)p)[i];
+    case AF_DTYPE_UINT8: return ((const uint8_t *)p)[i];
+    case AF_DTYPE_INT16: return ((const int16_t *)p)[i];
+    case AF_DTYPE_UINT16: return ((const uint16_t *)p)[i];
+    case AF_DTYPE_INT32: return ((const int32_t *)p)[i];
+    case AF_DTYPE_UINT32: return ((const uint32_t *)p)[i];
+    case AF_DTYPE_INT64: return (double)((const int64_t *)p)[i];
+    case AF_DTYPE_UINT64: return (double)((const uint64_t *)p)[i];
+    case AF_DTYPE_BOOL: return ((const uint8_t *)p)[i] != 0;
+    default: return 0.0;
+    }
+}
+/* Every dim known (t may be NULL: false). */
+bool af_tensor_known(const af_tensor *t);
+/* Every dim known and t's data holds all its elements (t may be NULL: false). */
+bool af_tensor_has_data(const af_tensor *t);
 /* Normalise axis in [-rank, rank) to [0, rank); false when out of range. */
 bool af_axis(int64_t axis, int rank, int *out);
 /* Numpy broadcast of a and b dims into out (rank = max); false when incompatible.

@@ -104,18 +104,6 @@ int64_t af_tensor_get_int(const af_tensor *t, int64_t i) {
     }
 }
 
-double af_tensor_get_double(const af_tensor *t, int64_t i) {
-    const void *p = t->data;
-    switch (t->dtype) {
-    case AF_DTYPE_FLOAT: return ((const float *)p)[i];
-    case AF_DTYPE_DOUBLE: return ((const double *)p)[i];
-    case AF_DTYPE_FLOAT16: return af_half_to_float(((const uint16_t *)p)[i]);
-    case AF_DTYPE_BFLOAT16: return af_bf16_to_float(((const uint16_t *)p)[i]);
-    case AF_DTYPE_UINT64: return (double)((const uint64_t *)p)[i];
-    default: return (double)af_tensor_get_int(t, i);
-    }
-}
-
 const char *af_dims_str(const af_tensor *t, char *buf, size_t len) {
     size_t o = 0;
     if (t->rank < 0) {
@@ -201,4 +189,18 @@ bool af_same_shape(const af_tensor *a, const af_tensor *b) {
     for (int i = 0; i < a->rank; i++)
         if (a->dims[i] < 0 || a->dims[i] != b->dims[i]) return false;
     return true;
+}
+
+bool af_tensor_known(const af_tensor *t) {
+    if (!t || t->rank < 0) return false;
+    for (int i = 0; i < t->rank; i++)
+        if (t->dims[i] < 0) return false;
+    return true;
+}
+
+bool af_tensor_has_data(const af_tensor *t) {
+    int64_t numel = t ? af_tensor_numel(t) : -1;
+    size_t need;
+    if (numel < 0 || !af_mul_size((size_t)numel, af_dtype_size(t->dtype), &need)) return false;
+    return need == 0 || (t->data != NULL && t->nbytes >= need);
 }

@@ -25,13 +25,6 @@
 #define FOLD_HEAVY_OUT ((int64_t)1 << 16)
 #define FOLD_HEAVY_IN ((int64_t)1 << 20)
 
-static bool dims_known(const af_tensor *t) {
-    if (t->rank < 0 || t->rank > AF_MAX_RANK) return false;
-    for (int i = 0; i < t->rank; i++)
-        if (t->dims[i] < 0) return false;
-    return true;
-}
-
 /* ONNX's sampling ops draw new values on every run; matched by name so that a row added to the
  * op table later is covered without touching this file. */
 static bool random_op(af_op op) {
@@ -65,7 +58,7 @@ static int64_t input_elems(const af_node *n) {
 static int64_t output_elems(const af_node *n, const af_tensor *out) {
     int64_t total = 0;
     for (int o = 0; o < n->nout; o++) {
-        int64_t c = dims_known(&out[o]) ? af_tensor_numel(&out[o]) : 0;
+        int64_t c = af_tensor_known(&out[o]) ? af_tensor_numel(&out[o]) : 0;
         if (c < 0 || !af_add_i64(total, c, &total)) return INT64_MAX;
     }
     return total;
@@ -99,11 +92,11 @@ static bool compute(const af_node *n, const af_tensor **in, af_tensor *out) {
     bool ok = af_kernel_shape(n, in, out, &scratch) == AF_OK && size_ok(n, out);
     for (int o = 0; o < n->nout && ok; o++) {
         if (out[o].rank > AF_MAX_RANK) ok = false;
-        else if (dims_known(&out[o])) ok = af_tensor_alloc(&out[o], &scratch) == AF_OK;
+        else if (af_tensor_known(&out[o])) ok = af_tensor_alloc(&out[o], &scratch) == AF_OK;
     }
     ok = ok && af_kernel_run(n, in, out, NULL, &scratch) == AF_OK;
     for (int o = 0; o < n->nout && ok; o++)
-        ok = !n->out[o] || (out[o].data && dims_known(&out[o]) && af_dtype_size(out[o].dtype));
+        ok = !n->out[o] || (out[o].data && af_tensor_known(&out[o]) && af_dtype_size(out[o].dtype));
     ok = ok && size_ok(n, out);
     if (!ok)
         for (int o = 0; o < n->nout; o++) af_tensor_release(&out[o]);
@@ -162,7 +155,7 @@ static void shape_window(const af_node *n, int rank, int64_t *lo, int64_t *hi) {
 /* Shape or Size of a value whose dims are all known, whether or not its data is. */
 static af_status fold_shape(pass_scope *s, af_node *n, bool *changed, af_error *err) {
     const af_tensor *x = &n->in[0]->type;
-    if (!dims_known(x) || n->nout != 1) return AF_OK;
+    if (!af_tensor_known(x) || n->nout != 1) return AF_OK;
     af_tensor out = {.dtype = AF_DTYPE_INT64, .rank = n->op == AF_OP_SHAPE ? 1 : 0};
     int64_t lo = 0, hi = 0, count = af_tensor_numel(x);
     if (n->op == AF_OP_SHAPE) {

@@ -127,13 +127,6 @@ static void free_dead(frame *f, const af_node *n) {
     }
 }
 
-static bool dims_known(const af_tensor *t) {
-    if (t->rank < 0) return false;
-    for (int i = 0; i < t->rank; i++)
-        if (t->dims[i] < 0) return false;
-    return true;
-}
-
 /* In a planned run, give output o of n its slot in the arena; false when the plan leaves it
  * out or its run-time size does not fit (then it is allocated as usual). *done is set when the
  * output is a view computed in place: its bytes are already there and the kernel is skipped. */
@@ -189,7 +182,7 @@ static af_status run_node(run *r, frame *f, const af_node *n, af_error *err) {
         if (out[o].rank > AF_MAX_RANK)
             st = af_node_fail(err, n, AF_ERR_UNSUPPORTED, "output rank %d exceeds %d",
                               out[o].rank, AF_MAX_RANK);
-        else if (dims_known(&out[o]) && !place(f, n, o, in, &out[o], &done_in_place))
+        else if (af_tensor_known(&out[o]) && !place(f, n, o, in, &out[o], &done_in_place))
             st = af_tensor_alloc(&out[o], err);
         if (st == AF_ERR_NOMEM || st == AF_ERR_INVALID_ARG)
             st = af_node_fail(err, n, st, "output %d: %s", o, err ? err->message : "");

@@ -121,7 +121,7 @@ static af_status fk_conv_cl_setup(const af_node *n, const af_tensor *const *in, 
     g->y = yv;
     g->y.rank = 4;
     for (int i = 0; i < 4; i++) g->y.dims[i] = yv.dims[i == 0 ? 0 : i == 3 ? 1 : i + 1];
-    if (!nn_known(x) || !nn_known(&wv)) return AF_OK; /* shape inference with unknown dims */
+    if (!af_tensor_known(x) || !af_tensor_known(&wv)) return AF_OK; /* shape inference with unknown dims */
     int64_t k[2] = {wv.dims[2], wv.dims[3]};
     nn_window win;
     st = nn_window_init(n, &xv, k, 2, false, &win, err);
@@ -656,7 +656,7 @@ static af_status conv_ready(const af_node *n, const af_tensor *const *in, fk_con
     af_status st = fk_conv_cl_setup(n, in, g, err);
     if (st != AF_OK) return st;
     if (!g->packed) return af_node_fail(err, n, AF_ERR_INTERNAL, "channels-last weights are not packed");
-    if (g->y.rank != 4 || !fk_has_data(in[0]) || !g->wt || (nn_in(n, in, 2) && !fk_has_data(in[2])))
+    if (g->y.rank != 4 || !af_tensor_has_data(in[0]) || !g->wt || (nn_in(n, in, 2) && !af_tensor_has_data(in[2])))
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
     return AF_OK;
 }
@@ -756,7 +756,7 @@ af_status fast_conv_pool_fc(const af_node *n, const af_tensor *const *in, af_ten
     af_epilogue ep, fc_ep;
     af_status st = cpf_setup(n, in, &c, &yt, err);
     if (st == AF_OK) st = conv_ready(n, in, &c.conv, err);
-    if (st == AF_OK && (!fk_has_data(c.w) || (c.b && !fk_has_data(c.b))))
+    if (st == AF_OK && (!af_tensor_has_data(c.w) || (c.b && !af_tensor_has_data(c.b))))
         st = af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
     if (st == AF_OK) st = nn_check_out(n, &out[0], 2, yt.dims, err);
     if (st == AF_OK) st = af_epilogue_parse(n, in, &c.conv.y, &ep, err);

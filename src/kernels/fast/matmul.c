@@ -116,7 +116,7 @@ static void mm_entries(void *ctx, int slot, int64_t begin, int64_t end) {
 
 /* LayerNorm (or the transpose of trans_a) of every A matrix into dst, in A's own layout. */
 static void mm_prepare_a(const fk_mm *g, float eps, float *dst) {
-    int64_t rows = nn_numel(g->a) / (g->k > 0 ? g->k : 1);
+    int64_t rows = af_tensor_numel(g->a) / (g->k > 0 ? g->k : 1);
     const float *a = g->a->data;
     if (g->ta) { /* [.., K, M] -> [.., M, K] */
         for (int64_t r = 0; r < rows; r += g->m)
@@ -224,7 +224,7 @@ static af_status mm_run_fast(const af_node *n, const fk_mm *g, const af_epilogue
     for (int64_t i = g->nb - 1, want = g->m * g->k; i >= 0; want *= g->bdims[i], i--)
         dense_a = dense_a && (g->bdims[i] == 1 || g->astr[i] == want);
     bool copy_a = g->ta || g->lns;
-    size_t afloats = copy_a ? (size_t)nn_numel(g->a) : 0;
+    size_t afloats = copy_a ? (size_t)af_tensor_numel(g->a) : 0;
     f.bfloats = g->packed ? 0 : af_gemm_packed_floats(g->k, g->n);
     int slots = shared_b ? 1 : af_exec_threads(ex);
     size_t bytes = (afloats + (size_t)slots * f.bfloats + 16) * sizeof(float);

@@ -94,7 +94,7 @@ static af_status fk_kernel_pool_cl(const af_node *n, const af_tensor *const *in,
     af_status st = cl_setup(n, in, global, max, &p, &t, err);
     if (st == AF_OK) st = nn_check_out(n, &out[0], t.rank, t.dims, err);
     if (st != AF_OK) return st;
-    if (!nn_known(in[0]) || !in[0]->data)
+    if (!af_tensor_known(in[0]) || !in[0]->data)
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input unknown at run time");
     if (global && p.h * p.wd == 0)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "global pooling over an empty image");

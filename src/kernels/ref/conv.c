@@ -217,14 +217,14 @@ static af_status conv_channel_vec(const af_node *n, const af_tensor *t, int64_t 
     *out = af_malloc((size_t)(count > 0 ? count : 1) * sizeof(double));
     if (!*out)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
-    int64_t tn = t ? nn_numel(t) : 0;
+    int64_t tn = t ? af_tensor_numel(t) : 0;
     if (t && tn != 1 && tn != count)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "%s has %lld elements, expected 1 or %lld",
                             what, (long long)tn, (long long)count);
     if (t && t->rank > 1)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "%s must be a scalar or 1-D", what);
     for (int64_t i = 0; i < count; i++)
-        (*out)[i] = t ? nn_get(t, tn == 1 ? 0 : i) : dflt;
+        (*out)[i] = t ? af_tensor_get_double(t, tn == 1 ? 0 : i) : dflt;
     return AF_OK;
 }
 
@@ -236,7 +236,7 @@ static af_status conv_load_shifted(const af_node *n, const af_tensor *t, const d
     af_status st = nn_load(n, t, out, err);
     if (st != AF_OK || !zp)
         return st;
-    int64_t total = nn_numel(t);
+    int64_t total = af_tensor_numel(t);
     int64_t block = nzp > 0 ? total / nzp : 0;
     for (int64_t i = 0; i < total; i++)
         (*out)[i] -= zp[nzp == 1 || block == 0 ? 0 : i / block];
@@ -440,7 +440,7 @@ af_status nn_shape_conv(const af_node *n, const af_tensor *const *in, af_tensor 
 /* Kernel-time checks: everything known and the output as the shape function made it. */
 static af_status conv_ready(const af_node *n, const conv_geom *g, const af_tensor *x,
                             const af_tensor *wt, const af_tensor *y, af_error *err) {
-    if (g->w.nsp < 0 || !nn_known(x) || !nn_known(wt))
+    if (g->w.nsp < 0 || !af_tensor_known(x) || !af_tensor_known(wt))
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input shapes unknown at run time");
     return conv_out_check(n, g, y, err);
 }
@@ -745,7 +745,7 @@ af_status nn_kernel_conv_transpose(const af_node *n, const af_tensor *const *in,
     conv_geom g;
     double *xd = NULL, *wd = NULL, *bd = NULL, *acc = NULL;
     af_status st = conv_load(n, in, true, &out[0], &g, &xd, &wd, &bd, err);
-    int64_t total = nn_numel(&out[0]);
+    int64_t total = af_tensor_numel(&out[0]);
     if (st == AF_OK) {
         acc = af_calloc((size_t)(total > 0 ? total : 1), sizeof(double));
         if (!acc)

@@ -51,7 +51,7 @@ af_status nn_shape_nms(const af_node *n, const af_tensor *const *in, af_tensor *
 static void nms_box(const af_tensor *bx, int64_t i, bool center, double *b) {
     double v[4];
     for (int k = 0; k < 4; k++)
-        v[k] = nn_get(bx, i * 4 + k);
+        v[k] = af_tensor_get_double(bx, i * 4 + k);
     if (center) { /* [x_center, y_center, width, height] */
         b[0] = v[1] - v[3] / 2;
         b[1] = v[0] - v[2] / 2;
@@ -113,14 +113,14 @@ af_status nn_kernel_nms(const af_node *n, const af_tensor *const *in, af_tensor 
     if (st != AF_OK)
         return st;
     for (int i = 0; i < n->nin; i++)
-        if (in[i] && (!nn_known(in[i]) || (nn_numel(in[i]) > 0 && !in[i]->data)))
+        if (in[i] && (!af_tensor_known(in[i]) || (af_tensor_numel(in[i]) > 0 && !in[i]->data)))
             return af_node_fail(err, n, AF_ERR_INTERNAL, "input %d unknown at run time", i);
     const af_tensor *bx = in[0], *sc = in[1], *mo = nn_in(n, in, 2);
     const af_tensor *it = nn_in(n, in, 3), *stt = nn_in(n, in, 4);
-    int64_t maxo = mo && nn_numel(mo) > 0 ? nn_geti(mo, 0) : 0;
-    double iou_th = it && nn_numel(it) > 0 ? nn_get(it, 0) : 0.0;
-    bool has_st = stt && nn_numel(stt) > 0;
-    double score_th = has_st ? nn_get(stt, 0) : 0.0;
+    int64_t maxo = mo && af_tensor_numel(mo) > 0 ? nn_geti(mo, 0) : 0;
+    double iou_th = it && af_tensor_numel(it) > 0 ? af_tensor_get_double(it, 0) : 0.0;
+    bool has_st = stt && af_tensor_numel(stt) > 0;
+    double score_th = has_st ? af_tensor_get_double(stt, 0) : 0.0;
     bool center = af_attr_int(n, "center_point_box", 0) != 0;
     int64_t nb = bx->dims[0], ns = bx->dims[1], nk = sc->dims[1];
     nms_cand *cand = af_malloc((size_t)(ns > 0 ? ns : 1) * sizeof(nms_cand));
@@ -132,7 +132,7 @@ af_status nn_kernel_nms(const af_node *n, const af_tensor *const *in, af_tensor 
         for (int64_t k = 0; st == AF_OK && k < nk; k++) {
             int64_t nc = 0, taken = 0;
             for (int64_t s = 0; s < ns; s++) {
-                double v = nn_get(sc, (b * nk + k) * ns + s);
+                double v = af_tensor_get_double(sc, (b * nk + k) * ns + s);
                 if (!has_st || v > score_th)
                     cand[nc++] = (nms_cand){v, s};
             }
@@ -232,8 +232,8 @@ static double roialign_sample(const af_tensor *x, int64_t base, int64_t h, int64
         x1 = x0 + 1;
     }
     double ly = y - (double)y0, lx = xx - (double)x0, hy = 1 - ly, hx = 1 - lx;
-    double v[4] = {hy * hx * nn_get(x, base + y0 * w + x0), hy * lx * nn_get(x, base + y0 * w + x1),
-                   ly * hx * nn_get(x, base + y1 * w + x0), ly * lx * nn_get(x, base + y1 * w + x1)};
+    double v[4] = {hy * hx * af_tensor_get_double(x, base + y0 * w + x0), hy * lx * af_tensor_get_double(x, base + y0 * w + x1),
+                   ly * hx * af_tensor_get_double(x, base + y1 * w + x0), ly * lx * af_tensor_get_double(x, base + y1 * w + x1)};
     if (max_mode)
         return fmax(fmax(v[0], v[1]), fmax(v[2], v[3]));
     return v[0] + v[1] + v[2] + v[3];
@@ -247,13 +247,13 @@ af_status nn_kernel_roi_align(const af_node *n, const af_tensor *const *in, af_t
     if (st != AF_OK)
         return st;
     const af_tensor *x = in[0], *r = in[1], *bi = in[2];
-    if (!nn_known(x) || !nn_known(r) || !nn_known(bi))
+    if (!af_tensor_known(x) || !af_tensor_known(r) || !af_tensor_known(bi))
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input unknown at run time");
     af_tensor t;
     roialign_out_type(in, oh, ow, &t);
     if ((st = nn_check_out(n, &out[0], 4, t.dims, err)) != AF_OK)
         return st;
-    if (nn_numel(x) == 0)
+    if (af_tensor_numel(x) == 0)
         return AF_OK; /* an empty image: every sample is outside, Y stays zero */
     bool max_mode = strcmp(af_attr_str(n, "mode", "avg"), "max") == 0;
     bool half = strcmp(af_attr_str(n, "coordinate_transformation_mode", "half_pixel"),
@@ -266,9 +266,9 @@ af_status nn_kernel_roi_align(const af_node *n, const af_tensor *const *in, af_t
         if (b < 0 || b >= nb)
             return af_node_fail(err, n, AF_ERR_RUNTIME, "batch index %lld out of range",
                                 (long long)b);
-        double x1 = nn_get(r, ri * 4) * scale - off, y1 = nn_get(r, ri * 4 + 1) * scale - off;
-        double rw = nn_get(r, ri * 4 + 2) * scale - off - x1;
-        double rh = nn_get(r, ri * 4 + 3) * scale - off - y1;
+        double x1 = af_tensor_get_double(r, ri * 4) * scale - off, y1 = af_tensor_get_double(r, ri * 4 + 1) * scale - off;
+        double rw = af_tensor_get_double(r, ri * 4 + 2) * scale - off - x1;
+        double rh = af_tensor_get_double(r, ri * 4 + 3) * scale - off - y1;
         if (!half) { /* the legacy mode forces at least one pixel */
             rw = fmax(rw, 1.0);
             rh = fmax(rh, 1.0);

@@ -304,7 +304,7 @@ af_status nn_kernel_einsum(const af_node *n, const af_tensor *const *in, af_tens
     if (st == AF_OK && !known)
         st = af_node_fail(err, n, AF_ERR_INTERNAL, "operand ranks unknown at run time");
     for (int i = 0; st == AF_OK && i < n->nin; i++)
-        if (!nn_known(in[i]))
+        if (!af_tensor_known(in[i]))
             st = af_node_fail(err, n, AF_ERR_INTERNAL, "operand %d shape unknown", i);
     if (st == AF_OK) {
         int64_t dims[AF_MAX_RANK];
@@ -317,7 +317,7 @@ af_status nn_kernel_einsum(const af_node *n, const af_tensor *const *in, af_tens
     if (st != AF_OK)
         return st;
     bool is_int = nn_is_int(in[0]->dtype);
-    int64_t total = nn_numel(&out[0]);
+    int64_t total = af_tensor_numel(&out[0]);
     int64_t base[ES_MAXIN], off[ES_MAXIN];
     for (int64_t o = 0; o < total; o++) {
         es_offsets(&lp, p.nin, 0, lp.nout, o, base);
@@ -332,7 +332,7 @@ af_status nn_kernel_einsum(const af_node *n, const af_tensor *const *in, af_tens
                 if (is_int)
                     iprod *= (uint64_t)nn_geti(in[i], at);
                 else
-                    prod *= nn_get(in[i], at);
+                    prod *= af_tensor_get_double(in[i], at);
             }
             acc += prod;
             iacc += iprod;

@@ -69,22 +69,6 @@ static uint64_t f_to_u(double v) {
     return (uint64_t)v;
 }
 
-/* Element i of t in each domain; the caller has checked the dtype and the index. */
-static double get_f(const af_tensor *t, int64_t i) {
-    const void *p = t->data;
-    switch (t->dtype) {
-    case AF_DTYPE_FLOAT: return ((const float *)p)[i];
-    case AF_DTYPE_DOUBLE: return ((const double *)p)[i];
-    case AF_DTYPE_FLOAT16: return af_half_to_float(((const uint16_t *)p)[i]);
-    case AF_DTYPE_BFLOAT16: return af_bf16_to_float(((const uint16_t *)p)[i]);
-    case AF_DTYPE_BOOL: return ((const uint8_t *)p)[i] != 0;
-#define X(D, T) case D: return (double)((const T *)p)[i];
-    EW_SINT(X) EW_UINT(X)
-#undef X
-    default: AF_ASSERT(!"dtype checked by the caller"); return 0;
-    }
-}
-
 static int64_t get_i(const af_tensor *t, int64_t i) {
     const void *p = t->data;
     switch (t->dtype) {
@@ -92,7 +76,7 @@ static int64_t get_i(const af_tensor *t, int64_t i) {
 #define X(D, T) case D: return (int64_t)((const T *)p)[i];
     EW_SINT(X) EW_UINT(X)
 #undef X
-    default: return f_to_i(get_f(t, i));
+    default: return f_to_i(af_tensor_get_double(t, i));
     }
 }
 
@@ -103,7 +87,7 @@ static uint64_t get_u(const af_tensor *t, int64_t i) {
 #define X(D, T) case D: return (uint64_t)((const T *)p)[i];
     EW_SINT(X) EW_UINT(X)
 #undef X
-    default: return f_to_u(get_f(t, i));
+    default: return f_to_u(af_tensor_get_double(t, i));
     }
 }
 
@@ -618,7 +602,7 @@ af_status ew_unary(const af_node *n, const af_tensor *const *in, af_tensor *out,
     for (int64_t k = 0; k < count; k++) {
         switch (dom) {
         case EW_DOM_F: {
-            double v = get_f(a, k);
+            double v = af_tensor_get_double(a, k);
             put_f(&out[0], k, op->fp ? op->fp(v, &p) : op->f(v));
             break;
         }
@@ -663,11 +647,11 @@ af_status ew_clip(const af_node *n, const af_tensor *const *in, af_tensor *out, 
             l = af_attr_float(n, "min", -INFINITY);
             h = af_attr_float(n, "max", INFINITY);
         } else {
-            if (lo) l = get_f(lo, 0);
-            if (hi) h = get_f(hi, 0);
+            if (lo) l = af_tensor_get_double(lo, 0);
+            if (hi) h = af_tensor_get_double(hi, 0);
         }
         for (int64_t k = 0; k < count; k++) {
-            double v = get_f(a, k);
+            double v = af_tensor_get_double(a, k);
             v = v < l ? l : v;
             put_f(&out[0], k, v > h ? h : v);
         }
@@ -771,7 +755,7 @@ static void apply2(const ew_binop *op, ew_dom dom, const af_tensor *a, const af_
     for (int64_t k = 0; k < count; k++, iter_next(&it)) {
         int64_t ia = it.off[0], ib = it.off[1];
         switch (dom) {
-        case EW_DOM_F: put_f(out, k, op->f(get_f(a, ia), get_f(b, ib))); break;
+        case EW_DOM_F: put_f(out, k, op->f(af_tensor_get_double(a, ia), af_tensor_get_double(b, ib))); break;
         case EW_DOM_I: put_i(out, k, op->i(get_i(a, ia), get_i(b, ib))); break;
         case EW_DOM_U: put_u(out, k, op->u(get_u(a, ia), get_u(b, ib))); break;
         default: AF_ASSERT(!"dtype checked by the caller");
@@ -786,7 +770,7 @@ static void assign(ew_dom dom, const af_tensor *a, af_tensor *out) {
     int64_t count = af_tensor_numel(out);
     for (int64_t k = 0; k < count; k++, iter_next(&it)) {
         switch (dom) {
-        case EW_DOM_F: put_f(out, k, get_f(a, it.off[0])); break;
+        case EW_DOM_F: put_f(out, k, af_tensor_get_double(a, it.off[0])); break;
         case EW_DOM_I: put_i(out, k, get_i(a, it.off[0])); break;
         case EW_DOM_U: put_u(out, k, get_u(a, it.off[0])); break;
         default: AF_ASSERT(!"dtype checked by the caller");
@@ -827,7 +811,7 @@ af_status ew_binary(const af_node *n, const af_tensor *const *in, af_tensor *out
     }
     if (n->op == AF_OP_MEAN) {
         int64_t count = af_tensor_numel(&out[0]);
-        for (int64_t k = 0; k < count; k++) put_f(&out[0], k, get_f(&out[0], k) / n->nin);
+        for (int64_t k = 0; k < count; k++) put_f(&out[0], k, af_tensor_get_double(&out[0], k) / n->nin);
     }
     return AF_OK;
 }
@@ -935,7 +919,7 @@ af_status ew_cast(const af_node *n, const af_tensor *const *in, af_tensor *out, 
     ew_dom dom = dom_of(a->dtype);
     for (int64_t k = 0; k < count; k++) {
         switch (dom) {
-        case EW_DOM_F: put_f(&out[0], k, get_f(a, k)); break;
+        case EW_DOM_F: put_f(&out[0], k, af_tensor_get_double(a, k)); break;
         case EW_DOM_I: put_i(&out[0], k, get_i(a, k)); break;
         case EW_DOM_U: put_u(&out[0], k, get_u(a, k)); break;
         default: AF_ASSERT(!"dtype checked above");
@@ -996,7 +980,7 @@ af_status ew_dropout(const af_node *n, const af_tensor *const *in, af_tensor *ou
         st = check_scalar(n, training, "training_mode", err);
         if (st == AF_OK && ratio) st = check_scalar(n, ratio, "ratio", err);
         if (st != AF_OK) return st;
-        double r = ratio ? get_f(ratio, 0) : 0.5;
+        double r = ratio ? af_tensor_get_double(ratio, 0) : 0.5;
         if (get_u(training, 0) && r != 0)
             return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "training mode with ratio %g", r);
     }

@@ -9,8 +9,6 @@
 #include "kernels/ref/epilogue.h"
 #include "kernels/ref/nn_common.h"
 
-/* True when t (may be NULL) has all dims known and data covering them. */
-bool fk_has_data(const af_tensor *t);
 
 /* A float32 convolution ready to run: Conv's geometry over X [N, C, spatial...] and
  * W [M, C/group, k...] (spatial dims padded in front to NN_MAXSP), plus bias [M] or NULL, and

@@ -12,14 +12,6 @@
 
 #include <stdlib.h>
 
-bool fk_has_data(const af_tensor *t) {
-    int64_t numel = t ? nn_numel(t) : -1;
-    size_t need;
-    if (numel < 0 || !af_mul_size((size_t)numel, af_dtype_size(t->dtype), &need))
-        return false;
-    return need == 0 || (t->data != NULL && t->nbytes >= need);
-}
-
 af_status fk_conv_setup(const af_node *n, const af_tensor *const *in, fk_conv *c, af_error *err) {
     memset(c, 0, sizeof(*c));
     const af_tensor *x = nn_in(n, in, 0), *wt = nn_in(n, in, 1), *b = nn_in(n, in, 2);
@@ -29,7 +21,7 @@ af_status fk_conv_setup(const af_node *n, const af_tensor *const *in, fk_conv *c
         (b && b->dtype != AF_DTYPE_FLOAT))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "%s on %s (float32 only)", n->op_type,
                             af_dtype_name(x->dtype));
-    if (!fk_has_data(x) || !fk_has_data(wt) || (b && !fk_has_data(b)))
+    if (!af_tensor_has_data(x) || !af_tensor_has_data(wt) || (b && !af_tensor_has_data(b)))
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
     /* Conv's own shape function checks ranks, groups, channels, kernel_shape and bias. */
     const af_tensor *cin[3] = {x, wt, b};

@@ -230,9 +230,9 @@ af_status fk_mm_prepare(const af_node *n, const af_tensor *const *in, af_tensor 
     af_status st = fk_mm_setup(n, in, b_view, g, err);
     if (st != AF_OK)
         return st;
-    if (g->rank < 0 || !fk_has_data(g->a) || !fk_has_data(g->b) ||
-        (g->bias && !fk_has_data(g->bias)) || (g->lns && !fk_has_data(g->lns)) ||
-        (g->lnb && !fk_has_data(g->lnb)))
+    if (g->rank < 0 || !af_tensor_has_data(g->a) || !af_tensor_has_data(g->b) ||
+        (g->bias && !af_tensor_has_data(g->bias)) || (g->lns && !af_tensor_has_data(g->lns)) ||
+        (g->lnb && !af_tensor_has_data(g->lnb)))
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
     st = nn_check_out(n, &out[0], g->rank, g->dims, err);
     if (st == AF_OK)

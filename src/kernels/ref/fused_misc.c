@@ -30,7 +30,7 @@ af_status fk_fused_elementwise_prepare(const af_node *n, const af_tensor *const 
     af_tensor yt;
     af_status st = fk_shape_fused_elementwise(n, in, &yt, err);
     const af_tensor *x = in[0];
-    if (st == AF_OK && !fk_has_data(x))
+    if (st == AF_OK && !af_tensor_has_data(x))
         st = af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
     if (st == AF_OK)
         st = nn_check_out(n, &out[0], x->rank, x->dims, err);
@@ -50,7 +50,7 @@ af_status fk_kernel_fused_elementwise(const af_node *n, const af_tensor *const *
     /* Fixed-size runs (they may wrap across rows) stay in cache between the copy and the
      * epilogue, whatever the shape: short rows cost no per-row overhead. */
     enum { RUN = 4096 };
-    int64_t total = nn_numel(x);
+    int64_t total = af_tensor_numel(x);
     float *y = out[0].data;
     const float *xd = x->data;
     for (int64_t off = 0; off < total; off += RUN) {
@@ -190,7 +190,7 @@ af_status fk_kernel_conv_pool_fc(const af_node *n, const af_tensor *const *in, a
         st = af_epilogue_parse(n, in, &c.y, &ep, err);
     if (st == AF_OK)
         st = cpf_fc_setup(n, in, &c.y, &fc, &yt, err);
-    if (st == AF_OK && (!fk_has_data(fc.w) || (fc.b && !fk_has_data(fc.b))))
+    if (st == AF_OK && (!af_tensor_has_data(fc.w) || (fc.b && !af_tensor_has_data(fc.b))))
         st = af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
     if (st == AF_OK)
         st = nn_check_out(n, &out[0], yt.rank, yt.dims, err);
@@ -338,8 +338,8 @@ af_status fk_se_prepare(const af_node *n, const af_tensor *const *in, af_tensor 
     s->w2 = in[3];
     s->b1 = nn_in(n, in, 2);
     s->b2 = nn_in(n, in, 4);
-    if (!fk_has_data(s->x) || !fk_has_data(s->w1) || !fk_has_data(s->w2) ||
-        (s->b1 && !fk_has_data(s->b1)) || (s->b2 && !fk_has_data(s->b2)) || s->cr < 0)
+    if (!af_tensor_has_data(s->x) || !af_tensor_has_data(s->w1) || !af_tensor_has_data(s->w2) ||
+        (s->b1 && !af_tensor_has_data(s->b1)) || (s->b2 && !af_tensor_has_data(s->b2)) || s->cr < 0)
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
     s->gate_only = af_attr_int(n, "gate_only", 0) != 0;
     s->pooled = af_attr_int(n, "pooled", 0) != 0;

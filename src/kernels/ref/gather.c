@@ -37,7 +37,7 @@ static void scatter_one(af_tensor *out, int64_t o, const af_tensor *upd, int64_t
         return;
     }
     if (tn_is_float(out->dtype)) {
-        double a = tn_getd(out, o), b = tn_getd(upd, u);
+        double a = af_tensor_get_double(out, o), b = af_tensor_get_double(upd, u);
         double v = r == RED_ADD   ? a + b
                    : r == RED_MUL ? a * b
                    : r == RED_MAX ? fmax(a, b)
@@ -109,7 +109,7 @@ af_status tn_kernel_gather_elements(const af_node *n, const af_tensor *const *in
         st = tn_esize(n, x, &es, err);
     if (st)
         return st;
-    int64_t xs[AF_MAX_RANK], idx[AF_MAX_RANK] = {0}, cnt = tn_numel(ix), off;
+    int64_t xs[AF_MAX_RANK], idx[AF_MAX_RANK] = {0}, cnt = af_tensor_numel(ix), off;
     af_strides(x, xs);
     for (int64_t k = 0; k < cnt; k++) {
         if (!elements_offset(x, ix, axis, xs, idx, k, &off))
@@ -155,9 +155,9 @@ af_status tn_kernel_scatter_elements(const af_node *n, const af_tensor *const *i
         return st;
     if (!same_dims(ix, up) || up->dtype != x->dtype)
         return af_node_fail(err, n, AF_ERR_RUNTIME, "updates must match indices and data");
-    if (tn_numel(x) > 0)
-        memcpy(out->data, x->data, (size_t)tn_numel(x) * es);
-    int64_t xs[AF_MAX_RANK], idx[AF_MAX_RANK] = {0}, cnt = tn_numel(ix), off;
+    if (af_tensor_numel(x) > 0)
+        memcpy(out->data, x->data, (size_t)af_tensor_numel(x) * es);
+    int64_t xs[AF_MAX_RANK], idx[AF_MAX_RANK] = {0}, cnt = af_tensor_numel(ix), off;
     af_strides(x, xs);
     for (int64_t k = 0; k < cnt; k++) {
         if (!elements_offset(x, ix, axis, xs, idx, k, &off))
@@ -271,8 +271,8 @@ af_status tn_kernel_scatter_nd(const af_node *n, const af_tensor *const *in, af_
     for (int i = (int)m; i < x->rank; i++)
         if (up->dims[q - 1 + i - m] != x->dims[i])
             return af_node_fail(err, n, AF_ERR_RUNTIME, "updates do not match data");
-    if (tn_numel(x) > 0)
-        memcpy(out->data, x->data, (size_t)tn_numel(x) * es);
+    if (af_tensor_numel(x) > 0)
+        memcpy(out->data, x->data, (size_t)af_tensor_numel(x) * es);
     int64_t cnt = tn_prod(ix->dims, 0, q - 1), slice = tn_prod(x->dims, (int)m, x->rank);
     for (int64_t i = 0; i < cnt; i++) {
         int64_t off;
@@ -293,7 +293,7 @@ static af_status onehot_depth(const af_node *n, const af_tensor *d, int64_t *dep
     *depth = -1;
     if (!d->data)
         return AF_OK;
-    if (tn_numel(d) != 1 || !tn_is_numeric(d->dtype))
+    if (af_tensor_numel(d) != 1 || !tn_is_numeric(d->dtype))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "depth must be one number");
     *depth = tn_geti(d, 0);
     if (*depth < 1)
@@ -338,12 +338,12 @@ af_status tn_kernel_one_hot(const af_node *n, const af_tensor *const *in, af_ten
         st = tn_esize(n, v, &es, err);
     if (st)
         return st;
-    if (tn_numel(v) != 2 || !tn_is_numeric(ix->dtype))
+    if (af_tensor_numel(v) != 2 || !tn_is_numeric(ix->dtype))
         return af_node_fail(err, n, AF_ERR_RUNTIME, "values must hold [off, on]");
     if (!af_axis(af_attr_int(n, "axis", -1), out->rank, &axis))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "axis out of range");
     const char *off = v->data, *on = off + es;
-    int64_t total = tn_numel(out);
+    int64_t total = af_tensor_numel(out);
     for (int64_t i = 0; i < total; i++)
         memcpy((char *)out->data + (size_t)i * es, off, es);
     int64_t outer = tn_prod(ix->dims, 0, axis), inner = tn_prod(ix->dims, axis, ix->rank);
@@ -390,7 +390,7 @@ af_status tn_shape_compress(const af_node *n, const af_tensor *const *in, af_ten
     int64_t cnt;
     af_status st;
     if (!aa) {
-        int64_t total = tn_known(x) ? tn_numel(x) : -1;
+        int64_t total = af_tensor_known(x) ? af_tensor_numel(x) : -1;
         if ((st = compress_count(n, c, total, &cnt, err)))
             return st;
         af_tensor_set_type(out, x->dtype, 1, &cnt);
@@ -420,7 +420,7 @@ af_status tn_kernel_compress(const af_node *n, const af_tensor *const *in, af_te
     if (st)
         return st;
     int axis = 0;
-    int64_t outer = 1, dim = tn_numel(x), inner = 1, cnt;
+    int64_t outer = 1, dim = af_tensor_numel(x), inner = 1, cnt;
     if (aa) {
         if (!af_axis(aa->i, x->rank, &axis))
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "axis out of range");
@@ -457,12 +457,12 @@ af_status tn_kernel_compress(const af_node *n, const af_tensor *const *in, af_te
 
 static bool nonzero_at(const af_tensor *x, int64_t i) {
     if (tn_is_float(x->dtype))
-        return tn_getd(x, i) != 0;
+        return af_tensor_get_double(x, i) != 0;
     return tn_geti(x, i) != 0;
 }
 
 static int64_t nonzero_count(const af_tensor *x) {
-    int64_t cnt = 0, total = tn_numel(x);
+    int64_t cnt = 0, total = af_tensor_numel(x);
     for (int64_t i = 0; i < total; i++)
         cnt += nonzero_at(x, i);
     return cnt;
@@ -489,7 +489,7 @@ af_status tn_kernel_non_zero(const af_node *n, const af_tensor *const *in, af_te
     if (!tn_is_numeric(x->dtype))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "unsupported type");
     int r = x->rank == 0 ? 1 : x->rank;
-    int64_t cnt = nonzero_count(x), total = tn_numel(x), dims[2] = {r, cnt};
+    int64_t cnt = nonzero_count(x), total = af_tensor_numel(x), dims[2] = {r, cnt};
     af_status st = tn_out_alloc(n, out, AF_DTYPE_INT64, 2, dims, err);
     if (st)
         return st;
@@ -601,7 +601,7 @@ af_status tn_kernel_unique(const af_node *n, const af_tensor *const *in, af_tens
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "unsupported type");
     const af_attr *aa = af_node_attr(n, "axis");
     int axis = -1;
-    uniq_ctx u = {x, 1, tn_numel(x), 1};
+    uniq_ctx u = {x, 1, af_tensor_numel(x), 1};
     if (aa) {
         if (!af_axis(aa->i, x->rank, &axis))
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "axis out of range");

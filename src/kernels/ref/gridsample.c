@@ -98,7 +98,7 @@ static double gs_pixel(const af_tensor *x, int64_t base, int64_t h, int64_t w, d
                        double xx) {
     if (!(yy >= 0 && yy < (double)h && xx >= 0 && xx < (double)w))
         return 0.0;
-    return nn_get(x, base + (int64_t)yy * w + (int64_t)xx);
+    return af_tensor_get_double(x, base + (int64_t)yy * w + (int64_t)xx);
 }
 
 static double gs_cubic(double t, int k) {
@@ -143,7 +143,7 @@ af_status nn_kernel_grid_sample(const af_node *n, const af_tensor *const *in, af
     if (st != AF_OK)
         return st;
     const af_tensor *x = in[0], *g = in[1];
-    if (!nn_known(x) || !nn_known(g))
+    if (!af_tensor_known(x) || !af_tensor_known(g))
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input unknown at run time");
     af_tensor t;
     gs_out_type(in, &t);
@@ -156,8 +156,8 @@ af_status nn_kernel_grid_sample(const af_node *n, const af_tensor *const *in, af
             for (int64_t i = 0; i < oh; i++)
                 for (int64_t j = 0; j < ow; j++, yi++) {
                     int64_t gi = ((b * oh + i) * ow + j) * 2;
-                    double v = gs_sample(x, (b * c + ch) * h * w, h, w, nn_get(g, gi),
-                                         nn_get(g, gi + 1), &o);
+                    double v = gs_sample(x, (b * c + ch) * h * w, h, w, af_tensor_get_double(g, gi),
+                                         af_tensor_get_double(g, gi + 1), &o);
                     nn_put(&out[0], yi, v);
                 }
     return AF_OK;

@@ -74,7 +74,7 @@ static af_status loss_reduce(const af_node *n, const double *lp, const af_tensor
                 if (k < 0 || k >= c)
                     return af_node_fail(err, n, AF_ERR_RUNTIME, "target %lld outside [0, %lld)",
                                         (long long)k, (long long)c);
-                wt = w ? nn_get(w, k) : 1.0;
+                wt = w ? af_tensor_get_double(w, k) : 1.0;
                 v = -lp[(b * c + k) * inner + i] * wt;
             }
             if (none)
@@ -90,7 +90,7 @@ static af_status loss_reduce(const af_node *n, const double *lp, const af_tensor
 static af_status loss_ready(const af_node *n, const af_tensor *const *in, const af_tensor *y,
                             af_error *err) {
     for (int i = 0; i < n->nin; i++)
-        if (in[i] && (!nn_known(in[i]) || (nn_numel(in[i]) > 0 && !in[i]->data)))
+        if (in[i] && (!af_tensor_known(in[i]) || (af_tensor_numel(in[i]) > 0 && !in[i]->data)))
             return af_node_fail(err, n, AF_ERR_INTERNAL, "input %d unknown at run time", i);
     af_tensor t;
     loss_out_type(n, in[0], &t);
@@ -161,7 +161,7 @@ af_status nn_kernel_sce_loss(const af_node *n, const af_tensor *const *in, af_te
                 row[k * inner] -= mx + log(s);
         }
     if (lpo)
-        for (int64_t i = 0; i < nn_numel(x); i++)
+        for (int64_t i = 0; i < af_tensor_numel(x); i++)
             nn_put(lpo, i, lp[i]);
     st = loss_reduce(n, lp, x, in[1], w, &out[0], err);
     af_free(lp);

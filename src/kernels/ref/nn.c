@@ -29,15 +29,6 @@ bool nn_is_int(af_dtype t) {
     }
 }
 
-bool nn_known(const af_tensor *t) {
-    if (t->rank < 0)
-        return false;
-    for (int i = 0; i < t->rank; i++)
-        if (t->dims[i] < 0)
-            return false;
-    return true;
-}
-
 int64_t nn_prod(const af_tensor *t, int from, int to) {
     int64_t p = 1;
     for (int i = from; i < to; i++)
@@ -46,29 +37,17 @@ int64_t nn_prod(const af_tensor *t, int from, int to) {
     return p;
 }
 
-int64_t nn_numel(const af_tensor *t) {
-    return t->rank < 0 ? -1 : nn_prod(t, 0, t->rank);
-}
-
-/* True when t's data holds its numel elements (the executor guarantees it; we do not trust it). */
-static bool nn_has_data(const af_tensor *t, int64_t numel) {
-    size_t need;
-    if (numel < 0 || !af_mul_size((size_t)numel, af_dtype_size(t->dtype), &need))
-        return false;
-    return need == 0 || (t->data != NULL && t->nbytes >= need);
-}
-
 af_status nn_load(const af_node *n, const af_tensor *t, double **out, af_error *err) {
     *out = NULL;
-    int64_t numel = nn_numel(t);
-    if (!nn_has_data(t, numel))
+    int64_t numel = af_tensor_numel(t);
+    if (!af_tensor_has_data(t))
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing or shorter than its shape");
     size_t bytes;
     if (!af_mul_size((size_t)(numel > 0 ? numel : 1), sizeof(double), &bytes) ||
         !(*out = af_malloc(bytes)))
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     for (int64_t i = 0; i < numel; i++)
-        (*out)[i] = nn_get(t, i);
+        (*out)[i] = af_tensor_get_double(t, i);
     return AF_OK;
 }
 
@@ -77,7 +56,7 @@ af_status nn_check_out(const af_node *n, const af_tensor *y, int rank, const int
     bool same = y->rank == rank;
     for (int i = 0; same && i < rank; i++)
         same = y->dims[i] == dims[i] && dims[i] >= 0;
-    if (!same || !nn_has_data(y, nn_numel(y)))
+    if (!same || !af_tensor_has_data(y))
         return af_node_fail(err, n, AF_ERR_INTERNAL, "output not allocated as its shape says");
     return AF_OK;
 }
@@ -87,7 +66,7 @@ af_status nn_check_out(const af_node *n, const af_tensor *y, int rank, const int
 static af_status nn_inputs_ready(const af_node *n, const af_tensor *const *in, af_error *err) {
     for (int i = 0; i < n->nin; i++) {
         const af_tensor *t = in[i];
-        if (t && (!nn_known(t) || !nn_has_data(t, nn_numel(t))))
+        if (t && (!af_tensor_known(t) || !af_tensor_has_data(t)))
             return af_node_fail(err, n, AF_ERR_INTERNAL, "input %d has no data for its shape", i);
     }
     return AF_OK;
@@ -130,7 +109,7 @@ typedef struct mm_epilogue {
 static inline void mm_emit(const mm_epilogue *e, int64_t yi, int64_t i, int64_t j, double acc) {
     double v = e->alpha * acc;
     if (e->c)
-        v += e->beta * nn_get(e->c, i * e->c_rs + j * e->c_cs);
+        v += e->beta * af_tensor_get_double(e->c, i * e->c_rs + j * e->c_cs);
     if (e->col_scale)
         v = v * e->col_scale[j] + e->zero_point;
     nn_put(e->y, yi, v);
@@ -144,7 +123,7 @@ static inline void mm_emit_int(const mm_epilogue *e, int64_t yi, int64_t i, int6
     if (e->alpha == 1.0 && (!c || e->beta == 1.0))
         nn_puti(e->y, yi, acc + (c ? (uint64_t)nn_geti(c, ci) : 0));
     else
-        nn_put(e->y, yi, e->alpha * (double)(int64_t)acc + (c ? e->beta * nn_get(c, ci) : 0.0));
+        nn_put(e->y, yi, e->alpha * (double)(int64_t)acc + (c ? e->beta * af_tensor_get_double(c, ci) : 0.0));
 }
 
 /* Merge one batch dim of A and B (either may be absent: 0 means "no dim here"). */
@@ -283,9 +262,9 @@ static void mm_core_int(const mm_geom *g, const int64_t *a, const int64_t *b,
 
 /* A malloc'ed int64 copy of an integer tensor. */
 static af_status nn_load_int(const af_node *n, const af_tensor *t, int64_t **out, af_error *err) {
-    int64_t numel = nn_numel(t);
+    int64_t numel = af_tensor_numel(t);
     *out = NULL;
-    if (!nn_has_data(t, numel))
+    if (!af_tensor_has_data(t))
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing or shorter than its shape");
     *out = af_malloc((size_t)(numel > 0 ? numel : 1) * sizeof(int64_t));
     if (!*out)
@@ -506,12 +485,12 @@ static af_status q_vec(const af_node *n, const af_tensor *t, int64_t count, doub
     *out = af_malloc((size_t)(count > 0 ? count : 1) * sizeof(double));
     if (!*out)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
-    int64_t tn = t ? nn_numel(t) : 1;
+    int64_t tn = t ? af_tensor_numel(t) : 1;
     if (t && ((tn != 1 && tn != count) || t->rank > 1))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED,
                             "%s must be a scalar or have %lld elements", what, (long long)count);
     for (int64_t i = 0; i < count; i++)
-        (*out)[i] = t ? nn_get(t, tn == 1 ? 0 : i) : dflt;
+        (*out)[i] = t ? af_tensor_get_double(t, tn == 1 ? 0 : i) : dflt;
     return AF_OK;
 }
 
@@ -525,11 +504,11 @@ static af_status q_shifted(const af_tensor *t, const double *zp, bool per_row, i
     af_status st = af_tensor_alloc(dst, err);
     if (st != AF_OK)
         return st;
-    int64_t total = nn_numel(t);
+    int64_t total = af_tensor_numel(t);
     double *d = dst->data;
     for (int64_t i = 0; i < total; i++) {
         int64_t z = inner <= 0 || rows <= 0 ? 0 : per_row ? (i / inner) % rows : (i % inner);
-        d[i] = nn_get(t, i) - zp[z];
+        d[i] = af_tensor_get_double(t, i) - zp[z];
     }
     return AF_OK;
 }
@@ -699,7 +678,7 @@ static af_status norm_param(const af_node *n, const af_tensor *t, const char *wh
         return nn_missing(n, what, err);
     if (!nn_is_float(t->dtype))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "%s is %s", what, af_dtype_name(t->dtype));
-    int64_t tn = nn_numel(t);
+    int64_t tn = af_tensor_numel(t);
     if (tn >= 0 && count >= 0 && tn != count && tn != alt_count)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "%s has %lld elements, expected %lld",
                             what, (long long)tn, (long long)count);
@@ -755,12 +734,12 @@ af_status nn_kernel_batchnorm(const af_node *n, const af_tensor *const *in, af_t
     if (x->rank < 2)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input rank %d < 2", x->rank);
     double eps = af_attr_float(n, "epsilon", 1e-5f);
-    int64_t c = x->dims[1], inner = nn_prod(x, 2, x->rank), total = nn_numel(x);
-    bool per_channel = nn_numel(scale) == c;
+    int64_t c = x->dims[1], inner = nn_prod(x, 2, x->rank), total = af_tensor_numel(x);
+    bool per_channel = af_tensor_numel(scale) == c;
     for (int64_t i = 0; i < total; i++) {
         int64_t p = per_channel ? (i / inner) % c : i % (c * inner);
-        double v = (nn_get(x, i) - nn_get(mean, p)) / sqrt(nn_get(var, p) + eps);
-        nn_put(&out[0], i, v * nn_get(scale, p) + nn_get(bias, p));
+        double v = (af_tensor_get_double(x, i) - af_tensor_get_double(mean, p)) / sqrt(af_tensor_get_double(var, p) + eps);
+        nn_put(&out[0], i, v * af_tensor_get_double(scale, p) + af_tensor_get_double(bias, p));
     }
     return AF_OK;
 }
@@ -770,10 +749,10 @@ static void norm_moments(const af_tensor *x, int64_t base, int64_t count, int64_
                          double *mean, double *var) {
     double s = 0.0, q = 0.0;
     for (int64_t i = 0; i < count; i++)
-        s += nn_get(x, base + i * step);
+        s += af_tensor_get_double(x, base + i * step);
     *mean = count > 0 ? s / (double)count : 0.0;
     for (int64_t i = 0; i < count; i++) {
-        double d = nn_get(x, base + i * step) - *mean;
+        double d = af_tensor_get_double(x, base + i * step) - *mean;
         q += d * d;
     }
     *var = count > 0 ? q / (double)count : 0.0;
@@ -815,9 +794,9 @@ af_status nn_kernel_instancenorm(const af_node *n, const af_tensor *const *in, a
     for (int64_t p = 0; p < planes; p++) {
         double mean, var;
         norm_moments(x, p * inner, inner, 1, &mean, &var);
-        double k = nn_get(in[1], p % c) / sqrt(var + eps), b = nn_get(in[2], p % c);
+        double k = af_tensor_get_double(in[1], p % c) / sqrt(var + eps), b = af_tensor_get_double(in[2], p % c);
         for (int64_t i = 0; i < inner; i++)
-            nn_put(&out[0], p * inner + i, (nn_get(x, p * inner + i) - mean) * k + b);
+            nn_put(&out[0], p * inner + i, (af_tensor_get_double(x, p * inner + i) - mean) * k + b);
     }
     return AF_OK;
 }
@@ -960,8 +939,8 @@ af_status nn_kernel_layernorm(const af_node *n, const af_tensor *const *in, af_t
         norm_moments(x, o * inner, inner, 1, &mean, &var);
         double inv = 1.0 / sqrt(var + eps);
         for (int64_t p = 0; p < inner; p++) {
-            double v = (nn_get(x, o * inner + p) - mean) * inv * nn_get(scale, si[p]);
-            nn_put(&out[0], o * inner + p, b ? v + nn_get(b, bi[p]) : v);
+            double v = (af_tensor_get_double(x, o * inner + p) - mean) * inv * af_tensor_get_double(scale, si[p]);
+            nn_put(&out[0], o * inner + p, b ? v + af_tensor_get_double(b, bi[p]) : v);
         }
         if (stat[0])
             nn_put(stat[0], o, mean);
@@ -1017,13 +996,13 @@ af_status nn_kernel_lpnorm(const af_node *n, const af_tensor *const *in, af_tens
             int64_t base = o * len * inner + i;
             double norm = 0.0;
             for (int64_t l = 0; l < len; l++) {
-                double v = nn_get(x, base + l * inner);
+                double v = af_tensor_get_double(x, base + l * inner);
                 norm += p == 1 ? fabs(v) : v * v;
             }
             if (p == 2)
                 norm = sqrt(norm);
             for (int64_t l = 0; l < len; l++)
-                nn_put(&out[0], base + l * inner, norm == 0.0 ? 0.0 : nn_get(x, base + l * inner) / norm);
+                nn_put(&out[0], base + l * inner, norm == 0.0 ? 0.0 : af_tensor_get_double(x, base + l * inner) / norm);
         }
     return AF_OK;
 }
@@ -1068,11 +1047,11 @@ af_status nn_kernel_lrn(const af_node *n, const af_tensor *const *in, af_tensor 
                 int64_t hi = ch > c - 1 - after ? c - 1 : ch + after;
                 double sq = 0.0;
                 for (int64_t k = lo; k <= hi; k++) {
-                    double v = nn_get(x, (o * c + k) * inner + i);
+                    double v = af_tensor_get_double(x, (o * c + k) * inner + i);
                     sq += v * v;
                 }
                 int64_t at = (o * c + ch) * inner + i;
-                nn_put(&out[0], at, nn_get(x, at) / pow(bias + alpha / (double)size * sq, beta));
+                nn_put(&out[0], at, af_tensor_get_double(x, at) / pow(bias + alpha / (double)size * sq, beta));
             }
     return AF_OK;
 }
@@ -1132,7 +1111,7 @@ af_status nn_kernel_mvn(const af_node *n, const af_tensor *const *in, af_tensor 
     if (st != AF_OK)
         return st;
     const af_tensor *x = in[0];
-    int64_t total = nn_numel(x), groups = 1, count = 1;
+    int64_t total = af_tensor_numel(x), groups = 1, count = 1;
     for (int d = 0; d < x->rank; d++) {
         if (reduced[d])
             count *= x->dims[d];
@@ -1144,18 +1123,18 @@ af_status nn_kernel_mvn(const af_node *n, const af_tensor *const *in, af_tensor 
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     double *sq = sum + (groups > 0 ? groups : 1);
     for (int64_t i = 0; i < total; i++)
-        sum[mvn_group(x, reduced, i)] += nn_get(x, i);
+        sum[mvn_group(x, reduced, i)] += af_tensor_get_double(x, i);
     for (int64_t g = 0; g < groups; g++)
         sum[g] /= (double)count;
     for (int64_t i = 0; i < total; i++) {
         int64_t g = mvn_group(x, reduced, i);
-        double d = nn_get(x, i) - sum[g];
+        double d = af_tensor_get_double(x, i) - sum[g];
         sq[g] += d * d;
     }
     for (int64_t i = 0; i < total; i++) {
         int64_t g = mvn_group(x, reduced, i);
         double sd = sqrt(sq[g] / (double)count);
-        nn_put(&out[0], i, (nn_get(x, i) - sum[g]) / (sd + 1e-9));
+        nn_put(&out[0], i, (af_tensor_get_double(x, i) - sum[g]) / (sd + 1e-9));
     }
     af_free(sum);
     return AF_OK;
@@ -1209,16 +1188,16 @@ static af_status smax_run(const af_node *n, const af_tensor *const *in, af_tenso
             int64_t base = o * len * inner + i, arg = 0;
             double mx = -INFINITY, sum = 0.0;
             for (int64_t l = 0; l < len; l++) {
-                double v = nn_get(x, base + l * inner);
+                double v = af_tensor_get_double(x, base + l * inner);
                 if (v > mx || l == 0) {
                     mx = v;
                     arg = l;
                 }
             }
             for (int64_t l = 0; kind != SMAX_HARD && l < len; l++)
-                sum += exp(nn_get(x, base + l * inner) - mx);
+                sum += exp(af_tensor_get_double(x, base + l * inner) - mx);
             for (int64_t l = 0; l < len; l++) {
-                double v = nn_get(x, base + l * inner) - mx, y;
+                double v = af_tensor_get_double(x, base + l * inner) - mx, y;
                 if (kind == SMAX_SOFT)
                     y = exp(v) / sum;
                 else if (kind == SMAX_LOG)
@@ -1284,7 +1263,7 @@ af_status nn_kernel_det(const af_node *n, const af_tensor *const *in, af_tensor 
         st = nn_load(n, x, &a, err);
     if (st != AF_OK)
         return st;
-    int64_t m = x->dims[x->rank - 1], count = nn_numel(&out[0]);
+    int64_t m = x->dims[x->rank - 1], count = af_tensor_numel(&out[0]);
     for (int64_t b = 0; b < count; b++) {
         double *mat = a + b * m * m, det = 1.0;
         for (int64_t col = 0; col < m && det != 0.0; col++) {

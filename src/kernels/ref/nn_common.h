@@ -27,26 +27,6 @@ bool nn_is_float(af_dtype t);
 /* Integer element types (not bool). */
 bool nn_is_int(af_dtype t);
 
-/* Element i of t as double; t's dtype must be numeric (checked by the caller). */
-static inline double nn_get(const af_tensor *t, int64_t i) {
-    switch (t->dtype) {
-    case AF_DTYPE_FLOAT: return ((const float *)t->data)[i];
-    case AF_DTYPE_DOUBLE: return ((const double *)t->data)[i];
-    case AF_DTYPE_FLOAT16: return af_half_to_float(((const uint16_t *)t->data)[i]);
-    case AF_DTYPE_BFLOAT16: return af_bf16_to_float(((const uint16_t *)t->data)[i]);
-    case AF_DTYPE_INT8: return ((const int8_t *)t->data)[i];
-    case AF_DTYPE_UINT8: return ((const uint8_t *)t->data)[i];
-    case AF_DTYPE_INT16: return ((const int16_t *)t->data)[i];
-    case AF_DTYPE_UINT16: return ((const uint16_t *)t->data)[i];
-    case AF_DTYPE_INT32: return ((const int32_t *)t->data)[i];
-    case AF_DTYPE_UINT32: return ((const uint32_t *)t->data)[i];
-    case AF_DTYPE_INT64: return (double)((const int64_t *)t->data)[i];
-    case AF_DTYPE_UINT64: return (double)((const uint64_t *)t->data)[i];
-    case AF_DTYPE_BOOL: return ((const uint8_t *)t->data)[i] != 0;
-    default: return 0.0;
-    }
-}
-
 /* Clamp v to [lo, hi]; NaN becomes lo so that integer conversion stays defined. */
 static inline double nn_clamp(double v, double lo, double hi) {
     if (!(v >= lo))
@@ -92,7 +72,7 @@ static inline int64_t nn_geti(const af_tensor *t, int64_t i) {
     switch (t->dtype) {
     case AF_DTYPE_INT64: return ((const int64_t *)t->data)[i];
     case AF_DTYPE_UINT64: return (int64_t)((const uint64_t *)t->data)[i];
-    default: return (int64_t)nn_get(t, i); /* every narrower integer is exact in double */
+    default: return (int64_t)af_tensor_get_double(t, i); /* every narrower integer is exact in double */
     }
 }
 
@@ -111,10 +91,6 @@ static inline void nn_puti(af_tensor *t, int64_t i, uint64_t v) {
     }
 }
 
-/* Element count of t when every dim is known and the product does not overflow; else -1. */
-int64_t nn_numel(const af_tensor *t);
-/* True when t has a known rank and every dim is known. */
-bool nn_known(const af_tensor *t);
 /* Product of dims [from, to) of t; -1 when one is unknown or it overflows. */
 int64_t nn_prod(const af_tensor *t, int from, int to);
 

@@ -130,7 +130,7 @@ static af_status pool_kernel(const af_node *n, const af_tensor *const *in, af_te
     af_tensor *idx = kind == POOL_MAX ? nn_out(n, out, 1) : NULL;
     if (st != AF_OK)
         return st;
-    if (!nn_known(x) || x->data == NULL)
+    if (!af_tensor_known(x) || x->data == NULL)
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input unknown at run time");
     af_tensor t;
     pool_out_type(&w, x, x->dtype, &t);
@@ -160,7 +160,7 @@ static af_status pool_kernel(const af_node *n, const af_tensor *const *in, af_te
                                 int64_t iw = ow * w.s[2] - w.pb[2] + kw * w.d[2];
                                 if (iw < 0 || iw >= w.in[2])
                                     continue;
-                                double v = nn_get(x, pl * insize + (id * w.in[1] + ih) * w.in[2] + iw);
+                                double v = af_tensor_get_double(x, pl * insize + (id * w.in[1] + ih) * w.in[2] + iw);
                                 count++;
                                 if (kind == POOL_AVG)
                                     acc += v;
@@ -246,7 +246,7 @@ static af_status gpool_kernel(const af_node *n, const af_tensor *const *in, af_t
     if (st != AF_OK)
         return st;
     const af_tensor *x = in[0];
-    if (!nn_known(x) || x->data == NULL)
+    if (!af_tensor_known(x) || x->data == NULL)
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input unknown at run time");
     af_tensor t;
     gpool_out_type(x, &t);
@@ -257,7 +257,7 @@ static af_status gpool_kernel(const af_node *n, const af_tensor *const *in, af_t
     for (int64_t pl = 0; pl < planes; pl++) {
         double acc = kind == POOL_MAX ? -INFINITY : 0.0;
         for (int64_t i = 0; i < inner; i++) {
-            double v = nn_get(x, pl * inner + i);
+            double v = af_tensor_get_double(x, pl * inner + i);
             if (kind == POOL_MAX)
                 acc = (v > acc || i == 0) ? v : acc;
             else if (kind == POOL_LP)
@@ -366,7 +366,7 @@ af_status nn_kernel_max_roi_pool(const af_node *n, const af_tensor *const *in, a
     if (st != AF_OK)
         return st;
     const af_tensor *x = in[0], *r = in[1];
-    if (!nn_known(x) || !nn_known(r))
+    if (!af_tensor_known(x) || !af_tensor_known(r))
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input unknown at run time");
     af_tensor t;
     roi_out_type(in, ph, pw, &t);
@@ -375,13 +375,13 @@ af_status nn_kernel_max_roi_pool(const af_node *n, const af_tensor *const *in, a
     double scale = af_attr_float(n, "spatial_scale", 1.0f);
     int64_t nb = x->dims[0], c = x->dims[1], h = x->dims[2], w = x->dims[3], yi = 0;
     for (int64_t ri = 0; ri < r->dims[0]; ri++) {
-        double bv = nn_get(r, ri * 5);
+        double bv = af_tensor_get_double(r, ri * 5);
         if (!(bv >= 0.0 && bv < (double)nb))
             return af_node_fail(err, n, AF_ERR_RUNTIME, "roi %lld has batch index %g",
                                 (long long)ri, bv);
         int64_t b = (int64_t)bv;
-        int64_t x1 = roi_coord(nn_get(r, ri * 5 + 1), scale), y1 = roi_coord(nn_get(r, ri * 5 + 2), scale);
-        int64_t x2 = roi_coord(nn_get(r, ri * 5 + 3), scale), y2 = roi_coord(nn_get(r, ri * 5 + 4), scale);
+        int64_t x1 = roi_coord(af_tensor_get_double(r, ri * 5 + 1), scale), y1 = roi_coord(af_tensor_get_double(r, ri * 5 + 2), scale);
+        int64_t x2 = roi_coord(af_tensor_get_double(r, ri * 5 + 3), scale), y2 = roi_coord(af_tensor_get_double(r, ri * 5 + 4), scale);
         int64_t rh = y2 - y1 + 1 > 1 ? y2 - y1 + 1 : 1, rw = x2 - x1 + 1 > 1 ? x2 - x1 + 1 : 1;
         for (int64_t ch = 0; ch < c; ch++)
             for (int64_t i = 0; i < ph; i++)
@@ -392,7 +392,7 @@ af_status nn_kernel_max_roi_pool(const af_node *n, const af_tensor *const *in, a
                     double m = 0.0;
                     for (int64_t yy = h0; yy < h1; yy++)
                         for (int64_t xx = w0; xx < w1; xx++) {
-                            double v = nn_get(x, ((b * c + ch) * h + yy) * w + xx);
+                            double v = af_tensor_get_double(x, ((b * c + ch) * h + yy) * w + xx);
                             if ((yy == h0 && xx == w0) || v > m)
                                 m = v;
                         }
@@ -486,8 +486,8 @@ af_status nn_kernel_max_unpool(const af_node *n, const af_tensor *const *in, af_
         return st;
     def.rank = rank;
     const af_tensor *x = in[0], *ind = in[1];
-    int64_t nx = nn_numel(x), nd = nn_numel(&def);
-    if (nn_numel(ind) != nx || !nn_known(x) || nd < 0 || ind->data == NULL)
+    int64_t nx = af_tensor_numel(x), nd = af_tensor_numel(&def);
+    if (af_tensor_numel(ind) != nx || !af_tensor_known(x) || nd < 0 || ind->data == NULL)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "I must have X's shape");
     for (int64_t i = 0; i < nx; i++) {
         int64_t at = ((const int64_t *)ind->data)[i], yi = 0, stride = 1;
@@ -502,7 +502,7 @@ af_status nn_kernel_max_unpool(const af_node *n, const af_tensor *const *in, af_
             yi += c * stride;
             stride *= out[0].dims[d];
         }
-        nn_put(&out[0], yi, nn_get(x, i));
+        nn_put(&out[0], yi, af_tensor_get_double(x, i));
     }
     return AF_OK;
 }

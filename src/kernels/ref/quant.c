@@ -19,7 +19,7 @@ static af_status q_axis_setup(const af_node *n, const af_tensor *x, const af_ten
     qa->inner = 1;
     if (scale->rank < 0 || x->rank < 0)
         return AF_OK;
-    int64_t sn = nn_numel(scale);
+    int64_t sn = af_tensor_numel(scale);
     if (scale->rank == 0 || (scale->rank == 1 && sn == 1)) {
         qa->len = 1;
     } else if (scale->rank == 1) {
@@ -35,7 +35,7 @@ static af_status q_axis_setup(const af_node *n, const af_tensor *x, const af_ten
     } else {
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "scale must be a scalar or 1-D");
     }
-    int64_t zn = zp ? nn_numel(zp) : -1;
+    int64_t zn = zp ? af_tensor_numel(zp) : -1;
     if (zn >= 0 && qa->len >= 0 && zn != qa->len)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "zero point and scale sizes differ");
     return AF_OK;
@@ -81,14 +81,14 @@ af_status nn_shape_quantize(const af_node *n, const af_tensor *const *in, af_ten
 static double q_div(const af_tensor *x, int64_t i, const af_tensor *s, int64_t si) {
     if (x->dtype == AF_DTYPE_FLOAT && s->dtype == AF_DTYPE_FLOAT)
         return ((const float *)x->data)[i] / ((const float *)s->data)[si];
-    return nn_get(x, i) / nn_get(s, si);
+    return af_tensor_get_double(x, i) / af_tensor_get_double(s, si);
 }
 
 /* Inputs hold data and have known shapes; output 0 is x-shaped. */
 static af_status q_ready(const af_node *n, const af_tensor *const *in, const af_tensor *y,
                          af_error *err) {
     for (int i = 0; i < n->nin; i++)
-        if (in[i] && (!nn_known(in[i]) || (nn_numel(in[i]) > 0 && !in[i]->data)))
+        if (in[i] && (!af_tensor_known(in[i]) || (af_tensor_numel(in[i]) > 0 && !in[i]->data)))
             return af_node_fail(err, n, AF_ERR_INTERNAL, "input %d unknown at run time", i);
     return nn_check_out(n, y, in[0]->rank, in[0]->dims, err);
 }
@@ -104,10 +104,10 @@ af_status nn_kernel_quantize(const af_node *n, const af_tensor *const *in, af_te
     if (st != AF_OK)
         return st;
     const af_tensor *x = in[0], *s = in[1], *zp = nn_in(n, in, 2);
-    int64_t total = nn_numel(x);
+    int64_t total = af_tensor_numel(x);
     for (int64_t i = 0; i < total; i++) {
         int64_t q = q_at(&qa, i);
-        double v = nearbyint(q_div(x, i, s, q)) + (zp ? nn_get(zp, q) : 0.0);
+        double v = nearbyint(q_div(x, i, s, q)) + (zp ? af_tensor_get_double(zp, q) : 0.0);
         nn_put(&out[0], i, v);
     }
     return AF_OK;
@@ -147,10 +147,10 @@ af_status nn_kernel_dequantize(const af_node *n, const af_tensor *const *in, af_
     if (st != AF_OK)
         return st;
     const af_tensor *x = in[0], *s = in[1], *zp = nn_in(n, in, 2);
-    int64_t total = nn_numel(x);
+    int64_t total = af_tensor_numel(x);
     for (int64_t i = 0; i < total; i++) {
         int64_t q = q_at(&qa, i);
-        nn_put(&out[0], i, (nn_get(x, i) - (zp ? nn_get(zp, q) : 0.0)) * nn_get(s, q));
+        nn_put(&out[0], i, (af_tensor_get_double(x, i) - (zp ? af_tensor_get_double(zp, q) : 0.0)) * af_tensor_get_double(s, q));
     }
     return AF_OK;
 }
@@ -188,7 +188,7 @@ af_status nn_kernel_dyn_quantize(const af_node *n, const af_tensor *const *in, a
         (yz && (st = nn_check_out(n, yz, 0, NULL, err)) != AF_OK))
         return st;
     const float *xv = x->data;
-    int64_t total = nn_numel(x);
+    int64_t total = af_tensor_numel(x);
     float lo = 0.0f, hi = 0.0f;
     for (int64_t i = 0; i < total; i++) {
         lo = xv[i] < lo ? xv[i] : lo;

@@ -174,7 +174,7 @@ af_status tn_kernel_reduce(const af_node *n, const af_tensor *const *in, af_tens
     if (!tn_is_numeric(x->dtype) || x->dtype == AF_DTYPE_BOOL)
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "unsupported type %s",
                             af_dtype_name(x->dtype));
-    int64_t total = tn_numel(x), m = tn_numel(out);
+    int64_t total = af_tensor_numel(x), m = af_tensor_numel(out);
     if (noop) {
         if (total > 0)
             memcpy(out->data, x->data, (size_t)total * af_dtype_size(x->dtype));
@@ -197,7 +197,7 @@ af_status tn_kernel_reduce(const af_node *n, const af_tensor *const *in, af_tens
             int64_t o = 0;
             for (int a = 0; a < x->rank; a++)
                 o += idx[a] * os[a];
-            red_float(&mx, o, tn_getd(x, i));
+            red_float(&mx, o, af_tensor_get_double(x, i));
             tn_next(idx, x->dims, x->rank);
         }
     }
@@ -210,7 +210,7 @@ af_status tn_kernel_reduce(const af_node *n, const af_tensor *const *in, af_tens
         if (s.ints)
             red_int(&s, o, tn_geti(x, i));
         else
-            red_float(&s, o, tn_getd(x, i));
+            red_float(&s, o, af_tensor_get_double(x, i));
         tn_next(idx, x->dims, x->rank);
     }
     int64_t cnt = m > 0 ? total / m : 0;
@@ -442,7 +442,7 @@ af_status tn_kernel_cumsum(const af_node *n, const af_tensor *const *in, af_tens
                         tn_seti(out, e, (int64_t)iacc);
                 }
                 if (fl)
-                    dacc += tn_getd(x, e);
+                    dacc += af_tensor_get_double(x, e);
                 else
                     iacc += (uint64_t)tn_geti(x, e);
                 if (!excl) {

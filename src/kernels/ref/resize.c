@@ -130,12 +130,12 @@ static af_status parse_sizes(const af_node *n, const af_tensor *const *in, const
     const af_tensor *sc = tn_in(n, in, legacy ? 1 : 2), *sz = legacy ? NULL : tn_in(n, in, 3);
     if (sc && !sc->data && !(sc->rank == 1 && sc->dims[0] == 0))
         return AF_OK; /* scales not known yet */
-    if (sc && tn_numel(sc) > 0) {
-        if (!tn_is_float(sc->dtype) || tn_numel(sc) != x->rank)
+    if (sc && af_tensor_numel(sc) > 0) {
+        if (!tn_is_float(sc->dtype) || af_tensor_numel(sc) != x->rank)
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "scales must hold %d floats",
                                 x->rank);
         for (int i = 0; i < x->rank; i++)
-            p->scale[i] = tn_getd(sc, i);
+            p->scale[i] = af_tensor_get_double(sc, i);
         af_status st = dims_from_scales(n, x, p, err);
         if (st)
             return st;
@@ -159,11 +159,11 @@ static af_status parse_sizes(const af_node *n, const af_tensor *const *in, const
     /* The roi moves samples, not the output shape: it may stay unknown until run time. */
     p->roi_known = p->coord != RZ_TF_CROP_AND_RESIZE;
     if (!p->roi_known && roi && roi->data) {
-        if (tn_numel(roi) != 2 * x->rank || !tn_is_float(roi->dtype))
+        if (af_tensor_numel(roi) != 2 * x->rank || !tn_is_float(roi->dtype))
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "roi must hold %d floats",
                                 2 * x->rank);
         for (int i = 0; i < 2 * x->rank; i++)
-            p->roi[i < x->rank ? i : AF_MAX_RANK + i - x->rank] = tn_getd(roi, i);
+            p->roi[i < x->rank ? i : AF_MAX_RANK + i - x->rank] = af_tensor_get_double(roi, i);
         p->roi_known = true;
     }
     return AF_OK;
@@ -304,7 +304,7 @@ static double sample(const af_tensor *x, const int64_t *xs, rz_taps *const *tp) 
             w *= tp[a]->w[k[a]];
             off += tp[a]->idx[k[a]] * xs[a];
         }
-        sum += w * tn_getd(x, off);
+        sum += w * af_tensor_get_double(x, off);
         int a = r - 1;
         for (; a >= 0; a--) {
             if (++k[a] < tp[a]->n)
@@ -331,7 +331,7 @@ af_status tn_kernel_resize(const af_node *n, const af_tensor *const *in, af_tens
     if (!p.known || !p.roi_known)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "scales, sizes or roi missing");
     int r = x->rank;
-    int64_t total = tn_numel(out), ntaps = 0;
+    int64_t total = af_tensor_numel(out), ntaps = 0;
     if (total == 0)
         return AF_OK;
     for (int a = 0; a < r; a++) {

@@ -235,7 +235,7 @@ static af_status rnn_load(const af_node *n, const af_tensor *const *in, const rn
                           rnn_data *d, af_error *err) {
     memset(d, 0, sizeof(*d));
     for (int i = 0; i < n->nin; i++)
-        if (in[i] && !nn_known(in[i]))
+        if (in[i] && !af_tensor_known(in[i]))
             return af_node_fail(err, n, AF_ERR_INTERNAL, "input %d unknown at run time", i);
     af_status st = nn_load(n, in[0], &d->x, err);
     if (st == AF_OK)

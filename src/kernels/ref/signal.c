@@ -68,7 +68,7 @@ static af_status sig_float_input(const af_node *n, const af_tensor *t, const cha
     if (!sig_is_scalar(t))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "%s must be a scalar", what);
     if (sig_has_value(t)) {
-        *v = nn_get(t, 0);
+        *v = af_tensor_get_double(t, 0);
         *known = true;
     }
     return AF_OK;

@@ -28,10 +28,10 @@ static af_status copy_all(const af_node *n, const af_tensor *x, af_tensor *out, 
     af_status st = tn_esize(n, x, &es, err);
     if (st)
         return st;
-    int64_t cnt = tn_numel(x);
-    if (cnt != tn_numel(out))
+    int64_t cnt = af_tensor_numel(x);
+    if (cnt != af_tensor_numel(out))
         return af_node_fail(err, n, AF_ERR_RUNTIME, "element count changes from %lld to %lld",
-                            (long long)cnt, (long long)tn_numel(out));
+                            (long long)cnt, (long long)af_tensor_numel(out));
     copy_bytes(out->data, x->data, (size_t)cnt * es);
     return AF_OK;
 }
@@ -108,7 +108,7 @@ af_status tn_shape_reshape(const af_node *n, const af_tensor *const *in, af_tens
     }
     if (allowzero && has_zero && infer >= 0)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "allowzero shape with both 0 and -1");
-    int64_t total = tn_known(x) ? tn_numel(x) : -1;
+    int64_t total = af_tensor_known(x) ? af_tensor_numel(x) : -1;
     if (infer >= 0 && total >= 0 && !unknown) {
         if (known == 0) {
             if (total != 0)
@@ -731,7 +731,7 @@ af_status tn_kernel_gather(const af_node *n, const af_tensor *const *in, af_tens
         return st;
     if (!af_axis(af_attr_int(n, "axis", 0), x->rank, &axis))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "axis out of range");
-    int64_t outer = tn_prod(x->dims, 0, axis), dim = x->dims[axis], nidx = tn_numel(ix);
+    int64_t outer = tn_prod(x->dims, 0, axis), dim = x->dims[axis], nidx = af_tensor_numel(ix);
     size_t inner = (size_t)tn_prod(x->dims, axis + 1, x->rank) * es;
     char *dst = out->data;
     for (int64_t o = 0; o < outer; o++) {
@@ -969,10 +969,10 @@ af_status tn_kernel_pad(const af_node *n, const af_tensor *const *in, af_tensor 
         st = tn_esize(n, x, &es, err);
     if (st)
         return st;
-    int64_t total = tn_numel(out);
+    int64_t total = af_tensor_numel(out);
     if (total == 0)
         return AF_OK;
-    if (mode != PAD_CONSTANT && tn_numel(x) == 0)
+    if (mode != PAD_CONSTANT && af_tensor_numel(x) == 0)
         return af_node_fail(err, n, AF_ERR_RUNTIME, "cannot %s-pad an empty tensor",
                             af_attr_str(n, "mode", ""));
     /* The fill value: one element of x's type. */
@@ -980,7 +980,7 @@ af_status tn_kernel_pad(const af_node *n, const af_tensor *const *in, af_tensor 
     if (es > sizeof fill)
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "element type too large");
     const af_tensor *cv = af_graph_opset(n->graph) >= 11 ? tn_in(n, in, 2) : NULL;
-    if (cv && tn_numel(cv) > 0) {
+    if (cv && af_tensor_numel(cv) > 0) {
         if (cv->dtype != x->dtype)
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "constant_value type differs");
         memcpy(fill, cv->data, es);
@@ -1164,7 +1164,7 @@ af_status tn_kernel_reverse_sequence(const af_node *n, const af_tensor *const *i
     if (st)
         return st;
     int64_t nb = x->dims[ba], nt = x->dims[ta];
-    if (!tn_is_index_type(lens->dtype) || tn_numel(lens) != nb)
+    if (!tn_is_index_type(lens->dtype) || af_tensor_numel(lens) != nb)
         return af_node_fail(err, n, AF_ERR_RUNTIME, "sequence_lens must hold %lld integers",
                             (long long)nb);
     size_t inner = (size_t)tn_prod(x->dims, 2, x->rank) * es;
@@ -1238,7 +1238,7 @@ af_status tn_kernel_size(const af_node *n, const af_tensor *const *in, af_tensor
                          af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
-    int64_t c = tn_numel(in[0]);
+    int64_t c = af_tensor_numel(in[0]);
     if (c < 0)
         return af_node_fail(err, n, AF_ERR_RUNTIME, "element count overflows");
     *(int64_t *)out->data = c;
@@ -1252,7 +1252,7 @@ static af_status cos_value(const af_node *n, const af_tensor **v, af_error *err)
     *v = NULL;
     if (!a)
         return AF_OK;
-    if (a->type != AF_ATTR_TENSOR || !a->t || !a->t->data || tn_numel(a->t) != 1 ||
+    if (a->type != AF_ATTR_TENSOR || !a->t || !a->t->data || af_tensor_numel(a->t) != 1 ||
         af_dtype_size(a->t->dtype) == 0)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "value must be a one-element tensor");
     *v = a->t;
@@ -1296,7 +1296,7 @@ af_status tn_kernel_constant_of_shape(const af_node *n, const af_tensor *const *
     af_status st = cos_value(n, &v, err);
     if (st)
         return st;
-    int64_t cnt = tn_numel(out);
+    int64_t cnt = af_tensor_numel(out);
     size_t es = af_dtype_size(out->dtype);
     if (!v) {
         if (cnt > 0)
@@ -1312,12 +1312,12 @@ af_status tn_kernel_constant_of_shape(const af_node *n, const af_tensor *const *
 
 static af_status range_count(const af_node *n, const af_tensor *s, const af_tensor *l,
                              const af_tensor *d, int64_t *cnt, af_error *err) {
-    if (tn_numel(s) != 1 || tn_numel(l) != 1 || tn_numel(d) != 1 || s->dtype != l->dtype ||
+    if (af_tensor_numel(s) != 1 || af_tensor_numel(l) != 1 || af_tensor_numel(d) != 1 || s->dtype != l->dtype ||
         s->dtype != d->dtype || !tn_is_numeric(s->dtype) || s->dtype == AF_DTYPE_BOOL)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
                             "start, limit and delta must be numeric scalars of one type");
     if (tn_is_float(s->dtype)) {
-        double a = tn_getd(s, 0), b = tn_getd(l, 0), c = tn_getd(d, 0);
+        double a = af_tensor_get_double(s, 0), b = af_tensor_get_double(l, 0), c = af_tensor_get_double(d, 0);
         double k = c == 0 ? NAN : ceil((b - a) / c);
         if (k != k || k > 1e15)
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "bad range");
@@ -1363,7 +1363,7 @@ af_status tn_kernel_range(const af_node *n, const af_tensor *const *in, af_tenso
     if (cnt != out->dims[0])
         return af_node_fail(err, n, AF_ERR_INTERNAL, "range length mismatch");
     if (tn_is_float(out->dtype)) {
-        double a = tn_getd(in[0], 0), c = tn_getd(in[2], 0);
+        double a = af_tensor_get_double(in[0], 0), c = af_tensor_get_double(in[2], 0);
         for (int64_t i = 0; i < cnt; i++)
             tn_setd(out, i, a + (double)i * c);
     } else {
@@ -1436,7 +1436,7 @@ af_status tn_kernel_trilu(const af_node *n, const af_tensor *const *in, af_tenso
         return st;
     int64_t k = 0;
     if (kt) {
-        if (!tn_is_index_type(kt->dtype) || tn_numel(kt) != 1)
+        if (!tn_is_index_type(kt->dtype) || af_tensor_numel(kt) != 1)
             return af_node_fail(err, n, AF_ERR_RUNTIME, "k must be one int64");
         k = tn_geti(kt, 0);
     }

@@ -12,23 +12,6 @@ const af_tensor *tn_in(const af_node *n, const af_tensor *const *in, int i) {
     return in[i];
 }
 
-bool tn_known(const af_tensor *t) {
-    if (!t || t->rank < 0)
-        return false;
-    for (int i = 0; i < t->rank; i++)
-        if (t->dims[i] < 0)
-            return false;
-    return true;
-}
-
-int64_t tn_numel(const af_tensor *t) {
-    int64_t n = 1;
-    for (int i = 0; i < t->rank; i++)
-        if (!af_mul_i64(n, t->dims[i], &n))
-            return -1;
-    return n;
-}
-
 bool tn_is_float(af_dtype dt) {
     return dt == AF_DTYPE_FLOAT || dt == AF_DTYPE_DOUBLE || dt == AF_DTYPE_FLOAT16 ||
            dt == AF_DTYPE_BFLOAT16;
@@ -104,26 +87,6 @@ static int64_t clampi(int64_t v, int64_t lo, int64_t hi) {
     return v < lo ? lo : v > hi ? hi : v;
 }
 
-double tn_getd(const af_tensor *t, int64_t i) {
-    const void *p = t->data;
-    switch (t->dtype) {
-    case AF_DTYPE_FLOAT: return ((const float *)p)[i];
-    case AF_DTYPE_DOUBLE: return ((const double *)p)[i];
-    case AF_DTYPE_FLOAT16: return af_half_to_float(((const uint16_t *)p)[i]);
-    case AF_DTYPE_BFLOAT16: return af_bf16_to_float(((const uint16_t *)p)[i]);
-    case AF_DTYPE_UINT8: return ((const uint8_t *)p)[i];
-    case AF_DTYPE_BOOL: return ((const uint8_t *)p)[i] != 0;
-    case AF_DTYPE_INT8: return ((const int8_t *)p)[i];
-    case AF_DTYPE_UINT16: return ((const uint16_t *)p)[i];
-    case AF_DTYPE_INT16: return ((const int16_t *)p)[i];
-    case AF_DTYPE_INT32: return ((const int32_t *)p)[i];
-    case AF_DTYPE_INT64: return (double)((const int64_t *)p)[i];
-    case AF_DTYPE_UINT32: return ((const uint32_t *)p)[i];
-    case AF_DTYPE_UINT64: return (double)((const uint64_t *)p)[i];
-    default: return 0;
-    }
-}
-
 int64_t tn_geti(const af_tensor *t, int64_t i) {
     const void *p = t->data;
     switch (t->dtype) {
@@ -136,7 +99,7 @@ int64_t tn_geti(const af_tensor *t, int64_t i) {
     case AF_DTYPE_INT64: return ((const int64_t *)p)[i];
     case AF_DTYPE_UINT32: return ((const uint32_t *)p)[i];
     case AF_DTYPE_UINT64: return (int64_t)((const uint64_t *)p)[i]; /* two's complement wrap */
-    default: return d2i(tn_getd(t, i));
+    default: return d2i(af_tensor_get_double(t, i));
     }
 }
 
@@ -179,7 +142,7 @@ static int cmpd(double a, double b) {
 
 int tn_cmp(const af_tensor *a, int64_t i, const af_tensor *b, int64_t j) {
     if (tn_is_float(a->dtype))
-        return cmpd(tn_getd(a, i), tn_getd(b, j));
+        return cmpd(af_tensor_get_double(a, i), af_tensor_get_double(b, j));
     if (a->dtype == AF_DTYPE_UINT64) {
         uint64_t x = ((const uint64_t *)a->data)[i], y = ((const uint64_t *)b->data)[j];
         return (x > y) - (x < y);
@@ -189,11 +152,11 @@ int tn_cmp(const af_tensor *a, int64_t i, const af_tensor *b, int64_t j) {
 }
 
 bool tn_ints(const af_tensor *t, int64_t *v, int max, int *cnt) {
-    if (!t || !t->data || t->rank > 1 || !tn_known(t))
+    if (!t || !t->data || t->rank > 1 || !af_tensor_known(t))
         return false;
     if (t->dtype != AF_DTYPE_INT64 && t->dtype != AF_DTYPE_INT32)
         return false;
-    int64_t n = tn_numel(t);
+    int64_t n = af_tensor_numel(t);
     if (n < 0 || n > max)
         return false;
     for (int64_t i = 0; i < n; i++)

@@ -14,10 +14,6 @@
 
 /* Input i of n, or NULL when omitted (past n->nin, a NULL slot, or an unnamed value). */
 const af_tensor *tn_in(const af_node *n, const af_tensor *const *in, int i);
-/* rank >= 0 and every dim >= 0. */
-bool tn_known(const af_tensor *t);
-/* Element count of a tensor whose dims are all known (0 when a dim is 0). */
-int64_t tn_numel(const af_tensor *t);
 /* Whether the dtype is floating point (float, double, float16, bfloat16). */
 bool tn_is_float(af_dtype dt);
 /* Whether the dtype holds numbers we can read with tn_getd/tn_geti (not string or complex). */
@@ -38,8 +34,7 @@ bool tn_index(const af_tensor *ix, int64_t k, int64_t dim, int64_t *out);
 af_status tn_bad_index(const af_node *n, const af_tensor *ix, int64_t k, int64_t dim,
                        af_error *err);
 
-/* Element i as double / int64 (floats truncate toward zero, saturating). */
-double tn_getd(const af_tensor *t, int64_t i);
+/* Element i as int64 (floats truncate toward zero, saturating); as double: af_tensor_get_double. */
 int64_t tn_geti(const af_tensor *t, int64_t i);
 /* Store into element i, converting to t's dtype (integers round to nearest and saturate; bool
  * stores v != 0). */

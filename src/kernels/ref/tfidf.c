@@ -164,7 +164,7 @@ af_status mx_kernel_tfidf(const af_node *n, const af_tensor *const *in, af_tenso
     const af_tensor *x = in[0];
     int64_t rows = x->rank == 2 ? x->dims[0] : 1, c = x->dims[x->rank - 1];
     size_t need;
-    int64_t numel = nn_numel(x);
+    int64_t numel = af_tensor_numel(x);
     if (numel < 0 || !af_mul_size((size_t)numel, af_dtype_size(x->dtype), &need) ||
         (need && (!x->data || x->nbytes < need)))
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing or shorter than its shape");
@@ -184,7 +184,7 @@ af_status mx_kernel_tfidf(const af_node *n, const af_tensor *const *in, af_tenso
             else if (s.mode == TFIDF_TFIDF)
                 v *= w;
             int64_t at = r * s.width + s.index[i];
-            nn_put(y, at, nn_get(y, at) + v);
+            nn_put(y, at, af_tensor_get_double(y, at) + v);
         }
     }
     af_free(counts);

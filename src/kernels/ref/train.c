@@ -109,11 +109,11 @@ static af_status train_scalars(const af_node *n, const af_tensor *const *in, dou
                                int64_t *t, af_error *err) {
     *r = 0.0;
     *t = 0;
-    if (nn_numel(in[0]) != 1 || nn_numel(in[1]) != 1 || !in[0]->data ||
+    if (af_tensor_numel(in[0]) != 1 || af_tensor_numel(in[1]) != 1 || !in[0]->data ||
         in[0]->nbytes < af_dtype_size(in[0]->dtype) || !in[1]->data ||
         in[1]->nbytes < sizeof(int64_t))
         return af_node_fail(err, n, AF_ERR_INTERNAL, "R or T has no value");
-    *r = nn_get(in[0], 0);
+    *r = af_tensor_get_double(in[0], 0);
     *t = nn_geti(in[1], 0);
     return AF_OK;
 }
@@ -122,9 +122,9 @@ static af_status train_scalars(const af_node *n, const af_tensor *const *in, dou
 static af_status train_load(const af_node *n, const af_tensor *const *in, int slot,
                             int64_t numel, double **v, af_error *err) {
     *v = NULL;
-    if (nn_numel(in[slot]) != numel)
+    if (af_tensor_numel(in[slot]) != numel)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input %d has %lld elements, expected %lld",
-                            slot, (long long)nn_numel(in[slot]), (long long)numel);
+                            slot, (long long)af_tensor_numel(in[slot]), (long long)numel);
     return nn_load(n, in[slot], v, err);
 }
 
@@ -134,7 +134,7 @@ static af_status train_one(const af_node *n, const af_tensor *const *in, af_tens
                            train_algo algo, int k, int i, double r, int64_t t, af_error *err) {
     int nl = train_in_lists[algo], ol = train_out_lists[algo];
     const af_tensor *x = in[2 + i];
-    int64_t numel = nn_numel(x);
+    int64_t numel = af_tensor_numel(x);
     double *v[4] = {NULL, NULL, NULL, NULL}; /* X, G, then the states */
     af_status st = AF_OK;
     for (int j = 0; j < ol && !st; j++)
