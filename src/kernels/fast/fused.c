@@ -100,34 +100,12 @@ af_status fast_squeeze_excite(const af_node *n, const af_tensor *const *in, af_t
     af_status st = fk_se_prepare(n, in, out, &s, err);
     if (st != AF_OK)
         return st;
-    int64_t c = s.c, cr = s.cr, hw = s.hw;
-    const float *b1 = s.b1 ? s.b1->data : NULL, *b2 = s.b2 ? s.b2->data : NULL;
+    if (!s.channels_last) return fk_se_run_nchw(n, &s, out[0].data, se_fc, ex, err);
     /* Three small vectors, from the run's scratch (nothing allocated per run). */
-    size_t nc = (size_t)(c > 0 ? c : 1), nr = (size_t)(cr > 0 ? cr : 1);
+    size_t nc = (size_t)(s.c > 0 ? s.c : 1), nr = (size_t)(s.cr > 0 ? s.cr : 1);
     float *gap = af_exec_scratch(ex, (2 * nc + nr) * sizeof(float));
-    float *mid = gap ? gap + nc : NULL, *scale = gap ? mid + nr : NULL;
     if (!gap) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
-    const float *xd = s.x->data;
-    float *y = out[0].data;
-    if (s.channels_last) {
-        se_run_cl(s.x, s.w1, s.b1, s.w2, s.b2, &s.act, &s.gate, c, cr, gap, mid, scale, y,
-                  s.gate_only, s.pooled, ex);
-        return AF_OK;
-    }
-    /* [N, C, positions]: the means and the scaling as the reference kernel computes them. */
-    for (int64_t b = 0; b < s.batch; b++) {
-        const float *xb = xd + b * c * hw;
-        for (int64_t ch = 0; ch < c; ch++) {
-            double sum = 0.0;
-            for (int64_t p = 0; p < hw; p++)
-                sum += xb[ch * hw + p];
-            gap[ch] = (float)(hw > 0 ? sum / (double)hw : 0.0);
-        }
-        se_fc(s.w1->data, b1, gap, c, cr, &s.act, mid, ex);
-        se_fc(s.w2->data, b2, mid, cr, c, &s.gate, scale, ex);
-        for (int64_t ch = 0; ch < c; ch++)
-            for (int64_t p = 0; p < hw; p++)
-                y[(b * c + ch) * hw + p] = xb[ch * hw + p] * scale[ch];
-    }
+    se_run_cl(s.x, s.w1, s.b1, s.w2, s.b2, &s.act, &s.gate, s.c, s.cr, gap, gap + nc,
+              gap + nc + nr, out[0].data, s.gate_only, s.pooled, ex);
     return AF_OK;
 }

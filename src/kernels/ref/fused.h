@@ -85,5 +85,13 @@ typedef struct fk_se {
 } fk_se;
 af_status fk_se_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out, fk_se *s,
                         af_error *err);
+/* s_out[o] = act(b[o] + sum_i w[o, i] * s_in[i]): one of SqueezeExcite's FCs (a 1x1 conv on
+ * one pooled vector). */
+typedef void (*fk_se_fc)(const float *w, const float *b, const float *s_in, int64_t nin,
+                         int64_t nout, const se_act *a, float *s_out, af_exec *ex);
+/* SqueezeExcite on [N, C, positions] into y, its FCs computed by fc: the means in double, the
+ * gate, the scaling. Scratch from ex (NULL: allocated). */
+af_status fk_se_run_nchw(const af_node *n, const fk_se *s, float *y, fk_se_fc fc, af_exec *ex,
+                         af_error *err);
 
 #endif

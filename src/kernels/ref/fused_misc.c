@@ -355,13 +355,42 @@ af_status fk_se_prepare(const af_node *n, const af_tensor *const *in, af_tensor 
 
 /* s_out[o] = act(b[o] + sum_i w[o, i] * s_in[i]) for a 1x1 conv on a [1, nin, 1...] input. */
 static void se_fc(const float *w, const float *b, const float *s_in, int64_t nin, int64_t nout,
-                  const se_act *a, float *s_out) {
+                  const se_act *a, float *s_out, af_exec *ex) {
+    (void)ex;
     for (int64_t o = 0; o < nout; o++) {
         double sum = b ? b[o] : 0.0;
         for (int64_t i = 0; i < nin; i++)
             sum += (double)w[o * nin + i] * s_in[i];
         s_out[o] = af_ep_unary(a->op, (float)sum, a->p0, a->p1);
     }
+}
+
+af_status fk_se_run_nchw(const af_node *n, const fk_se *s, float *y, fk_se_fc fc, af_exec *ex,
+                         af_error *err) {
+    int64_t c = s->c, cr = s->cr, hw = s->hw;
+    /* Three small vectors, from the run's scratch, or allocated here without one. */
+    size_t nc = (size_t)(c > 0 ? c : 1), nr = (size_t)(cr > 0 ? cr : 1);
+    size_t bytes = (2 * nc + nr) * sizeof(float);
+    float *own = ex ? NULL : af_malloc(bytes), *gap = ex ? af_exec_scratch(ex, bytes) : own;
+    if (!gap) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+    float *mid = gap + nc, *scale = mid + nr;
+    const float *xd = s->x->data, *b1 = s->b1 ? s->b1->data : NULL, *b2 = s->b2 ? s->b2->data : NULL;
+    for (int64_t b = 0; b < s->batch; b++) {
+        const float *xb = xd + b * c * hw;
+        for (int64_t ch = 0; ch < c; ch++) {
+            double sum = 0.0;
+            for (int64_t p = 0; p < hw; p++)
+                sum += xb[ch * hw + p];
+            gap[ch] = (float)(hw > 0 ? sum / (double)hw : 0.0);
+        }
+        fc(s->w1->data, b1, gap, c, cr, &s->act, mid, ex);
+        fc(s->w2->data, b2, mid, cr, c, &s->gate, scale, ex);
+        for (int64_t ch = 0; ch < c; ch++)
+            for (int64_t p = 0; p < hw; p++)
+                y[(b * c + ch) * hw + p] = xb[ch * hw + p] * scale[ch];
+    }
+    af_free(own);
+    return AF_OK;
 }
 
 af_status fk_kernel_squeeze_excite(const af_node *n, const af_tensor *const *in, af_tensor *out,
@@ -373,27 +402,5 @@ af_status fk_kernel_squeeze_excite(const af_node *n, const af_tensor *const *in,
         return st;
     if (s.channels_last)
         return af_ref_refuse_lowered(n, err);
-    int64_t c = s.c, cr = s.cr, hw = s.hw;
-    size_t nc = (size_t)(c > 0 ? c : 1), nr = (size_t)(cr > 0 ? cr : 1);
-    float *gap = af_malloc((2 * nc + nr) * sizeof(float));
-    if (!gap) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
-    float *mid = gap + nc, *scale = mid + nr;
-    const float *xd = s.x->data, *b1 = s.b1 ? s.b1->data : NULL, *b2 = s.b2 ? s.b2->data : NULL;
-    float *y = out[0].data;
-    for (int64_t b = 0; b < s.batch; b++) {
-        const float *xb = xd + b * c * hw;
-        for (int64_t ch = 0; ch < c; ch++) {
-            double sum = 0.0;
-            for (int64_t p = 0; p < hw; p++)
-                sum += xb[ch * hw + p];
-            gap[ch] = (float)(hw > 0 ? sum / (double)hw : 0.0);
-        }
-        se_fc(s.w1->data, b1, gap, c, cr, &s.act, mid);
-        se_fc(s.w2->data, b2, mid, cr, c, &s.gate, scale);
-        for (int64_t ch = 0; ch < c; ch++)
-            for (int64_t p = 0; p < hw; p++)
-                y[(b * c + ch) * hw + p] = xb[ch * hw + p] * scale[ch];
-    }
-    af_free(gap);
-    return AF_OK;
+    return fk_se_run_nchw(n, &s, out[0].data, se_fc, NULL, err);
 }
