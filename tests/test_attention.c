@@ -44,17 +44,11 @@ typedef struct geom {
     float scale;
 } geom;
 
-static uint64_t rng_state = 42;
-static float rnd(void) {
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((double)(rng_state >> 11) / (double)(1ULL << 53) * 2.0 - 1.0);
-}
-
 static af_tensor *rand_tensor(int rank, const int64_t *dims) {
     af_tensor *t = af_tensor_new(AF_DTYPE_FLOAT, rank, dims);
     assert_non_null(t);
     float *p = t->data;
-    for (int64_t i = 0; i < af_tensor_numel(t); i++) p[i] = rnd();
+    for (int64_t i = 0; i < af_tensor_numel(t); i++) p[i] = (float)tu_rnd();
     return t;
 }
 
@@ -489,6 +483,7 @@ static void test_lowered_qkv(void **state) {
 }
 
 int main(void) {
+    tu_rng = 42;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernel_bert_layout),  cmocka_unit_test(test_kernel_vit_packed),
         cmocka_unit_test(test_kernel_vit_sized),

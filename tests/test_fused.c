@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "kernels/ref/epilogue.h"
 #include "kernels/fast/dispatch.h"
 #include "runtime/exec.h"
@@ -19,37 +21,6 @@
 #include <string.h>
 
 /* ---- graph building ---------------------------------------------------------------------------- */
-
-static uint64_t rng_state = 0x5eed;
-static double rnd(void) {
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (double)(rng_state >> 11) / (double)(1ULL << 53) * 2.0 - 1.0;
-}
-
-static af_graph *new_graph(af_arena *a) {
-    af_graph *g = af_graph_new(a, "test_fused", NULL);
-    assert_non_null(g);
-    g->opsets = af_arena_calloc(a, 1, sizeof(af_opset));
-    g->opsets[0].domain = "";
-    g->opsets[0].version = 17;
-    g->nopsets = 1;
-    g->outputs = af_arena_calloc(a, 4, sizeof(af_value *));
-    return g;
-}
-
-/* A float constant with values uniform in [lo, hi]. */
-static af_value *cst_range(af_graph *g, int rank, const int64_t *dims, double lo, double hi) {
-    af_value *v = af_value_new_const(g, af_graph_unique_name(g, "c"), AF_DTYPE_FLOAT, rank, dims);
-    assert_non_null(v);
-    float *p = v->type.data;
-    for (int64_t i = 0; i < af_tensor_numel(&v->type); i++)
-        p[i] = (float)(lo + (rnd() + 1.0) * 0.5 * (hi - lo));
-    return v;
-}
-
-static af_value *cst(af_graph *g, int rank, const int64_t *dims) {
-    return cst_range(g, rank, dims, -1.0, 1.0);
-}
 
 static af_value *scalar(af_graph *g, float v) {
     af_value *c = af_value_new_const(g, af_graph_unique_name(g, "s"), AF_DTYPE_FLOAT, 0, NULL);
@@ -172,8 +143,8 @@ static void prog_make_operands(af_graph *g, prog *p) {
     for (int i = 0; i < p->n; i++)
         if (af_ep_is_binary(p->s[i].op))
             p->operand[i] = p->s[i].op == AF_EP_DIV
-                                ? cst_range(g, p->s[i].rank, p->s[i].dims, 0.5, 1.5)
-                                : cst(g, p->s[i].rank, p->s[i].dims);
+                                ? tu_const(g, p->s[i].rank, p->s[i].dims, 0.5, 1.5)
+                                : tu_const(g, p->s[i].rank, p->s[i].dims, -1.0, 1.0);
 }
 
 /* Attach p to fused node n whose operand inputs start at slot `first`. */
@@ -342,15 +313,15 @@ static void conv_consts(af_graph *g, const conv_case *cc, af_value **x, af_value
         xd[2 + i] = cc->in[i];
         wd[2 + i] = cc->k[i];
     }
-    *x = cst(g, cc->nsp + 2, xd);
-    *w = cst(g, cc->nsp + 2, wd);
+    *x = tu_const(g, cc->nsp + 2, xd, -1.0, 1.0);
+    *w = tu_const(g, cc->nsp + 2, wd, -1.0, 1.0);
     int64_t bd[1] = {cc->m};
-    *b = cc->bias ? cst(g, 1, bd) : NULL;
+    *b = cc->bias ? tu_const(g, 1, bd, -1.0, 1.0) : NULL;
 }
 
 static void conv_case_run(const conv_case *cc, prog *p) {
     af_arena *a = af_arena_new();
-    af_graph *g = new_graph(a);
+    af_graph *g = tu_graph(a, "test_fused", 8);
     af_value *x, *w, *b;
     conv_consts(g, cc, &x, &w, &b);
     prog_make_operands(g, p);
@@ -395,7 +366,7 @@ static int per_channel(const conv_case *cc, int64_t *dims) {
 /* Output shape of a case by running Conv's shape function on types only. */
 static int conv_out_dims(const conv_case *cc, int64_t *dims) {
     af_arena *a = af_arena_new();
-    af_graph *g = new_graph(a);
+    af_graph *g = tu_graph(a, "test_fused", 8);
     af_value *x, *w, *b;
     conv_consts(g, cc, &x, &w, &b);
     af_value *ins[3] = {x, w, b};
@@ -470,10 +441,10 @@ static void test_fused_matmul_gemm(void **state) {
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
             af_arena *a = af_arena_new();
-            af_graph *g = new_graph(a);
+            af_graph *g = tu_graph(a, "test_fused", 8);
             int64_t ad[2] = {ta ? 7 : 5, ta ? 5 : 7}, bd[2] = {tb ? 3 : 7, tb ? 7 : 3};
             int64_t nd[1] = {3}, yd[2] = {5, 3};
-            af_value *A = cst(g, 2, ad), *B = cst(g, 2, bd), *bias = cst(g, 1, nd);
+            af_value *A = tu_const(g, 2, ad, -1.0, 1.0), *B = tu_const(g, 2, bd, -1.0, 1.0), *bias = tu_const(g, 1, nd, -1.0, 1.0);
             prog p = {0};
             p.s[p.n++] = bin(AF_EP_ADD, false, 2, yd);
             p.s[p.n++] = un(AF_EP_GELU, (float)tb, 0);
@@ -506,12 +477,12 @@ typedef struct mm_case {
 
 static void mm_case_run(const mm_case *mc, prog *p) {
     af_arena *a = af_arena_new();
-    af_graph *g = new_graph(a);
+    af_graph *g = tu_graph(a, "test_fused", 8);
     int64_t kd[1] = {mc->ad[mc->ar - 1]}, nd[1] = {mc->n};
-    af_value *A = cst(g, mc->ar, mc->ad), *B = cst(g, mc->br, mc->bd);
-    af_value *bias = mc->bias ? cst(g, 1, nd) : NULL;
-    af_value *lns = mc->ln ? cst_range(g, 1, kd, 0.5, 1.5) : NULL;
-    af_value *lnb = mc->ln && mc->ln_bias ? cst(g, 1, kd) : NULL;
+    af_value *A = tu_const(g, mc->ar, mc->ad, -1.0, 1.0), *B = tu_const(g, mc->br, mc->bd, -1.0, 1.0);
+    af_value *bias = mc->bias ? tu_const(g, 1, nd, -1.0, 1.0) : NULL;
+    af_value *lns = mc->ln ? tu_const(g, 1, kd, 0.5, 1.5) : NULL;
+    af_value *lnb = mc->ln && mc->ln_bias ? tu_const(g, 1, kd, -1.0, 1.0) : NULL;
     prog_make_operands(g, p);
     af_value *ins[5] = {A, B, bias, lns, lnb};
     af_node *f = addn(g, "FusedMatMul", 5 + prog_operands(p), ins, 5);
@@ -592,9 +563,9 @@ static void test_fused_elementwise(void **state) {
     (void)state;
     for (int i = 0; i < NUNARY; i++) {
         af_arena *a = af_arena_new();
-        af_graph *g = new_graph(a);
+        af_graph *g = tu_graph(a, "test_fused", 8);
         int64_t xd[3] = {2, 3, 5}, cd[2] = {3, 1}, rd[1] = {5};
-        af_value *x = cst(g, 3, xd);
+        af_value *x = tu_const(g, 3, xd, -1.0, 1.0);
         prog p = {0};
         p.s[p.n++] = bin(AF_EP_ADD, false, 2, cd);
         p.s[p.n++] = all_unary(i);
@@ -614,9 +585,9 @@ static void test_fused_elementwise(void **state) {
 static void test_epilogue_runs_wrap(void **state) {
     (void)state;
     af_arena *a = af_arena_new();
-    af_graph *g = new_graph(a);
+    af_graph *g = tu_graph(a, "test_fused", 8);
     int64_t xd[3] = {2, 3, 5}, cd[2] = {3, 1}, rd[1] = {5}, bd[3] = {2, 1, 5};
-    af_value *x = cst(g, 3, xd);
+    af_value *x = tu_const(g, 3, xd, -1.0, 1.0);
     prog p = {0};
     p.s[p.n++] = bin(AF_EP_ADD, false, 2, cd);
     p.s[p.n++] = bin(AF_EP_MUL, true, 1, rd);
@@ -656,12 +627,12 @@ static void test_conv_pool_fc(void **state) {
     for (int v = 0; v < 3; v++) {
         const conv_case *cc = &conv_cases[v];
         af_arena *a = af_arena_new();
-        af_graph *g = new_graph(a);
+        af_graph *g = tu_graph(a, "test_fused", 8);
         af_value *x, *w, *b;
         conv_consts(g, cc, &x, &w, &b);
         int tb = v != 1, classes = 5;
         int64_t wfd[2] = {tb ? classes : cc->m, tb ? cc->m : classes}, bfd[2] = {1, classes};
-        af_value *wfc = cst(g, 2, wfd), *bfc = v == 2 ? NULL : cst(g, v == 0 ? 1 : 2, v == 0 ? bfd + 1 : bfd);
+        af_value *wfc = tu_const(g, 2, wfd, -1.0, 1.0), *bfc = v == 2 ? NULL : tu_const(g, v == 0 ? 1 : 2, v == 0 ? bfd + 1 : bfd, -1.0, 1.0);
         int64_t pc[AF_MAX_RANK], full[AF_MAX_RANK];
         int pcr = per_channel(cc, pc), fr = conv_out_dims(cc, full);
         prog p = {0};
@@ -695,12 +666,12 @@ static void test_squeeze_excite(void **state) {
     (void)state;
     for (int v = 0; v < 4; v++) {
         af_arena *a = af_arena_new();
-        af_graph *g = new_graph(a);
+        af_graph *g = tu_graph(a, "test_fused", 8);
         int64_t xd[4] = {2, 6, 5, 3}, w1d[4] = {3, 6, 1, 1}, w2d[4] = {6, 3, 1, 1};
         int64_t b1d[1] = {3}, b2d[1] = {6};
         int xr = v == 3 ? 3 : 4; /* a 1-D spatial case */
-        af_value *x = cst(g, xr, xd), *w1 = cst(g, xr, w1d), *w2 = cst(g, xr, w2d);
-        af_value *b1 = v == 2 ? NULL : cst(g, 1, b1d), *b2 = cst(g, 1, b2d);
+        af_value *x = tu_const(g, xr, xd, -1.0, 1.0), *w1 = tu_const(g, xr, w1d, -1.0, 1.0), *w2 = tu_const(g, xr, w2d, -1.0, 1.0);
+        af_value *b1 = v == 2 ? NULL : tu_const(g, 1, b1d, -1.0, 1.0), *b2 = tu_const(g, 1, b2d, -1.0, 1.0);
         step act = all_unary(v * 3), gate = v % 2 ? un(AF_EP_HARD_SIGMOID, 1.0f / 6.0f, 0.5f)
                                                   : un(AF_EP_SIGMOID, 0, 0);
         af_value *ins[5] = {x, w1, b1, w2, b2};
@@ -731,7 +702,7 @@ static void test_squeeze_excite(void **state) {
 static void test_shapes_unknown(void **state) {
     (void)state;
     af_arena *a = af_arena_new();
-    af_graph *g = new_graph(a);
+    af_graph *g = tu_graph(a, "test_fused", 8);
     af_error err;
     af_tensor x = {AF_DTYPE_FLOAT, 4, {-1, 3, -1, 8}, NULL, 0, 0};
     af_tensor w = {AF_DTYPE_FLOAT, 4, {4, 3, 3, 3}, NULL, 0, 0};
@@ -796,9 +767,9 @@ static void test_shapes_unknown(void **state) {
 static void bad_conv(int nints, const int64_t *ints, int nparams, const float *params,
                      af_dtype opdt, int oprank, const int64_t *opdims) {
     af_arena *a = af_arena_new();
-    af_graph *g = new_graph(a);
+    af_graph *g = tu_graph(a, "test_fused", 8);
     int64_t xd[4] = {1, 2, 5, 5}, wd[4] = {3, 2, 3, 3};
-    af_value *ins[4] = {cst(g, 4, xd), cst(g, 4, wd), NULL, NULL};
+    af_value *ins[4] = {tu_const(g, 4, xd, -1.0, 1.0), tu_const(g, 4, wd, -1.0, 1.0), NULL, NULL};
     if (oprank >= 0) {
         ins[3] = af_value_new_const(g, "opnd", opdt, oprank, opdims);
         assert_non_null(ins[3]);
@@ -854,9 +825,9 @@ static void test_bad_inputs(void **state) {
     /* FusedMatMul: inner dims disagree; bias of the wrong length; LN scale of the wrong length. */
     for (int v = 0; v < 3; v++) {
         af_arena *a = af_arena_new();
-        af_graph *g = new_graph(a);
+        af_graph *g = tu_graph(a, "test_fused", 8);
         int64_t ad[2] = {3, 4}, bd[2] = {v == 0 ? 5 : 4, 2}, nd[1] = {v == 1 ? 3 : 2}, kd[1] = {5};
-        af_value *ins[4] = {cst(g, 2, ad), cst(g, 2, bd), cst(g, 1, nd), v == 2 ? cst(g, 1, kd) : NULL};
+        af_value *ins[4] = {tu_const(g, 2, ad, -1.0, 1.0), tu_const(g, 2, bd, -1.0, 1.0), tu_const(g, 1, nd, -1.0, 1.0), v == 2 ? tu_const(g, 1, kd, -1.0, 1.0) : NULL};
         af_node *f = add(g, "FusedMatMul", 4, ins);
         mark_output(g, f->out[0]);
         run_fails(g);
@@ -865,9 +836,9 @@ static void test_bad_inputs(void **state) {
     /* SqueezeExcite: gate not a sigmoid; W2 channels differ from X. */
     for (int v = 0; v < 2; v++) {
         af_arena *a = af_arena_new();
-        af_graph *g = new_graph(a);
+        af_graph *g = tu_graph(a, "test_fused", 8);
         int64_t xd[4] = {1, 4, 2, 2}, w1d[4] = {2, 4, 1, 1}, w2d[4] = {v ? 3 : 4, 2, 1, 1};
-        af_value *ins[5] = {cst(g, 4, xd), cst(g, 4, w1d), NULL, cst(g, 4, w2d), NULL};
+        af_value *ins[5] = {tu_const(g, 4, xd, -1.0, 1.0), tu_const(g, 4, w1d, -1.0, 1.0), NULL, tu_const(g, 4, w2d, -1.0, 1.0), NULL};
         af_node *f = add(g, "SqueezeExcite", 5, ins);
         int64_t act = AF_EP_RELU, gate = v ? AF_EP_SIGMOID : AF_EP_RELU;
         set_ints(f, "act", 1, &act);
@@ -878,16 +849,16 @@ static void test_bad_inputs(void **state) {
     }
     /* ConvPoolFc: FC features differ from conv channels. */
     af_arena *a = af_arena_new();
-    af_graph *g = new_graph(a);
+    af_graph *g = tu_graph(a, "test_fused", 8);
     int64_t xd[4] = {1, 2, 4, 4}, wd[4] = {3, 2, 3, 3}, fd[2] = {4, 6};
-    af_value *ins[5] = {cst(g, 4, xd), cst(g, 4, wd), NULL, cst(g, 2, fd), NULL};
+    af_value *ins[5] = {tu_const(g, 4, xd, -1.0, 1.0), tu_const(g, 4, wd, -1.0, 1.0), NULL, tu_const(g, 2, fd, -1.0, 1.0), NULL};
     af_node *f = add(g, "ConvPoolFc", 5, ins);
     mark_output(g, f->out[0]);
     run_fails(g);
     af_arena_free(a);
     /* int64 constant unused: FusedConv on int64 X is unsupported. */
     a = af_arena_new();
-    g = new_graph(a);
+    g = tu_graph(a, "test_fused", 8);
     int64_t one[1] = {1};
     af_value *xi = ints_const(g, 1, one);
     af_value *cins[2] = {xi, xi};
@@ -898,6 +869,7 @@ static void test_bad_inputs(void **state) {
 }
 
 int main(void) {
+    tu_rng = 0x5eed;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fused_conv_geometries),
         cmocka_unit_test(test_fused_conv_every_op),

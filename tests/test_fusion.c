@@ -63,12 +63,6 @@ static int count_fused(const af_graph *g) {
            count_op(g, AF_OP_SQUEEZE_EXCITE);
 }
 
-static uint64_t rng_state = 99;
-static double rnd(void) {
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (double)(rng_state >> 11) / (double)(1ULL << 53) * 2.0 - 1.0;
-}
-
 /* Random inputs for every graph input; the caller frees them with free_tensors. */
 static af_tensor **make_inputs(const af_graph *g) {
     af_tensor **in = calloc((size_t)g->ninputs + 1, sizeof *in);
@@ -78,8 +72,8 @@ static af_tensor **make_inputs(const af_graph *g) {
         in[i] = af_tensor_new(t->dtype, t->rank, t->dims);
         assert_non_null(in[i]);
         for (int64_t k = 0; k < af_tensor_numel(in[i]); k++) {
-            if (t->dtype == AF_DTYPE_FLOAT) ((float *)in[i]->data)[k] = (float)rnd();
-            else if (t->dtype == AF_DTYPE_DOUBLE) ((double *)in[i]->data)[k] = rnd();
+            if (t->dtype == AF_DTYPE_FLOAT) ((float *)in[i]->data)[k] = (float)tu_rnd();
+            else if (t->dtype == AF_DTYPE_DOUBLE) ((double *)in[i]->data)[k] = tu_rnd();
             else if (t->dtype == AF_DTYPE_BOOL) ((uint8_t *)in[i]->data)[k] = 1;
         }
     }
@@ -629,6 +623,7 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 }
 
 int main(void) {
+    tu_rng = 99;
     snprintf(tmpdir, sizeof tmpdir, "/tmp/af_test_fusion_XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
     char mf[512];

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "kernels/simd/cpu.h"
 #include "kernels/fast/gemm.h"
 #include "kernels/ref/epilogue.h"
@@ -23,16 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rng_state = 0x5eed;
-static float rnd(void) {
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((double)(rng_state >> 11) / (double)(1ULL << 53) * 2.0 - 1.0);
-}
-
 static float *rnd_buf(size_t n) {
     float *p = malloc((n ? n : 1) * sizeof(float));
     assert_non_null(p);
-    for (size_t i = 0; i < n; i++) p[i] = rnd();
+    for (size_t i = 0; i < n; i++) p[i] = (float)tu_rnd();
     return p;
 }
 
@@ -393,7 +389,7 @@ static void test_conversions(void **state) {
     enum { N = 1000 };
     float x[N], h[N];
     uint16_t b[N];
-    for (int i = 0; i < N; i++) x[i] = rnd() * ldexpf(1.0f, i % 40) * (i % 3 ? 1.0f : 1e-6f);
+    for (int i = 0; i < N; i++) x[i] = (float)tu_rnd() * ldexpf(1.0f, i % 40) * (i % 3 ? 1.0f : 1e-6f);
     static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65504.0f, 65520.0f,
                                     1e-40f, 1.00390625f, 1.01171875f, 7e4f, -1e9f};
     memcpy(x, special, sizeof special);
@@ -428,6 +424,7 @@ static void test_packing(void **state) {
 }
 
 int main(void) {
+    tu_rng = 0x5eed;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_packing),
         cmocka_unit_test(test_vep_kinds),

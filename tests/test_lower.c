@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "fusion/fusion.h"
 #include "driver/compile.h"
 #include "kernels/simd/cpu.h"
@@ -27,37 +29,10 @@
 #include <string.h>
 #include <sys/resource.h>
 
-static uint64_t rng_state;
-static double rnd(void) {
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (double)(rng_state >> 11) / (double)(1ULL << 53) * 2.0 - 1.0;
-}
-
 /* ---- building ------------------------------------------------------------------------------------ */
 
-static af_graph *new_graph(af_arena *a) {
-    af_graph *g = af_graph_new(a, "test_lower", NULL);
-    assert_non_null(g);
-    g->opsets = af_arena_calloc(a, 1, sizeof(af_opset));
-    g->opsets[0].domain = "";
-    g->opsets[0].version = 17;
-    g->nopsets = 1;
-    g->outputs = af_arena_calloc(a, 4, sizeof(af_value *));
-    g->inputs = af_arena_calloc(a, 1, sizeof(af_value *));
-    return g;
-}
-
-static af_value *cst(af_graph *g, int rank, const int64_t *dims, double lo, double hi) {
-    af_value *v = af_value_new_const(g, af_graph_unique_name(g, "c"), AF_DTYPE_FLOAT, rank, dims);
-    assert_non_null(v);
-    float *p = v->type.data;
-    for (int64_t i = 0; i < af_tensor_numel(&v->type); i++)
-        p[i] = (float)(lo + (rnd() + 1.0) * 0.5 * (hi - lo));
-    return v;
-}
-
 static af_value *vec(af_graph *g, int64_t n, double lo, double hi) {
-    return cst(g, 1, &n, lo, hi);
+    return tu_const(g, 1, &n, lo, hi);
 }
 
 static af_node *node(af_graph *g, const char *op, int nin, af_value *const *ins) {
@@ -121,7 +96,7 @@ typedef struct conv {
 static af_value *conv2d(af_graph *g, af_value *x, const conv *c) {
     int64_t cin = x->type.dims[1], wd[4] = {c->m, cin / c->group, c->k[0], c->k[1]};
     double r = 1.0 / sqrt((double)(wd[1] * wd[2] * wd[3]));
-    af_value *ins[3] = {x, cst(g, 4, wd, -r, r), c->bias ? vec(g, c->m, -0.5, 0.5) : NULL};
+    af_value *ins[3] = {x, tu_const(g, 4, wd, -r, r), c->bias ? vec(g, c->m, -0.5, 0.5) : NULL};
     af_node *n = node(g, "Conv", 3, ins);
     set_int(n, "group", c->group);
     set_ints(n, "kernel_shape", 2, c->k);
@@ -171,8 +146,8 @@ static void mark_output(af_graph *g, af_value *v) {
 }
 
 static af_graph *build(af_arena *a, const lcase *c, uint64_t seed) {
-    rng_state = seed;
-    af_graph *g = new_graph(a);
+    tu_rng = seed;
+    af_graph *g = tu_graph(a, "test_lower", 8);
     af_value *x = af_value_new(g, "x");
     x->is_input = true;
     x->type.dtype = AF_DTYPE_FLOAT;
@@ -190,8 +165,8 @@ static af_graph *build(af_arena *a, const lcase *c, uint64_t seed) {
 static af_tensor *input_of(const lcase *c) {
     af_tensor *t = af_tensor_new(AF_DTYPE_FLOAT, 4, c->x);
     assert_non_null(t);
-    rng_state = 99;
-    for (int64_t i = 0; i < af_tensor_numel(t); i++) ((float *)t->data)[i] = (float)rnd();
+    tu_rng = 99;
+    for (int64_t i = 0; i < af_tensor_numel(t); i++) ((float *)t->data)[i] = (float)tu_rnd();
     return t;
 }
 
@@ -385,7 +360,7 @@ static void b_head(af_graph *g, af_value *x, const void *arg) {
     const conv *c1 = arg ? arg : &pointwise;
     af_value *y = op1(g, "Flatten", op1(g, "GlobalAveragePool", op1(g, "Relu", conv2d(g, x, c1))));
     int64_t wd[2] = {37, 40};
-    af_value *ins[3] = {y, cst(g, 2, wd, -0.3, 0.3), vec(g, 37, -1, 1)};
+    af_value *ins[3] = {y, tu_const(g, 2, wd, -0.3, 0.3), vec(g, 37, -1, 1)};
     af_node *gm = node(g, "Gemm", 3, ins);
     set_int(gm, "transB", 1);
     mark_output(g, gm->out[0]);
@@ -578,14 +553,14 @@ static void b_matmul(af_graph *g, af_value *x, const void *arg) {
     int64_t k = x->type.dims[3];
     if (!m->gemm) {
         int64_t wd[2] = {k, m->n};
-        af_value *y = op2(g, "MatMul", x, cst(g, 2, wd, -0.2, 0.2));
+        af_value *y = op2(g, "MatMul", x, tu_const(g, 2, wd, -0.2, 0.2));
         mark_output(g, op1(g, "Relu", op2(g, "Add", y, vec(g, m->n, -1, 1))));
         return;
     }
     af_value *f = op1(g, "Flatten", x);
     int64_t kk = x->type.dims[1] * x->type.dims[2] * k, wd[2] = {m->trans_b ? m->n : kk, m->trans_b ? kk : m->n};
     int64_t cd[2] = {x->type.dims[0], m->n};
-    af_value *ins[3] = {f, cst(g, 2, wd, -0.1, 0.1), m->bias2d ? cst(g, 2, cd, -1, 1) : vec(g, m->n, -1, 1)};
+    af_value *ins[3] = {f, tu_const(g, 2, wd, -0.1, 0.1), m->bias2d ? tu_const(g, 2, cd, -1, 1) : vec(g, m->n, -1, 1)};
     af_node *gm = node(g, "Gemm", 3, ins);
     if (m->trans_b) set_int(gm, "transB", 1);
     mark_output(g, op1(g, "Sigmoid", gm->out[0]));
@@ -671,6 +646,7 @@ static void test_precision(void **state) {
 }
 
 int main(void) {
+    tu_rng = 0;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_steady_state),
         cmocka_unit_test(test_conv_geometries),

@@ -15,18 +15,6 @@
 #define TENS_MAXV 72
 #include "test_util.h"
 
-typedef struct tcase {
-    const char *name;
-    const char *op;
-    /* "name=value ...": 1 is an int, 1.5 a float, [1,2] ints, [0.5,1] floats, else a string */
-    const char *attrs;
-    int opset;
-    int nin;
-    tens in[5];
-    af_status expect;
-    tens out;
-} tcase;
-
 /* 25/46 and 21/46: ONNX's Hamming coefficients. */
 #define HA0 0.54347826086956519
 #define HA4 0.086956521739130432

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include "runtime/exec.h"
 #include "kernels/fast/dispatch.h"
 #include "kernels/ref/ref.h"
@@ -74,19 +76,12 @@ static void set_ints(af_node *n, const char *name, int count, const int64_t *v) 
     memcpy(at->ints, v, (size_t)count * sizeof(int64_t));
 }
 
-/* A float tensor of the given dims filled from a fixed-seed generator with values in [-1, 1]. */
-static uint64_t rng_state = 12345;
-static double rnd(void) {
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (double)(rng_state >> 11) / (double)(1ULL << 53) * 2.0 - 1.0;
-}
-
 static af_tensor *rand_tensor(int rank, const int64_t *dims) {
     af_tensor *t = af_tensor_new(AF_DTYPE_FLOAT, rank, dims);
     assert_non_null(t);
     float *p = t->data;
     for (int64_t i = 0; i < af_tensor_numel(t); i++)
-        p[i] = (float)rnd();
+        p[i] = (float)tu_rnd();
     return t;
 }
 
@@ -655,6 +650,7 @@ static void test_bad_inputs(void **state) {
 }
 
 int main(void) {
+    tu_rng = 12345;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_naive),
         cmocka_unit_test(test_conv_transpose),

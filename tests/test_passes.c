@@ -130,12 +130,6 @@ static void finish_graph(af_graph *g) {
 
 /* ---- running and comparing ----------------------------------------------------------------- */
 
-static uint64_t rng_state = 42;
-
-static double rnd(void) {
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (double)(rng_state >> 11) / (double)(1ULL << 53);
-}
 
 /* Inputs for g: floats in [-3, 3), integers 0/1, bools. Caller releases. */
 static af_tensor *make_inputs(const af_graph *g) {
@@ -147,7 +141,7 @@ static af_tensor *make_inputs(const af_graph *g) {
         for (int k = 0; k < ty->rank; k++) in[i].dims[k] = ty->dims[k] < 0 ? 1 : ty->dims[k];
         if (g->inputs[i]->is_const || af_tensor_alloc(&in[i], NULL)) continue;
         for (int64_t k = 0; k < af_tensor_numel(&in[i]); k++) {
-            double v = rnd();
+            double v = (tu_rnd() + 1.0) * 0.5;
             switch (ty->dtype) {
             case AF_DTYPE_FLOAT: ((float *)in[i].data)[k] = (float)(6 * v - 3); break;
             case AF_DTYPE_DOUBLE: ((double *)in[i].data)[k] = 6 * v - 3; break;
@@ -417,7 +411,7 @@ static void test_subgraph_folded(void **state) {
         af_node_add_attr(n, "else_branch", AF_ATTR_GRAPH)->g = else_g;
         output_in(t.g, n->out[0]);
         finish_graph(t.g);
-        rng_state = 7 + (uint64_t)branch;
+        tu_rng = 7 + (uint64_t)branch;
         check_pass(t.g, af_pass_simplify);
         assert_int_equal(then_g->nnodes, 0);
         assert_int_equal(then_g->ncaptures, 0); /* c1 is no longer read */
@@ -938,6 +932,7 @@ static int drive_suite(const char *root, const char *filter) {
 }
 
 int main(int argc, char **argv) {
+    tu_rng = 42;
     const char *filter = NULL;
     bool count_only = false;
     for (int i = 1; i < argc; i++) {

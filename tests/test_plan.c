@@ -238,18 +238,6 @@ static bool compare_runs(const af_graph *g, const af_plan *p, const af_tensor *c
 
 /* ---- hand-built chains ---------------------------------------------------------------------------- */
 
-static af_graph *new_graph(af_arena *a) {
-    af_graph *g = af_graph_new(a, "chain", NULL);
-    g->name = "chain";
-    g->opsets = af_arena_calloc(a, 2, sizeof(af_opset));
-    g->opsets[0] = (af_opset){"", 17};
-    g->opsets[1] = (af_opset){AF_DOMAIN, 1};
-    g->nopsets = 2;
-    g->inputs = af_arena_calloc(a, 8, sizeof(af_value *));
-    g->outputs = af_arena_calloc(a, 8, sizeof(af_value *));
-    return g;
-}
-
 static af_value *input(af_graph *g, const char *name, int rank, const int64_t *dims) {
     af_value *v = af_value_new(g, name);
     v->type.dtype = AF_DTYPE_FLOAT;
@@ -322,7 +310,7 @@ static void random_inputs(const af_graph *g, af_tensor *in, const af_tensor **bo
 static void test_chain_inplace(void **state) {
     (void)state;
     af_arena *ar = af_arena_new();
-    af_graph *g = new_graph(ar);
+    af_graph *g = tu_graph(ar, "chain", 8);
     int64_t xd[] = {2, 3, 4}, cd[] = {4}, sd[] = {2};
     float c[4] = {0.5f, -1, 2, 0.25f};
     int64_t shape[2] = {4, 6}, shape3[3] = {2, 3, 4}, s3d[] = {3};
@@ -371,7 +359,7 @@ static void test_chain_inplace(void **state) {
 static void test_capture_keeps_alive(void **state) {
     (void)state;
     af_arena *ar = af_arena_new();
-    af_graph *g = new_graph(ar);
+    af_graph *g = tu_graph(ar, "chain", 8);
     int64_t xd[] = {8}, one[] = {1};
     uint8_t yes = 1;
     af_value *x = input(g, "x", 1, xd);

@@ -19,18 +19,6 @@
 #define TENS_MAXV 64
 #include "test_util.h"
 
-typedef struct tcase {
-    const char *name;
-    const char *op;
-    /* "name=value ...": "1,2,3" is an int list, "0.5" a float, "3" an int, else a string */
-    const char *attrs;
-    int opset;
-    int nin;
-    tens in[5];
-    af_status expect;
-    tens out;
-} tcase;
-
 #define EMPTY(t) {t, 1, {0}, {0}}
 #define BIG 1e18 /* "to the end" without INT64_MAX, which a double cannot hold */
 

@@ -31,6 +31,19 @@ typedef struct tens {
     double v[TENS_MAXV];
 } tens;
 
+/* One row of a table-driven kernel test: an op (ONNX op_type) with its attributes ("name=value
+ * ...", read by tu_attrs) and opset, its inputs, and the status and outputs it must give. */
+typedef struct tcase {
+    const char *name;
+    const char *op;
+    const char *attrs;
+    int opset;
+    int nin;
+    tens in[5];
+    af_status expect;
+    tens out, out2; /* out2: a second output, for ops that have one */
+} tcase;
+
 #define F32 AF_DTYPE_FLOAT
 #define F64 AF_DTYPE_DOUBLE
 #define I32 AF_DTYPE_INT32
@@ -177,6 +190,46 @@ static inline void tens_expect_close(const char *name, const af_tensor *got, con
         if (fabs(g - w) > 1e-5 * fmax(1.0, fabs(w)))
             fail_msg("%s: element %lld is %.17g, expected %.17g", name, (long long)i, g, w);
     }
+}
+
+/* ---- random numbers, graphs, constants ----------------------------------------------------------
+ * One 64-bit LCG for every test, the same sequence on every machine; a test file seeds tu_rng
+ * (in main, or before a case that must not depend on the others) where its expectations were
+ * made with a given seed. */
+static uint64_t tu_rng = 1;
+
+/* Uniform in [-1, 1). */
+static inline double tu_rnd(void) {
+    tu_rng = tu_rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(tu_rng >> 11) / (double)(1ULL << 53) * 2.0 - 1.0;
+}
+
+/* A main graph to build node by node: opset 17 of ai.onnx and 1 of ai.autofusion, room for
+ * max_io inputs and as many outputs. */
+static inline af_graph *tu_graph(af_arena *a, const char *file, int max_io) {
+    af_graph *g = af_graph_new(a, file, NULL);
+    assert_non_null(g);
+    g->name = file;
+    g->opsets = af_arena_calloc(a, 2, sizeof(af_opset));
+    assert_non_null(g->opsets);
+    g->opsets[0] = (af_opset){"", 17};
+    g->opsets[1] = (af_opset){AF_DOMAIN, 1};
+    g->nopsets = 2;
+    g->inputs = af_arena_calloc(a, (size_t)max_io, sizeof(af_value *));
+    g->outputs = af_arena_calloc(a, (size_t)max_io, sizeof(af_value *));
+    assert_true(g->inputs && g->outputs);
+    return g;
+}
+
+/* A float32 constant of g with values uniform in [lo, hi). */
+static inline af_value *tu_const(af_graph *g, int rank, const int64_t *dims, double lo,
+                                 double hi) {
+    af_value *v = af_value_new_const(g, af_graph_unique_name(g, "c"), AF_DTYPE_FLOAT, rank, dims);
+    assert_non_null(v);
+    float *p = v->type.data;
+    for (int64_t i = 0; i < af_tensor_numel(&v->type); i++)
+        p[i] = (float)(lo + (tu_rnd() + 1.0) * 0.5 * (hi - lo));
+    return v;
 }
 
 /* A model as the compile driver sees it before optimising: imported, then its shapes inferred
