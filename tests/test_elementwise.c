@@ -303,32 +303,32 @@ static void test_shapes_unknown(void **state) {
 
     af_node *add = make_node(a, "Add", "", 14, 2, 1);
     const af_tensor *in1[2] = {&x, &row};
-    assert_int_equal(ew_shape_binary(add, in1, out, &err), AF_OK);
+    assert_int_equal(shape_binary(add, in1, out, &err), AF_OK);
     assert_int_equal(out[0].rank, 2);
     assert_int_equal(out[0].dims[0], -1);
     assert_int_equal(out[0].dims[1], 3);
 
     const af_tensor *in2[2] = {&x, &col};
-    assert_int_equal(ew_shape_binary(add, in2, out, &err), AF_OK);
+    assert_int_equal(shape_binary(add, in2, out, &err), AF_OK);
     assert_int_equal(out[0].dims[0], 4);
     assert_int_equal(out[0].dims[1], 3);
 
     const af_tensor *in3[2] = {&row, &unk};
-    assert_int_equal(ew_shape_binary(add, in3, out, &err), AF_OK);
+    assert_int_equal(shape_binary(add, in3, out, &err), AF_OK);
     assert_int_equal(out[0].rank, -1);
 
     af_node *less = make_node(a, "Less", "", 13, 2, 1);
-    assert_int_equal(ew_shape_binary(less, in1, out, &err), AF_OK);
+    assert_int_equal(shape_binary(less, in1, out, &err), AF_OK);
     assert_int_equal(out[0].dtype, AF_DTYPE_BOOL);
 
     af_node *cast = make_node(a, "Cast", "to=7", 13, 1, 1);
     const af_tensor *in4[1] = {&x};
-    assert_int_equal(ew_shape_cast(cast, in4, out, &err), AF_OK);
+    assert_int_equal(shape_cast(cast, in4, out, &err), AF_OK);
     assert_int_equal(out[0].dtype, AF_DTYPE_INT64);
     assert_int_equal(out[0].dims[0], -1);
 
     af_node *drop = make_node(a, "Dropout", "", 13, 1, 2);
-    assert_int_equal(ew_shape_dropout(drop, in4, out, &err), AF_OK);
+    assert_int_equal(shape_dropout(drop, in4, out, &err), AF_OK);
     assert_int_equal(out[1].dtype, AF_DTYPE_BOOL);
     assert_int_equal(out[1].dims[1], 3);
 
@@ -336,7 +336,7 @@ static void test_shapes_unknown(void **state) {
     af_tensor lo = {.dtype = AF_DTYPE_FLOAT, .rank = 0};
     af_node *clip = make_node(a, "Clip", "", 13, 2, 1);
     const af_tensor *in5[2] = {&x, &lo};
-    assert_int_equal(ew_shape_clip(clip, in5, out, &err), AF_OK);
+    assert_int_equal(shape_clip(clip, in5, out, &err), AF_OK);
     assert_int_equal(out[0].dims[1], 3);
     af_arena_free(a);
 }
@@ -353,9 +353,9 @@ static void test_legacy_broadcast(void **state) {
 
     af_node *add = make_node(a, "Add", "broadcast=1 axis=1", 6, 2, 1);
     memset(out, 0, sizeof out);
-    assert_int_equal(ew_shape_binary(add, in, out, &err), AF_OK);
+    assert_int_equal(shape_binary(add, in, out, &err), AF_OK);
     assert_int_equal(af_tensor_alloc(&out[0], &err), AF_OK);
-    assert_int_equal(ew_binary(add, in, out, NULL, &err), AF_OK);
+    assert_int_equal(ref_binary(add, in, out, NULL, &err), AF_OK);
     tens want = T3(F32, 2, 3, 1, 11, 22, 33, 14, 25, 36);
     expect_tensor("legacy add", &out[0], &want);
     af_tensor_release(&out[0]);
@@ -365,9 +365,9 @@ static void test_legacy_broadcast(void **state) {
     af_tensor *neg = tens_make(&ns);
     const af_tensor *pin[2] = {neg, b};
     memset(out, 0, sizeof out);
-    assert_int_equal(ew_shape_binary(prelu, pin, out, &err), AF_OK);
+    assert_int_equal(shape_binary(prelu, pin, out, &err), AF_OK);
     assert_int_equal(af_tensor_alloc(&out[0], &err), AF_OK);
-    assert_int_equal(ew_binary(prelu, pin, out, NULL, &err), AF_OK);
+    assert_int_equal(ref_binary(prelu, pin, out, NULL, &err), AF_OK);
     tens pwant = T3(F32, 1, 3, 1, -10, -20, -30);
     expect_tensor("legacy prelu", &out[0], &pwant);
     af_tensor_release(&out[0]);
@@ -393,11 +393,11 @@ static void test_kernel_rejects_bad_buffers(void **state) {
     int64_t dims[1] = {4};
     af_tensor_set_type(&out[0], AF_DTYPE_FLOAT, 1, dims);
     assert_int_equal(af_tensor_alloc(&out[0], &err), AF_OK);
-    assert_int_equal(ew_binary(add, in, out, NULL, &err), AF_ERR_RUNTIME);
+    assert_int_equal(ref_binary(add, in, out, NULL, &err), AF_ERR_RUNTIME);
 
     x->nbytes = 8; /* claims 4 floats, holds 2 */
     in[1] = x;
-    assert_int_equal(ew_binary(add, in, out, NULL, &err), AF_ERR_INTERNAL);
+    assert_int_equal(ref_binary(add, in, out, NULL, &err), AF_ERR_INTERNAL);
     x->nbytes = 16;
     af_tensor_release(&out[0]);
     af_tensor_free(x);

@@ -1,4 +1,4 @@
-/* The GEMM core (kernels/gemm.h) and the vector epilogue against plain double loops, on every ISA
+/* The GEMM core (kernels/fast/gemm.h) and the vector epilogue against plain double loops, on every ISA
  * this CPU has (generic, AVX2, AVX-512): every micro-kernel size (M tails 1..MR), N tails inside
  * a vector and inside a panel, 16-wide last panels, K = 0 and odd K, tap offsets (the implicit
  * GEMM of a convolution), outer/inner row strides, one and two threads (same bits), and every
@@ -49,7 +49,7 @@ static double a_at(const prob *p, const float *a, int64_t m, int64_t k) {
 }
 
 /* C = A x B in double, then the reference epilogue (ep may be NULL). */
-static void ref_gemm(const prob *p, const float *a, const float *b, const af_epilogue *ep,
+static void naive_gemm(const prob *p, const float *a, const float *b, const af_epilogue *ep,
                      float *c) {
     int64_t m = p->mo * p->mi, k = prob_k(p);
     for (int64_t r = 0; r < m; r++)
@@ -129,7 +129,7 @@ static void check_prob_t(const prob *p, const af_epilogue *ep, int threads, cons
     run_ctx ctx = {&g};
     af_runtime_call(rt, call_gemm, &ctx);
     af_runtime_free(rt);
-    ref_gemm(p, a, b, ep, want);
+    naive_gemm(p, a, b, ep, want);
     static const char *const types[] = {"f32", "f16", "bf16"};
     char buf[256];
     snprintf(buf, sizeof buf, "%s [%s, %s, M %lld (%lldx%lld), N %lld, K %lld, %d threads]", what,

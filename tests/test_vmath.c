@@ -1,4 +1,4 @@
-/* kernels/vmath.h against double-precision libm, for one vector width per build: VW comes from
+/* kernels/simd/vmath.h against double-precision libm, for one vector width per build: VW comes from
  * -DVW= (16 with the AVX-512 flags, 8 with -mavx2 -mfma, 4 with none; default 4), e.g.
  *   gcc -O3 -std=c11 -D_GNU_SOURCE -ffp-contract=fast -Wall -Wextra -Werror -DVW=16 \
  *       -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -Isrc tests/test_vmath.c -lcmocka -lm

@@ -11,7 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-void fu_epi_init(fu_epi *e) {
+void fuse_epi_init(fuse_epi *e) {
     memset(e, 0, sizeof *e);
 }
 
@@ -37,7 +37,7 @@ static bool clip_bounds(const af_node *n, float *lo, float *hi) {
     return n->nin <= 3;
 }
 
-bool fu_act_op(const af_node *n, int64_t *op, float *p0, float *p1) {
+bool fuse_act_op(const af_node *n, int64_t *op, float *p0, float *p1) {
     *p0 = *p1 = 0.0f;
     if (n->nin < 1 || !n->in[0] || n->nout < 1 || !n->out[0]) return false;
     if (n->op == AF_OP_CLIP) {
@@ -57,7 +57,7 @@ static int64_t binary_op(af_op op) {
 
 /* A plugin's op as a custom step: ELEMWISE with map reading y, or BROADCAST with map2 reading y
  * and an operand that broadcasts to the output. */
-static const char *custom_step(fu_epi *e, const af_node *n, const af_value *y, const af_tensor *out) {
+static const char *custom_step(fuse_epi *e, const af_node *n, const af_value *y, const af_tensor *out) {
     const af_custom_op *c = af_plugin_op(n->domain, n->op_type);
     if (!c || c->op_class == AF_CUSTOM_OPAQUE || n->nout != 1 || !n->out[0]) return AF_NO_MATCH;
     int k = e->n;
@@ -70,7 +70,7 @@ static const char *custom_step(fu_epi *e, const af_node *n, const af_value *y, c
     if (!unary && (n->in[slot] != y || t == y)) return AF_NO_MATCH;
     if (!af_value_is_f32(n->out[0]) || (t && !af_value_is_f32(t))) return "dtype is not float32";
     if (t) {
-        const char *why = fu_fits(&t->type, out);
+        const char *why = fuse_fits(&t->type, out);
         if (why) return why;
     }
     if (!af_same_shape(&n->out[0]->type, out)) return "broadcast does not fit the output";
@@ -86,13 +86,13 @@ static const char *custom_step(fu_epi *e, const af_node *n, const af_value *y, c
     return NULL;
 }
 
-const char *fu_epi_append(fu_epi *e, const af_node *n, const af_value *y, const af_tensor *out) {
+const char *fuse_epi_append(fuse_epi *e, const af_node *n, const af_value *y, const af_tensor *out) {
     if (e->n >= AF_EP_MAX_STEPS) return AF_NO_MATCH;
     if (n->op == AF_OP_CUSTOM) return custom_step(e, n, y, out);
     int k = e->n;
     int64_t op;
     float p0, p1;
-    if (fu_act_op(n, &op, &p0, &p1)) {
+    if (fuse_act_op(n, &op, &p0, &p1)) {
         if (n->in[0] != y) return AF_NO_MATCH;
         e->op[k] = op;
         e->flags[k] = 0;
@@ -109,7 +109,7 @@ const char *fu_epi_append(fu_epi *e, const af_node *n, const af_value *y, const 
     af_value *t = n->in[1 - slot];
     if (n->in[slot] != y || t == y) return AF_NO_MATCH;
     if (!af_value_is_f32(t) || !af_value_is_f32(n->out[0])) return "dtype is not float32";
-    const char *why = fu_fits(&t->type, out);
+    const char *why = fuse_fits(&t->type, out);
     if (why) return why;
     if (!af_same_shape(&n->out[0]->type, out)) return "broadcast does not fit the output";
     e->op[k] = op;
@@ -120,8 +120,8 @@ const char *fu_epi_append(fu_epi *e, const af_node *n, const af_value *y, const 
     return NULL;
 }
 
-const char *fu_epi_load(fu_epi *e, const af_node *fused, int first) {
-    fu_epi_init(e);
+const char *fuse_epi_load(fuse_epi *e, const af_node *fused, int first) {
+    fuse_epi_init(e);
     const int64_t *ops = NULL;
     const float *ps = NULL;
     int nops = af_attr_ints(fused, "epilogue", &ops);
@@ -155,13 +155,13 @@ const char *fu_epi_load(fu_epi *e, const af_node *fused, int first) {
     return NULL;
 }
 
-int fu_epi_operands(const fu_epi *e) {
+int fuse_epi_operands(const fuse_epi *e) {
     int c = 0;
     for (int s = 0; s < e->n; s++) c += e->operand[s] != NULL;
     return c;
 }
 
-af_status fu_epi_emit(af_node *dst, const fu_epi *e, int first, af_error *err) {
+af_status fuse_epi_emit(af_node *dst, const fuse_epi *e, int first, af_error *err) {
     if (e->n == 0) return AF_OK;
     int64_t ops[3 * AF_EP_MAX_STEPS];
     float ps[2 * AF_EP_MAX_STEPS];

@@ -4,13 +4,13 @@
  * epilogue step (an Add of C, which broadcasts to [M, N]); beta other than 1 is folded into a new
  * constant.
  *
- * Invariant: fu_core_init only reads the graph; everything fu_core_build will need to create
- * (a scaled C) was checked possible by fu_core_init. */
+ * Invariant: fuse_core_init only reads the graph; everything fuse_core_build will need to create
+ * (a scaled C) was checked possible by fuse_core_init. */
 #include "fusion/rule.h"
 
 #include <string.h>
 
-bool fu_core_op(af_op op) {
+bool fuse_core_op(af_op op) {
     return op == AF_OP_CONV || op == AF_OP_MATMUL || op == AF_OP_GEMM ||
            op == AF_OP_FUSED_CONV || op == AF_OP_FUSED_MATMUL || op == AF_OP_FUSED_ELEMENTWISE;
 }
@@ -20,7 +20,7 @@ static af_value *input(const af_node *n, int i) {
 }
 
 /* Gemm: where C goes and whether beta needs a new constant. */
-static const char *gemm_c(fu_core *c, af_node *gemm) {
+static const char *gemm_c(fuse_core *c, af_node *gemm) {
     af_value *cv = input(gemm, 2), *y = gemm->out[0];
     float beta = af_attr_float(gemm, "beta", 1.0f);
     if (!cv || beta == 0.0f) return NULL;
@@ -33,7 +33,7 @@ static const char *gemm_c(fu_core *c, af_node *gemm) {
         c->in[2] = cv;
         return NULL;
     }
-    const char *why = fu_fits(t, yt);
+    const char *why = fuse_fits(t, yt);
     if (why) return why;
     c->c_step = c->epi.n;
     c->epi.op[c->epi.n] = AF_EP_ADD;
@@ -42,12 +42,12 @@ static const char *gemm_c(fu_core *c, af_node *gemm) {
     return NULL;
 }
 
-const char *fu_core_init(fu_core *c, af_node *src) {
+const char *fuse_core_init(fuse_core *c, af_node *src) {
     memset(c, 0, sizeof *c);
     c->src = src;
     c->c_scale = 1.0f;
     c->c_step = -1;
-    if (!fu_core_op(src->op) || src->nout < 1 || !src->out[0]) return AF_NO_MATCH;
+    if (!fuse_core_op(src->op) || src->nout < 1 || !src->out[0]) return AF_NO_MATCH;
     switch (src->op) {
     case AF_OP_CONV:
         c->op = AF_OP_FUSED_CONV;
@@ -71,24 +71,24 @@ const char *fu_core_init(fu_core *c, af_node *src) {
         c->op = AF_OP_FUSED_CONV;
         c->nfixed = 3;
         for (int i = 0; i < 3; i++) c->in[i] = input(src, i);
-        return c->in[0] && c->in[1] ? fu_epi_load(&c->epi, src, 3) : AF_NO_MATCH;
+        return c->in[0] && c->in[1] ? fuse_epi_load(&c->epi, src, 3) : AF_NO_MATCH;
     case AF_OP_FUSED_MATMUL:
         c->op = AF_OP_FUSED_MATMUL;
         c->nfixed = 5;
         for (int i = 0; i < 5; i++) c->in[i] = input(src, i);
         c->ln = c->in[3] != NULL;
         c->ln_epsilon = af_attr_float(src, "ln_epsilon", 1e-5f);
-        return c->in[0] && c->in[1] ? fu_epi_load(&c->epi, src, 5) : AF_NO_MATCH;
+        return c->in[0] && c->in[1] ? fuse_epi_load(&c->epi, src, 5) : AF_NO_MATCH;
     default: /* AF_OP_FUSED_ELEMENTWISE */
         c->op = AF_OP_FUSED_ELEMENTWISE;
         c->nfixed = 1;
         c->in[0] = input(src, 0);
-        return c->in[0] ? fu_epi_load(&c->epi, src, 1) : AF_NO_MATCH;
+        return c->in[0] ? fuse_epi_load(&c->epi, src, 1) : AF_NO_MATCH;
     }
 }
 
 /* beta * C as a new constant. */
-static af_value *scaled_c(const fu_core *c, af_error *err) {
+static af_value *scaled_c(const fuse_core *c, af_error *err) {
     af_node *gemm = c->src;
     const af_value *cv = gemm->in[2];
     af_value *v = af_value_new_f32(gemm->graph, "gemm_c_scaled", cv->type.rank, cv->type.dims);
@@ -103,7 +103,7 @@ static af_value *scaled_c(const fu_core *c, af_error *err) {
     return v;
 }
 
-af_node *fu_core_build(fu_core *c, const char *name, af_error *err) {
+af_node *fuse_core_build(fuse_core *c, const char *name, af_error *err) {
     af_node *src = c->src;
     if (c->c_scale != 1.0f && src->op == AF_OP_GEMM) {
         af_value *v = scaled_c(c, err);
@@ -112,7 +112,7 @@ af_node *fu_core_build(fu_core *c, const char *name, af_error *err) {
         else c->in[2] = v;
         c->c_scale = 1.0f;
     }
-    af_node *n = af_node_new_ours(src->graph, c->op, name, c->nfixed + fu_epi_operands(&c->epi));
+    af_node *n = af_node_new_ours(src->graph, c->op, name, c->nfixed + fuse_epi_operands(&c->epi));
     if (!n) {
         af_node_fail(err, src, AF_ERR_NOMEM, "out of memory");
         return NULL;
@@ -127,7 +127,7 @@ af_node *fu_core_build(fu_core *c, const char *name, af_error *err) {
         if (tb) ok = ok && af_node_set_int(n, "trans_b", 1);
         if (alpha != 1.0f) ok = ok && af_node_set_float(n, "alpha", alpha);
     } else if (src->op != AF_OP_MATMUL) {
-        ok = fu_copy_attrs(n, src);
+        ok = fuse_copy_attrs(n, src);
     }
     if (ok && c->ln && !af_node_attr(n, "ln_epsilon"))
         ok = af_node_set_float(n, "ln_epsilon", c->ln_epsilon);
@@ -135,6 +135,6 @@ af_node *fu_core_build(fu_core *c, const char *name, af_error *err) {
         af_node_fail(err, src, AF_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    if (fu_epi_emit(n, &c->epi, c->nfixed, err) != AF_OK) return NULL;
+    if (fuse_epi_emit(n, &c->epi, c->nfixed, err) != AF_OK) return NULL;
     return n;
 }

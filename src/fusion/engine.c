@@ -4,7 +4,7 @@
  * rule's apply build the fused node(s) and commits them (validation, rewiring, topological
  * position, provenance, cost accounting).
  *
- * Invariant: between two rewrites the graph is valid (af_graph_verify holds). fu_commit checks a
+ * Invariant: between two rewrites the graph is valid (af_graph_verify holds). fuse_commit checks a
  * fused node with its op's shape function and its place in the node order before it touches
  * the graph, then rewires completely; a rule's check never changes the graph. */
 #include "fusion/rule.h"
@@ -15,17 +15,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef const char *(*fu_check_fn)(af_fusion_ctx *, af_node *, af_match *);
-typedef af_status (*fu_apply_fn)(af_fusion_ctx *, af_match *, af_error *);
+typedef const char *(*fuse_check_fn)(af_fusion_ctx *, af_node *, af_match *);
+typedef af_status (*fuse_apply_fn)(af_fusion_ctx *, af_match *, af_error *);
 
-typedef struct fu_rule {
+typedef struct fuse_rule {
     const char *name, *pattern, *conditions, *precision;
     af_op anchor; /* AF_OP_COUNT: every node */
-    fu_check_fn check;
-    fu_apply_fn apply;
-} fu_rule;
+    fuse_check_fn check;
+    fuse_apply_fn apply;
+} fuse_rule;
 
-static const fu_rule rules[AF_RULE_COUNT] = {
+static const fuse_rule rules[AF_RULE_COUNT] = {
 #define AF_RULE(id, name, pattern, anchor, check, apply, conditions, precision)                  \
     {name, pattern, conditions, precision, anchor, check, apply},
 #include "fusion/rules.def"
@@ -36,10 +36,10 @@ const char af_no_match[] = "no match";
 
 /* FLOPs of a fused node made during this run: the sum over the nodes it replaced, so that a
  * later rule absorbing it (ConvPoolFc over a FusedConv) costs it as what it computes. */
-typedef struct fu_flops {
+typedef struct fuse_flops {
     const af_node *node;
     double flops;
-} fu_flops;
+} fuse_flops;
 
 struct af_fusion_ctx {
     af_fusion_report *rep; /* NULL: no report, no costing */
@@ -49,7 +49,7 @@ struct af_fusion_ctx {
     const char *declined;
     double unfused, fused;
     int commits;
-    fu_flops *fl;
+    fuse_flops *fl;
     int nfl, flcap;
     af_plugin_match pm; /* a plugin rule's match, from its check to plugin_apply */
 };
@@ -90,25 +90,25 @@ const char *af_fusion_rule_precision(int r) {
 
 /* ---- matching and guards ------------------------------------------------------------------- */
 
-bool fu_match_add(af_match *m, af_node *n) {
-    if (fu_match_index(m, n) >= 0) return true;
+bool fuse_match_add(af_match *m, af_node *n) {
+    if (fuse_match_index(m, n) >= 0) return true;
     if (m->n >= AF_MATCH_MAX) return false;
     m->node[m->n++] = n;
     return true;
 }
 
-int fu_match_index(const af_match *m, const af_node *n) {
+int fuse_match_index(const af_match *m, const af_node *n) {
     for (int i = 0; i < m->n; i++)
         if (m->node[i] == n) return i;
     return -1;
 }
 
-void fu_match_keep(af_match *m, const af_node *n) {
-    int i = fu_match_index(m, n);
+void fuse_match_keep(af_match *m, const af_node *n) {
+    int i = fuse_match_index(m, n);
     if (i >= 0) m->keep |= (uint64_t)1 << i;
 }
 
-void fu_match_output(af_match *m, af_value *v) {
+void fuse_match_output(af_match *m, af_value *v) {
     m->out[0] = v;
     m->nout = 1;
 }
@@ -123,7 +123,7 @@ static const char *consumers_reason(int n) {
     return n < 2 ? "output has no consumer" : "output feeds more than 8 consumers";
 }
 
-const char *fu_edge(const af_value *v) {
+const char *fuse_edge(const af_value *v) {
     if (!v) return "intermediate is missing";
     if (v->is_output) return "intermediate is a graph output";
     if (v->nuses != 1) return consumers_reason(v->nuses);
@@ -131,7 +131,7 @@ const char *fu_edge(const af_value *v) {
     return NULL;
 }
 
-const char *fu_fits(const af_tensor *t, const af_tensor *out) {
+const char *fuse_fits(const af_tensor *t, const af_tensor *out) {
     if (t->rank < 0 || out->rank < 0) return "shape is not known";
     for (int i = 0; i < out->rank; i++)
         if (out->dims[i] < 0) return "shape is not known";
@@ -164,12 +164,12 @@ static const char *guard(const af_match *m, const af_graph *g) {
             if (!v || is_pattern_output(m, v)) continue;
             if (v->is_output) return "intermediate is a graph output";
             for (int u = 0; u < v->nuses; u++)
-                if (fu_match_index(m, v->uses[u].node) < 0) return consumers_reason(v->nuses);
+                if (fuse_match_index(m, v->uses[u].node) < 0) return consumers_reason(v->nuses);
         }
     }
     for (int i = 0; i < m->nout; i++) {
         const af_value *v = m->out[i];
-        if (!v || !v->producer || fu_match_index(m, v->producer) < 0) return AF_NO_MATCH;
+        if (!v || !v->producer || fuse_match_index(m, v->producer) < 0) return AF_NO_MATCH;
         if (!af_value_is_f32(v)) return "dtype is not float32";
     }
     const af_node *a = m->node[0];
@@ -187,7 +187,7 @@ static bool is_ours_attr(const char *name) {
            !strcmp(name, "fusion_rule") || !strcmp(name, "fused_nodes");
 }
 
-bool fu_copy_attrs(af_node *dst, const af_node *src) {
+bool fuse_copy_attrs(af_node *dst, const af_node *src) {
     for (int i = 0; i < src->nattrs; i++) {
         const af_attr *s = &src->attrs[i];
         if (is_ours_attr(s->name) || af_node_attr(dst, s->name)) continue;
@@ -245,7 +245,7 @@ static const char *check_inputs(const af_match *m, const af_node *fused, uint64_
         const af_value *v = fused->in[i];
         const af_node *p = v ? v->producer : NULL;
         if (!p || p->graph != g || p == fused) continue;
-        int k = fu_match_index(m, p);
+        int k = fuse_match_index(m, p);
         if ((k >= 0 && (removed >> k & 1)) || p->id > last)
             return "fused op would read a value the pattern removes";
     }
@@ -311,11 +311,11 @@ static bool provenance(const af_match *m, af_node *fused, uint64_t covers, const
     return true;
 }
 
-af_status fu_commit(af_fusion_ctx *cx, af_match *m, af_node *fused, af_value *out,
+af_status fuse_commit(af_fusion_ctx *cx, af_match *m, af_node *fused, af_value *out,
                     uint64_t covers, af_error *err) {
     af_graph *g = fused->graph;
     AF_ASSERT(g->nnodes > 0 && g->nodes[g->nnodes - 1] == fused && !fused->out[0]);
-    covers &= fu_all(m);
+    covers &= fuse_all(m);
     uint64_t removed = covers & ~m->keep;
     int last = -1;
     for (int i = 0; i < m->n; i++)
@@ -352,15 +352,15 @@ af_status fu_commit(af_fusion_ctx *cx, af_match *m, af_node *fused, af_value *ou
     cx->commits++;
     cx->declined = NULL;
     if (cx->mach) {
-        if (!af_arena_grow(g->arena, (void **)&cx->fl, &cx->flcap, cx->nfl + 1, sizeof(fu_flops)))
+        if (!af_arena_grow(g->arena, (void **)&cx->fl, &cx->flcap, cx->nfl + 1, sizeof(fuse_flops)))
             return af_node_fail(err, fused, AF_ERR_NOMEM, "out of memory");
-        cx->fl[cx->nfl++] = (fu_flops){fused, flops};
+        cx->fl[cx->nfl++] = (fuse_flops){fused, flops};
         cx->fused += af_cost_node_time(cx->mach, fused, flops);
     }
     return AF_OK;
 }
 
-bool fu_declined(const af_fusion_ctx *cx) {
+bool fuse_declined(const af_fusion_ctx *cx) {
     return cx->declined != NULL;
 }
 
@@ -369,7 +369,7 @@ static bool alive(const af_node *n) {
     return n->id >= 0 && n->id < g->nnodes && g->nodes[n->id] == n;
 }
 
-void fu_remove_if_dead(af_fusion_ctx *cx, af_node *n) {
+void fuse_remove_if_dead(af_fusion_ctx *cx, af_node *n) {
     if (!alive(n)) return;
     for (int o = 0; o < n->nout; o++)
         if (n->out[o] && (n->out[o]->nuses > 0 || n->out[o]->is_output)) return;
@@ -409,7 +409,7 @@ static const char *plugin_check(af_fusion_ctx *cx, af_node *n, af_match *m) {
         pm->nattrs > (int)AF_COUNT(pm->attrs) || pm->out_node < 0 || pm->out_node >= pm->nnodes)
         return "the plugin's match is malformed";
     for (int i = 0; i < pm->nnodes; i++)
-        if (!node_of(g, pm->nodes[i]) || !fu_match_add(m, (af_node *)pm->nodes[i]))
+        if (!node_of(g, pm->nodes[i]) || !fuse_match_add(m, (af_node *)pm->nodes[i]))
             return "the plugin's match names a node outside the graph";
     for (int k = 0; k < pm->ninputs; k++) {
         int i = pm->inputs[k].node, in = pm->inputs[k].input;
@@ -421,7 +421,7 @@ static const char *plugin_check(af_fusion_ctx *cx, af_node *n, af_match *m) {
     const af_node *o = (const af_node *)pm->nodes[pm->out_node];
     if (pm->out_output < 0 || pm->out_output >= o->nout || !o->out[pm->out_output])
         return "the plugin's match names an output that does not exist";
-    fu_match_output(m, o->out[pm->out_output]);
+    fuse_match_output(m, o->out[pm->out_output]);
     return NULL;
 }
 
@@ -446,14 +446,14 @@ static af_status plugin_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
                                             : af_node_set_int(f, name, pm->attrs[i].i));
     }
     if (!ok) return af_node_fail(err, a, AF_ERR_NOMEM, "out of memory");
-    return fu_commit(cx, m, f, m->out[0], fu_all(m), err);
+    return fuse_commit(cx, m, f, m->out[0], fuse_all(m), err);
 }
 
 /* The row of rule r: a built-in one, or the glue around a plugin's. */
-static fu_rule rule_row(int r) {
+static fuse_rule rule_row(int r) {
     const af_custom_rule *p = plugin_rule(r);
     if (!p) return rules[r];
-    return (fu_rule){p->name, af_fusion_rule_pattern(r), af_fusion_rule_conditions(r), NULL,
+    return (fuse_rule){p->name, af_fusion_rule_pattern(r), af_fusion_rule_conditions(r), NULL,
                      AF_OP_COUNT, plugin_check, plugin_apply};
 }
 
@@ -519,7 +519,7 @@ static void record_applied(af_fusion_ctx *cx, const char *name) {
 
 /* Offer every node of g that existed when the rule started to rule r. */
 static af_status run_rule(af_fusion_ctx *cx, af_graph *g, int r, af_error *err) {
-    const fu_rule row = rule_row(r), *rule = &row;
+    const fuse_rule row = rule_row(r), *rule = &row;
     int count = g->nnodes;
     if (count == 0) return AF_OK;
     af_node **snap = af_malloc((size_t)count * sizeof *snap);

@@ -7,7 +7,7 @@
  * Every fused node carries "fusion_rule" STRING (the rules that built it, comma-separated in the
  * order they applied: a ready --disable_fusion value) and "fused_nodes" STRINGS (the names of the
  * original nodes it replaces). Most carry an epilogue program ("epilogue" INTS, 3 per step
- * {op, operand, flags}; "epilogue_params" FLOATS, 2 per step; see src/kernels/epilogue.h) whose
+ * {op, operand, flags}; "epilogue_params" FLOATS, 2 per step; see ir/epilogue.h) whose
  * operands are inputs of the fused node that broadcast unidirectionally to its output.
  *   FusedConv        [X, W, B?, operands...]; every Conv attribute + epilogue. BatchNorm is
  *                    already folded into W and B.
@@ -19,7 +19,7 @@
  *                    conv output) + fc_trans_b: Gemm(GlobalAveragePool(conv), Wfc) + Bfc.
  *   SqueezeExcite    [X, W1, B1?, W2, B2?]; act/act_params, gate/gate_params (one epilogue op
  *                    and its 2 params each): Y = X * gate(conv2(act(conv1(GAP(X))))).
- *   FusedAttention   [q, k, v, mask?]; see src/kernels/attention.c.
+ *   FusedAttention   [q, k, v, mask?]; see kernels/ref/attention.c.
  * ("?" marks an optional input: the slot exists and holds NULL when omitted.)
  *
  * Ownership: a config is a plain value; a report owns copies of every string it holds and is

@@ -9,8 +9,8 @@
  *       report) or a short static reason ("output feeds 2 consumers"): the pattern is here but a
  *       condition refuses it, which the report lists as a near miss.
  *   af_status apply(af_fusion_ctx *cx, af_match *m, af_error *err)
- *       Builds the fused node(s) with af_node_new_ours and hands each to fu_commit. Fails only when
- *       out of memory; a rewrite the fused op's shape function rejects is declined by fu_commit
+ *       Builds the fused node(s) with af_node_new_ours and hands each to fuse_commit. Fails only when
+ *       out of memory; a rewrite the fused op's shape function rejects is declined by fuse_commit
  *       (a near miss), never half done.
  * Between the two the engine runs the standard guards on m, so rules need not repeat them:
  *   - every covered node is in the anchor's graph;
@@ -18,7 +18,7 @@
  *     (m->out) is an intermediate: not a graph output and read only by covered nodes;
  *   - the pattern outputs and the anchor's first input and output are float32.
  * Rules check the rest (constants, shapes, broadcasts, attributes) with the helpers below;
- * fu_edge and fu_fits give the standard reasons so that the report speaks one language.
+ * fuse_edge and fuse_fits give the standard reasons so that the report speaks one language.
  */
 #ifndef AF_FUSION_RULE_H
 #define AF_FUSION_RULE_H
@@ -36,14 +36,14 @@ extern const char af_no_match[];
 typedef struct af_fusion_ctx af_fusion_ctx;
 
 /* An epilogue program under construction: steps with their operand values. */
-typedef struct fu_epi {
+typedef struct fuse_epi {
     int n;
     int64_t op[AF_EP_MAX_STEPS];
     int64_t flags[AF_EP_MAX_STEPS];
     float p0[AF_EP_MAX_STEPS], p1[AF_EP_MAX_STEPS];
     af_value *operand[AF_EP_MAX_STEPS]; /* binary steps; NULL for unary ones */
     const struct af_custom_op *custom[AF_EP_MAX_STEPS]; /* custom steps: the plugin's op */
-} fu_epi;
+} fuse_epi;
 
 typedef struct af_match {
     af_node *node[AF_MATCH_MAX]; /* covered nodes, anchor first */
@@ -55,7 +55,7 @@ typedef struct af_match {
     const char *partial;   /* a condition that stopped the match short of a bigger pattern
                               (the report notes it as a near miss although something fused) */
     /* Scratch from check to apply, free for the rule's use. */
-    fu_epi epi;
+    fuse_epi epi;
     af_node *core;
     af_value *val[8];
     int64_t ival[8];
@@ -72,47 +72,47 @@ typedef struct af_match {
 /* ---- matching and guards (engine.c) ---------------------------------------------------------- */
 
 /* Add n to the covered nodes; false when the match is full (the rule then refuses). */
-bool fu_match_add(af_match *m, af_node *n);
+bool fuse_match_add(af_match *m, af_node *n);
 /* Index of n among the covered nodes, or -1. */
-int fu_match_index(const af_match *m, const af_node *n);
+int fuse_match_index(const af_match *m, const af_node *n);
 /* Mark node n (covered) as kept: it stays in the graph for its other readers. */
-void fu_match_keep(af_match *m, const af_node *n);
+void fuse_match_keep(af_match *m, const af_node *n);
 /* Set the single pattern output. */
-void fu_match_output(af_match *m, af_value *v);
+void fuse_match_output(af_match *m, af_value *v);
 
 /* The standard intermediate guard: NULL when v may disappear inside a fused op (one reader, not a
  * graph output), else "intermediate is a graph output" / "output feeds N consumers". */
-const char *fu_edge(const af_value *v);
+const char *fuse_edge(const af_value *v);
 /* The standard broadcast guard: NULL when `operand` broadcasts unidirectionally (numpy) to the
  * type `out` with every dim known, else "broadcast does not fit the output" / "shape is not
  * known". */
-const char *fu_fits(const af_tensor *operand, const af_tensor *out);
+const char *fuse_fits(const af_tensor *operand, const af_tensor *out);
 
 /* ---- epilogue programs (chain.c) -------------------------------------------------------------- */
 
-void fu_epi_init(fu_epi *e);
+void fuse_epi_init(fuse_epi *e);
 /* The epilogue op and parameters of an activation node (Relu, Clip with constant bounds,
  * LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Silu, Gelu, Tanh, Elu); false for anything else. */
-bool fu_act_op(const af_node *n, int64_t *op, float *p0, float *p1);
+bool fuse_act_op(const af_node *n, int64_t *op, float *p0, float *p1);
 /* Append node n, which reads the chain value y (its other input, for a binary op, is the operand),
  * as a step of a program whose output type is `out` (a plugin's ELEMWISE op with map, or its
  * BROADCAST op with map2, is a custom step). NULL when appended; AF_NO_MATCH when n is
  * not an op an epilogue can express this way (or the program is full); else a reason (the operand
  * does not fit the output, dtype...). */
-const char *fu_epi_append(fu_epi *e, const af_node *n, const af_value *y, const af_tensor *out);
+const char *fuse_epi_append(fuse_epi *e, const af_node *n, const af_value *y, const af_tensor *out);
 /* Load the program of an existing fused node: its operands are its inputs from `first` on. */
-const char *fu_epi_load(fu_epi *e, const af_node *fused, int first);
+const char *fuse_epi_load(fuse_epi *e, const af_node *fused, int first);
 /* Operand count (one input slot each, in step order). */
-int fu_epi_operands(const fu_epi *e);
+int fuse_epi_operands(const fuse_epi *e);
 /* Write the program into dst: operands into inputs first.. (dst must have them), attributes
  * "epilogue"/"epilogue_params" (none when the program is empty). */
-af_status fu_epi_emit(af_node *dst, const fu_epi *e, int first, af_error *err);
+af_status fuse_epi_emit(af_node *dst, const fuse_epi *e, int first, af_error *err);
 
 /* ---- fused cores (core.c) --------------------------------------------------------------------- */
 
 /* The core of a FusedConv, FusedMatMul or FusedElementwise taken from a Conv, MatMul, Gemm or an
  * existing fused node, with its epilogue program so far (rules append steps to c->epi). */
-typedef struct fu_core {
+typedef struct fuse_core {
     af_node *src;
     af_op op;         /* AF_OP_FUSED_CONV, AF_OP_FUSED_MATMUL or AF_OP_FUSED_ELEMENTWISE */
     int nfixed;       /* inputs before the epilogue operands: 3, 5 or 1 */
@@ -121,23 +121,23 @@ typedef struct fu_core {
     float ln_epsilon;
     float c_scale;    /* Gemm: beta, folded into a new constant C when not 1 */
     int c_step;       /* Gemm: C's epilogue step, or -1 (C in the bias slot or absent) */
-    fu_epi epi;
-} fu_core;
+    fuse_epi epi;
+} fuse_core;
 
 /* Is op one a core can be taken from? */
-bool fu_core_op(af_op op);
+bool fuse_core_op(af_op op);
 /* Describe src's core without changing the graph: NULL, AF_NO_MATCH (src is not a core op) or a
  * reason (a Gemm C that cannot be expressed, a malformed fused node). */
-const char *fu_core_init(fu_core *c, af_node *src);
-/* Make the fused node (appended to src's graph, output slot empty, ready for fu_commit): fixed
+const char *fuse_core_init(fuse_core *c, af_node *src);
+/* Make the fused node (appended to src's graph, output slot empty, ready for fuse_commit): fixed
  * inputs, src's attributes, trans/alpha for a Gemm, ln_epsilon, the epilogue. NULL when out of
  * memory (err set). */
-af_node *fu_core_build(fu_core *c, const char *name, af_error *err);
+af_node *fuse_core_build(fuse_core *c, const char *name, af_error *err);
 
 /* ---- building and committing (engine.c) ------------------------------------------------------- */
 
 /* Copy src's attributes to dst, except the epilogue and provenance ones. */
-bool fu_copy_attrs(af_node *dst, const af_node *src);
+bool fuse_copy_attrs(af_node *dst, const af_node *src);
 
 /* Put `fused` (built by af_node_new_ours, inputs set, output slot empty) in place of the covered nodes
  * whose bits are set in `covers`: its shape function must accept the inputs and give `out`'s
@@ -145,15 +145,15 @@ bool fu_copy_attrs(af_node *dst, const af_node *src);
  * near miss). On success: fused produces `out`, sits right after the last covered node, carries
  * the provenance attributes, and every covered node not kept is removed. Covered kept nodes count
  * in fused_nodes but stay. Returns AF_OK in both cases; an error only when out of memory. */
-af_status fu_commit(af_fusion_ctx *cx, af_match *m, af_node *fused, af_value *out,
+af_status fuse_commit(af_fusion_ctx *cx, af_match *m, af_node *fused, af_value *out,
                     uint64_t covers, af_error *err);
-/* True when the last fu_commit of this match was declined. */
-bool fu_declined(const af_fusion_ctx *cx);
+/* True when the last fuse_commit of this match was declined. */
+bool fuse_declined(const af_fusion_ctx *cx);
 /* Remove n when nothing reads its outputs any more and none is a graph output (e.g. a kept
  * LayerNorm whose readers all became fused). */
-void fu_remove_if_dead(af_fusion_ctx *cx, af_node *n);
+void fuse_remove_if_dead(af_fusion_ctx *cx, af_node *n);
 /* Every bit of a match of n nodes. */
-static inline uint64_t fu_all(const af_match *m) {
+static inline uint64_t fuse_all(const af_match *m) {
     return m->n >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << m->n) - 1);
 }
 

@@ -1,6 +1,6 @@
 /* The layout pass: 2-D convolutions and what runs between them work channels-last (NHWC), the
  * layout in which the GEMM core reads a convolution's input in place (a tap is a contiguous run
- * of channels, see kernels/gemm.h) and every per-channel operand is a vector along the last dim.
+ * of channels, see kernels/fast/gemm.h) and every per-channel operand is a vector along the last dim.
  *
  * How: walking the nodes in order, a node that can run channels-last (a 2-D FusedConv always;
  * pooling, elementwise ops, Concat, SqueezeExcite and ConvPoolFc when one of their inputs is

@@ -6,7 +6,7 @@
  *    scale-and-shift: one pass over X, as a BatchNorm kernel makes (fusion folds it into the
  *    conv instead);
  *  - then the layout pass (layout.c) makes 2-D convolutions channels-last, and packing stores
- *    every constant GEMM weight in the panel order of kernels/gemm.h, once, at compile time.
+ *    every constant GEMM weight in the panel order of kernels/fast/gemm.h, once, at compile time.
  *
  * Invariant: a lowered node computes what the node it replaces computed (the same output value,
  * name and consumers); nodes the fast kernels cannot take (other dtypes, non-constant BatchNorm
@@ -43,9 +43,9 @@ static bool all_f32(const af_node *n) {
 
 /* Conv, MatMul, Gemm -> FusedConv / FusedMatMul with no epilogue steps. */
 static af_status lower_core(af_graph *g, af_node *n, af_error *err) {
-    fu_core core;
-    if (fu_core_init(&core, n) != NULL) return AF_OK; /* nothing a fused core can express */
-    af_node *f = fu_core_build(&core, n->name, err);
+    fuse_core core;
+    if (fuse_core_init(&core, n) != NULL) return AF_OK; /* nothing a fused core can express */
+    af_node *f = fuse_core_build(&core, n->name, err);
     if (!f) return err ? err->code : AF_ERR_NOMEM;
     take_place(g, f, n);
     return AF_OK;
@@ -79,14 +79,14 @@ static af_status lower_batchnorm(af_graph *g, af_node *n, af_error *err) {
     af_node_set_input(f, 0, n->in[0]);
     af_node_set_input(f, 1, s);
     af_node_set_input(f, 2, t);
-    fu_epi e;
-    fu_epi_init(&e);
+    fuse_epi e;
+    fuse_epi_init(&e);
     e.op[0] = AF_EP_MUL;
     e.operand[0] = s;
     e.op[1] = AF_EP_ADD;
     e.operand[1] = t;
     e.n = 2;
-    af_status st = fu_epi_emit(f, &e, 1, err);
+    af_status st = fuse_epi_emit(f, &e, 1, err);
     if (st) return st;
     take_place(g, f, n);
     return AF_OK;
@@ -381,7 +381,7 @@ static af_status pool_in_conv(af_graph *g, af_node *se, af_error *err) {
 /* An inverted-residual block's expand (a packed float32 1x1 conv, stride 1, no padding, one
  * group, no gate) read only by a channels-last depthwise conv, both made by fusion (an unfused
  * graph has its BatchNorm and activation between them): the depthwise conv computes the
- * expanded rows itself, a few at a time (kernels/conv_fast.c), so the expanded tensor, the
+ * expanded rows itself, a few at a time (kernels/fast/conv.c), so the expanded tensor, the
  * largest of the block, never goes to memory. Taken when that tensor is over half the L2
  * (measured: every merged EfficientNet-B4 block got faster at that threshold) and the expand
  * weights fit a quarter of it beside the rows (each expanded row reads all of them). Every
@@ -582,7 +582,7 @@ static af_status merge_qkv(af_graph *g, af_node *att, af_error *err) {
                      ? af_node_new_ours(g, AF_OP_FUSED_MATMUL, p0->name, p0->nin)
                      : NULL;
     int64_t *noff = af_arena_calloc(g->arena, 3, sizeof(int64_t));
-    if (!f || !noff || !af_node_set_int(f, "trans_b", 0) || !fu_copy_attrs(f, p0) ||
+    if (!f || !noff || !af_node_set_int(f, "trans_b", 0) || !fuse_copy_attrs(f, p0) ||
         !qkv_provenance(f, &q))
         return af_node_fail(err, att, AF_ERR_NOMEM, "out of memory merging Q, K and V");
     float *bd = b->type.data, *cd = bias ? bias->type.data : NULL;

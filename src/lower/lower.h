@@ -16,7 +16,7 @@ af_status af_pass_lower(af_graph *g, af_error *err);
  * reorders only at the edges of each channels-last region. */
 af_status af_pass_layout(af_graph *g, af_error *err);
 /* Packing (lower.c): constant GEMM weights of FusedMatMul and channels-last FusedConv in the
- * panel order of kernels/gemm.h (depthwise weights [KH * KW][M]); then a channels-last
+ * panel order of kernels/fast/gemm.h (depthwise weights [KH * KW][M]); then a channels-last
  * SqueezeExcite read only by a packed 1x1 conv hands its gate to that conv, which applies it to
  * its weights (when they are smaller than X), so that X * gate is never written; and when X
  * comes from a depthwise conv, that conv also writes X's means for the SqueezeExcite. */

@@ -144,7 +144,7 @@ static af_status fold_node(pass_scope *s, af_node *n, bool *changed, af_error *e
 }
 
 /* Shape's [start, end) window (opset 15), clamped as the kernel does. */
-static void shape_window(const af_node *n, int rank, int64_t *lo, int64_t *hi) {
+static void shape_op_window(const af_node *n, int rank, int64_t *lo, int64_t *hi) {
     int64_t a = af_attr_int(n, "start", 0), b = af_attr_int(n, "end", rank);
     if (a < 0) a += rank;
     if (b < 0) b += rank;
@@ -159,7 +159,7 @@ static af_status fold_shape(pass_scope *s, af_node *n, bool *changed, af_error *
     af_tensor out = {.dtype = AF_DTYPE_INT64, .rank = n->op == AF_OP_SHAPE ? 1 : 0};
     int64_t lo = 0, hi = 0, count = af_tensor_numel(x);
     if (n->op == AF_OP_SHAPE) {
-        shape_window(n, x->rank, &lo, &hi);
+        shape_op_window(n, x->rank, &lo, &hi);
         out.dims[0] = hi - lo;
     } else if (count < 0) {
         return AF_OK; /* the element count overflows: let the kernel report it */

@@ -1,6 +1,6 @@
 /* MultiHeadAttentionFusionOp: per-head reshapes/transposes of q, k and v, QK^T, scale (Div or Mul
  * by a constant, on the scores or on q/k), optional additive mask, Softmax over the keys, times V,
- * transposes/reshape back to rows of H*D  ->  one FusedAttention node (src/kernels/attention.c).
+ * transposes/reshape back to rows of H*D  ->  one FusedAttention node (kernels/ref/attention.c).
  *
  * The match starts at the Softmax and walks outward: back through the scores to the QK MatMul,
  * back through each operand's transposes to the Reshape that splits the hidden dim into heads
@@ -18,11 +18,11 @@
  * The rule runs before MatMulBiasAct/Elementwise (rules.def), which would otherwise take the
  * score scale and mask Add into a FusedMatMul epilogue.
  *
- * Invariant: fr_mha_check accepts only what it fully checked: every value float32 with known
+ * Invariant: rule_attention_check accepts only what it fully checked: every value float32 with known
  * dims, every perm a permutation, every reshape shape and scale a constant, every intermediate
  * read exactly once (by the next node of the pattern) and not a graph output, shapes consistent
  * with hidden = H*D, and the fused node's inputs produced outside the pattern; it changes
- * nothing. fr_mha_apply builds the node from what check left in the match. Each refusal is a
+ * nothing. rule_attention_apply builds the node from what check left in the match. Each refusal is a
  * short static reason for the report's near misses; AF_NO_MATCH only when there is no
  * MatMul -> [scale/mask] -> Softmax -> MatMul structure at all. */
 #include "fusion/rule.h"
@@ -64,12 +64,12 @@ typedef struct fa_match {
 /* ---- small checks ----------------------------------------------------------------------------- */
 
 static const char *cover(fa_match *m, af_node *n) {
-    return fu_match_add(m->am, n) ? NULL : "pattern too long";
+    return fuse_match_add(m->am, n) ? NULL : "pattern too long";
 }
 
 /* v is an intermediate of the pattern read by `reader`: NULL, or the engine's standard reason. */
 static const char *edge(const af_value *v, const af_node *reader) {
-    const char *why = fu_edge(v);
+    const char *why = fuse_edge(v);
     if (why) return why;
     return v->uses[0].node == reader ? NULL : "intermediate is read by another node";
 }
@@ -293,7 +293,7 @@ static const char *place_input(fa_match *m, fa_input *in, int64_t S) {
     in->col = 0;
     af_node *s = producer(x, g);
     int64_t st, en;
-    if (s && s->op == AF_OP_SLICE && s->nin >= 1 && !fu_edge(x) && known_f32(s->in[0], 3) &&
+    if (s && s->op == AF_OP_SLICE && s->nin >= 1 && !fuse_edge(x) && known_f32(s->in[0], 3) &&
         slice_window(s, s->in[0], &st, &en) && en - st == m->E &&
         s->in[0]->type.dims[0] == x->type.dims[0] && s->in[0]->type.dims[1] == x->type.dims[1]) {
         const char *why = cover(m, s);
@@ -417,7 +417,7 @@ static const char *walk_scores(fa_match *m) {
 static const char *check_mask(const fa_match *m) {
     if (!af_value_is_f32(m->mask)) return "mask is not float32";
     if (m->mask->type.rank > m->rank) return "mask rank exceeds the scores'";
-    return fu_fits(&m->mask->type, &m->qk->out[0]->type);
+    return fuse_fits(&m->mask->type, &m->qk->out[0]->type);
 }
 
 /* Forward from the PV MatMul through transposes to the Reshape that merges heads. */
@@ -431,7 +431,7 @@ static const char *walk_output(fa_match *m) {
         const char *why;
         if (step == FA_MAX_CHAIN) return "output chain too long";
         if (!known_f32(y, r)) return "attention output not float32 with known dims";
-        if ((why = fu_edge(y))) return why;
+        if ((why = fuse_edge(y))) return why;
         af_node *c = y->uses[0].node;
         if (c->graph != m->softmax->graph || c->nout != 1 || y->uses[0].slot != 0 || !c->out[0])
             return "attention output is not merged back into rows";
@@ -523,7 +523,7 @@ static const char *match_at(af_node *s, fa_match *m) {
     int64_t a = af_attr_int(s, "axis", af_graph_opset(s->graph) < 13 ? 1 : -1);
     if (a != -1 && a != rank - 1) return "softmax is not over the last axis";
     if (!known_f32(s->out[0], rank)) return "softmax output not float32 with known dims";
-    if ((why = fu_edge(s->out[0]))) return why;
+    if ((why = fuse_edge(s->out[0]))) return why;
     af_node *pv = s->out[0]->uses[0].node;
     if (pv->op != AF_OP_MATMUL || pv->nin != 2 || s->out[0]->uses[0].slot != 0 ||
         pv->nout != 1 || !pv->out[0] || pv->graph != s->graph)
@@ -557,7 +557,7 @@ static const char *match_at(af_node *s, fa_match *m) {
             if (m->am->node[i] == m->am->node[j]) return "a node is matched twice";
     const af_value *ins[4] = {m->in[0].src, m->in[1].src, m->in[2].src, m->mask};
     for (int i = 0; i < 4; i++)
-        if (ins[i] && ins[i]->producer && fu_match_index(m->am, ins[i]->producer) >= 0)
+        if (ins[i] && ins[i]->producer && fuse_match_index(m->am, ins[i]->producer) >= 0)
             return "q/k/v or mask is computed inside the pattern";
     return NULL;
 }
@@ -568,14 +568,14 @@ static const char *match_at(af_node *s, fa_match *m) {
 enum { V_Q, V_K, V_V, V_MASK };
 enum { I_HEADS, I_HEAD_DIM, I_LAYOUT, I_COL_Q, I_COL_K, I_COL_V, I_OUT_RANK, I_MERGED };
 
-const char *fr_mha_check(af_fusion_ctx *cx, af_node *anchor, af_match *am) {
+const char *rule_attention_check(af_fusion_ctx *cx, af_node *anchor, af_match *am) {
     (void)cx;
     fa_match m;
     memset(&m, 0, sizeof m);
     m.am = am;
     const char *why = match_at(anchor, &m);
     if (why) return why;
-    fu_match_output(am, m.out);
+    fuse_match_output(am, m.out);
     for (int i = 0; i < 3; i++) am->val[V_Q + i] = m.in[i].src;
     am->val[V_MASK] = m.mask;
     am->ival[I_HEADS] = m.H;
@@ -601,7 +601,7 @@ static const char *fused_name(af_graph *g, const af_node *softmax) {
     return s;
 }
 
-af_status fr_mha_apply(af_fusion_ctx *cx, af_match *am, af_error *err) {
+af_status rule_attention_apply(af_fusion_ctx *cx, af_match *am, af_error *err) {
     af_graph *g = am->node[0]->graph;
     af_value *mask = am->val[V_MASK];
     const char *name = fused_name(g, am->node[0]);
@@ -618,5 +618,5 @@ af_status fr_mha_apply(af_fusion_ctx *cx, af_match *am, af_error *err) {
         return af_fail(err, AF_ERR_NOMEM, "out of memory fusing attention");
     for (int i = 0; i < 3; i++) af_node_set_input(f, i, am->val[V_Q + i]);
     if (mask) af_node_set_input(f, 3, mask);
-    return fu_commit(cx, am, f, am->out[0], fu_all(am), err);
+    return fuse_commit(cx, am, f, am->out[0], fuse_all(am), err);
 }

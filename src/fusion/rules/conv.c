@@ -70,37 +70,37 @@ static bool fusable_follower(const af_value *v) {
         int64_t op;
         float p0, p1;
         if ((r->op == AF_OP_BATCH_NORMALIZATION && v->uses[u].slot == 0) || r->op == AF_OP_ADD ||
-            (fu_act_op(r, &op, &p0, &p1) && v->uses[u].slot == 0))
+            (fuse_act_op(r, &op, &p0, &p1) && v->uses[u].slot == 0))
             return true;
     }
     return false;
 }
 
-const char *fr_conv_check(af_fusion_ctx *cx, af_node *conv, af_match *m) {
+const char *rule_conv_bn_relu_check(af_fusion_ctx *cx, af_node *conv, af_match *m) {
     (void)cx;
-    fu_core core;
+    fuse_core core;
     af_value *y = conv->nout > 0 ? conv->out[0] : NULL;
-    if (!y || fu_core_init(&core, conv) || !fusable_follower(y)) return AF_NO_MATCH;
-    const char *why = fu_edge(y);
+    if (!y || fuse_core_init(&core, conv) || !fusable_follower(y)) return AF_NO_MATCH;
+    const char *why = fuse_edge(y);
     if (why) return why;
     const af_tensor *out = &y->type;
-    fu_match_add(m, conv);
+    fuse_match_add(m, conv);
     af_node *next = af_value_sole_reader(y);
     if (next->op == AF_OP_BATCH_NORMALIZATION) {
         if (next->in[0] != y || !next->out[0]) return AF_NO_MATCH;
         why = bn_foldable(conv, next);
         if (why) return why;
-        fu_match_add(m, next);
+        fuse_match_add(m, next);
         m->core = next;
         y = next->out[0];
-        next = fu_edge(y) ? NULL : af_value_sole_reader(y);
+        next = fuse_edge(y) ? NULL : af_value_sole_reader(y);
     }
     if (next && next->op == AF_OP_ADD) {
-        why = fu_epi_append(&m->epi, next, y, out);
+        why = fuse_epi_append(&m->epi, next, y, out);
         if (!why) {
-            fu_match_add(m, next);
+            fuse_match_add(m, next);
             y = next->out[0];
-            next = fu_edge(y) ? NULL : af_value_sole_reader(y);
+            next = fuse_edge(y) ? NULL : af_value_sole_reader(y);
         } else if (why != AF_NO_MATCH) {
             if (m->n == 1) return why;
             m->partial = why;
@@ -109,12 +109,12 @@ const char *fr_conv_check(af_fusion_ctx *cx, af_node *conv, af_match *m) {
     }
     int64_t op;
     float p0, p1;
-    if (next && fu_act_op(next, &op, &p0, &p1) && !fu_epi_append(&m->epi, next, y, out)) {
-        fu_match_add(m, next);
+    if (next && fuse_act_op(next, &op, &p0, &p1) && !fuse_epi_append(&m->epi, next, y, out)) {
+        fuse_match_add(m, next);
         y = next->out[0];
     }
     if (m->n == 1) return AF_NO_MATCH;
-    fu_match_output(m, y);
+    fuse_match_output(m, y);
     return NULL;
 }
 
@@ -145,18 +145,18 @@ static af_status fold_bn(af_node *conv, const af_node *bn, af_value **w_out, af_
     return AF_OK;
 }
 
-af_status fr_conv_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
+af_status rule_conv_bn_relu_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
     af_node *conv = m->node[0];
-    fu_core core;
-    fu_core_init(&core, conv);
+    fuse_core core;
+    fuse_core_init(&core, conv);
     if (m->core) {
         af_status st = fold_bn(conv, m->core, &core.in[1], &core.in[2], err);
         if (st != AF_OK) return st;
     }
     core.epi = m->epi;
-    af_node *f = fu_core_build(&core, conv->name, err);
+    af_node *f = fuse_core_build(&core, conv->name, err);
     if (!f) return err ? err->code : AF_ERR_NOMEM;
-    return fu_commit(cx, m, f, m->out[0], fu_all(m), err);
+    return fuse_commit(cx, m, f, m->out[0], fuse_all(m), err);
 }
 
 /* ---- ConvPoolFcFusionOp -------------------------------------------------------------------- */
@@ -204,12 +204,12 @@ static const char *fc_ok(const af_node *fc) {
         if (!af_value_is_f32(c)) return "dtype is not float32";
         if (beta != 1.0f && !af_value_is_const(c)) return "Gemm scales a C that is not constant";
         if (c->type.rank > 2) return "broadcast does not fit the output";
-        return fu_fits(&c->type, &fc->out[0]->type);
+        return fuse_fits(&c->type, &fc->out[0]->type);
     }
     return NULL;
 }
 
-const char *fr_cpf_check(af_fusion_ctx *cx, af_node *gap, af_match *m) {
+const char *rule_conv_pool_fc_check(af_fusion_ctx *cx, af_node *gap, af_match *m) {
     (void)cx;
     af_value *x = input(gap, 0), *pooled = gap->nout > 0 ? gap->out[0] : NULL;
     af_node *conv = x ? x->producer : NULL, *flat = NULL, *fc = NULL;
@@ -217,18 +217,18 @@ const char *fr_cpf_check(af_fusion_ctx *cx, af_node *gap, af_match *m) {
         (conv->op != AF_OP_CONV && conv->op != AF_OP_FUSED_CONV) || conv->out[0] != x ||
         !head_shape(pooled, &flat, &fc))
         return AF_NO_MATCH;
-    fu_core core;
-    const char *why = fu_core_init(&core, conv);
-    if (!why) why = fu_edge(x);
-    if (!why) why = fu_edge(pooled);
-    if (!why) why = fu_edge(flat->out[0]);
+    fuse_core core;
+    const char *why = fuse_core_init(&core, conv);
+    if (!why) why = fuse_edge(x);
+    if (!why) why = fuse_edge(pooled);
+    if (!why) why = fuse_edge(flat->out[0]);
     if (!why) why = fc_ok(fc);
     if (why) return why;
-    fu_match_add(m, gap);
-    fu_match_add(m, conv);
-    fu_match_add(m, flat);
-    fu_match_add(m, fc);
-    fu_match_output(m, fc->out[0]);
+    fuse_match_add(m, gap);
+    fuse_match_add(m, conv);
+    fuse_match_add(m, flat);
+    fuse_match_add(m, fc);
+    fuse_match_output(m, fc->out[0]);
     return NULL;
 }
 
@@ -247,10 +247,10 @@ static af_value *scaled(af_node *fc, af_value *v, float s, const char *hint, af_
     return nv;
 }
 
-af_status fr_cpf_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
+af_status rule_conv_pool_fc_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
     af_node *conv = m->node[1], *fc = m->node[3];
-    fu_core core;
-    fu_core_init(&core, conv);
+    fuse_core core;
+    fuse_core_init(&core, conv);
     af_value *wfc = fc->in[1], *bfc = NULL;
     bool gemm = fc->op == AF_OP_GEMM;
     if (gemm) {
@@ -260,8 +260,8 @@ af_status fr_cpf_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
         if (!wfc || (input(fc, 2) && beta != 0.0f && !bfc)) return err ? err->code : AF_ERR_NOMEM;
     }
     af_node *f = af_node_new_ours(conv->graph, AF_OP_CONV_POOL_FC, conv->name,
-                             5 + fu_epi_operands(&core.epi));
-    if (!f || !fu_copy_attrs(f, conv) ||
+                             5 + fuse_epi_operands(&core.epi));
+    if (!f || !fuse_copy_attrs(f, conv) ||
         (gemm && af_attr_int(fc, "transB", 0) && !af_node_set_int(f, "fc_trans_b", 1)))
         return af_node_fail(err, conv, AF_ERR_NOMEM, "out of memory");
     af_node_set_input(f, 0, core.in[0]);
@@ -269,9 +269,9 @@ af_status fr_cpf_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
     if (core.in[2]) af_node_set_input(f, 2, core.in[2]);
     af_node_set_input(f, 3, wfc);
     if (bfc) af_node_set_input(f, 4, bfc);
-    af_status st = fu_epi_emit(f, &core.epi, 5, err);
+    af_status st = fuse_epi_emit(f, &core.epi, 5, err);
     if (st != AF_OK) return st;
-    return fu_commit(cx, m, f, m->out[0], fu_all(m), err);
+    return fuse_commit(cx, m, f, m->out[0], fuse_all(m), err);
 }
 
 /* ---- SqueezeExciteFusionOp ----------------------------------------------------------------- */
@@ -284,7 +284,7 @@ static af_node *act_reader(const af_value *v) {
         af_node *r = v->uses[u].node;
         int64_t op;
         float p0, p1;
-        if (r->graph == v->graph && fu_act_op(r, &op, &p0, &p1) && r->in[0] == v) return r;
+        if (r->graph == v->graph && fuse_act_op(r, &op, &p0, &p1) && r->in[0] == v) return r;
     }
     return NULL;
 }
@@ -324,7 +324,7 @@ static const char *pointwise(const af_node *conv, int64_t cin, int64_t cout, int
     return NULL;
 }
 
-const char *fr_se_check(af_fusion_ctx *cx, af_node *gap, af_match *m) {
+const char *rule_squeeze_excite_check(af_fusion_ctx *cx, af_node *gap, af_match *m) {
     (void)cx;
     af_value *x = input(gap, 0), *pooled = gap->nout > 0 ? gap->out[0] : NULL;
     af_node *c1 = reader(pooled, AF_OP_CONV, 0);
@@ -336,27 +336,27 @@ const char *fr_se_check(af_fusion_ctx *cx, af_node *gap, af_match *m) {
     const af_tensor *xt = &x->type;
     if (!all_known(xt) || xt->rank < 3 || !af_same_shape(&mul->out[0]->type, xt))
         return "shape is not known";
-    const char *why = fu_edge(pooled);
-    if (!why) why = fu_edge(c1->out[0]);
-    if (!why) why = fu_edge(act->out[0]);
-    if (!why) why = fu_edge(c2->out[0]);
-    if (!why) why = fu_edge(gate->out[0]);
+    const char *why = fuse_edge(pooled);
+    if (!why) why = fuse_edge(c1->out[0]);
+    if (!why) why = fuse_edge(act->out[0]);
+    if (!why) why = fuse_edge(c2->out[0]);
+    if (!why) why = fuse_edge(gate->out[0]);
     if (!why) why = pointwise(c1, xt->dims[1], -1, xt->rank);
     if (!why) why = pointwise(c2, c1->in[1]->type.dims[0], xt->dims[1], xt->rank);
     if (why) return why;
     const af_node *nodes[6] = {gap, c1, act, c2, gate, mul};
-    for (int i = 0; i < 6; i++) fu_match_add(m, (af_node *)nodes[i]);
-    fu_match_output(m, mul->out[0]);
+    for (int i = 0; i < 6; i++) fuse_match_add(m, (af_node *)nodes[i]);
+    fuse_match_output(m, mul->out[0]);
     return NULL;
 }
 
-af_status fr_se_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
+af_status rule_squeeze_excite_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
     af_node *gap = m->node[0], *c1 = m->node[1], *act = m->node[2], *c2 = m->node[3];
     af_node *gate = m->node[4];
     int64_t aop, gop;
     float ap[2], gp[2];
-    fu_act_op(act, &aop, &ap[0], &ap[1]);
-    fu_act_op(gate, &gop, &gp[0], &gp[1]);
+    fuse_act_op(act, &aop, &ap[0], &ap[1]);
+    fuse_act_op(gate, &gop, &gp[0], &gp[1]);
     af_node *f = af_node_new_ours(gap->graph, AF_OP_SQUEEZE_EXCITE, gap->name, 5);
     if (!f || !af_node_set_ints(f, "act", &aop, 1) || !af_node_set_floats(f, "act_params", ap, 2) ||
         !af_node_set_ints(f, "gate", &gop, 1) || !af_node_set_floats(f, "gate_params", gp, 2))
@@ -366,5 +366,5 @@ af_status fr_se_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
     if (input(c1, 2)) af_node_set_input(f, 2, c1->in[2]);
     af_node_set_input(f, 3, c2->in[1]);
     if (input(c2, 2)) af_node_set_input(f, 4, c2->in[2]);
-    return fu_commit(cx, m, f, m->out[0], fu_all(m), err);
+    return fuse_commit(cx, m, f, m->out[0], fuse_all(m), err);
 }

@@ -1,6 +1,6 @@
 /* ElementwiseFusionOp, the generic fuser that runs last: a chain of ops an epilogue can express
  * (Add, Sub, Mul, Div with an operand that broadcasts to the output; the activations of
- * fu_act_op; a plugin's ELEMWISE and BROADCAST ops that give their per-element function) joins the epilogue of the Conv, MatMul, Gemm or fused op that produces its first
+ * fuse_act_op; a plugin's ELEMWISE and BROADCAST ops that give their per-element function) joins the epilogue of the Conv, MatMul, Gemm or fused op that produces its first
  * input; a chain of two or more such ops with no such producer becomes one FusedElementwise.
  *
  * Invariant: the anchor is the first op of the chain; the chain grows only through values with a
@@ -15,9 +15,9 @@
 
 /* Grow the chain after value y (the output of the last op taken) while the next op fits. */
 static af_value *extend(af_match *m, af_value *y, const af_tensor *out) {
-    while (!fu_edge(y)) {
+    while (!fuse_edge(y)) {
         af_node *next = af_value_sole_reader(y);
-        if (!next || fu_epi_append(&m->epi, next, y, out) || !fu_match_add(m, next)) break;
+        if (!next || fuse_epi_append(&m->epi, next, y, out) || !fuse_match_add(m, next)) break;
         y = next->out[0];
     }
     return y;
@@ -29,25 +29,25 @@ static af_value *extend(af_match *m, af_value *y, const af_tensor *out) {
 static const char *attach(af_node *e, int slot, bool report_edge, af_match *m) {
     af_value *y = slot < e->nin ? e->in[slot] : NULL;
     af_node *p = y ? y->producer : NULL;
-    if (!p || p->graph != e->graph || !fu_core_op(p->op) || p->out[0] != y) return AF_NO_MATCH;
-    fu_core core;
-    const char *why = fu_core_init(&core, p);
-    if (!why && fu_edge(y)) why = report_edge ? fu_edge(y) : AF_NO_MATCH;
-    if (!why) why = fu_epi_append(&core.epi, e, y, &y->type);
+    if (!p || p->graph != e->graph || !fuse_core_op(p->op) || p->out[0] != y) return AF_NO_MATCH;
+    fuse_core core;
+    const char *why = fuse_core_init(&core, p);
+    if (!why && fuse_edge(y)) why = report_edge ? fuse_edge(y) : AF_NO_MATCH;
+    if (!why) why = fuse_epi_append(&core.epi, e, y, &y->type);
     if (why) return why;
     m->epi = core.epi;
     m->core = p;
-    fu_match_add(m, e);
-    fu_match_add(m, p);
-    fu_match_output(m, extend(m, e->out[0], &y->type));
+    fuse_match_add(m, e);
+    fuse_match_add(m, p);
+    fuse_match_output(m, extend(m, e->out[0], &y->type));
     return NULL;
 }
 
-const char *fr_ew_check(af_fusion_ctx *cx, af_node *e, af_match *m) {
+const char *rule_elementwise_check(af_fusion_ctx *cx, af_node *e, af_match *m) {
     (void)cx;
     int64_t op;
     float p0, p1;
-    bool act = fu_act_op(e, &op, &p0, &p1);
+    bool act = fuse_act_op(e, &op, &p0, &p1);
     bool bin = (e->op == AF_OP_ADD || e->op == AF_OP_SUB || e->op == AF_OP_MUL ||
                 e->op == AF_OP_DIV) && e->nin == 2 && e->in[0] && e->in[1];
     /* A plugin's ELEMWISE / BROADCAST op joins like an activation / a binary op. */
@@ -74,31 +74,31 @@ const char *fr_ew_check(af_fusion_ctx *cx, af_node *e, af_match *m) {
     memset(m, 0, sizeof *m);
     af_value *x = e->in[0];
     if (bin && !af_same_shape(&x->type, &e->out[0]->type)) x = e->in[1];
-    if (!af_same_shape(&x->type, &e->out[0]->type) || fu_epi_append(&m->epi, e, x, &x->type))
+    if (!af_same_shape(&x->type, &e->out[0]->type) || fuse_epi_append(&m->epi, e, x, &x->type))
         return refused;
-    fu_match_add(m, e);
+    fuse_match_add(m, e);
     af_value *y = extend(m, e->out[0], &x->type);
     if (m->n < 2) return refused;
     m->val[0] = x;
     if (refused != AF_NO_MATCH) m->partial = refused;
-    fu_match_output(m, y);
+    fuse_match_output(m, y);
     return NULL;
 }
 
-af_status fr_ew_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
+af_status rule_elementwise_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
     af_node *e = m->node[0], *f;
     if (m->core) {
-        fu_core core;
-        fu_core_init(&core, m->core);
+        fuse_core core;
+        fuse_core_init(&core, m->core);
         core.epi = m->epi;
-        f = fu_core_build(&core, m->core->name, err);
+        f = fuse_core_build(&core, m->core->name, err);
         if (!f) return err ? err->code : AF_ERR_NOMEM;
     } else {
-        f = af_node_new_ours(e->graph, AF_OP_FUSED_ELEMENTWISE, e->name, 1 + fu_epi_operands(&m->epi));
+        f = af_node_new_ours(e->graph, AF_OP_FUSED_ELEMENTWISE, e->name, 1 + fuse_epi_operands(&m->epi));
         if (!f) return af_node_fail(err, e, AF_ERR_NOMEM, "out of memory");
         af_node_set_input(f, 0, m->val[0]);
-        af_status st = fu_epi_emit(f, &m->epi, 1, err);
+        af_status st = fuse_epi_emit(f, &m->epi, 1, err);
         if (st != AF_OK) return st;
     }
-    return fu_commit(cx, m, f, m->out[0], fu_all(m), err);
+    return fuse_commit(cx, m, f, m->out[0], fuse_all(m), err);
 }

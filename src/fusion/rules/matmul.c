@@ -8,7 +8,7 @@
  *                          it reads them; the LayerNorm stays only for its other readers.
  *
  * Invariant: checks only read the graph and leave in the match everything apply needs; apply
- * re-derives the core with fu_core_init (deterministic) and only allocates and rewires. */
+ * re-derives the core with fuse_core_init (deterministic) and only allocates and rewires. */
 #include "fusion/rule.h"
 
 #include <string.h>
@@ -27,7 +27,7 @@ static bool follower(const af_value *y, bool gemm) {
         const af_node *r = y->uses[u].node;
         int64_t op;
         float p0, p1;
-        if (r->op == AF_OP_ADD || (gemm && fu_act_op(r, &op, &p0, &p1) && y->uses[u].slot == 0))
+        if (r->op == AF_OP_ADD || (gemm && fuse_act_op(r, &op, &p0, &p1) && y->uses[u].slot == 0))
             return true;
     }
     return false;
@@ -45,7 +45,7 @@ static af_value *bias_vector(const af_node *add, const af_value *y) {
     return t;
 }
 
-const char *fr_mba_check(af_fusion_ctx *cx, af_node *mm, af_match *m) {
+const char *rule_matmul_bias_act_check(af_fusion_ctx *cx, af_node *mm, af_match *m) {
     (void)cx;
     bool gemm = mm->op == AF_OP_GEMM;
     if (mm->op != AF_OP_MATMUL && !gemm) return AF_NO_MATCH;
@@ -55,35 +55,35 @@ const char *fr_mba_check(af_fusion_ctx *cx, af_node *mm, af_match *m) {
         const af_value *a = input(mm, 0), *b = input(mm, 1);
         if (!a || !b || a->type.rank < 2 || b->type.rank != 2) return AF_NO_MATCH;
     }
-    fu_core core;
-    const char *why = fu_core_init(&core, mm);
-    if (!why) why = fu_edge(y);
+    fuse_core core;
+    const char *why = fuse_core_init(&core, mm);
+    if (!why) why = fuse_edge(y);
     if (why) return why;
-    fu_match_add(m, mm);
+    fuse_match_add(m, mm);
     const af_tensor *out = &y->type;
     af_node *next = af_value_sole_reader(y);
     int first = core.epi.n;
     if (next->op == AF_OP_ADD) {
         af_value *bias = core.in[2] ? NULL : bias_vector(next, y);
-        why = bias ? NULL : fu_epi_append(&core.epi, next, y, out);
+        why = bias ? NULL : fuse_epi_append(&core.epi, next, y, out);
         if (why == AF_NO_MATCH) return AF_NO_MATCH;
         if (why) return why;
         m->val[0] = bias;
-        fu_match_add(m, next);
+        fuse_match_add(m, next);
         y = next->out[0];
-        next = fu_edge(y) ? NULL : af_value_sole_reader(y);
+        next = fuse_edge(y) ? NULL : af_value_sole_reader(y);
     } else if (!gemm) {
         return AF_NO_MATCH;
     }
     int64_t op;
     float p0, p1;
-    if (next && fu_act_op(next, &op, &p0, &p1) && !fu_epi_append(&core.epi, next, y, out)) {
-        fu_match_add(m, next);
+    if (next && fuse_act_op(next, &op, &p0, &p1) && !fuse_epi_append(&core.epi, next, y, out)) {
+        fuse_match_add(m, next);
         y = next->out[0];
         if (op == AF_EP_RELU) m->report_as = "MatMulBiasReluFusionOp";
     }
     if (m->n == 1) return AF_NO_MATCH;
-    fu_epi_init(&m->epi);
+    fuse_epi_init(&m->epi);
     for (int s = first; s < core.epi.n; s++) {
         int k = m->epi.n++;
         m->epi.op[k] = core.epi.op[s];
@@ -92,12 +92,12 @@ const char *fr_mba_check(af_fusion_ctx *cx, af_node *mm, af_match *m) {
         m->epi.p1[k] = core.epi.p1[s];
         m->epi.operand[k] = core.epi.operand[s];
     }
-    fu_match_output(m, y);
+    fuse_match_output(m, y);
     return NULL;
 }
 
 /* Append the steps of `more` to e (checked to fit by the check). */
-static void epi_concat(fu_epi *e, const fu_epi *more) {
+static void epi_concat(fuse_epi *e, const fuse_epi *more) {
     for (int s = 0; s < more->n && e->n < AF_EP_MAX_STEPS; s++) {
         int k = e->n++;
         e->op[k] = more->op[s];
@@ -108,15 +108,15 @@ static void epi_concat(fu_epi *e, const fu_epi *more) {
     }
 }
 
-af_status fr_mba_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
+af_status rule_matmul_bias_act_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
     af_node *mm = m->node[0];
-    fu_core core;
-    fu_core_init(&core, mm);
+    fuse_core core;
+    fuse_core_init(&core, mm);
     if (m->val[0]) core.in[2] = m->val[0];
     epi_concat(&core.epi, &m->epi);
-    af_node *f = fu_core_build(&core, mm->name, err);
+    af_node *f = fuse_core_build(&core, mm->name, err);
     if (!f) return err ? err->code : AF_ERR_NOMEM;
-    return fu_commit(cx, m, f, m->out[0], fu_all(m), err);
+    return fuse_commit(cx, m, f, m->out[0], fuse_all(m), err);
 }
 
 /* ---- LayerNormMatMulFusionOp --------------------------------------------------------------- */
@@ -132,8 +132,8 @@ af_status fr_mba_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
 
 /* Can product p (reading the LayerNorm output at A) take the prologue? */
 static const char *prologue_ok(af_node *p) {
-    fu_core core;
-    const char *why = fu_core_init(&core, p);
+    fuse_core core;
+    const char *why = fuse_core_init(&core, p);
     if (why) return why;
     if (core.op != AF_OP_FUSED_MATMUL) return AF_NO_MATCH;
     if (p->op == AF_OP_GEMM && af_attr_int(p, "transA", 0)) return "Gemm reads A transposed";
@@ -198,20 +198,20 @@ static void collect(af_match *m, const af_node *ln, const af_value *a, bool via,
     for (int u = 0; u < a->nuses && m->nout < AF_MATCH_OUT_MAX; u++) {
         af_node *p = a->uses[u].node;
         if (!is_product(p->op) || a->uses[u].slot != 0 || p->graph != ln->graph ||
-            fu_match_index(m, p) >= 0 || !p->out[0])
+            fuse_match_index(m, p) >= 0 || !p->out[0])
             continue;
         const char *why = prologue_ok(p);
         if (why) {
             if (why != AF_NO_MATCH) *refused = why;
             continue;
         }
-        if (m->n >= 63 || !fu_match_add(m, p)) return;
+        if (m->n >= 63 || !fuse_match_add(m, p)) return;
         if (via) m->ival[0] |= (int64_t)1 << (m->n - 1);
         m->out[m->nout++] = p->out[0];
     }
 }
 
-const char *fr_lnmm_check(af_fusion_ctx *cx, af_node *ln, af_match *m) {
+const char *rule_layernorm_matmul_check(af_fusion_ctx *cx, af_node *ln, af_match *m) {
     (void)cx;
     af_value *x = input(ln, 0), *scale = input(ln, 1), *bias = input(ln, 2);
     af_value *y = ln->nout > 0 ? ln->out[0] : NULL;
@@ -231,13 +231,13 @@ const char *fr_lnmm_check(af_fusion_ctx *cx, af_node *ln, af_match *m) {
     for (int o = 1; o < ln->nout; o++)
         if (ln->out[o] && (ln->out[o]->nuses > 0 || ln->out[o]->is_output))
             return "LayerNorm statistics outputs are used";
-    fu_match_add(m, ln);
-    fu_match_keep(m, ln);
+    fuse_match_add(m, ln);
+    fuse_match_keep(m, ln);
     const char *refused = AF_NO_MATCH;
     collect(m, ln, y, false, &refused);
     if (t) {
-        fu_match_add(m, t);
-        fu_match_keep(m, t);
+        fuse_match_add(m, t);
+        fuse_match_keep(m, t);
         m->core = t;
         collect(m, ln, t->out[0], true, &refused);
     }
@@ -251,7 +251,7 @@ static af_value *row_copy(af_node *t, af_value *x, af_error *err) {
     const char *vname = af_graph_unique_name(g, t->out[0]->name);
     af_value *v = vname ? af_value_new(g, vname) : NULL;
     af_node *n = v ? af_node_new(g, t->op, vname, t->nin, 1) : NULL;
-    if (!n || !fu_copy_attrs(n, t)) {
+    if (!n || !fuse_copy_attrs(n, t)) {
         af_node_fail(err, t, AF_ERR_NOMEM, "out of memory");
         return NULL;
     }
@@ -269,7 +269,7 @@ static af_value *row_copy(af_node *t, af_value *x, af_error *err) {
     return v;
 }
 
-af_status fr_lnmm_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
+af_status rule_layernorm_matmul_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
     af_node *ln = m->node[0], *t = m->core;
     af_value *moved = NULL;
     if (t && m->ival[0]) {
@@ -280,21 +280,21 @@ af_status fr_lnmm_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
         af_node *p = m->node[i];
         if (p == t) continue;
         bool via = (m->ival[0] >> i) & 1;
-        fu_core core;
-        fu_core_init(&core, p);
+        fuse_core core;
+        fuse_core_init(&core, p);
         core.in[0] = via ? moved : ln->in[0];
         core.in[3] = ln->in[1];
         core.in[4] = input(ln, 2);
         core.ln = true;
         core.ln_epsilon = af_attr_float(ln, "epsilon", 1e-5f);
-        af_node *f = fu_core_build(&core, p->name, err);
+        af_node *f = fuse_core_build(&core, p->name, err);
         if (!f) return err ? err->code : AF_ERR_NOMEM;
         uint64_t covers = (uint64_t)1 | (uint64_t)1 << i;
-        af_status st = fu_commit(cx, m, f, p->out[0], covers, err);
+        af_status st = fuse_commit(cx, m, f, p->out[0], covers, err);
         if (st != AF_OK) return st;
     }
-    if (t) fu_remove_if_dead(cx, t);
-    if (moved) fu_remove_if_dead(cx, moved->producer);
-    fu_remove_if_dead(cx, ln);
+    if (t) fuse_remove_if_dead(cx, t);
+    if (moved) fuse_remove_if_dead(cx, moved->producer);
+    fuse_remove_if_dead(cx, ln);
     return AF_OK;
 }

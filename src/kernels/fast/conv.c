@@ -18,7 +18,7 @@
 #include "kernels/ref/epilogue.h"
 #include "kernels/ref/fused.h"
 
-typedef struct fk_conv_cl {
+typedef struct conv_cl {
     af_tensor y; /* output type [N, OH, OW, M] (rank -1 while X's rank is unknown) */
     int64_t n, h, w, c, m, cg, mg, group;
     int64_t oh, ow, kh, kw, sh, sw, dh, dw, ph, pw; /* pads at the beginning */
@@ -34,7 +34,7 @@ typedef struct fk_conv_cl {
      * the program in pro_epilogue) and never stored whole. x is NULL then. */
     const float *pro_x, *pro_wt, *pro_b;
     int64_t pro_c;
-} fk_conv_cl;
+} conv_cl;
 
 #include <string.h>
 
@@ -46,7 +46,7 @@ static af_tensor nchw_view(const af_tensor *t) {
 
 /* A merged expand conv (pro_w >= 0): its weights and bias checked against X [N, H, W, pro_c]
  * and E = pro_m channels; *xd becomes the type the depthwise conv reads, [N, H, W, E]. */
-static af_status pro_setup(const af_node *n, const af_tensor *const *in, fk_conv_cl *g,
+static af_status pro_setup(const af_node *n, const af_tensor *const *in, conv_cl *g,
                            af_tensor *xd, af_error *err) {
     int64_t wi = af_attr_int(n, "pro_w", -1), bi = af_attr_int(n, "pro_b", -1);
     int64_t e = af_attr_int(n, "pro_m", 0);
@@ -75,7 +75,7 @@ static af_status pro_setup(const af_node *n, const af_tensor *const *in, fk_conv
 }
 
 /* Check the node and its inputs (types only when data is absent) and fill g. */
-static af_status fk_conv_cl_setup(const af_node *n, const af_tensor *const *in, fk_conv_cl *g,
+static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, conv_cl *g,
                                   af_error *err) {
     memset(g, 0, sizeof *g);
     const af_tensor *x = nn_in(n, in, 0), *w = nn_in(n, in, 1), *b = nn_in(n, in, 2);
@@ -116,7 +116,7 @@ static af_status fk_conv_cl_setup(const af_node *n, const af_tensor *const *in, 
     }
     af_tensor xv = nchw_view(x), yv;
     const af_tensor *cin[3] = {&xv, &wv, b};
-    af_status st = nn_shape_conv(n, cin, &yv, err);
+    af_status st = shape_conv(n, cin, &yv, err);
     if (st != AF_OK) return st;
     g->y = yv;
     g->y.rank = 4;
@@ -186,8 +186,8 @@ static bool pool_out(const af_node *n) {
 
 af_status fast_shape_fused_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_error *err) {
-    fk_conv_cl g;
-    af_status st = fk_conv_cl_setup(n, in, &g, err);
+    conv_cl g;
+    af_status st = conv_cl_setup(n, in, &g, err);
     if (st != AF_OK) return st;
     if ((n->nout != 1 && !pool_out(n)) || (af_attr_int(n, "pool_out", 0) && (!pool_out(n) || g.packed == 1)))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
@@ -203,19 +203,19 @@ af_status fast_shape_fused_conv(const af_node *n, const af_tensor *const *in, af
 /* ---- dense: implicit GEMM ------------------------------------------------------------------------- */
 
 /* The extent of input the windows read: rows [0, hp) and columns [0, wp) of the padded image. */
-static void padded_extent(const fk_conv_cl *g, int64_t *hp, int64_t *wp) {
+static void padded_extent(const conv_cl *g, int64_t *hp, int64_t *wp) {
     *hp = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1;
     *wp = (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1;
 }
 
-static bool needs_padding(const fk_conv_cl *g) {
+static bool needs_padding(const conv_cl *g) {
     int64_t hp, wp;
     padded_extent(g, &hp, &wp);
     return g->ph > 0 || g->pw > 0 || hp > g->h || wp > g->w;
 }
 
 typedef struct pad_job {
-    const fk_conv_cl *g;
+    const conv_cl *g;
     float *dst;
     int64_t hp, wp;
 } pad_job;
@@ -224,7 +224,7 @@ typedef struct pad_job {
 static void pad_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     (void)slot;
     const pad_job *p = ctx;
-    const fk_conv_cl *g = p->g;
+    const conv_cl *g = p->g;
     int64_t c = g->c, rowf = p->wp * c;
     for (int64_t r = begin; r < end; r++) {
         int64_t b = r / p->hp, ih = r % p->hp - g->ph;
@@ -242,7 +242,7 @@ static void pad_rows(void *ctx, int slot, int64_t begin, int64_t end) {
 
 /* Scratch conv_dense needs on `threads` threads: the zero-bordered image when the windows
  * reach outside X, the blocks of gated weights (one per thread) and the tap offsets. */
-static size_t dense_scratch_bytes(const fk_conv_cl *g, int threads) {
+static size_t dense_scratch_bytes(const conv_cl *g, int threads) {
     int64_t hp = g->h, wp = g->w;
     if (needs_padding(g)) padded_extent(g, &hp, &wp);
     size_t img = needs_padding(g) ? (size_t)(g->n * hp * wp * g->c) * sizeof(float) : 0;
@@ -254,7 +254,7 @@ static size_t dense_scratch_bytes(const fk_conv_cl *g, int threads) {
 
 /* The convolution into y (rows of M channels) through ep, using `scratch` (64-byte aligned,
  * dense_scratch_bytes of it). */
-static void conv_dense(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned char *scratch,
+static void conv_dense(const conv_cl *g, const af_vep *ep, float *y, unsigned char *scratch,
                        af_exec *ex) {
     bool pad = needs_padding(g);
     int64_t hp = g->h, wp = g->w;
@@ -304,7 +304,7 @@ static void conv_dense(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned
  * hold cp channels (a multiple of AF_GEMM_BF16_KB, zero padded) so every kernel position is a tap
  * of whole K blocks. */
 typedef struct low_job {
-    const fk_conv_cl *g;
+    const conv_cl *g;
     int64_t hp, wp, cp;
     uint16_t *d16; /* BF16 */
     float *d32;    /* F16: float32 holding half values */
@@ -313,7 +313,7 @@ typedef struct low_job {
 enum { LOW_CHUNK = 256 }; /* channels converted at a time through a stack buffer */
 
 static void low_position(const low_job *p, const float *src, const float *gate, int64_t pos) {
-    const fk_conv_cl *g = p->g;
+    const conv_cl *g = p->g;
     const af_vec_ops *v = af_vec();
     float tmp[LOW_CHUNK];
     for (int64_t c0 = 0; c0 < g->c; c0 += LOW_CHUNK) {
@@ -332,7 +332,7 @@ static void low_position(const low_job *p, const float *src, const float *gate, 
 static void low_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     (void)slot;
     const low_job *p = ctx;
-    const fk_conv_cl *g = p->g;
+    const conv_cl *g = p->g;
     size_t es = p->d16 ? sizeof(uint16_t) : sizeof(float);
     for (int64_t r = begin; r < end; r++) {
         int64_t b = r / p->hp, ih = r % p->hp - g->ph;
@@ -351,7 +351,7 @@ static void low_rows(void *ctx, int slot, int64_t begin, int64_t end) {
 
 /* Elements of the converted image and the slack after it (bfloat16: AMX reads up to 32 rows of
  * A past a tile's first row). */
-static void low_sizes(const fk_conv_cl *g, int64_t *hp, int64_t *wp, int64_t *cp, size_t *img,
+static void low_sizes(const conv_cl *g, int64_t *hp, int64_t *wp, int64_t *cp, size_t *img,
                       size_t *slack) {
     *hp = g->h;
     *wp = g->w;
@@ -361,14 +361,14 @@ static void low_sizes(const fk_conv_cl *g, int64_t *hp, int64_t *wp, int64_t *cp
     *slack = g->wt_type == AF_GEMM_BF16 ? (size_t)(32 * g->sw * *cp) : 0;
 }
 
-static size_t low_scratch_bytes(const fk_conv_cl *g) {
+static size_t low_scratch_bytes(const conv_cl *g) {
     int64_t hp, wp, cp;
     size_t img, slack, es = g->wt_type == AF_GEMM_BF16 ? 2 : 4;
     low_sizes(g, &hp, &wp, &cp, &img, &slack);
     return (((img + slack) * es + 63) & ~(size_t)63) + (size_t)(g->kh * g->kw) * sizeof(int64_t);
 }
 
-static void conv_low(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned char *scratch,
+static void conv_low(const conv_cl *g, const af_vep *ep, float *y, unsigned char *scratch,
                      af_exec *ex) {
     int64_t hp, wp, cp;
     size_t img, slack;
@@ -406,7 +406,7 @@ static void conv_low(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned c
  * of 144. */
 
 typedef struct wino_job {
-    const fk_conv_cl *g;
+    const conv_cl *g;
     const af_vep *ep;
     const float *xp; /* the zero-bordered input, hp x wp */
     int64_t hp, wp, th, tw, ntiles;
@@ -417,7 +417,7 @@ typedef struct wino_job {
 static void wino_in_tiles(void *ctx, int slot, int64_t begin, int64_t end) {
     (void)slot;
     const wino_job *j = ctx;
-    const fk_conv_cl *g = j->g;
+    const conv_cl *g = j->g;
     const af_vec_ops *v = af_vec();
     for (int64_t tile = begin; tile < end; tile++) {
         int64_t b = tile / (j->th * j->tw), r = tile % (j->th * j->tw);
@@ -429,7 +429,7 @@ static void wino_in_tiles(void *ctx, int slot, int64_t begin, int64_t end) {
 static void wino_products(void *ctx, int slot, int64_t begin, int64_t end) {
     (void)slot;
     const wino_job *j = ctx;
-    const fk_conv_cl *g = j->g;
+    const conv_cl *g = j->g;
     size_t per = af_gemm_packed_floats(g->c, g->m);
     static const int64_t tap0[1] = {0};
     for (int64_t e = begin; e < end; e++) {
@@ -442,7 +442,7 @@ static void wino_products(void *ctx, int slot, int64_t begin, int64_t end) {
 
 static void wino_out_tiles(void *ctx, int slot, int64_t begin, int64_t end) {
     const wino_job *j = ctx;
-    const fk_conv_cl *g = j->g;
+    const conv_cl *g = j->g;
     const af_vec_ops *v = af_vec();
     int64_t m = g->m;
     float *yt = j->tile + (size_t)slot * 16 * m;
@@ -462,7 +462,7 @@ static void wino_out_tiles(void *ctx, int slot, int64_t begin, int64_t end) {
 
 /* Scratch of the Winograd path: the zero-bordered input covering whole tiles, V, M, and one
  * output tile per thread. */
-static size_t wino_sizes(const fk_conv_cl *g, int threads, int64_t *hp, int64_t *wp, size_t *img,
+static size_t wino_sizes(const conv_cl *g, int threads, int64_t *hp, int64_t *wp, size_t *img,
                          size_t *vm) {
     int64_t ntiles = g->n * ((g->oh + 3) / 4) * ((g->ow + 3) / 4);
     *hp = (g->oh + 3) / 4 * 4 + 2;
@@ -472,7 +472,7 @@ static size_t wino_sizes(const fk_conv_cl *g, int threads, int64_t *hp, int64_t 
     return *img + *vm + (size_t)threads * 16 * (size_t)g->m * sizeof(float);
 }
 
-static void conv_winograd(const fk_conv_cl *g, const af_vep *ep, float *y, unsigned char *scratch,
+static void conv_winograd(const conv_cl *g, const af_vep *ep, float *y, unsigned char *scratch,
                           af_exec *ex) {
     int64_t hp, wp;
     size_t img, vm;
@@ -491,7 +491,7 @@ static void conv_winograd(const fk_conv_cl *g, const af_vep *ep, float *y, unsig
 /* ---- depthwise ----------------------------------------------------------------------------------- */
 
 typedef struct dw_job {
-    const fk_conv_cl *g;
+    const conv_cl *g;
     const af_vep *ep;
     float *y;
     float *sums; /* NULL, or per output row the [M] sums of its outputs (pool_out) */
@@ -500,12 +500,12 @@ typedef struct dw_job {
 /* Floats between two output rows' sums: whole cache lines, so that two threads, which add
  * into a row's sums at every output position, never write the same line. Sums per row rather
  * than per thread make the means independent of which thread ran which rows. */
-static size_t dw_sums_stride(const fk_conv_cl *g) {
+static size_t dw_sums_stride(const conv_cl *g) {
     return ((size_t)g->m + 15) & ~(size_t)15;
 }
 
 /* Bytes of every output row's sums: a multiple of 64, so what follows them stays aligned. */
-static size_t conv_sums_bytes(const fk_conv_cl *g) {
+static size_t conv_sums_bytes(const conv_cl *g) {
     return (size_t)(g->n * g->oh) * dw_sums_stride(g) * sizeof(float);
 }
 
@@ -513,7 +513,7 @@ static size_t conv_sums_bytes(const fk_conv_cl *g) {
 static void dw_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     (void)slot;
     const dw_job *j = ctx;
-    const fk_conv_cl *g = j->g;
+    const conv_cl *g = j->g;
     const af_vec_ops *v = af_vec();
     for (int64_t r = begin; r < end; r++) {
         int64_t b = r / g->oh, oh = r % g->oh;
@@ -537,7 +537,7 @@ static void dw_rows(void *ctx, int slot, int64_t begin, int64_t end) {
  * recomputes no row. */
 enum { PRO_MAX_SPAN = 64 };
 
-static int64_t pro_span(const fk_conv_cl *g) {
+static int64_t pro_span(const conv_cl *g) {
     return (g->kh - 1) * g->dh + 1;
 }
 
@@ -548,13 +548,13 @@ typedef struct pro_ring {
     float rows[];
 } pro_ring;
 
-static size_t pro_ring_bytes(const fk_conv_cl *g) {
+static size_t pro_ring_bytes(const conv_cl *g) {
     return (sizeof(pro_ring) + (size_t)(pro_span(g) * g->w * g->c) * sizeof(float) + 63) &
            ~(size_t)63;
 }
 
 typedef struct pro_job {
-    const fk_conv_cl *g;
+    const conv_cl *g;
     const af_vep *ep, *pro;
     float *y, *sums;
     unsigned char *rings; /* pro_ring_bytes(g) per slot */
@@ -562,7 +562,7 @@ typedef struct pro_job {
 
 /* Expanded input row ih of image b into dst ([W][E]). */
 static void pro_expand_row(const pro_job *j, int64_t b, int64_t ih, float *dst) {
-    const fk_conv_cl *g = j->g;
+    const conv_cl *g = j->g;
     static const int64_t tap0[1] = {0};
     int64_t row = b * g->h + ih;
     af_gemm gm = {g->pro_x + row * g->w * g->pro_c, 1, g->w, 0, g->pro_c, tap0, 1, g->pro_c,
@@ -572,7 +572,7 @@ static void pro_expand_row(const pro_job *j, int64_t b, int64_t ih, float *dst) 
 
 static void pro_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     const pro_job *j = ctx;
-    const fk_conv_cl *g = j->g;
+    const conv_cl *g = j->g;
     const af_vec_ops *v = af_vec();
     int64_t span = pro_span(g);
     pro_ring *ring = (pro_ring *)(j->rings + (size_t)slot * pro_ring_bytes(g));
@@ -598,7 +598,7 @@ static void pro_rows(void *ctx, int slot, int64_t begin, int64_t end) {
 /* The convolution of g into y through the epilogue program ep (bias added here), and with
  * `mean` (depthwise only, may be NULL) the [N][M] means of y over positions; scratch is
  * conv_scratch_bytes(g, mean != NULL, ex) at 64-byte alignment. */
-static void conv_run(const fk_conv_cl *g, const af_epilogue *ep, const af_epilogue *pro,
+static void conv_run(const conv_cl *g, const af_epilogue *ep, const af_epilogue *pro,
                      float *y, float *mean, unsigned char *scratch, af_exec *ex) {
     af_vep vep;
     af_vep_build(ep, y, g->m, &vep);
@@ -636,7 +636,7 @@ static void conv_run(const fk_conv_cl *g, const af_epilogue *ep, const af_epilog
         }
 }
 
-static size_t conv_scratch_bytes(const fk_conv_cl *g, bool mean, af_exec *ex) {
+static size_t conv_scratch_bytes(const conv_cl *g, bool mean, af_exec *ex) {
     if (g->packed == 1)
         return g->wt_type != AF_GEMM_F32 ? low_scratch_bytes(g)
                                          : dense_scratch_bytes(g, af_exec_threads(ex));
@@ -651,9 +651,9 @@ static size_t conv_scratch_bytes(const fk_conv_cl *g, bool mean, af_exec *ex) {
 }
 
 /* Setup and run-time checks of a channels-last conv whose output type is `y`. */
-static af_status conv_ready(const af_node *n, const af_tensor *const *in, fk_conv_cl *g,
+static af_status conv_ready(const af_node *n, const af_tensor *const *in, conv_cl *g,
                             af_error *err) {
-    af_status st = fk_conv_cl_setup(n, in, g, err);
+    af_status st = conv_cl_setup(n, in, g, err);
     if (st != AF_OK) return st;
     if (!g->packed) return af_node_fail(err, n, AF_ERR_INTERNAL, "channels-last weights are not packed");
     if (g->y.rank != 4 || !af_tensor_has_data(in[0]) || !g->wt || (nn_in(n, in, 2) && !af_tensor_has_data(in[2])))
@@ -663,7 +663,7 @@ static af_status conv_ready(const af_node *n, const af_tensor *const *in, fk_con
 
 af_status fast_fused_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_exec *ex, af_error *err) {
-    fk_conv_cl g;
+    conv_cl g;
     af_epilogue ep;
     af_status st = conv_ready(n, in, &g, err);
     if (st == AF_OK) st = nn_check_out(n, &out[0], 4, g.y.dims, err);
@@ -698,7 +698,7 @@ af_status fast_fused_conv(const af_node *n, const af_tensor *const *in, af_tenso
  * (fc_packed = 1, made by the pack pass) or plain [M, classes] / [classes, M] (fc_trans_b),
  * Bfc (input 4) broadcasting to [N, classes]. */
 typedef struct cpf_cl {
-    fk_conv_cl conv;
+    conv_cl conv;
     const af_tensor *w, *b;
     int64_t classes;
     bool packed, tb;
@@ -706,7 +706,7 @@ typedef struct cpf_cl {
 
 static af_status cpf_setup(const af_node *n, const af_tensor *const *in, cpf_cl *c, af_tensor *y,
                            af_error *err) {
-    af_status st = fk_conv_cl_setup(n, in, &c->conv, err);
+    af_status st = conv_cl_setup(n, in, &c->conv, err);
     if (st != AF_OK) return st;
     c->w = nn_in(n, in, 3);
     c->b = nn_in(n, in, 4);
@@ -761,7 +761,7 @@ af_status fast_conv_pool_fc(const af_node *n, const af_tensor *const *in, af_ten
     if (st == AF_OK) st = nn_check_out(n, &out[0], 2, yt.dims, err);
     if (st == AF_OK) st = af_epilogue_parse(n, in, &c.conv.y, &ep, err);
     if (st != AF_OK) return st;
-    const fk_conv_cl *g = &c.conv;
+    const conv_cl *g = &c.conv;
     int64_t rows = g->oh * g->ow;
     size_t conv_floats = (size_t)(g->n * rows * g->m), wfloats = c.packed ? 0 : af_gemm_packed_floats(g->m, c.classes);
     size_t cb = (conv_floats * sizeof(float) + 63) & ~(size_t)63, csb = conv_scratch_bytes(g, false, ex);

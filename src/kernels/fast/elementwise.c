@@ -47,7 +47,7 @@ static void ep_range(void *ctx, int slot, int64_t begin, int64_t end) {
     }
 }
 
-void fk_ep_run(af_exec *ex, const af_vep *v, const float *x, float *y, int64_t numel) {
+void fast_ep_run(af_exec *ex, const af_vep *v, const float *x, float *y, int64_t numel) {
     if (numel <= 0) return;
     bool by_rows = false;
     for (int s = 0; s < v->nsteps; s++)
@@ -83,7 +83,7 @@ static void un_range(void *ctx, int slot, int64_t begin, int64_t end) {
     af_vec()->unary(j->op, j->p0, j->p1, j->x + begin, j->y + begin, end - begin);
 }
 
-static bool fk_fast_map(int op, float p0, float p1, const af_tensor *x, af_tensor *y, af_exec *ex) {
+static bool run_map(int op, float p0, float p1, const af_tensor *x, af_tensor *y, af_exec *ex) {
     if (x->dtype != AF_DTYPE_FLOAT || y->dtype != AF_DTYPE_FLOAT)
         return false;
     int64_t count = af_tensor_numel(x);
@@ -93,10 +93,10 @@ static bool fk_fast_map(int op, float p0, float p1, const af_tensor *x, af_tenso
     return true;
 }
 
-static bool fk_fast_unary(const af_node *n, const af_tensor *x, af_tensor *y, af_exec *ex) {
+static bool run_unary(const af_node *n, const af_tensor *x, af_tensor *y, af_exec *ex) {
     int op;
     float p0, p1;
-    return unary_op(n, &op, &p0, &p1) && fk_fast_map(op, p0, p1, x, y, ex);
+    return unary_op(n, &op, &p0, &p1) && run_map(op, p0, p1, x, y, ex);
 }
 
 /* The epilogue op of a binary ONNX op (its row's .ep); Pow by a constant scalar 2 or 0.5
@@ -120,7 +120,7 @@ static bool same_dims(const af_tensor *a, const af_tensor *b) {
     return true;
 }
 
-static bool fk_fast_binary(const af_node *n, const af_tensor *a, const af_tensor *b, af_tensor *y,
+static bool run_binary(const af_node *n, const af_tensor *a, const af_tensor *b, af_tensor *y,
                     af_exec *ex) {
     int op;
     bool unary;
@@ -129,7 +129,7 @@ static bool fk_fast_binary(const af_node *n, const af_tensor *a, const af_tensor
         !binary_op(n, b, &op, &unary))
         return false;
     int64_t count = af_tensor_numel(y);
-    if (unary) return same_dims(a, y) && fk_fast_map(op, 0.0f, 0.0f, a, y, ex);
+    if (unary) return same_dims(a, y) && run_map(op, 0.0f, 0.0f, a, y, ex);
     /* The operand with the output's shape is the chain value; the other one the step's. */
     bool rev = !same_dims(a, y);
     const af_tensor *x = rev ? b : a, *o = rev ? a : b;
@@ -146,7 +146,7 @@ static bool fk_fast_binary(const af_node *n, const af_tensor *a, const af_tensor
     af_vep v;
     af_vep_build(&ep, y->data, y->dims[y->rank - 1], &v);
     if (v.generic) return false; /* the reference kernel's broadcast iterator is as good */
-    fk_ep_run(ex, &v, x->data, y->data, count);
+    fast_ep_run(ex, &v, x->data, y->data, count);
     return true;
 }
 
@@ -178,7 +178,7 @@ static void smax_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     }
 }
 
-static bool fk_fast_layernorm(const af_tensor *x, const af_tensor *scale, const af_tensor *bias,
+static bool run_layernorm(const af_tensor *x, const af_tensor *scale, const af_tensor *bias,
                        float eps, int64_t rows, int64_t len, af_tensor *y, af_exec *ex) {
     if (x->dtype != AF_DTYPE_FLOAT || y->dtype != AF_DTYPE_FLOAT ||
         scale->dtype != AF_DTYPE_FLOAT || af_tensor_numel(scale) != len || len < 1 ||
@@ -189,7 +189,7 @@ static bool fk_fast_layernorm(const af_tensor *x, const af_tensor *scale, const 
     return true;
 }
 
-static bool fk_fast_softmax(const af_tensor *x, int64_t rows, int64_t len, af_tensor *y, af_exec *ex) {
+static bool run_softmax(const af_tensor *x, int64_t rows, int64_t len, af_tensor *y, af_exec *ex) {
     if (x->dtype != AF_DTYPE_FLOAT || y->dtype != AF_DTYPE_FLOAT ||
         len < 1)
         return false;
@@ -215,7 +215,7 @@ static void sum_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     }
 }
 
-static bool fk_fast_row_sums(const af_tensor *x, int64_t rows, int64_t len, bool mean, af_tensor *y,
+static bool run_row_sums(const af_tensor *x, int64_t rows, int64_t len, bool mean, af_tensor *y,
                       af_exec *ex) {
     if (x->dtype != AF_DTYPE_FLOAT || y->dtype != AF_DTYPE_FLOAT ||
         len < 1 || af_tensor_numel(y) != rows)
@@ -252,7 +252,7 @@ static void tr_blocks(void *ctx, int slot, int64_t begin, int64_t end) {
     }
 }
 
-static bool fk_fast_transpose(const af_tensor *x, const int *perm, af_tensor *y, af_exec *ex) {
+static bool run_transpose(const af_tensor *x, const int *perm, af_tensor *y, af_exec *ex) {
     if (x->dtype != AF_DTYPE_FLOAT || x->rank < 2 ||
         x->rank > AF_MAX_RANK)
         return false;
@@ -311,7 +311,7 @@ static af_status taken(bool ok) { return ok ? AF_OK : AF_DECLINED; }
 af_status fast_unary(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                      af_error *err) {
     (void)err;
-    return taken(n->nin == 1 && same_ready(n, in, out) && fk_fast_unary(n, in[0], &out[0], x));
+    return taken(n->nin == 1 && same_ready(n, in, out) && run_unary(n, in[0], &out[0], x));
 }
 
 /* Bounds: attributes before opset 11, optional float32 scalar inputs from then on. */
@@ -331,7 +331,7 @@ af_status fast_clip(const af_node *n, const af_tensor *const *in, af_tensor *out
         if (lo) l = ((const float *)lo->data)[0];
         if (hi) h = ((const float *)hi->data)[0];
     }
-    return taken(fk_fast_map(AF_EP_CLIP, (float)l, (float)h, in[0], &out[0], x));
+    return taken(run_map(AF_EP_CLIP, (float)l, (float)h, in[0], &out[0], x));
 }
 
 /* t broadcasts unidirectionally (numpy) to y. */
@@ -352,7 +352,7 @@ af_status fast_binary(const af_node *n, const af_tensor *const *in, af_tensor *o
     if (n->nin != 2 || af_graph_opset(n->graph) < 7 || !f32_ready(in[0]) || !f32_ready(in[1]) ||
         !f32_ready(&out[0]) || !broadcasts_to(in[0], &out[0]) || !broadcasts_to(in[1], &out[0]))
         return AF_DECLINED;
-    return taken(fk_fast_binary(n, in[0], in[1], &out[0], x));
+    return taken(run_binary(n, in[0], in[1], &out[0], x));
 }
 
 /* Over the last axes, Scale and B as whole rows; no Mean / InvStdDev outputs. */
@@ -368,7 +368,7 @@ af_status fast_layernorm(const af_node *n, const af_tensor *const *in, af_tensor
         return AF_DECLINED;
     const af_tensor *t = in[0];
     int64_t outer = nn_prod(t, 0, axis), inner = nn_prod(t, axis, t->rank);
-    return taken(fk_fast_layernorm(t, scale, b, af_attr_float(n, "epsilon", 1e-5f), outer, inner,
+    return taken(run_layernorm(t, scale, b, af_attr_float(n, "epsilon", 1e-5f), outer, inner,
                                    &out[0], x));
 }
 
@@ -380,7 +380,7 @@ af_status fast_softmax(const af_node *n, const af_tensor *const *in, af_tensor *
     if (!same_ready(n, in, out) || nn_softmax_geom(n, in[0], &outer, &len, &inner, NULL) ||
         inner != 1)
         return AF_DECLINED;
-    return taken(fk_fast_softmax(in[0], outer, len, &out[0], x));
+    return taken(run_softmax(in[0], outer, len, &out[0], x));
 }
 
 /* ReduceSum and ReduceMean over the last axis only. */
@@ -394,7 +394,7 @@ af_status fast_reduce(const af_node *n, const af_tensor *const *in, af_tensor *o
         return AF_DECLINED;
     bool last_only = red[t->rank - 1];
     for (int a = 0; a + 1 < t->rank; a++) last_only = last_only && !red[a];
-    return taken(last_only && fk_fast_row_sums(t, af_tensor_numel(&out[0]), t->dims[t->rank - 1],
+    return taken(last_only && run_row_sums(t, af_tensor_numel(&out[0]), t->dims[t->rank - 1],
                                                n->op == AF_OP_REDUCE_MEAN, &out[0], x));
 }
 
@@ -403,5 +403,5 @@ af_status fast_transpose(const af_node *n, const af_tensor *const *in, af_tensor
     (void)err;
     int perm[AF_MAX_RANK];
     if (!same_ready(n, in, out) || tn_transpose_perm(n, in[0]->rank, perm, NULL)) return AF_DECLINED;
-    return taken(fk_fast_transpose(in[0], perm, &out[0], x));
+    return taken(run_transpose(in[0], perm, &out[0], x));
 }

@@ -7,6 +7,6 @@
 
 /* y = x through the vector epilogue v, for a tensor of numel floats (rows of v->cols); x may be
  * y (in place) or NULL (y already holds the values). In parallel on ex. */
-void fk_ep_run(af_exec *ex, const af_vep *v, const float *x, float *y, int64_t numel);
+void fast_ep_run(af_exec *ex, const af_vep *v, const float *x, float *y, int64_t numel);
 
 #endif

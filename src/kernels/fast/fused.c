@@ -11,12 +11,12 @@
 af_status fast_fused_elementwise(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                  af_exec *ex, af_error *err) {
     af_epilogue ep;
-    af_status st = fk_fused_elementwise_prepare(n, in, out, &ep, err);
+    af_status st = fused_elementwise_prepare(n, in, out, &ep, err);
     if (st != AF_OK) return st;
     const af_tensor *x = in[0];
     af_vep v;
     af_vep_build(&ep, out[0].data, x->rank > 0 ? x->dims[x->rank - 1] : 1, &v);
-    fk_ep_run(ex, &v, x->data, out[0].data, af_tensor_numel(x));
+    fast_ep_run(ex, &v, x->data, out[0].data, af_tensor_numel(x));
     return AF_OK;
 }
 
@@ -96,11 +96,11 @@ static void se_run_cl(const af_tensor *x, const af_tensor *w1, const af_tensor *
 
 af_status fast_squeeze_excite(const af_node *n, const af_tensor *const *in, af_tensor *out,
                               af_exec *ex, af_error *err) {
-    fk_se s;
-    af_status st = fk_se_prepare(n, in, out, &s, err);
+    fused_se s;
+    af_status st = fused_se_prepare(n, in, out, &s, err);
     if (st != AF_OK)
         return st;
-    if (!s.channels_last) return fk_se_run_nchw(n, &s, out[0].data, se_fc, ex, err);
+    if (!s.channels_last) return fused_se_run_nchw(n, &s, out[0].data, se_fc, ex, err);
     /* Three small vectors, from the run's scratch (nothing allocated per run). */
     size_t nc = (size_t)(s.c > 0 ? s.c : 1), nr = (size_t)(s.cr > 0 ? s.cr : 1);
     float *gap = af_exec_scratch(ex, (2 * nc + nr) * sizeof(float));

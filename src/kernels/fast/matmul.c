@@ -59,9 +59,9 @@ af_status fast_shape_fused_matmul(const af_node *n, const af_tensor *const *in, 
                                   af_error *err) {
     af_tensor view;
     const af_tensor *bv;
-    fk_mm g;
+    fused_mm g;
     af_status st = b_view(n, in, &view, &bv, err);
-    if (!st) st = fk_mm_setup(n, in, bv, &g, err);
+    if (!st) st = fused_mm_setup(n, in, bv, &g, err);
     if (st) return st;
     af_tensor_set_type(&out[0], AF_DTYPE_FLOAT, g.rank, g.rank >= 0 ? g.dims : NULL);
     return af_epilogue_validate(n, in, &out[0], err);
@@ -69,7 +69,7 @@ af_status fast_shape_fused_matmul(const af_node *n, const af_tensor *const *in, 
 
 /* Where a fast FusedMatMul keeps its pieces while it runs. */
 typedef struct mm_fast {
-    const fk_mm *g;
+    const fused_mm *g;
     const af_vep *ep;
     const float *a;     /* A, or its normalised / transposed copy in scratch (same offsets) */
     float *bscratch;    /* per slot: one packed B, when B is not packed already */
@@ -79,7 +79,7 @@ typedef struct mm_fast {
 } mm_fast;
 
 /* Offsets of A and B for batch entry `step`. */
-static void mm_offsets(const fk_mm *g, int64_t step, int64_t *aoff, int64_t *boff) {
+static void mm_offsets(const fused_mm *g, int64_t step, int64_t *aoff, int64_t *boff) {
     int64_t rest = step;
     *aoff = *boff = 0;
     for (int i = g->nb - 1; i >= 0; i--) {
@@ -91,7 +91,7 @@ static void mm_offsets(const fk_mm *g, int64_t step, int64_t *aoff, int64_t *bof
 }
 
 /* B of batch entry at boff as packed panels: the compile-time ones, or packed into dst now. */
-static const float *mm_packed(const fk_mm *g, int64_t boff, float *dst) {
+static const float *mm_packed(const fused_mm *g, int64_t boff, float *dst) {
     const float *b = (const float *)g->b->data + boff;
     if (g->packed) return b;
     af_gemm_pack(b, g->k, g->n, g->tb ? 1 : g->n, g->tb ? g->k : 1, dst);
@@ -101,7 +101,7 @@ static const float *mm_packed(const fk_mm *g, int64_t boff, float *dst) {
 /* Batch entries [begin, end), each one GEMM on this thread. */
 static void mm_entries(void *ctx, int slot, int64_t begin, int64_t end) {
     const mm_fast *f = ctx;
-    const fk_mm *g = f->g;
+    const fused_mm *g = f->g;
     static const int64_t tap0[1] = {0};
     for (int64_t step = begin; step < end; step++) {
         int64_t aoff, boff;
@@ -115,7 +115,7 @@ static void mm_entries(void *ctx, int slot, int64_t begin, int64_t end) {
 }
 
 /* LayerNorm (or the transpose of trans_a) of every A matrix into dst, in A's own layout. */
-static void mm_prepare_a(const fk_mm *g, float eps, float *dst) {
+static void mm_prepare_a(const fused_mm *g, float eps, float *dst) {
     int64_t rows = af_tensor_numel(g->a) / (g->k > 0 ? g->k : 1);
     const float *a = g->a->data;
     if (g->ta) { /* [.., K, M] -> [.., M, K] */
@@ -139,7 +139,7 @@ static void mm_prepare_a(const fk_mm *g, float eps, float *dst) {
  * float32 rows holding half-precision values. Without prologue_fp32 the input is rounded
  * first, as if it had been stored in that type. */
 typedef struct mm_low {
-    const fk_mm *g;
+    const fused_mm *g;
     float eps;
     bool round_first;
     int64_t kp;
@@ -159,7 +159,7 @@ static void mm_round(af_gemm_type t, float *x, int64_t n, uint16_t *tmp16) {
 
 static void mm_low_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     const mm_low *j = ctx;
-    const fk_mm *g = j->g;
+    const fused_mm *g = j->g;
     const af_vec_ops *v = af_vec();
     for (int64_t r = begin; r < end; r++) {
         int64_t aoff, boff;
@@ -182,7 +182,7 @@ static void mm_low_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     }
 }
 
-static af_status mm_run_low(const af_node *n, const fk_mm *g, const af_vep *vep, float *y,
+static af_status mm_run_low(const af_node *n, const fused_mm *g, const af_vep *vep, float *y,
                             af_exec *ex, af_error *err) {
     int64_t nbatch = 1;
     for (int i = 0; i < g->nb; i++) nbatch *= g->bdims[i];
@@ -209,7 +209,7 @@ static af_status mm_run_low(const af_node *n, const fk_mm *g, const af_vep *vep,
 }
 
 /* Y = epilogue(alpha * op(LN(A)) x B + bias) on the GEMM core. */
-static af_status mm_run_fast(const af_node *n, const fk_mm *g, const af_epilogue *ep, float *y,
+static af_status mm_run_fast(const af_node *n, const fused_mm *g, const af_epilogue *ep, float *y,
                              af_exec *ex, af_error *err) {
     float alpha = af_attr_float(n, "alpha", 1.0f), eps = af_attr_float(n, "ln_epsilon", 1e-5f);
     af_vep vep;
@@ -262,10 +262,10 @@ af_status fast_fused_matmul(const af_node *n, const af_tensor *const *in, af_ten
                             af_exec *ex, af_error *err) {
     af_tensor view;
     const af_tensor *bv;
-    fk_mm g;
+    fused_mm g;
     af_epilogue ep;
     af_status st = b_view(n, in, &view, &bv, err);
-    if (!st) st = fk_mm_prepare(n, in, out, bv, &g, &ep, err);
+    if (!st) st = fused_mm_prepare(n, in, out, bv, &g, &ep, err);
     if (st) return st;
     return mm_run_fast(n, &g, &ep, out[0].data, ex, err);
 }

@@ -49,7 +49,7 @@ static af_status cl_setup(const af_node *n, const af_tensor *const *in, bool glo
     return AF_OK;
 }
 
-static af_status fk_shape_pool_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+static af_status pool_cl_shape(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                   bool global, int max, af_error *err) {
     pool_cl p;
     return cl_setup(n, in, global, max, &p, &out[0], err);
@@ -87,7 +87,7 @@ static void pool_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     }
 }
 
-static af_status fk_kernel_pool_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+static af_status pool_cl_run(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    bool global, int max, af_exec *ex, af_error *err) {
     pool_cl p;
     af_tensor t;
@@ -106,11 +106,11 @@ static af_status fk_kernel_pool_cl(const af_node *n, const af_tensor *const *in,
 #define POOL_ENTRY(name, global, max)                                                             \
     af_status fast_shape_##name(const af_node *n, const af_tensor *const *in, af_tensor *out,     \
                                 af_error *err) {                                                  \
-        return fk_shape_pool_cl(n, in, out, global, max, err);                                    \
+        return pool_cl_shape(n, in, out, global, max, err);                                    \
     }                                                                                             \
     af_status fast_##name(const af_node *n, const af_tensor *const *in, af_tensor *out,           \
                           af_exec *ex, af_error *err) {                                           \
-        return fk_kernel_pool_cl(n, in, out, global, max, ex, err);                               \
+        return pool_cl_run(n, in, out, global, max, ex, err);                               \
     }
 POOL_ENTRY(maxpool, false, 1)
 POOL_ENTRY(avgpool, false, 0)

@@ -2,7 +2,7 @@
  * and float64, elementwise, output shaped like the input. */
 #include "kernels/ref/ref.h"
 
-af_status fz_shape_same(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_same(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_error *err) {
     if (n->nin < 1 || !in[0] || n->nout != 1)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "takes one input and one output");
@@ -35,7 +35,7 @@ static af_status map(const af_tensor *x, af_tensor *y, double (*f)(double)) {
     return AF_OK;
 }
 
-af_status fz_kernel_gelu(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+af_status ref_gelu(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                          af_error *err) {
     (void)x;
     const char *approx = af_attr_str(n, "approximate", "none");
@@ -44,7 +44,7 @@ af_status fz_kernel_gelu(const af_node *n, const af_tensor *const *in, af_tensor
     return map(in[0], &out[0], strcmp(approx, "tanh") ? gelu_erf : gelu_tanh);
 }
 
-af_status fz_kernel_silu(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+af_status ref_silu(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                          af_error *err) {
     (void)n;
     (void)x;

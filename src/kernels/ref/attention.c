@@ -133,7 +133,7 @@ static void fa_mask_strides(const af_tensor *m, const fa_geom *g, int64_t st[4])
     }
 }
 
-af_status fa_shape_attention(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_attention(const af_node *n, const af_tensor *const *in, af_tensor *out,
                              af_error *err) {
     fa_geom g;
     af_status st = fa_geom_of(n, in, &g, err);
@@ -281,7 +281,7 @@ af_status fa_prepare(const af_node *n, const af_tensor *const *in, af_tensor *ou
     return AF_OK;
 }
 
-af_status fa_kernel_attention(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_attention(const af_node *n, const af_tensor *const *in, af_tensor *out,
                               af_exec *x, af_error *err) {
     (void)x;
     fa_run r;

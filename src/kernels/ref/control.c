@@ -33,7 +33,7 @@ static bool scalar_true(const af_tensor *t) {
 
 /* ---- If ---------------------------------------------------------------------------------- */
 
-af_status cf_shape_if(const af_node *n, const af_tensor *const *in, af_tensor *out, af_error *err) {
+af_status shape_if(const af_node *n, const af_tensor *const *in, af_tensor *out, af_error *err) {
     (void)in;
     const af_graph *t = graph_attr(n, "then_branch"), *e = graph_attr(n, "else_branch");
     if (!t || !e) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing then/else branch");
@@ -48,7 +48,7 @@ af_status cf_shape_if(const af_node *n, const af_tensor *const *in, af_tensor *o
     return AF_OK;
 }
 
-af_status cf_kernel_if(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+af_status ref_if(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                        af_error *err) {
     if (n->nin < 1 || !in[0] || af_tensor_numel(in[0]) != 1)
         return af_node_fail(err, n, AF_ERR_RUNTIME, "condition must be one element");
@@ -63,7 +63,7 @@ af_status cf_kernel_if(const af_node *n, const af_tensor *const *in, af_tensor *
 
 /* ---- Loop -------------------------------------------------------------------------------- */
 
-af_status cf_shape_loop(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_loop(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_error *err) {
     (void)in;
     const af_graph *b = graph_attr(n, "body");
@@ -105,7 +105,7 @@ static af_status stack(const af_node *n, af_tensor *items, int64_t count, const 
     return AF_OK;
 }
 
-af_status cf_kernel_loop(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+af_status ref_loop(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                          af_error *err) {
     const af_graph *b = graph_attr(n, "body");
     int ncarried = n->nin - 2, nscan = n->nout - ncarried;
@@ -212,7 +212,7 @@ static af_status scan_config(const af_node *n, const af_graph *b, scan_cfg *c, a
     return AF_OK;
 }
 
-af_status cf_shape_scan(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_scan(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_error *err) {
     (void)in;
     const af_graph *b = graph_attr(n, "body");
@@ -242,7 +242,7 @@ static void slice_copy(af_tensor *whole, int axis, int64_t k, af_tensor *part, b
     }
 }
 
-af_status cf_kernel_scan(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+af_status ref_scan(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                          af_error *err) {
     const af_graph *b = graph_attr(n, "body");
     scan_cfg c;

@@ -426,7 +426,7 @@ static af_status conv_prepare(const af_node *n, const af_tensor *const *in, bool
     return AF_OK;
 }
 
-af_status nn_shape_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_error *err) {
     const af_tensor *x, *wt, *b;
     conv_geom g;
@@ -464,7 +464,7 @@ static af_status conv_load(const af_node *n, const af_tensor *const *in, bool tr
     return st;
 }
 
-af_status nn_kernel_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_exec *ex, af_error *err) {
     (void)ex;
     conv_geom g;
@@ -498,7 +498,7 @@ static af_status qconv_prepare(const af_node *n, const af_tensor *const *in, int
     return conv_setup(n, *x, *wt, g, err);
 }
 
-af_status nn_shape_conv_integer(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_conv_integer(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                 af_error *err) {
     const af_tensor *x, *wt;
     conv_geom g;
@@ -511,7 +511,7 @@ af_status nn_shape_conv_integer(const af_node *n, const af_tensor *const *in, af
 
 /* The accumulations are exact in double: 8-bit products are below 2^17 and a kernel volume
  * would need 2^36 taps to reach 2^53. */
-af_status nn_kernel_conv_integer(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_conv_integer(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                  af_exec *ex, af_error *err) {
     (void)ex;
     const af_tensor *x, *wt;
@@ -541,7 +541,7 @@ af_status nn_kernel_conv_integer(const af_node *n, const af_tensor *const *in, a
 
 /* QLinearConv inputs: x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
  * y_zero_point, B. The output type is y_zero_point's (x's when it is omitted). */
-af_status nn_shape_qlinear_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_qlinear_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                 af_error *err) {
     const af_tensor *x, *wt, *yzp = nn_in(n, in, 7);
     conv_geom g;
@@ -557,7 +557,7 @@ af_status nn_shape_qlinear_conv(const af_node *n, const af_tensor *const *in, af
     return AF_OK;
 }
 
-af_status nn_kernel_qlinear_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_qlinear_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                  af_exec *ex, af_error *err) {
     (void)ex;
     const af_tensor *x, *wt;
@@ -689,7 +689,7 @@ static af_status convt_setup(const af_node *n, const af_tensor *x, const af_tens
     return AF_OK;
 }
 
-af_status nn_shape_conv_transpose(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_conv_transpose(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                   af_error *err) {
     const af_tensor *x, *wt, *b;
     conv_geom g;
@@ -739,7 +739,7 @@ static void convt_core(const conv_geom *g, const double *x, const double *w, dou
         }
 }
 
-af_status nn_kernel_conv_transpose(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_conv_transpose(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    af_exec *ex, af_error *err) {
     (void)ex;
     conv_geom g;

@@ -12,7 +12,7 @@ static const af_custom_op *node_op(const af_node *n, af_error *err) {
     return op;
 }
 
-af_status af_custom_shape(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_custom(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_error *err) {
     const af_custom_op *op = node_op(n, err);
     if (!op) return err ? err->code : AF_ERR_UNSUPPORTED;
@@ -31,7 +31,7 @@ af_status af_custom_shape(const af_node *n, const af_tensor *const *in, af_tenso
     return AF_OK;
 }
 
-af_status af_custom_kernel(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_custom(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *x, af_error *err) {
     (void)x;
     const af_custom_op *op = node_op(n, err);

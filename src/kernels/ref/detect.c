@@ -38,7 +38,7 @@ static af_status nms_prepare(const af_node *n, const af_tensor *const *in, af_er
     return AF_OK;
 }
 
-af_status nn_shape_nms(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_nms(const af_node *n, const af_tensor *const *in, af_tensor *out,
                        af_error *err) {
     af_status st = nms_prepare(n, in, err);
     int64_t dims[2] = {-1, 3}; /* the selection count is known only by running */
@@ -106,7 +106,7 @@ static bool nms_push(int64_t **sel, int64_t *count, int64_t *cap, int64_t b, int
     return true;
 }
 
-af_status nn_kernel_nms(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_nms(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_exec *ex, af_error *err) {
     (void)ex;
     af_status st = nms_prepare(n, in, err);
@@ -201,7 +201,7 @@ static void roialign_out_type(const af_tensor *const *in, int64_t oh, int64_t ow
     af_tensor_set_type(y, in[0]->dtype, 4, dims);
 }
 
-af_status nn_shape_roi_align(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_roi_align(const af_node *n, const af_tensor *const *in, af_tensor *out,
                              af_error *err) {
     int64_t oh = 1, ow = 1;
     af_status st = roialign_prepare(n, in, &oh, &ow, err);
@@ -239,7 +239,7 @@ static double roialign_sample(const af_tensor *x, int64_t base, int64_t h, int64
     return v[0] + v[1] + v[2] + v[3];
 }
 
-af_status nn_kernel_roi_align(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_roi_align(const af_node *n, const af_tensor *const *in, af_tensor *out,
                               af_exec *ex, af_error *err) {
     (void)ex;
     int64_t oh = 1, ow = 1;

@@ -224,7 +224,7 @@ static af_status es_prepare(const af_node *n, const af_tensor *const *in, es_pla
     return es_plan_make(n, in, p, known, err);
 }
 
-af_status nn_shape_einsum(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_einsum(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_error *err) {
     es_plan p;
     bool known;
@@ -294,7 +294,7 @@ static void es_offsets(const es_loop *lp, int nin, int from, int to, int64_t c, 
     }
 }
 
-af_status nn_kernel_einsum(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_einsum(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *ex, af_error *err) {
     (void)ex;
     es_plan p;

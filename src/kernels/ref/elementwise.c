@@ -547,7 +547,7 @@ static af_status shape_like_input(const af_node *n, const af_tensor *const *in, 
 
 /* ---- unary ops ---------------------------------------------------------------------------- */
 
-af_status ew_shape_unary(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_unary(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_error *err) {
     const ew_unop *op = unop_find(n->op);
     AF_ASSERT(op);
@@ -580,7 +580,7 @@ static void unary_params(const af_node *n, ew_params *p) {
     }
 }
 
-af_status ew_unary(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+af_status ref_unary(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                    af_error *err) {
     (void)x;
     const ew_unop *op = unop_find(n->op);
@@ -616,14 +616,14 @@ af_status ew_unary(const af_node *n, const af_tensor *const *in, af_tensor *out,
 
 /* ---- Clip --------------------------------------------------------------------------------- */
 
-af_status ew_shape_clip(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_clip(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_error *err) {
     return shape_like_input(n, in, T_NUM, false, out, err);
 }
 
 /* Bounds: attributes before opset 11, optional scalar inputs from 11; an absent bound clips
  * nothing. y = min(max(x, lo), hi): NaN stays NaN and min > max gives max, as numpy's clip. */
-af_status ew_clip(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+af_status ref_clip(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                   af_error *err) {
     (void)x;
     if (n->nin < 1 || !in[0]) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input missing");
@@ -719,7 +719,7 @@ static af_status binop_pick(const af_node *n, af_dtype t, ew_binop *op, af_error
     return AF_OK;
 }
 
-af_status ew_shape_binary(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_binary(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_error *err) {
     ew_binop op;
     af_status st = binop_pick(n, n->nin > 0 && in[0] ? in[0]->dtype : AF_DTYPE_UNDEFINED, &op,
@@ -780,7 +780,7 @@ static void assign(ew_dom dom, const af_tensor *a, af_tensor *out) {
 
 /* Binary ops compute f(in0, in1); variadic ops fold f left to right over their inputs into the
  * output, which already has the broadcast shape of them all. */
-af_status ew_binary(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+af_status ref_binary(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                     af_error *err) {
     (void)x;
     ew_binop op;
@@ -830,7 +830,7 @@ static af_status check_where_inputs(const af_node *n, const af_tensor *const *in
     return AF_OK;
 }
 
-af_status ew_shape_where(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_where(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_error *err) {
     af_status st = check_where_inputs(n, in, err);
     if (st != AF_OK) return st;
@@ -843,7 +843,7 @@ af_status ew_shape_where(const af_node *n, const af_tensor *const *in, af_tensor
 }
 
 /* Copies whole elements, so it is exact for every fixed-size dtype. */
-af_status ew_where(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+af_status ref_where(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                    af_error *err) {
     (void)x;
     af_status st = check_where_inputs(n, in, err);
@@ -889,7 +889,7 @@ static af_status cast_target(const af_node *n, const af_tensor *const *in, af_dt
     return st;
 }
 
-af_status ew_shape_cast(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_cast(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_error *err) {
     af_dtype to = AF_DTYPE_UNDEFINED;
     af_status st = cast_target(n, in, &to, err);
@@ -900,7 +900,7 @@ af_status ew_shape_cast(const af_node *n, const af_tensor *const *in, af_tensor 
 
 /* Reads in the source's domain and stores converted: float to integer truncates toward zero
  * (saturating), to bool tests != 0, to float16/bfloat16 rounds to nearest even. */
-af_status ew_cast(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+af_status ref_cast(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                   af_error *err) {
     (void)x;
     af_dtype to = AF_DTYPE_UNDEFINED;
@@ -930,7 +930,7 @@ af_status ew_cast(const af_node *n, const af_tensor *const *in, af_tensor *out, 
 
 /* ---- Identity and Dropout ----------------------------------------------------------------- */
 
-af_status ew_shape_identity(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_identity(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_error *err) {
     return shape_like_input(n, in, T_ALL, false, out, err);
 }
@@ -948,7 +948,7 @@ static af_status copy_input(const af_node *n, const af_tensor *a, af_tensor *out
     return AF_OK;
 }
 
-af_status ew_identity(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+af_status ref_identity(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                       af_error *err) {
     (void)x;
     if (n->nin < 1 || !in[0]) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input missing");
@@ -956,7 +956,7 @@ af_status ew_identity(const af_node *n, const af_tensor *const *in, af_tensor *o
 }
 
 /* The mask is bool from opset 10, the data's dtype before. */
-af_status ew_shape_dropout(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_dropout(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_error *err) {
     af_status st = shape_like_input(n, in, T_F, false, out, err);
     if (st != AF_OK) return st;
@@ -970,7 +970,7 @@ af_status ew_shape_dropout(const af_node *n, const af_tensor *const *in, af_tens
 /* Inference is a copy with an all-true mask. Training mode (opset 12's third input) drops at
  * random, which a reference executor cannot reproduce, except with ratio 0 where it is the
  * same copy. The mask is written only when the runtime allocated it (the output is used). */
-af_status ew_dropout(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+af_status ref_dropout(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                      af_error *err) {
     (void)x;
     if (n->nin < 1 || !in[0]) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input missing");

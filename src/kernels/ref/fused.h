@@ -1,8 +1,8 @@
 /* What the fused kernels (fused_conv.c, fused_matmul.c, fused_misc.c) share: the direct
  * convolution of one output row, used by FusedConv and ConvPoolFc, and input checks.
  *
- * Invariant: fk_conv_setup accepts only float32 operands whose shapes agree with the node's Conv
- * attributes, so fk_conv_row reads only inside X, W and B. */
+ * Invariant: fused_conv_setup accepts only float32 operands whose shapes agree with the node's Conv
+ * attributes, so fused_conv_row reads only inside X, W and B. */
 #ifndef AF_KERNELS_FUSED_H
 #define AF_KERNELS_FUSED_H
 
@@ -12,8 +12,8 @@
 
 /* A float32 convolution ready to run: Conv's geometry over X [N, C, spatial...] and
  * W [M, C/group, k...] (spatial dims padded in front to NN_MAXSP), plus bias [M] or NULL, and
- * the scratch of fk_conv_row. */
-typedef struct fk_conv {
+ * the scratch of fused_conv_row. */
+typedef struct fused_conv {
     nn_window w;
     int64_t batch, cin, cout, group, cg, mg;
     int64_t row; /* output row length: w.out[NN_MAXSP - 1] */
@@ -23,21 +23,21 @@ typedef struct fk_conv {
     int64_t *kw_lo, *kw_hi; /* per kernel column kw: the output columns [lo, hi) it reaches */
     int64_t in_lo, in_hi;   /* the columns every kernel column reaches (in_lo == in_hi: none) */
     bool grouped_taps;      /* interior long enough for taps to share passes (fused_conv.c) */
-} fk_conv;
+} fused_conv;
 
 /* Check X = in[0], W = in[1], B = in[2] (optional) with the node's Conv attributes (group,
  * strides, dilations, pads, auto_pad, kernel_shape) at run time, fill c and allocate its
- * scratch. Call fk_conv_release afterwards, also when this fails. */
-af_status fk_conv_setup(const af_node *n, const af_tensor *const *in, fk_conv *c, af_error *err);
-void fk_conv_release(fk_conv *c);
+ * scratch. Call fused_conv_release afterwards, also when this fails. */
+af_status fused_conv_setup(const af_node *n, const af_tensor *const *in, fused_conv *c, af_error *err);
+void fused_conv_release(fused_conv *c);
 
 /* Output row (b, m, od, oh, all ow) of the convolution, bias added, into row[0..c->row). */
-void fk_conv_row(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh, float *row);
+void fused_conv_row(const fused_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh, float *row);
 
 /* Inputs and geometry of one FusedMatMul. Batch dims are the output's leading `nb` dims; A and
  * B batch strides are 0 along broadcast dims. A is [.., M, K] (or [.., K, M] with trans_a),
  * B [.., K, N] (or [.., N, K] with trans_b); 1-D operands have no M or N dim. */
-typedef struct fk_mm {
+typedef struct fused_mm {
     const af_tensor *a, *b, *bias, *lns, *lnb;
     bool ta, tb, a1, b1; /* trans flags; A or B 1-D */
     int64_t m, k, n;
@@ -50,22 +50,22 @@ typedef struct fk_mm {
      * of it as the logical [K, N] and bdtype the panels' element type. */
     bool packed;
     af_dtype bdtype;
-} fk_mm;
+} fused_mm;
 
 
 /* Shapes, attributes and output type of a FusedMatMul; works with unknown dims (then g->rank may
  * be -1). b_view: NULL, or the logical [K, N] view of a packed B (the fast kernels'; without it a
  * packed B is refused). */
-af_status fk_mm_setup(const af_node *n, const af_tensor *const *in, const af_tensor *b_view,
-                      fk_mm *g, af_error *err);
-/* At run time: fk_mm_setup, the data of every input, the output's shape, the epilogue decoded
+af_status fused_mm_setup(const af_node *n, const af_tensor *const *in, const af_tensor *b_view,
+                      fused_mm *g, af_error *err);
+/* At run time: fused_mm_setup, the data of every input, the output's shape, the epilogue decoded
  * into ep and the batch strides. */
-af_status fk_mm_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                        const af_tensor *b_view, fk_mm *g, af_epilogue *ep, af_error *err);
+af_status fused_mm_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                        const af_tensor *b_view, fused_mm *g, af_epilogue *ep, af_error *err);
 
 /* FusedElementwise at run time: its shape, the input's data, the output and the decoded
  * program. */
-af_status fk_fused_elementwise_prepare(const af_node *n, const af_tensor *const *in,
+af_status fused_elementwise_prepare(const af_node *n, const af_tensor *const *in,
                                        af_tensor *out, af_epilogue *ep, af_error *err);
 
 /* One activation attribute pair of SqueezeExcite ("act"/"act_params" or "gate"/"gate_params"). */
@@ -77,21 +77,21 @@ typedef struct se_act {
 /* A SqueezeExcite checked at run time: activations, channels C and C/r, X's batch and positions,
  * the weights, and the lowered forms (channels_last: X is [N, positions, C]; gate_only: the
  * output is the [N, C] gate; pooled: X already holds the means). */
-typedef struct fk_se {
+typedef struct fused_se {
     se_act act, gate;
     int64_t c, cr, batch, hw;
     const af_tensor *x, *w1, *b1, *w2, *b2;
     bool gate_only, pooled, channels_last;
-} fk_se;
-af_status fk_se_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out, fk_se *s,
+} fused_se;
+af_status fused_se_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out, fused_se *s,
                         af_error *err);
 /* s_out[o] = act(b[o] + sum_i w[o, i] * s_in[i]): one of SqueezeExcite's FCs (a 1x1 conv on
  * one pooled vector). */
-typedef void (*fk_se_fc)(const float *w, const float *b, const float *s_in, int64_t nin,
+typedef void (*fused_se_fc)(const float *w, const float *b, const float *s_in, int64_t nin,
                          int64_t nout, const se_act *a, float *s_out, af_exec *ex);
 /* SqueezeExcite on [N, C, positions] into y, its FCs computed by fc: the means in double, the
  * gate, the scaling. Scratch from ex (NULL: allocated). */
-af_status fk_se_run_nchw(const af_node *n, const fk_se *s, float *y, fk_se_fc fc, af_exec *ex,
+af_status fused_se_run_nchw(const af_node *n, const fused_se *s, float *y, fused_se_fc fc, af_exec *ex,
                          af_error *err);
 
 #endif

@@ -12,7 +12,7 @@
 
 #include <stdlib.h>
 
-af_status fk_conv_setup(const af_node *n, const af_tensor *const *in, fk_conv *c, af_error *err) {
+af_status fused_conv_setup(const af_node *n, const af_tensor *const *in, fused_conv *c, af_error *err) {
     memset(c, 0, sizeof(*c));
     const af_tensor *x = nn_in(n, in, 0), *wt = nn_in(n, in, 1), *b = nn_in(n, in, 2);
     if (!x || !wt)
@@ -25,7 +25,7 @@ af_status fk_conv_setup(const af_node *n, const af_tensor *const *in, fk_conv *c
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
     /* Conv's own shape function checks ranks, groups, channels, kernel_shape and bias. */
     const af_tensor *cin[3] = {x, wt, b};
-    af_status st = nn_shape_conv(n, cin, &c->y, err);
+    af_status st = shape_conv(n, cin, &c->y, err);
     if (st != AF_OK)
         return st;
     if (c->y.rank < 3)
@@ -74,7 +74,7 @@ af_status fk_conv_setup(const af_node *n, const af_tensor *const *in, fk_conv *c
     return AF_OK;
 }
 
-void fk_conv_release(fk_conv *c) {
+void fused_conv_release(fused_conv *c) {
     af_free(c->acc);
     af_free(c->kw_lo);
     af_free(c->kw_hi);
@@ -111,7 +111,7 @@ static inline void pw_accumulate(const float *x, int64_t plane, const float *w, 
 
 /* A 1x1x1 kernel (pointwise conv) for output row (b, m, od, oh) into acc: only a channel sum,
  * over one input row per channel. A row outside X (padding) contributes nothing. */
-static void conv_row_pointwise(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh,
+static void conv_row_pointwise(const fused_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh,
                                double *acc) {
     const nn_window *w = &c->w;
     const int64_t *in = w->in;
@@ -133,7 +133,7 @@ static void conv_row_pointwise(const fk_conv *c, int64_t b, int64_t m, int64_t o
  * column ow the kernel column reaches, one kernel column per pass over the row; each output
  * adds its products in kw order (the unfused Conv's order). Stride 1 reads X contiguously: its
  * own loop vectorises. */
-static void taps_each(const fk_conv *c, const float *x, const float *w, double *acc) {
+static void taps_each(const fused_conv *c, const float *x, const float *w, double *acc) {
     const int64_t nk = c->w.k[2], sw = c->w.s[2], dw = c->w.d[2], pw = c->w.pb[2];
     for (int64_t kw = 0; kw < nk; kw++) {
         int64_t lo = c->kw_lo[kw], hi = c->kw_hi[kw], base = kw * dw - pw;
@@ -152,7 +152,7 @@ static void taps_each(const fk_conv *c, const float *x, const float *w, double *
  * [in_lo, in_hi), where all reach, takes three kernel columns per pass, loading and storing
  * each accumulator once per three products. Inlined twice, with sw == 1 a constant in one
  * copy, so that copy vectorises. */
-static inline void taps_grouped(const fk_conv *c, const float *x, const float *w, int64_t sw,
+static inline void taps_grouped(const fused_conv *c, const float *x, const float *w, int64_t sw,
                                 double *acc) {
     const int64_t nk = c->w.k[2], dw = c->w.d[2], pw = c->w.pb[2];
     const int64_t ilo = c->in_lo, ihi = c->in_hi;
@@ -187,7 +187,7 @@ static inline void taps_grouped(const fk_conv *c, const float *x, const float *w
 
 /* Any kernel: the loop nest of the unfused Conv (conv.c) for output row (b, m, od, oh) into
  * acc, with each kernel column's valid output range looked up instead of recomputed. */
-static void conv_row_general(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh,
+static void conv_row_general(const fused_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh,
                              double *acc) {
     const nn_window *w = &c->w;
     const int64_t *in = w->in, *k = w->k;
@@ -216,7 +216,7 @@ static void conv_row_general(const fk_conv *c, int64_t b, int64_t m, int64_t od,
     }
 }
 
-void fk_conv_row(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh, float *row) {
+void fused_conv_row(const fused_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh, float *row) {
     const int64_t *k = c->w.k;
     double *acc = c->acc;
     for (int64_t ow = 0; ow < c->row; ow++)
@@ -230,7 +230,7 @@ void fk_conv_row(const fk_conv *c, int64_t b, int64_t m, int64_t od, int64_t oh,
         row[ow] = (float)(acc[ow] + bias);
 }
 
-af_status fk_shape_fused_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_fused_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
                               af_error *err) {
     if (af_attr_int(n, "channels_last", 0)) return af_ref_refuse_lowered(n, err);
     if (n->nout != 1)
@@ -239,25 +239,25 @@ af_status fk_shape_fused_conv(const af_node *n, const af_tensor *const *in, af_t
     if (x && x->dtype != AF_DTYPE_FLOAT)
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "FusedConv on %s (float32 only)",
                             af_dtype_name(x->dtype));
-    af_status st = nn_shape_conv(n, in, &out[0], err);
+    af_status st = shape_conv(n, in, &out[0], err);
     if (st != AF_OK)
         return st;
     return af_epilogue_validate(n, in, &out[0], err);
 }
 
-af_status fk_kernel_fused_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_fused_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                af_exec *ex, af_error *err) {
     (void)ex;
     if (af_attr_int(n, "channels_last", 0)) return af_ref_refuse_lowered(n, err);
-    fk_conv c;
+    fused_conv c;
     af_epilogue ep;
-    af_status st = fk_conv_setup(n, in, &c, err);
+    af_status st = fused_conv_setup(n, in, &c, err);
     if (st == AF_OK)
         st = nn_check_out(n, &out[0], c.y.rank, c.y.dims, err);
     if (st == AF_OK)
         st = af_epilogue_parse(n, in, &out[0], &ep, err);
     if (st != AF_OK) {
-        fk_conv_release(&c);
+        fused_conv_release(&c);
         return st;
     }
     float *y = out[0].data;
@@ -267,10 +267,10 @@ af_status fk_kernel_fused_conv(const af_node *n, const af_tensor *const *in, af_
         for (int64_t m = 0; m < c.cout; m++)
             for (int64_t od = 0; od < o[0]; od++)
                 for (int64_t oh = 0; oh < o[1]; oh++) {
-                    fk_conv_row(&c, b, m, od, oh, y + off);
+                    fused_conv_row(&c, b, m, od, oh, y + off);
                     af_epilogue_apply_at(&ep, y, off, c.row);
                     off += c.row;
                 }
-    fk_conv_release(&c);
+    fused_conv_release(&c);
     return AF_OK;
 }

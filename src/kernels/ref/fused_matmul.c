@@ -40,8 +40,8 @@ static af_status mm_vec(const af_node *n, const af_tensor *t, const char *what, 
 }
 
 /* Shapes, attributes and output type; works with unknown dims (then g->rank may be -1). */
-af_status fk_mm_setup(const af_node *n, const af_tensor *const *in, const af_tensor *b_view,
-                      fk_mm *g, af_error *err) {
+af_status fused_mm_setup(const af_node *n, const af_tensor *const *in, const af_tensor *b_view,
+                      fused_mm *g, af_error *err) {
     memset(g, 0, sizeof(*g));
     g->a = nn_in(n, in, 0);
     g->b = nn_in(n, in, 1);
@@ -132,10 +132,10 @@ af_status fk_mm_setup(const af_node *n, const af_tensor *const *in, const af_ten
     return st;
 }
 
-af_status fk_shape_fused_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_fused_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                 af_error *err) {
-    fk_mm g;
-    af_status st = fk_mm_setup(n, in, NULL, &g, err);
+    fused_mm g;
+    af_status st = fused_mm_setup(n, in, NULL, &g, err);
     if (st != AF_OK)
         return st;
     af_tensor_set_type(&out[0], AF_DTYPE_FLOAT, g.rank, g.rank >= 0 ? g.dims : NULL);
@@ -144,7 +144,7 @@ af_status fk_shape_fused_matmul(const af_node *n, const af_tensor *const *in, af
 
 /* Batch strides (in elements) of an operand with `nbo` batch dims over the output batch dims;
  * 0 along broadcast dims. `mat` is the size of one matrix. */
-static void mm_batch_strides(const fk_mm *g, const af_tensor *t, int nbo, int64_t mat,
+static void mm_batch_strides(const fused_mm *g, const af_tensor *t, int nbo, int64_t mat,
                              int64_t *str) {
     int64_t s = mat;
     for (int i = g->nb - 1; i >= 0; i--) {
@@ -159,7 +159,7 @@ static void mm_batch_strides(const fk_mm *g, const af_tensor *t, int nbo, int64_
 }
 
 /* Row m of batch entry A (offset aoff) into row[0..K), LayerNorm applied when enabled. */
-static void mm_load_row(const fk_mm *g, int64_t aoff, int64_t m, float eps, float *row) {
+static void mm_load_row(const fused_mm *g, int64_t aoff, int64_t m, float eps, float *row) {
     const float *a = (const float *)g->a->data + aoff;
     for (int64_t kk = 0; kk < g->k; kk++)
         row[kk] = g->ta ? a[kk * g->m + m] : a[m * g->k + kk];
@@ -180,7 +180,7 @@ static void mm_load_row(const fk_mm *g, int64_t aoff, int64_t m, float eps, floa
 
 /* B's matrix at offset boff as row-major [K, N] floats: B itself, or (trans_b) its transpose
  * written into bt, so the core always walks B's rows contiguously. */
-static const float *mm_b_rows(const fk_mm *g, int64_t boff, bool transpose, float *bt) {
+static const float *mm_b_rows(const fused_mm *g, int64_t boff, bool transpose, float *bt) {
     const float *b = (const float *)g->b->data + boff;
     if (!transpose)
         return b;
@@ -194,7 +194,7 @@ static const float *mm_b_rows(const fk_mm *g, int64_t boff, bool transpose, floa
  * unfused MatMul (a double accumulator per column, B read along its rows, the products added in
  * k order, so both sums have the same bits). Four k steps share one pass over the accumulators:
  * each acc[j] is loaded and stored once per four products instead of once per product. */
-static void mm_row(const fk_mm *g, const float *row, const float *b, const float *bias,
+static void mm_row(const fused_mm *g, const float *row, const float *b, const float *bias,
                    double alpha, double *acc, float *y) {
     int64_t nn = g->n, kk = 0;
     for (int64_t j = 0; j < nn; j++)
@@ -225,9 +225,9 @@ static void mm_row(const fk_mm *g, const float *row, const float *b, const float
             y[j] = (float)(alpha * acc[j]);
 }
 
-af_status fk_mm_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                        const af_tensor *b_view, fk_mm *g, af_epilogue *ep, af_error *err) {
-    af_status st = fk_mm_setup(n, in, b_view, g, err);
+af_status fused_mm_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                        const af_tensor *b_view, fused_mm *g, af_epilogue *ep, af_error *err) {
+    af_status st = fused_mm_setup(n, in, b_view, g, err);
     if (st != AF_OK)
         return st;
     if (g->rank < 0 || !af_tensor_has_data(g->a) || !af_tensor_has_data(g->b) ||
@@ -246,12 +246,12 @@ af_status fk_mm_prepare(const af_node *n, const af_tensor *const *in, af_tensor 
     return AF_OK;
 }
 
-af_status fk_kernel_fused_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_fused_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                  af_exec *ex, af_error *err) {
     (void)ex;
-    fk_mm g;
+    fused_mm g;
     af_epilogue ep;
-    af_status st = fk_mm_prepare(n, in, out, NULL, &g, &ep, err);
+    af_status st = fused_mm_prepare(n, in, out, NULL, &g, &ep, err);
     if (st != AF_OK)
         return st;
     float alpha = af_attr_float(n, "alpha", 1.0f), eps = af_attr_float(n, "ln_epsilon", 1e-5f);

@@ -13,7 +13,7 @@
 
 /* ---- FusedElementwise ------------------------------------------------------------------------ */
 
-af_status fk_shape_fused_elementwise(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_fused_elementwise(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                      af_error *err) {
     const af_tensor *x = nn_in(n, in, 0);
     if (!x || n->nout != 1)
@@ -25,10 +25,10 @@ af_status fk_shape_fused_elementwise(const af_node *n, const af_tensor *const *i
     return af_epilogue_validate(n, in, &out[0], err);
 }
 
-af_status fk_fused_elementwise_prepare(const af_node *n, const af_tensor *const *in,
+af_status fused_elementwise_prepare(const af_node *n, const af_tensor *const *in,
                                        af_tensor *out, af_epilogue *ep, af_error *err) {
     af_tensor yt;
-    af_status st = fk_shape_fused_elementwise(n, in, &yt, err);
+    af_status st = shape_fused_elementwise(n, in, &yt, err);
     const af_tensor *x = in[0];
     if (st == AF_OK && !af_tensor_has_data(x))
         st = af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
@@ -39,11 +39,11 @@ af_status fk_fused_elementwise_prepare(const af_node *n, const af_tensor *const 
     return st;
 }
 
-af_status fk_kernel_fused_elementwise(const af_node *n, const af_tensor *const *in,
+af_status ref_fused_elementwise(const af_node *n, const af_tensor *const *in,
                                       af_tensor *out, af_exec *ex, af_error *err) {
     (void)ex;
     af_epilogue ep;
-    af_status st = fk_fused_elementwise_prepare(n, in, out, &ep, err);
+    af_status st = fused_elementwise_prepare(n, in, out, &ep, err);
     if (st != AF_OK)
         return st;
     const af_tensor *x = in[0];
@@ -109,7 +109,7 @@ static af_status cpf_fc_setup(const af_node *n, const af_tensor *const *in, cons
     return AF_OK;
 }
 
-af_status fk_shape_conv_pool_fc(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_conv_pool_fc(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                 af_error *err) {
     af_tensor conv;
     cpf_fc fc;
@@ -120,7 +120,7 @@ af_status fk_shape_conv_pool_fc(const af_node *n, const af_tensor *const *in, af
     if (x && x->dtype != AF_DTYPE_FLOAT)
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "ConvPoolFc on %s (float32 only)",
                             af_dtype_name(x->dtype));
-    af_status st = nn_shape_conv(n, in, &conv, err);
+    af_status st = shape_conv(n, in, &conv, err);
     if (st == AF_OK)
         st = af_epilogue_validate(n, in, &conv, err);
     if (st == AF_OK)
@@ -129,7 +129,7 @@ af_status fk_shape_conv_pool_fc(const af_node *n, const af_tensor *const *in, af
 }
 
 /* Mean of every conv output channel (after the epilogue) for batch entry b into pooled[M]. */
-static void cpf_pool(const fk_conv *c, const af_epilogue *ep, int64_t b, float *row,
+static void cpf_pool(const fused_conv *c, const af_epilogue *ep, int64_t b, float *row,
                      float *pooled) {
     const int64_t *o = c->w.out;
     int64_t per_channel = o[0] * o[1] * c->row;
@@ -143,7 +143,7 @@ static void cpf_pool(const fk_conv *c, const af_epilogue *ep, int64_t b, float *
                     idx[i] = rest % ep->dims[i];
                     rest /= ep->dims[i];
                 }
-                fk_conv_row(c, b, m, od, oh, row);
+                fused_conv_row(c, b, m, od, oh, row);
                 af_epilogue_apply(ep, row, c->row, idx);
                 for (int64_t ow = 0; ow < c->row; ow++)
                     sum += row[ow];
@@ -177,15 +177,15 @@ static void cpf_fc_row(const cpf_fc *fc, int64_t mch, const float *pooled, doubl
     }
 }
 
-af_status fk_kernel_conv_pool_fc(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_conv_pool_fc(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                  af_exec *ex, af_error *err) {
     (void)ex;
     if (af_attr_int(n, "channels_last", 0)) return af_ref_refuse_lowered(n, err);
-    fk_conv c;
+    fused_conv c;
     cpf_fc fc;
     af_epilogue ep;
     af_tensor yt;
-    af_status st = fk_conv_setup(n, in, &c, err);
+    af_status st = fused_conv_setup(n, in, &c, err);
     if (st == AF_OK)
         st = af_epilogue_parse(n, in, &c.y, &ep, err);
     if (st == AF_OK)
@@ -195,14 +195,14 @@ af_status fk_kernel_conv_pool_fc(const af_node *n, const af_tensor *const *in, a
     if (st == AF_OK)
         st = nn_check_out(n, &out[0], yt.rank, yt.dims, err);
     if (st != AF_OK) {
-        fk_conv_release(&c);
+        fused_conv_release(&c);
         return st;
     }
     float *row = af_malloc((size_t)(c.row > 0 ? c.row : 1) * sizeof(float));
     float *pooled = af_malloc((size_t)(c.cout > 0 ? c.cout : 1) * sizeof(float));
     double *acc = af_malloc((size_t)(fc.classes > 0 ? fc.classes : 1) * sizeof(double));
     if (!row || !pooled || !acc) {
-        fk_conv_release(&c);
+        fused_conv_release(&c);
         af_free(row);
         af_free(pooled);
         af_free(acc);
@@ -220,7 +220,7 @@ af_status fk_kernel_conv_pool_fc(const af_node *n, const af_tensor *const *in, a
             y[b * fc.classes + j] =
                 (float)(acc[j] + (bias ? bias[b * bstr[0] + j * bstr[1]] : 0.0));
     }
-    fk_conv_release(&c);
+    fused_conv_release(&c);
     af_free(row);
     af_free(pooled);
     af_free(acc);
@@ -307,7 +307,7 @@ static af_status se_setup(const af_node *n, const af_tensor *const *in, se_act *
     return st;
 }
 
-af_status fk_shape_squeeze_excite(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_squeeze_excite(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                   af_error *err) {
     se_act act, gate;
     int64_t c, cr;
@@ -328,7 +328,7 @@ af_status fk_shape_squeeze_excite(const af_node *n, const af_tensor *const *in, 
     return AF_OK;
 }
 
-af_status fk_se_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out, fk_se *s,
+af_status fused_se_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out, fused_se *s,
                         af_error *err) {
     af_status st = se_setup(n, in, &s->act, &s->gate, &s->c, &s->cr, err);
     if (st != AF_OK)
@@ -345,7 +345,7 @@ af_status fk_se_prepare(const af_node *n, const af_tensor *const *in, af_tensor 
     s->pooled = af_attr_int(n, "pooled", 0) != 0;
     s->channels_last = af_attr_int(n, "channels_last", 0) != 0;
     af_tensor yt;
-    st = fk_shape_squeeze_excite(n, in, &yt, err);
+    st = shape_squeeze_excite(n, in, &yt, err);
     if (st == AF_OK)
         st = nn_check_out(n, &out[0], yt.rank, yt.dims, err);
     s->batch = s->x->dims[0];
@@ -365,7 +365,7 @@ static void se_fc(const float *w, const float *b, const float *s_in, int64_t nin
     }
 }
 
-af_status fk_se_run_nchw(const af_node *n, const fk_se *s, float *y, fk_se_fc fc, af_exec *ex,
+af_status fused_se_run_nchw(const af_node *n, const fused_se *s, float *y, fused_se_fc fc, af_exec *ex,
                          af_error *err) {
     int64_t c = s->c, cr = s->cr, hw = s->hw;
     /* Three small vectors, from the run's scratch, or allocated here without one. */
@@ -393,14 +393,14 @@ af_status fk_se_run_nchw(const af_node *n, const fk_se *s, float *y, fk_se_fc fc
     return AF_OK;
 }
 
-af_status fk_kernel_squeeze_excite(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_squeeze_excite(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    af_exec *ex, af_error *err) {
     (void)ex;
-    fk_se s;
-    af_status st = fk_se_prepare(n, in, out, &s, err);
+    fused_se s;
+    af_status st = fused_se_prepare(n, in, out, &s, err);
     if (st != AF_OK)
         return st;
     if (s.channels_last)
         return af_ref_refuse_lowered(n, err);
-    return fk_se_run_nchw(n, &s, out[0].data, se_fc, NULL, err);
+    return fused_se_run_nchw(n, &s, out[0].data, se_fc, NULL, err);
 }

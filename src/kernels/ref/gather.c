@@ -57,7 +57,7 @@ static void scatter_one(af_tensor *out, int64_t o, const af_tensor *upd, int64_t
 
 /* ---- GatherElements / ScatterElements ----------------------------------------------------- */
 
-af_status tn_shape_gather_elements(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_gather_elements(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    af_error *err) {
     const af_tensor *x = tn_in(n, in, 0), *ix = tn_in(n, in, 1);
     if (!x || !ix)
@@ -97,7 +97,7 @@ static bool elements_offset(const af_tensor *x, const af_tensor *ix, int axis, c
     return true;
 }
 
-af_status tn_kernel_gather_elements(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_gather_elements(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                     af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
@@ -120,7 +120,7 @@ af_status tn_kernel_gather_elements(const af_node *n, const af_tensor *const *in
     return AF_OK;
 }
 
-af_status tn_shape_scatter_elements(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_scatter_elements(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                     af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x || !tn_in(n, in, 1) || !tn_in(n, in, 2))
@@ -138,7 +138,7 @@ static bool same_dims(const af_tensor *a, const af_tensor *b) {
     return true;
 }
 
-af_status tn_kernel_scatter_elements(const af_node *n, const af_tensor *const *in,
+af_status ref_scatter_elements(const af_node *n, const af_tensor *const *in,
                                      af_tensor *out, af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
@@ -170,7 +170,7 @@ af_status tn_kernel_scatter_elements(const af_node *n, const af_tensor *const *i
 
 /* ---- GatherND / ScatterND ----------------------------------------------------------------- */
 
-af_status tn_shape_gather_nd(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_gather_nd(const af_node *n, const af_tensor *const *in, af_tensor *out,
                              af_error *err) {
     const af_tensor *x = tn_in(n, in, 0), *ix = tn_in(n, in, 1);
     if (!x || !ix)
@@ -213,7 +213,7 @@ static bool nd_offset(const af_tensor *x, const af_tensor *ix, int first, int64_
     return true;
 }
 
-af_status tn_kernel_gather_nd(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_gather_nd(const af_node *n, const af_tensor *const *in, af_tensor *out,
                               af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
@@ -247,7 +247,7 @@ af_status tn_kernel_gather_nd(const af_node *n, const af_tensor *const *in, af_t
     return AF_OK;
 }
 
-af_status tn_kernel_scatter_nd(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_scatter_nd(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
@@ -301,7 +301,7 @@ static af_status onehot_depth(const af_node *n, const af_tensor *d, int64_t *dep
     return AF_OK;
 }
 
-af_status tn_shape_one_hot(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_one_hot(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_error *err) {
     const af_tensor *ix = tn_in(n, in, 0), *d = tn_in(n, in, 1), *v = tn_in(n, in, 2);
     if (!ix || !d || !v)
@@ -325,7 +325,7 @@ af_status tn_shape_one_hot(const af_node *n, const af_tensor *const *in, af_tens
     return AF_OK;
 }
 
-af_status tn_kernel_one_hot(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_one_hot(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
@@ -381,7 +381,7 @@ static af_status compress_count(const af_node *n, const af_tensor *c, int64_t di
     return AF_OK;
 }
 
-af_status tn_shape_compress(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_compress(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_error *err) {
     const af_tensor *x = tn_in(n, in, 0), *c = tn_in(n, in, 1);
     if (!x || !c)
@@ -410,7 +410,7 @@ af_status tn_shape_compress(const af_node *n, const af_tensor *const *in, af_ten
     return AF_OK;
 }
 
-af_status tn_kernel_compress(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_compress(const af_node *n, const af_tensor *const *in, af_tensor *out,
                              af_exec *ex, af_error *err) {
     (void)ex;
     const af_tensor *x = in[0], *c = in[1];
@@ -468,7 +468,7 @@ static int64_t nonzero_count(const af_tensor *x) {
     return cnt;
 }
 
-af_status tn_shape_non_zero(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_non_zero(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
@@ -482,7 +482,7 @@ af_status tn_shape_non_zero(const af_node *n, const af_tensor *const *in, af_ten
     return AF_OK;
 }
 
-af_status tn_kernel_non_zero(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_non_zero(const af_node *n, const af_tensor *const *in, af_tensor *out,
                              af_exec *ex, af_error *err) {
     (void)ex;
     const af_tensor *x = in[0];
@@ -532,7 +532,7 @@ static int first_cmp(void *p, int64_t a, int64_t b) {
     return (first[a] > first[b]) - (first[a] < first[b]);
 }
 
-af_status tn_shape_unique(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_unique(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
@@ -589,7 +589,7 @@ static af_status unique_outputs(const af_node *n, const af_tensor *x, af_tensor 
     return AF_OK;
 }
 
-af_status tn_kernel_unique(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_unique(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *ex, af_error *err) {
     (void)ex;
     const af_tensor *x = in[0];

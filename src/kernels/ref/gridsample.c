@@ -57,7 +57,7 @@ static void gs_out_type(const af_tensor *const *in, af_tensor *y) {
     af_tensor_set_type(y, x->dtype, 4, dims);
 }
 
-af_status nn_shape_grid_sample(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_grid_sample(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                af_error *err) {
     gs_opts o = {GS_BILINEAR, GS_ZEROS, false};
     af_status st = gs_prepare(n, in, &o, err);
@@ -135,7 +135,7 @@ static double gs_sample(const af_tensor *x, int64_t base, int64_t h, int64_t w, 
            ly * ((1 - lx) * gs_pixel(x, base, h, w, y0 + 1, x0) + lx * gs_pixel(x, base, h, w, y0 + 1, x0 + 1));
 }
 
-af_status nn_kernel_grid_sample(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_grid_sample(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                 af_exec *ex, af_error *err) {
     (void)ex;
     gs_opts o = {GS_BILINEAR, GS_ZEROS, false};

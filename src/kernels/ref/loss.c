@@ -97,7 +97,7 @@ static af_status loss_ready(const af_node *n, const af_tensor *const *in, const 
     return nn_check_out(n, y, t.rank, t.dims, err);
 }
 
-af_status nn_shape_nll_loss(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_nll_loss(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_error *err) {
     const af_tensor *x = nn_in(n, in, 0);
     af_status st = loss_prepare(n, x, nn_in(n, in, 1), nn_in(n, in, 2), err);
@@ -106,7 +106,7 @@ af_status nn_shape_nll_loss(const af_node *n, const af_tensor *const *in, af_ten
     return st;
 }
 
-af_status nn_kernel_nll_loss(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_nll_loss(const af_node *n, const af_tensor *const *in, af_tensor *out,
                              af_exec *ex, af_error *err) {
     (void)ex;
     const af_tensor *x = nn_in(n, in, 0), *w = nn_in(n, in, 2);
@@ -124,15 +124,15 @@ af_status nn_kernel_nll_loss(const af_node *n, const af_tensor *const *in, af_te
 
 /* SoftmaxCrossEntropyLoss: NLL of log_softmax(scores) over axis 1; the optional second output
  * is that log-probability tensor. */
-af_status nn_shape_sce_loss(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_sce_loss(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_error *err) {
-    af_status st = nn_shape_nll_loss(n, in, out, err);
+    af_status st = shape_nll_loss(n, in, out, err);
     if (st == AF_OK && n->nout > 1)
         af_tensor_type_copy(&out[1], in[0]);
     return st;
 }
 
-af_status nn_kernel_sce_loss(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_sce_loss(const af_node *n, const af_tensor *const *in, af_tensor *out,
                              af_exec *ex, af_error *err) {
     (void)ex;
     const af_tensor *x = nn_in(n, in, 0), *w = nn_in(n, in, 2);

@@ -325,7 +325,7 @@ static af_status matmul_prepare(const af_node *n, const af_tensor *const *in,
     return mm_setup(n, *a, *b, g, err);
 }
 
-af_status nn_shape_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_error *err) {
     const af_tensor *a, *b;
     mm_geom g;
@@ -339,7 +339,7 @@ af_status nn_shape_matmul(const af_node *n, const af_tensor *const *in, af_tenso
     return AF_OK;
 }
 
-af_status nn_kernel_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *ex, af_error *err) {
     (void)ex;
     const af_tensor *a, *b;
@@ -405,7 +405,7 @@ static af_status gemm_prepare(const af_node *n, const af_tensor *const *in, cons
     return AF_OK;
 }
 
-af_status nn_shape_gemm(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_gemm(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_error *err) {
     const af_tensor *a, *b, *c;
     mm_geom g;
@@ -436,7 +436,7 @@ static af_status gemm_operand(const af_tensor *t, bool trans, af_tensor *dst, af
     return AF_OK;
 }
 
-af_status nn_kernel_gemm(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_gemm(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_exec *ex, af_error *err) {
     (void)ex;
     const af_tensor *a, *b, *c;
@@ -539,7 +539,7 @@ static void qmm_out_type(const mm_geom *g, af_dtype dt, af_tensor *y) {
         mm_out_type(g, dt, y);
 }
 
-af_status nn_shape_matmul_integer(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_matmul_integer(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                   af_error *err) {
     const af_tensor *a, *b;
     mm_geom g;
@@ -574,7 +574,7 @@ static af_status qmm_run(const af_node *n, const af_tensor *const *in, const mm_
     return st;
 }
 
-af_status nn_kernel_matmul_integer(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_matmul_integer(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    af_exec *ex, af_error *err) {
     (void)ex;
     const af_tensor *a, *b;
@@ -592,7 +592,7 @@ af_status nn_kernel_matmul_integer(const af_node *n, const af_tensor *const *in,
 
 /* QLinearMatMul inputs: a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
  * y_zero_point; the output type is y_zero_point's. */
-af_status nn_shape_qlinear_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_qlinear_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                   af_error *err) {
     const af_tensor *a, *b, *yzp = nn_in(n, in, 7);
     mm_geom g;
@@ -608,7 +608,7 @@ af_status nn_shape_qlinear_matmul(const af_node *n, const af_tensor *const *in, 
     return AF_OK;
 }
 
-af_status nn_kernel_qlinear_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_qlinear_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    af_exec *ex, af_error *err) {
     (void)ex;
     const af_tensor *a, *b;
@@ -710,7 +710,7 @@ static af_status bn_prepare(const af_node *n, const af_tensor *const *in, af_err
     return AF_OK;
 }
 
-af_status nn_shape_batchnorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_batchnorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
                              af_error *err) {
     af_status st = bn_prepare(n, in, err);
     if (st == AF_OK)
@@ -722,7 +722,7 @@ af_status nn_shape_batchnorm(const af_node *n, const af_tensor *const *in, af_te
     return st;
 }
 
-af_status nn_kernel_batchnorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_batchnorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
                               af_exec *ex, af_error *err) {
     (void)ex;
     af_status st = bn_prepare(n, in, err);
@@ -770,7 +770,7 @@ static af_status in_prepare(const af_node *n, const af_tensor *const *in, af_err
     return st;
 }
 
-af_status nn_shape_instancenorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_instancenorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                 af_error *err) {
     af_status st = in_prepare(n, in, err);
     if (st == AF_OK)
@@ -778,7 +778,7 @@ af_status nn_shape_instancenorm(const af_node *n, const af_tensor *const *in, af
     return st;
 }
 
-af_status nn_kernel_instancenorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_instancenorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                  af_exec *ex, af_error *err) {
     (void)ex;
     af_status st = in_prepare(n, in, err);
@@ -866,7 +866,7 @@ static void ln_stat_type(const af_tensor *x, const ln_geom *g, af_tensor *t) {
     af_tensor_set_type(t, g->stash, x->rank, dims);
 }
 
-af_status nn_shape_layernorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_layernorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
                              af_error *err) {
     ln_geom g;
     af_status st = ln_prepare(n, in, &g, err);
@@ -907,7 +907,7 @@ static int64_t *ln_index(const af_tensor *t, const af_tensor *x, int axis, int64
     return idx;
 }
 
-af_status nn_kernel_layernorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_layernorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
                               af_exec *ex, af_error *err) {
     (void)ex;
     ln_geom g;
@@ -970,7 +970,7 @@ static af_status lpn_prepare(const af_node *n, const af_tensor *x, int *axis, af
     return AF_OK;
 }
 
-af_status nn_shape_lpnorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_lpnorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_error *err) {
     int axis;
     af_status st = norm_shape_like_x(n, in, out, 1, err);
@@ -979,7 +979,7 @@ af_status nn_shape_lpnorm(const af_node *n, const af_tensor *const *in, af_tenso
     return st;
 }
 
-af_status nn_kernel_lpnorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_lpnorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *ex, af_error *err) {
     (void)ex;
     int axis;
@@ -1014,7 +1014,7 @@ static af_status lrn_prepare(const af_node *n, af_error *err) {
     return AF_OK;
 }
 
-af_status nn_shape_lrn(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_lrn(const af_node *n, const af_tensor *const *in, af_tensor *out,
                        af_error *err) {
     af_status st = lrn_prepare(n, err);
     if (st == AF_OK)
@@ -1022,7 +1022,7 @@ af_status nn_shape_lrn(const af_node *n, const af_tensor *const *in, af_tensor *
     return st;
 }
 
-af_status nn_kernel_lrn(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_lrn(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_exec *ex, af_error *err) {
     (void)ex;
     af_status st = lrn_prepare(n, err);
@@ -1078,7 +1078,7 @@ static af_status mvn_axes(const af_node *n, const af_tensor *x, bool *reduced, a
     return AF_OK;
 }
 
-af_status nn_shape_mvn(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_mvn(const af_node *n, const af_tensor *const *in, af_tensor *out,
                        af_error *err) {
     bool reduced[AF_MAX_RANK];
     af_status st = norm_shape_like_x(n, in, out, 0, err);
@@ -1101,7 +1101,7 @@ static int64_t mvn_group(const af_tensor *x, const bool *reduced, int64_t i) {
     return g;
 }
 
-af_status nn_kernel_mvn(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_mvn(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_exec *ex, af_error *err) {
     (void)ex;
     bool reduced[AF_MAX_RANK];
@@ -1161,7 +1161,7 @@ af_status nn_softmax_geom(const af_node *n, const af_tensor *x, int64_t *outer, 
     return AF_OK;
 }
 
-af_status nn_shape_softmax(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_softmax(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_error *err) {
     af_status st = norm_shape_like_x(n, in, out, 0, err);
     if (st == AF_OK && in[0]->rank >= 0) {
@@ -1210,17 +1210,17 @@ static af_status smax_run(const af_node *n, const af_tensor *const *in, af_tenso
     return AF_OK;
 }
 
-af_status nn_kernel_softmax(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_softmax(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_exec *ex, af_error *err) {
     return smax_run(n, in, out, SMAX_SOFT, ex, err);
 }
 
-af_status nn_kernel_logsoftmax(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_logsoftmax(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                af_exec *ex, af_error *err) {
     return smax_run(n, in, out, SMAX_LOG, ex, err);
 }
 
-af_status nn_kernel_hardmax(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_hardmax(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_exec *ex, af_error *err) {
     return smax_run(n, in, out, SMAX_HARD, ex, err);
 }
@@ -1240,7 +1240,7 @@ static af_status det_prepare(const af_node *n, const af_tensor *x, af_error *err
     return AF_OK;
 }
 
-af_status nn_shape_det(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_det(const af_node *n, const af_tensor *const *in, af_tensor *out,
                        af_error *err) {
     const af_tensor *x = nn_in(n, in, 0);
     af_status st = det_prepare(n, x, err);
@@ -1249,7 +1249,7 @@ af_status nn_shape_det(const af_node *n, const af_tensor *const *in, af_tensor *
     return st;
 }
 
-af_status nn_kernel_det(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_det(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_exec *ex, af_error *err) {
     (void)ex;
     const af_tensor *x = nn_in(n, in, 0);

@@ -88,15 +88,15 @@ static af_status pool_shape(const af_node *n, const af_tensor *const *in, af_ten
     return AF_OK;
 }
 
-af_status nn_shape_maxpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_maxpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_error *err) {
     return pool_shape(n, in, out, POOL_MAX, err);
 }
-af_status nn_shape_avgpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_avgpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_error *err) {
     return pool_shape(n, in, out, POOL_AVG, err);
 }
-af_status nn_shape_lppool(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_lppool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_error *err) {
     return pool_shape(n, in, out, POOL_LP, err);
 }
@@ -188,19 +188,19 @@ static af_status pool_kernel(const af_node *n, const af_tensor *const *in, af_te
     return AF_OK;
 }
 
-af_status nn_kernel_maxpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_maxpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_exec *ex, af_error *err) {
     (void)ex;
     if (af_attr_int(n, "channels_last", 0)) return af_ref_refuse_lowered(n, err);
     return pool_kernel(n, in, out, POOL_MAX, err);
 }
-af_status nn_kernel_avgpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_avgpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_exec *ex, af_error *err) {
     (void)ex;
     if (af_attr_int(n, "channels_last", 0)) return af_ref_refuse_lowered(n, err);
     return pool_kernel(n, in, out, POOL_AVG, err);
 }
-af_status nn_kernel_lppool(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_lppool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *ex, af_error *err) {
     (void)ex;
     return pool_kernel(n, in, out, POOL_LP, err);
@@ -274,31 +274,31 @@ static af_status gpool_kernel(const af_node *n, const af_tensor *const *in, af_t
     return AF_OK;
 }
 
-af_status nn_shape_global_maxpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_global_maxpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                   af_error *err) {
     return gpool_shape(n, in, out, POOL_MAX, err);
 }
-af_status nn_shape_global_avgpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_global_avgpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                   af_error *err) {
     return gpool_shape(n, in, out, POOL_AVG, err);
 }
-af_status nn_shape_global_lppool(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_global_lppool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                  af_error *err) {
     return gpool_shape(n, in, out, POOL_LP, err);
 }
-af_status nn_kernel_global_maxpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_global_maxpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    af_exec *ex, af_error *err) {
     (void)ex;
     if (af_attr_int(n, "channels_last", 0)) return af_ref_refuse_lowered(n, err);
     return gpool_kernel(n, in, out, POOL_MAX, err);
 }
-af_status nn_kernel_global_avgpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_global_avgpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    af_exec *ex, af_error *err) {
     (void)ex;
     if (af_attr_int(n, "channels_last", 0)) return af_ref_refuse_lowered(n, err);
     return gpool_kernel(n, in, out, POOL_AVG, err);
 }
-af_status nn_kernel_global_lppool(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_global_lppool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                   af_exec *ex, af_error *err) {
     (void)ex;
     return gpool_kernel(n, in, out, POOL_LP, err);
@@ -334,7 +334,7 @@ static void roi_out_type(const af_tensor *const *in, int64_t ph, int64_t pw, af_
     af_tensor_set_type(y, in[0]->dtype, 4, dims);
 }
 
-af_status nn_shape_max_roi_pool(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_max_roi_pool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                 af_error *err) {
     int64_t ph = 0, pw = 0;
     af_status st = roi_prepare(n, in, &ph, &pw, err);
@@ -358,7 +358,7 @@ static void roi_bin(int64_t b, int64_t bins, int64_t start, int64_t size, int64_
     *hi = h < 0 ? 0 : h > limit ? limit : h;
 }
 
-af_status nn_kernel_max_roi_pool(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_max_roi_pool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                  af_exec *ex, af_error *err) {
     (void)ex;
     int64_t ph = 0, pw = 0;
@@ -467,12 +467,12 @@ static af_status unpool_out_type(const af_node *n, const af_tensor *const *in, a
     return AF_OK;
 }
 
-af_status nn_shape_max_unpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_max_unpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                               af_error *err) {
     return unpool_out_type(n, in, &out[0], err);
 }
 
-af_status nn_kernel_max_unpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_max_unpool(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                af_exec *ex, af_error *err) {
     (void)ex;
     af_tensor t, def;

@@ -65,7 +65,7 @@ static af_status quant_prepare(const af_node *n, const af_tensor *const *in, q_a
     return q_axis_setup(n, x, s, zp, qa, err);
 }
 
-af_status nn_shape_quantize(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_quantize(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_error *err) {
     q_axis qa;
     af_dtype yt = AF_DTYPE_UINT8;
@@ -93,7 +93,7 @@ static af_status q_ready(const af_node *n, const af_tensor *const *in, const af_
     return nn_check_out(n, y, in[0]->rank, in[0]->dims, err);
 }
 
-af_status nn_kernel_quantize(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_quantize(const af_node *n, const af_tensor *const *in, af_tensor *out,
                              af_exec *ex, af_error *err) {
     (void)ex;
     q_axis qa;
@@ -126,7 +126,7 @@ static af_status dequant_prepare(const af_node *n, const af_tensor *const *in, q
     return q_axis_setup(n, x, s, zp, qa, err);
 }
 
-af_status nn_shape_dequantize(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_dequantize(const af_node *n, const af_tensor *const *in, af_tensor *out,
                               af_error *err) {
     q_axis qa;
     af_status st = dequant_prepare(n, in, &qa, err);
@@ -137,7 +137,7 @@ af_status nn_shape_dequantize(const af_node *n, const af_tensor *const *in, af_t
     return st;
 }
 
-af_status nn_kernel_dequantize(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_dequantize(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                af_exec *ex, af_error *err) {
     (void)ex;
     q_axis qa;
@@ -157,7 +157,7 @@ af_status nn_kernel_dequantize(const af_node *n, const af_tensor *const *in, af_
 
 /* DynamicQuantizeLinear: uint8 with scale = (max(0, max x) - min(0, min x)) / 255 and
  * zero point round(-min / scale); all in float32 like the ONNX reference. */
-af_status nn_shape_dyn_quantize(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_dyn_quantize(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                 af_error *err) {
     const af_tensor *x = nn_in(n, in, 0);
     if (!x)
@@ -174,7 +174,7 @@ af_status nn_shape_dyn_quantize(const af_node *n, const af_tensor *const *in, af
     return AF_OK;
 }
 
-af_status nn_kernel_dyn_quantize(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_dyn_quantize(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                  af_exec *ex, af_error *err) {
     (void)ex;
     const af_tensor *x = nn_in(n, in, 0);

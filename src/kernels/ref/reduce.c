@@ -34,7 +34,7 @@ af_status tn_reduce_axes(const af_node *n, const af_tensor *const *in, const af_
     return AF_OK;
 }
 
-af_status tn_shape_reduce(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_reduce(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
@@ -160,7 +160,7 @@ static void reduce_strides(const af_tensor *x, const bool *red, int64_t *os) {
     }
 }
 
-af_status tn_kernel_reduce(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_reduce(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *ex, af_error *err) {
     (void)ex;
     TN_READY(n, out, 1, err);
@@ -236,7 +236,7 @@ af_status tn_kernel_reduce(const af_node *n, const af_tensor *const *in, af_tens
 
 /* ---- ArgMax / ArgMin ---------------------------------------------------------------------- */
 
-af_status tn_shape_arg(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_arg(const af_node *n, const af_tensor *const *in, af_tensor *out,
                        af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
@@ -262,7 +262,7 @@ af_status tn_shape_arg(const af_node *n, const af_tensor *const *in, af_tensor *
     return AF_OK;
 }
 
-af_status tn_kernel_arg(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_arg(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
@@ -325,7 +325,7 @@ static af_status topk_params(const af_node *n, const af_tensor *const *in, const
     return AF_OK;
 }
 
-af_status tn_shape_topk(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_topk(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
@@ -360,7 +360,7 @@ static int topk_cmp(void *p, int64_t a, int64_t b) {
     return c->sign * tn_cmp(c->x, c->base + a * c->stride, c->x, c->base + b * c->stride);
 }
 
-af_status tn_kernel_topk(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_topk(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_exec *ex, af_error *err) {
     TN_READY(n, out, n->nout, err);
     (void)ex;
@@ -403,7 +403,7 @@ af_status tn_kernel_topk(const af_node *n, const af_tensor *const *in, af_tensor
 
 /* ---- CumSum ------------------------------------------------------------------------------- */
 
-af_status tn_shape_cumsum(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_cumsum(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x || !tn_in(n, in, 1))
@@ -412,7 +412,7 @@ af_status tn_shape_cumsum(const af_node *n, const af_tensor *const *in, af_tenso
     return AF_OK;
 }
 
-af_status tn_kernel_cumsum(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_cumsum(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;

@@ -177,7 +177,7 @@ static af_status rz_parse(const af_node *n, const af_tensor *const *in, const af
     return parse_sizes(n, in, x, p, err);
 }
 
-af_status tn_shape_resize(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_resize(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
@@ -316,7 +316,7 @@ static double sample(const af_tensor *x, const int64_t *xs, rz_taps *const *tp) 
     }
 }
 
-af_status tn_kernel_resize(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_resize(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;

@@ -192,7 +192,7 @@ static af_status rnn_prepare(const af_node *n, const af_tensor *const *in, rnn_g
     return rnn_acts(n, g, err);
 }
 
-af_status nn_shape_rnn(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_rnn(const af_node *n, const af_tensor *const *in, af_tensor *out,
                        af_error *err) {
     rnn_geom g;
     af_status st = rnn_prepare(n, in, &g, err);
@@ -403,17 +403,17 @@ static af_status rnn_kernel(const af_node *n, const af_tensor *const *in, af_ten
     return AF_OK;
 }
 
-af_status nn_kernel_rnn(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_rnn(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_exec *ex, af_error *err) {
     (void)ex;
     return rnn_kernel(n, in, out, err);
 }
-af_status nn_kernel_gru(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_gru(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_exec *ex, af_error *err) {
     (void)ex;
     return rnn_kernel(n, in, out, err);
 }
-af_status nn_kernel_lstm(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_lstm(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_exec *ex, af_error *err) {
     (void)ex;
     return rnn_kernel(n, in, out, err);

@@ -219,13 +219,13 @@ static af_status dft_prepare(const af_node *n, const af_tensor *const *in, dft_p
     return AF_OK;
 }
 
-af_status mx_shape_dft(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_dft(const af_node *n, const af_tensor *const *in, af_tensor *out,
                        af_error *err) {
     dft_plan p;
     return dft_prepare(n, in, &p, &out[0], err);
 }
 
-af_status mx_kernel_dft(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x_,
+af_status ref_dft(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x_,
                         af_error *err) {
     (void)x_;
     dft_plan p;
@@ -349,13 +349,13 @@ static af_status stft_prepare(const af_node *n, const af_tensor *const *in, stft
     return AF_OK;
 }
 
-af_status mx_shape_stft(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_stft(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_error *err) {
     stft_plan p;
     return stft_prepare(n, in, &p, &out[0], err);
 }
 
-af_status mx_kernel_stft(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_stft(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_exec *x_, af_error *err) {
     (void)x_;
     stft_plan p;
@@ -425,7 +425,7 @@ static af_status window_prepare(const af_node *n, const af_tensor *const *in, in
     return AF_OK;
 }
 
-af_status mx_shape_window(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_window(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_error *err) {
     int64_t size;
     af_dtype dt;
@@ -455,19 +455,19 @@ static af_status window_run(const af_node *n, const af_tensor *const *in, af_ten
     return AF_OK;
 }
 
-af_status mx_kernel_hann_window(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_hann_window(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                 af_exec *x, af_error *err) {
     (void)x;
     return window_run(n, in, out, (sig_cosine){0.5, 0.5, 0.0}, err);
 }
 
-af_status mx_kernel_hamming_window(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_hamming_window(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    af_exec *x, af_error *err) {
     (void)x;
     return window_run(n, in, out, (sig_cosine){25.0 / 46.0, 21.0 / 46.0, 0.0}, err);
 }
 
-af_status mx_kernel_blackman_window(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_blackman_window(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                     af_exec *x, af_error *err) {
     (void)x;
     return window_run(n, in, out, (sig_cosine){0.42, 0.5, 0.08}, err);
@@ -506,7 +506,7 @@ static af_status mel_prepare(const af_node *n, const af_tensor *const *in, mel_p
     return AF_OK;
 }
 
-af_status mx_shape_mel(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_mel(const af_node *n, const af_tensor *const *in, af_tensor *out,
                        af_error *err) {
     mel_params p;
     af_dtype dt;
@@ -546,7 +546,7 @@ static af_status mel_edges(const af_node *n, const mel_params *p, int64_t *edge,
     return AF_OK;
 }
 
-af_status mx_kernel_mel(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+af_status ref_mel(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                         af_error *err) {
     (void)x;
     mel_params p;

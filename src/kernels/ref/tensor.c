@@ -36,7 +36,7 @@ static af_status copy_all(const af_node *n, const af_tensor *x, af_tensor *out, 
     return AF_OK;
 }
 
-af_status tn_kernel_copy(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_copy(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_exec *x, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)x;
@@ -47,7 +47,7 @@ af_status tn_kernel_copy(const af_node *n, const af_tensor *const *in, af_tensor
 
 /* ---- Reshape ----------------------------------------------------------------------------- */
 
-af_status tn_shape_reshape(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_reshape(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_error *err) {
     const af_tensor *x = tn_in(n, in, 0), *s = tn_in(n, in, 1);
     int64_t shp[AF_MAX_RANK];
@@ -132,7 +132,7 @@ af_status tn_shape_reshape(const af_node *n, const af_tensor *const *in, af_tens
 
 /* ---- Flatten ----------------------------------------------------------------------------- */
 
-af_status tn_shape_flatten(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_flatten(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
@@ -159,7 +159,7 @@ static bool axes_from_input(const af_node *n, int since) {
     return af_graph_opset(n->graph) >= since;
 }
 
-af_status tn_shape_squeeze(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_squeeze(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_error *err) {
     const af_tensor *x = tn_in(n, in, 0), *a = tn_in(n, in, 1);
     if (!x)
@@ -208,7 +208,7 @@ af_status tn_shape_squeeze(const af_node *n, const af_tensor *const *in, af_tens
     return AF_OK;
 }
 
-af_status tn_shape_unsqueeze(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_unsqueeze(const af_node *n, const af_tensor *const *in, af_tensor *out,
                              af_error *err) {
     const af_tensor *x = tn_in(n, in, 0), *a = tn_in(n, in, 1);
     if (!x)
@@ -279,7 +279,7 @@ af_status tn_transpose_perm(const af_node *n, int rank, int *perm, af_error *err
     return AF_OK;
 }
 
-af_status tn_shape_transpose(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_transpose(const af_node *n, const af_tensor *const *in, af_tensor *out,
                              af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
@@ -299,7 +299,7 @@ af_status tn_shape_transpose(const af_node *n, const af_tensor *const *in, af_te
     return AF_OK;
 }
 
-af_status tn_kernel_transpose(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_transpose(const af_node *n, const af_tensor *const *in, af_tensor *out,
                               af_exec *ex, af_error *err) {
     (void)ex;
     TN_READY(n, out, 1, err);
@@ -321,7 +321,7 @@ af_status tn_kernel_transpose(const af_node *n, const af_tensor *const *in, af_t
 
 /* ---- Concat ------------------------------------------------------------------------------ */
 
-af_status tn_shape_concat(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_concat(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_error *err) {
     const af_attr *aa = af_node_attr(n, "axis");
     if (!aa)
@@ -375,7 +375,7 @@ af_status tn_shape_concat(const af_node *n, const af_tensor *const *in, af_tenso
     return AF_OK;
 }
 
-af_status tn_kernel_concat(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_concat(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
@@ -456,7 +456,7 @@ static af_status split_sizes(const af_node *n, const af_tensor *const *in, const
     return AF_OK;
 }
 
-af_status tn_shape_split(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_split(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
@@ -483,7 +483,7 @@ af_status tn_shape_split(const af_node *n, const af_tensor *const *in, af_tensor
     return st;
 }
 
-af_status tn_kernel_split(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_split(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_exec *ex, af_error *err) {
     TN_READY(n, out, n->nout, err);
     (void)ex;
@@ -640,7 +640,7 @@ static af_status slice_plan_make(const af_node *n, const af_tensor *const *in,
     return AF_OK;
 }
 
-af_status tn_shape_slice(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_slice(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
@@ -660,7 +660,7 @@ af_status tn_shape_slice(const af_node *n, const af_tensor *const *in, af_tensor
     return AF_OK;
 }
 
-af_status tn_kernel_slice(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_slice(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
@@ -689,7 +689,7 @@ af_status tn_kernel_slice(const af_node *n, const af_tensor *const *in, af_tenso
 
 /* ---- Gather ------------------------------------------------------------------------------ */
 
-af_status tn_shape_gather(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_gather(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_error *err) {
     const af_tensor *x = tn_in(n, in, 0), *ix = tn_in(n, in, 1);
     if (!x || !ix)
@@ -719,7 +719,7 @@ af_status tn_shape_gather(const af_node *n, const af_tensor *const *in, af_tenso
     return AF_OK;
 }
 
-af_status tn_kernel_gather(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_gather(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
@@ -749,7 +749,7 @@ af_status tn_kernel_gather(const af_node *n, const af_tensor *const *in, af_tens
 
 /* ---- Expand ------------------------------------------------------------------------------ */
 
-af_status tn_shape_expand(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_expand(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_error *err) {
     const af_tensor *x = tn_in(n, in, 0), *s = tn_in(n, in, 1);
     if (!x || !s)
@@ -781,7 +781,7 @@ af_status tn_shape_expand(const af_node *n, const af_tensor *const *in, af_tenso
     return AF_OK;
 }
 
-af_status tn_kernel_expand(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_expand(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
@@ -798,7 +798,7 @@ af_status tn_kernel_expand(const af_node *n, const af_tensor *const *in, af_tens
 
 /* ---- Tile -------------------------------------------------------------------------------- */
 
-af_status tn_shape_tile(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_tile(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_error *err) {
     const af_tensor *x = tn_in(n, in, 0), *r = tn_in(n, in, 1);
     if (!x || !r)
@@ -828,7 +828,7 @@ af_status tn_shape_tile(const af_node *n, const af_tensor *const *in, af_tensor 
     return AF_OK;
 }
 
-af_status tn_kernel_tile(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_tile(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
@@ -899,7 +899,7 @@ static af_status pad_params(const af_node *n, const af_tensor *const *in, int ra
     return AF_OK;
 }
 
-af_status tn_shape_pad(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_pad(const af_node *n, const af_tensor *const *in, af_tensor *out,
                        af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
@@ -955,7 +955,7 @@ static int64_t pad_src(int64_t c, int64_t d, pad_mode mode) {
     }
 }
 
-af_status tn_kernel_pad(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_pad(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
@@ -1028,7 +1028,7 @@ static af_status block_params(const af_node *n, const af_tensor *const *in, cons
     return es ? tn_esize(n, x, es, err) : AF_OK;
 }
 
-af_status tn_shape_depth_to_space(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_depth_to_space(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                   af_error *err) {
     const af_tensor *x;
     int64_t b;
@@ -1053,7 +1053,7 @@ af_status tn_shape_depth_to_space(const af_node *n, const af_tensor *const *in, 
     return AF_OK;
 }
 
-af_status tn_kernel_depth_to_space(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_depth_to_space(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
@@ -1075,7 +1075,7 @@ af_status tn_kernel_depth_to_space(const af_node *n, const af_tensor *const *in,
     return AF_OK;
 }
 
-af_status tn_shape_space_to_depth(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_space_to_depth(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                   af_error *err) {
     const af_tensor *x;
     int64_t b;
@@ -1101,7 +1101,7 @@ af_status tn_shape_space_to_depth(const af_node *n, const af_tensor *const *in, 
     return AF_OK;
 }
 
-af_status tn_kernel_space_to_depth(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_space_to_depth(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                    af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
@@ -1138,7 +1138,7 @@ static af_status revseq_axes(const af_node *n, const af_tensor *x, int *ba, int 
     return AF_OK;
 }
 
-af_status tn_shape_reverse_sequence(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_reverse_sequence(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                     af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     int ba, ta;
@@ -1151,7 +1151,7 @@ af_status tn_shape_reverse_sequence(const af_node *n, const af_tensor *const *in
     return AF_OK;
 }
 
-af_status tn_kernel_reverse_sequence(const af_node *n, const af_tensor *const *in,
+af_status ref_reverse_sequence(const af_node *n, const af_tensor *const *in,
                                      af_tensor *out, af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
@@ -1186,7 +1186,7 @@ af_status tn_kernel_reverse_sequence(const af_node *n, const af_tensor *const *i
 
 /* ---- Shape / Size ------------------------------------------------------------------------ */
 
-static void shape_range(const af_node *n, int rank, int64_t *lo, int64_t *hi) {
+static void shape_op_range(const af_node *n, int rank, int64_t *lo, int64_t *hi) {
     int64_t s = af_attr_int(n, "start", 0), e = af_attr_int(n, "end", rank);
     if (s < 0)
         s += rank;
@@ -1198,7 +1198,7 @@ static void shape_range(const af_node *n, int rank, int64_t *lo, int64_t *hi) {
         *hi = *lo;
 }
 
-af_status tn_shape_shape(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_shape(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
@@ -1208,25 +1208,25 @@ af_status tn_shape_shape(const af_node *n, const af_tensor *const *in, af_tensor
         unknown_dims(out, AF_DTYPE_INT64, 1);
         return AF_OK;
     }
-    shape_range(n, x->rank, &lo, &hi);
+    shape_op_range(n, x->rank, &lo, &hi);
     int64_t d = hi - lo;
     af_tensor_set_type(out, AF_DTYPE_INT64, 1, &d);
     return AF_OK;
 }
 
-af_status tn_kernel_shape(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_shape(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
     (void)err;
     int64_t lo, hi;
-    shape_range(n, in[0]->rank, &lo, &hi);
+    shape_op_range(n, in[0]->rank, &lo, &hi);
     for (int64_t i = lo; i < hi; i++)
         ((int64_t *)out->data)[i - lo] = in[0]->dims[i];
     return AF_OK;
 }
 
-af_status tn_shape_size(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_size(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_error *err) {
     if (!tn_in(n, in, 0))
         return tn_missing(n, "data", err);
@@ -1234,7 +1234,7 @@ af_status tn_shape_size(const af_node *n, const af_tensor *const *in, af_tensor 
     return AF_OK;
 }
 
-af_status tn_kernel_size(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_size(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
@@ -1259,7 +1259,7 @@ static af_status cos_value(const af_node *n, const af_tensor **v, af_error *err)
     return AF_OK;
 }
 
-af_status tn_shape_constant_of_shape(const af_node *n, const af_tensor *const *in,
+af_status shape_constant_of_shape(const af_node *n, const af_tensor *const *in,
                                      af_tensor *out, af_error *err) {
     const af_tensor *s = tn_in(n, in, 0), *v;
     if (!s)
@@ -1287,7 +1287,7 @@ af_status tn_shape_constant_of_shape(const af_node *n, const af_tensor *const *i
     return AF_OK;
 }
 
-af_status tn_kernel_constant_of_shape(const af_node *n, const af_tensor *const *in,
+af_status ref_constant_of_shape(const af_node *n, const af_tensor *const *in,
                                       af_tensor *out, af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
@@ -1337,7 +1337,7 @@ static af_status range_count(const af_node *n, const af_tensor *s, const af_tens
     return AF_OK;
 }
 
-af_status tn_shape_range(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_range(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_error *err) {
     const af_tensor *s = tn_in(n, in, 0), *l = tn_in(n, in, 1), *d = tn_in(n, in, 2);
     if (!s || !l || !d)
@@ -1352,7 +1352,7 @@ af_status tn_shape_range(const af_node *n, const af_tensor *const *in, af_tensor
     return AF_OK;
 }
 
-af_status tn_kernel_range(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_range(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
@@ -1377,7 +1377,7 @@ af_status tn_kernel_range(const af_node *n, const af_tensor *const *in, af_tenso
 
 /* ---- EyeLike ----------------------------------------------------------------------------- */
 
-af_status tn_shape_eye_like(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_eye_like(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
@@ -1394,7 +1394,7 @@ af_status tn_shape_eye_like(const af_node *n, const af_tensor *const *in, af_ten
     return AF_OK;
 }
 
-af_status tn_kernel_eye_like(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_eye_like(const af_node *n, const af_tensor *const *in, af_tensor *out,
                              af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;
@@ -1414,7 +1414,7 @@ af_status tn_kernel_eye_like(const af_node *n, const af_tensor *const *in, af_te
 
 /* ---- Trilu ------------------------------------------------------------------------------- */
 
-af_status tn_shape_trilu(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_trilu(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_error *err) {
     const af_tensor *x = tn_in(n, in, 0);
     if (!x)
@@ -1425,7 +1425,7 @@ af_status tn_shape_trilu(const af_node *n, const af_tensor *const *in, af_tensor
     return AF_OK;
 }
 
-af_status tn_kernel_trilu(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_trilu(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_exec *ex, af_error *err) {
     TN_READY(n, out, 1, err);
     (void)ex;

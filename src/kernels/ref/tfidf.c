@@ -110,7 +110,7 @@ static af_status tfidf_prepare(const af_node *n, const af_tensor *const *in, tfi
     return AF_OK;
 }
 
-af_status mx_shape_tfidf(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_tfidf(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_error *err) {
     tfidf_spec s;
     return tfidf_prepare(n, in, &s, &out[0], err);
@@ -150,7 +150,7 @@ static void tfidf_count(const tfidf_spec *s, const af_tensor *x, int64_t row, in
     }
 }
 
-af_status mx_kernel_tfidf(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_tfidf(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_exec *x_, af_error *err) {
     (void)x_;
     tfidf_spec s;

@@ -88,17 +88,17 @@ static af_status train_shape(const af_node *n, const af_tensor *const *in, af_te
     return AF_OK;
 }
 
-af_status mx_shape_adagrad(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_adagrad(const af_node *n, const af_tensor *const *in, af_tensor *out,
                            af_error *err) {
     return train_shape(n, in, out, TRAIN_ADAGRAD, err);
 }
 
-af_status mx_shape_adam(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_adam(const af_node *n, const af_tensor *const *in, af_tensor *out,
                         af_error *err) {
     return train_shape(n, in, out, TRAIN_ADAM, err);
 }
 
-af_status mx_shape_momentum(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status shape_momentum(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_error *err) {
     return train_shape(n, in, out, TRAIN_MOMENTUM, err);
 }
@@ -198,19 +198,19 @@ static af_status train_run(const af_node *n, const af_tensor *const *in, af_tens
     return st;
 }
 
-af_status mx_kernel_adagrad(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_adagrad(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_exec *x, af_error *err) {
     (void)x;
     return train_run(n, in, out, TRAIN_ADAGRAD, err);
 }
 
-af_status mx_kernel_adam(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+af_status ref_adam(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                          af_error *err) {
     (void)x;
     return train_run(n, in, out, TRAIN_ADAM, err);
 }
 
-af_status mx_kernel_momentum(const af_node *n, const af_tensor *const *in, af_tensor *out,
+af_status ref_momentum(const af_node *n, const af_tensor *const *in, af_tensor *out,
                              af_exec *x, af_error *err) {
     (void)x;
     return train_run(n, in, out, TRAIN_MOMENTUM, err);

@@ -1,4 +1,4 @@
-/* The vector kernels: one table of functions per ISA (src/kernels/vec_impl.h compiled three
+/* The vector kernels: one table of functions per ISA (src/kernels/simd/vec_impl.h compiled three
  * times: vec_avx512.c, vec_avx2.c, vec_generic.c), and af_vec() to get the table of the ISA in
  * force (cpu.h). Everything that runs per element in the fast paths lives behind this table:
  * the GEMM micro-kernels, the vector epilogue, and the row kernels of the other fast ops.

@@ -45,7 +45,7 @@
 #include <stdint.h>
 
 #ifndef VW
-#error "define VW and the vf and vi vector types before including kernels/vmath.h"
+#error "define VW and the vf and vi vector types before including kernels/simd/vmath.h"
 #endif
 
 #define VM_INLINE static inline __attribute__((always_inline))
