@@ -1,6 +1,6 @@
 """Drive the autofusion command line from Python: run a model, collect its .npy outputs.
 
-Invariant: mirrors the CLI contract of DESIGN.md section 1 and nothing more; in particular
+Invariant: mirrors the CLI contract of docs/cli.md and nothing more; in particular
 output_file_name() is the one place that knows how `run --output_dir` names its files.
 """
 

@@ -1,4 +1,4 @@
-/* The autofusion command line (DESIGN.md section 1 is the contract).
+/* The autofusion command line (docs/cli.md is the contract).
  * One option table serves every command; options are accepted as --a_b or --a-b, and --k=v or
  * --k v. Every failure prints one line naming the file and the reason and exits non-zero. */
 #include "autofusion.h"

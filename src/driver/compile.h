@@ -6,7 +6,10 @@
  *   pack  ->  plan
  *   (passes/)   (passes/, fusion/)                          (lower/)                (runtime/)
  *
- * Ownership: an af_compiled owns its report (when fused) and its plan. */
+ * Ownership: an af_compiled owns its report (when fused) and its plan.
+ *
+ * Invariant: the stages run in the order of compile.c's table and nowhere else; after af_compile
+ * the graph is what the executor runs and the plan belongs to it. */
 #ifndef AF_DRIVER_COMPILE_H
 #define AF_DRIVER_COMPILE_H
 

@@ -4,7 +4,10 @@
  * Once the graph is final (optimised, or loaded compiled) the session holds its memory plan
  * (runtime/plan.h) and one arena, made at the first run and reused by every later one: a
  * session therefore runs one inference at a time, and a second concurrent af_session_run is
- * refused rather than allowed to share the arena. */
+ * refused rather than allowed to share the arena.
+ *
+ * Invariant: a session's graph, plan and arena belong together: the plan is the file's only when
+ * no --input_shape changed the types it was made for. */
 #include "driver/compile.h"
 #include "driver/session.h"
 #include "format/afm.h"

@@ -1,6 +1,8 @@
 /* What the CLI (tools/) and the tests need from a session beyond the public API: the one
  * internal header the CLI includes, so it brings the fusion report and rule table
- * (fusion/fusion.h) and the tensor files (onnx/onnx.h: .npy, .pb) along. */
+ * (fusion/fusion.h) and the tensor files (onnx/onnx.h: .npy, .pb) along.
+ *
+ * Invariant: everything returned is borrowed from the session and lives as long as it. */
 #ifndef AF_DRIVER_SESSION_H
 #define AF_DRIVER_SESSION_H
 

@@ -1,6 +1,9 @@
 /* Section checksums of the .afm file (afm.h: af_afm_section_hash): XXH3 over the list of the
  * XXH3 hashes of a section's 8 MiB chunks, so that the loader can hash the chunks of a large
- * section on several threads and still get the one value the writer computed on one. */
+ * section on several threads and still get the one value the writer computed on one.
+ *
+ * Invariant: the checksum of a section is the same whether its chunks were hashed on one thread
+ * or several. */
 #include "format/afm_layout.h"
 
 #include <pthread.h>

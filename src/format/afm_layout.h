@@ -1,6 +1,9 @@
 /* What the writer (afm_write.c), the loader (afm_load.c) and the checksums (afm_checksum.c)
  * share: the file's magic, sections and record layouts (afm.h describes the format), and the
- * little-endian helpers. Internal to src/format. */
+ * little-endian helpers. Internal to src/format.
+ *
+ * Invariant: the writer and the loader read these constants from here only, so the two cannot
+ * disagree on a record's layout. */
 #ifndef AF_FORMAT_AFM_LAYOUT_H
 #define AF_FORMAT_AFM_LAYOUT_H
 

@@ -24,7 +24,9 @@
  *
  * Ownership: a config is a plain value; a report owns copies of every string it holds and is
  * released with af_fusion_report_free.
- */
+ *
+ * Invariant: a rule id names the same rule in the table, the report and every switch; built-in
+ * ids come first, plugins' after. */
 #ifndef AF_FUSION_H
 #define AF_FUSION_H
 

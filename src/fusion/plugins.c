@@ -1,5 +1,7 @@
 /* Plugins as the public API loads them (include/autofusion_plugin.h): the registry (ir/plugin.c)
- * with the fusion stage's check that a plugin's rule names are new. */
+ * with the fusion stage's check that a plugin's rule names are new.
+ *
+ * Invariant: no plugin rule shares a name with a built-in rule or another plugin's. */
 #include "fusion/fusion.h"
 
 #include <limits.h>

@@ -19,7 +19,9 @@
  *   - the pattern outputs and the anchor's first input and output are float32.
  * Rules check the rest (constants, shapes, broadcasts, attributes) with the helpers below;
  * fuse_edge and fuse_fits give the standard reasons so that the report speaks one language.
- */
+ *
+ * Invariant: a rewrite is complete or not started: fuse_commit either puts the fused node in
+ * place of the match or leaves the graph as it was. */
 #ifndef AF_FUSION_RULE_H
 #define AF_FUSION_RULE_H
 

@@ -1,7 +1,9 @@
 /* Building blocks for the passes and the fusion rules that rewrite the graph: queries about a
  * value (a true constant, the sole reader), setting attributes, new float32 constants and new
- * nodes of our domain. All memory comes from the graph's arena; every function that allocates
- * reports failure (false or NULL) and leaves the graph as it was. */
+ * nodes of our domain. All memory comes from the graph's arena.
+ *
+ * Invariant: a function that fails (out of memory) reports it (false or NULL) and leaves the
+ * graph as it was. */
 #include "ir/ir.h"
 
 #include <string.h>

@@ -1,6 +1,8 @@
 /* The IR's construction and mutation API, attribute lookup and error formatting.
  * Mutations keep the use lists exact: af_node_set_input is the only way a node starts reading a
- * value, and af_node_remove / af_value_replace_uses are the only ways it stops. */
+ * value, and af_node_remove / af_value_replace_uses are the only ways it stops.
+ *
+ * Invariant: every value's use list names exactly the (node, slot) pairs that read it. */
 #include "ir/ir.h"
 
 #include <stdarg.h>

@@ -1,4 +1,7 @@
-/* The op table built from ops.def (names, classes, properties), and lookup by ONNX name. */
+/* The op table built from ops.def (names, classes, properties), and lookup by ONNX name.
+ *
+ * Invariant: af_ops[op] describes op for every op of the enum, and af_op_lookup never returns an
+ * op of another domain than the one asked for. */
 #include "ir/epilogue.h"
 #include "ir/plugin.h"
 

@@ -2,7 +2,10 @@
  * include/autofusion_plugin.h), process-wide, filled by af_plugin_load and only added to.
  *
  * Custom ops live in the graph as AF_OP_CUSTOM nodes keeping their own domain and op_type;
- * kernels and shape functions find their af_custom_op by that pair. */
+ * kernels and shape functions find their af_custom_op by that pair.
+ *
+ * Invariant: a registered op or rule is never removed or changed, so pointers to them stay valid
+ * for the process. */
 #ifndef AF_IR_PLUGIN_H
 #define AF_IR_PLUGIN_H
 

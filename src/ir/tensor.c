@@ -1,6 +1,9 @@
 /* Tensors: sizes, allocation and element access. A tensor with data == NULL describes a type;
  * owns_data says whether data is freed with the tensor (it is not when it points into a mapped
- * model file). */
+ * model file).
+ *
+ * Invariant: element access reads only inside data; callers have checked the index against the
+ * dims (af_tensor_has_data). */
 #include "ir/ir.h"
 
 #include <string.h>

@@ -12,7 +12,10 @@
  *   fast/  the fast kernels (GEMM core, channels-last convolution and pooling, fused ops,
  *          attention, vectorised elementwise ops) and dispatch.c, the one place that decides
  *          which kernel runs a node.
- * Kernels receive tensors whose dims are all known. */
+ * Kernels receive tensors whose dims are all known.
+ *
+ * Invariant: a kernel reads and writes only its inputs, its outputs and the scratch
+ * af_exec_scratch gave it. */
 #ifndef AF_KERNELS_KERNEL_H
 #define AF_KERNELS_KERNEL_H
 

@@ -7,7 +7,8 @@
  * such as weights a pass replaced, are left out); values with a known type get a
  * ValueInfoProto (graph inputs and outputs always, intermediates in value_info). Our importer
  * reads the file back into an equivalent graph.
- */
+ *
+ * Invariant: the file is written whole or not at all (a temporary file renamed into place). */
 #ifndef AF_ONNX_EXPORT_H
 #define AF_ONNX_EXPORT_H
 

@@ -1,5 +1,5 @@
 /* External tensor data (TensorProto.data_location = EXTERNAL), read with the security checklist
- * of DESIGN.md section 7.
+ * of docs/design.md section 9.
  *
  * Invariant: a byte range is handed out only if it lies inside a regular file that (1) was named
  * by a relative path without "..", (2) resolves (realpath) inside the model's folder, (3) is not

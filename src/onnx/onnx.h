@@ -6,7 +6,8 @@
  * straight into those mappings (zero copy), which are READ-ONLY memory: code that changes a
  * constant (folding, weight rewriting) must give the value new data, never write through
  * value->type.data.
- */
+ *
+ * Invariant: a loaded model's graph satisfies af_graph_verify. */
 #ifndef AF_ONNX_H
 #define AF_ONNX_H
 

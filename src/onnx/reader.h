@@ -5,7 +5,8 @@
  * names the file, the message being read and the byte offset from the start of the buffer, so a
  * hostile or damaged file is diagnosed, never trusted. Nested messages count their depth and
  * stop at AF_PB_MAX_DEPTH, which bounds the recursion of subgraph import (If/Loop bodies).
- */
+ *
+ * Invariant: no field is read past the end of the message that holds it. */
 #ifndef AF_ONNX_READER_H
 #define AF_ONNX_READER_H
 

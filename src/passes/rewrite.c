@@ -1,6 +1,9 @@
 /* Shared machinery of the passes (see rewrite.h) and the opset-independent readers of
  * passes.h. Removal is batched: a pass flags nodes dead while it walks and compacts g->nodes
- * once at the end, so removing k nodes costs O(n), not O(k*n). */
+ * once at the end, so removing k nodes costs O(n), not O(k*n).
+ *
+ * Invariant: a pass's removed nodes stay detached in g->nodes until pass_scope_sweep, so walks
+ * by index stay valid. */
 #include "passes/rewrite.h"
 
 #include <math.h>

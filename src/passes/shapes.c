@@ -1,7 +1,9 @@
 /* Static shape and dtype inference: run each op's shape function over what is known at compile
  * time (declared types, constant values) and record the result on the output values. A dim the
  * model declares (value_info) is kept where inference cannot tell; a contradiction between the
- * two is an error, since the model would fail at run time anyway. */
+ * two is an error, since the model would fail at run time anyway.
+ *
+ * Invariant: where inference cannot tell a dim, the one the model declares stays. */
 #include "kernels/fast/dispatch.h"
 #include "passes/passes.h"
 

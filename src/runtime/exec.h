@@ -1,7 +1,10 @@
 /* The executor: runs a graph node by node, each with the kernel the dispatcher chooses.
  * Each run keeps one frame per graph being executed (subgraphs of If/Loop/Scan push a frame whose
  * parent is the enclosing one, so captured values are found by walking up). Intermediate tensors
- * are freed as soon as their last reader has run. */
+ * are freed as soon as their last reader has run.
+ *
+ * Invariant: a run returns its outputs owned by the caller and leaves nothing allocated on
+ * error. */
 #ifndef AF_EXEC_H
 #define AF_EXEC_H
 

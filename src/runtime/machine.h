@@ -1,4 +1,6 @@
-/* Measuring the machine the cost model estimates for (machine.c). */
+/* Measuring the machine the cost model estimates for (machine.c).
+ *
+ * Invariant: af_machine_get measures at most once per process. */
 #ifndef AF_RUNTIME_MACHINE_H
 #define AF_RUNTIME_MACHINE_H
 

@@ -1,5 +1,7 @@
 /* The per-node profile (see profile.h). Recording appends to a growing array, so only a
- * profiled run allocates; the trace is built with jansson when written. */
+ * profiled run allocates; the trace is built with jansson when written.
+ *
+ * Invariant: recording never fails a run: a record that cannot be stored is dropped. */
 #include "runtime/profile.h"
 
 #include <jansson.h>

@@ -3,7 +3,9 @@
  * of "X" events that ONNX Runtime's profiler writes and Perfetto / chrome://tracing open), with
  * each event's op, the original nodes it fused and its fusion rule.
  *
- * Ownership: a profile borrows the nodes it records; write it before the graph goes. */
+ * Ownership: a profile borrows the nodes it records; write it before the graph goes.
+ *
+ * Invariant: events are in the order the nodes ran. */
 #ifndef AF_RUNTIME_PROFILE_H
 #define AF_RUNTIME_PROFILE_H
 

@@ -1,6 +1,8 @@
 /* Arena allocator, half-float conversions and small file helpers.
  * The arena keeps a list of blocks; nothing is freed until af_arena_free, so pointers into it
- * stay valid for the arena's life. */
+ * stay valid for the arena's life.
+ *
+ * Invariant: memory from an arena is zeroed and aligned as af_arena_alloc says. */
 #include "util/util.h"
 
 #include <errno.h>

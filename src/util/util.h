@@ -1,4 +1,6 @@
-/* Small shared helpers: the arena, overflow-checked arithmetic, assertions, half floats. */
+/* Small shared helpers: the arena, overflow-checked arithmetic, assertions, half floats.
+ *
+ * Invariant: nothing here knows the IR; every layer may use it. */
 #ifndef AF_UTIL_H
 #define AF_UTIL_H
 

@@ -1,5 +1,5 @@
 """End-to-end tests: real PyTorch models exported to ONNX, run by `autofusion run`, compared with
-torch eager; plus the `run` command-line contract (DESIGN.md section 1).
+torch eager; plus the `run` command-line contract (docs/cli.md).
 
 Invariant: every model is exported once per module (module-scoped fixtures) at a small input size,
 and every random tensor comes from a fixed seed, so a failure reproduces exactly. Run with

@@ -1,6 +1,8 @@
 /* Which shape function and which kernel serve a node: the one place that decides (dispatch.c).
  * Everything that runs a node or infers its shape (the shape pass, constant folding, the fusion
- * engine's checks, the executor) goes through here. */
+ * engine's checks, the executor) goes through here.
+ *
+ * Invariant: a node's shape function and kernel come from here only. */
 #ifndef AF_KERNELS_DISPATCH_H
 #define AF_KERNELS_DISPATCH_H
 

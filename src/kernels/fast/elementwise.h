@@ -1,4 +1,6 @@
-/* What the fast kernels share from elementwise.c: the vector epilogue run over a whole tensor. */
+/* What the fast kernels share from elementwise.c: the vector epilogue run over a whole tensor.
+ *
+ * Invariant: fast_ep_run writes each of the numel outputs exactly once, in parallel pieces. */
 #ifndef AF_KERNELS_FAST_ELEMENTWISE_H
 #define AF_KERNELS_FAST_ELEMENTWISE_H
 

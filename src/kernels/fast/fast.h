@@ -2,7 +2,9 @@
  * family, and the shape functions of the forms only the lowering makes (packed weights,
  * channels-last tensors). A fast kernel has the reference kernel's contract (kernel.h) and may
  * answer AF_DECLINED for a case it does not take; it never checks the ISA (the dispatcher and
- * the vector tables of kernels/simd do). */
+ * the vector tables of kernels/simd do).
+ *
+ * Invariant: a fast kernel that answers AF_DECLINED has written nothing. */
 #ifndef AF_KERNELS_FAST_H
 #define AF_KERNELS_FAST_H
 

@@ -1,7 +1,10 @@
 /* FusedElementwise and SqueezeExcite on the vector kernels (the ops and their reference
  * kernels are in kernels/ref/fused_misc.c). FusedElementwise runs its program through the vector
  * epilogue in cache-sized pieces; SqueezeExcite's two small FCs are vector products with the
- * activation vectorised, and channels-last X is pooled and scaled a row of channels at a time. */
+ * activation vectorised, and channels-last X is pooled and scaled a row of channels at a time.
+ *
+ * Invariant: both kernels check their node with the reference side's prepare step before reading
+ * anything. */
 #include "kernels/fast/elementwise.h"
 #include "kernels/fast/fast.h"
 #include "kernels/ref/fused.h"

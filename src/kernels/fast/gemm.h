@@ -17,7 +17,8 @@
  * Work is split in M tiles (at most the ISA's MR rows, balanced so every tile is nearly full)
  * times blocks of B panels sized to an eighth of the L2 cache, so a block stays in L2 while
  * every M tile passes over it; threads take contiguous ranges of (block, tile) items.
- */
+ *
+ * Invariant: packed panels have the same layout on every ISA, so a packed .afm runs anywhere. */
 #ifndef AF_KERNELS_GEMM_H
 #define AF_KERNELS_GEMM_H
 

@@ -3,7 +3,10 @@
  * b_packed, else per call into scratch); A is read in place, or normalised / transposed once
  * into scratch when the LayerNorm prologue or trans_a asks for it; the epilogue (with the bias
  * and alpha in front) runs on each tile in registers. Half and bfloat16 B (--precision_mode)
- * take A converted once per call. */
+ * take A converted once per call.
+ *
+ * Invariant: the shapes are fused_mm_prepare's (the reference checks) and a packed B's size is
+ * checked against b_shape before any panel is read. */
 #include "kernels/fast/fast.h"
 #include "kernels/fast/gemm.h"
 #include "kernels/ref/fused.h"

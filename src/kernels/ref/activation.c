@@ -1,5 +1,7 @@
 /* Kernels of the canonical activation forms the canonicalize pass creates (Gelu, Silu): float32
- * and float64, elementwise, output shaped like the input. */
+ * and float64, elementwise, output shaped like the input.
+ *
+ * Invariant: each output element is computed from its input element alone, in double. */
 #include "kernels/ref/ref.h"
 
 af_status shape_same(const af_node *n, const af_tensor *const *in, af_tensor *out,

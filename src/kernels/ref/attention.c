@@ -16,13 +16,13 @@
  * Invariant: the kernel never holds more than one TQ x TK block of scores; each query tile keeps a
  * running max and sum per row (online softmax) and rescales its TQ x D accumulator when the max
  * grows, so the [Sq, Sk] score matrix is never written anywhere. Every index the kernel forms is
- * checked against the tensors' dims first (fa_geom), so hostile attributes cannot read outside. */
+ * checked against the tensors' dims first (attn_geom), so hostile attributes cannot read outside. */
 #include "kernels/ref/attention.h"
 
 enum { FA_TQ = 16, FA_TK = 64 }; /* query rows per tile, keys per score block */
 
 /* Attributes, checked on their own (no input needed). */
-static af_status fa_attrs(const af_node *n, fa_geom *g, af_error *err) {
+static af_status attn_attrs(const af_node *n, attn_geom *g, af_error *err) {
     const int64_t *lay = NULL, *off = NULL;
     g->H = af_attr_int(n, "num_heads", 0);
     g->D = af_attr_int(n, "head_dim", 0);
@@ -56,23 +56,23 @@ static af_status fa_attrs(const af_node *n, fa_geom *g, af_error *err) {
 }
 
 /* (batch, seq) of a rank-3 q/k/v tensor with row order `order`; -1 where unknown. */
-static void fa_rows(const af_tensor *t, int order, int64_t *b, int64_t *s) {
+static void attn_rows(const af_tensor *t, int order, int64_t *b, int64_t *s) {
     *b = t->dims[order ? 1 : 0];
     *s = t->dims[order ? 0 : 1];
 }
 
 /* Two dims that must agree: unknown (-1) agrees with anything; the known one wins. */
-static bool fa_join(int64_t *have, int64_t d) {
+static bool attn_join(int64_t *have, int64_t d) {
     if (d < 0) return true;
     if (*have < 0) *have = d;
     return *have == d;
 }
 
 /* Attributes and input types: B, Sq, Sk (-1 when unknown at compile time). */
-static af_status fa_geom_of(const af_node *n, const af_tensor *const *in, fa_geom *g,
+static af_status attn_geom_of(const af_node *n, const af_tensor *const *in, attn_geom *g,
                             af_error *err) {
     static const char *const names[3] = {"q", "k", "v"};
-    af_status st = fa_attrs(n, g, err);
+    af_status st = attn_attrs(n, g, err);
     if (st) return st;
     if (n->nin < 3 || n->nin > 4 || n->nout != 1 || !in[0] || !in[1] || !in[2])
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "takes q, k, v, [mask] and one output");
@@ -85,12 +85,12 @@ static af_status fa_geom_of(const af_node *n, const af_tensor *const *in, fa_geo
         if (t->rank != 3)
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "%s must have rank 3", names[i]);
         int64_t b, s, w = t->dims[2], end;
-        fa_rows(t, g->layout[i], &b, &s);
+        attn_rows(t, g->layout[i], &b, &s);
         if (w >= 0 && (!af_add_i64(g->offsets[i], g->E, &end) || end > w))
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
                                 "%s: columns [%lld, +%lld) exceed its last dim %lld", names[i],
                                 (long long)g->offsets[i], (long long)g->E, (long long)w);
-        if (!fa_join(&g->B, b) || !fa_join(i == 0 ? &g->Sq : &g->Sk, s))
+        if (!attn_join(&g->B, b) || !attn_join(i == 0 ? &g->Sq : &g->Sk, s))
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
                                 "%s: batch or sequence length disagrees with the other inputs",
                                 names[i]);
@@ -100,7 +100,7 @@ static af_status fa_geom_of(const af_node *n, const af_tensor *const *in, fa_geo
 
 /* Does the mask broadcast (unidirectionally, right-aligned) to the scores [B, H, Sq, Sk], or to
  * [B*H, Sq, Sk] with heads_merged? Dims only: also safe on compile-time types. */
-static bool fa_mask_fits(const af_tensor *m, const fa_geom *g) {
+static bool attn_mask_fits(const af_tensor *m, const attn_geom *g) {
     int64_t BH;
     if (!af_mul_i64(g->B, g->H, &BH)) return false;
     int64_t full[4] = {g->B, g->H, g->Sq, g->Sk}, merged[3] = {BH, g->Sq, g->Sk};
@@ -117,7 +117,7 @@ static bool fa_mask_fits(const af_tensor *m, const fa_geom *g) {
 /* Element strides of the mask over (b, h, i, j), 0 along broadcast axes; the mask fits and
  * holds data (so its strides and b*H + h index stay within its element count). With
  * heads_merged its first axis indexes b*H + h. */
-static void fa_mask_strides(const af_tensor *m, const fa_geom *g, int64_t st[4]) {
+static void attn_mask_strides(const af_tensor *m, const attn_geom *g, int64_t st[4]) {
     int trank = g->heads_merged ? 3 : 4;
     int64_t ms[AF_MAX_RANK], ts[4] = {0, 0, 0, 0};
     af_strides(m, ms);
@@ -135,8 +135,8 @@ static void fa_mask_strides(const af_tensor *m, const fa_geom *g, int64_t st[4])
 
 af_status shape_attention(const af_node *n, const af_tensor *const *in, af_tensor *out,
                              af_error *err) {
-    fa_geom g;
-    af_status st = fa_geom_of(n, in, &g, err);
+    attn_geom g;
+    af_status st = attn_geom_of(n, in, &g, err);
     if (st) return st;
     const af_tensor *m = n->nin > 3 ? in[3] : NULL;
     if (m && m->dtype != AF_DTYPE_FLOAT)
@@ -147,7 +147,7 @@ af_status shape_attention(const af_node *n, const af_tensor *const *in, af_tenso
                             m->rank);
     bool known = m && g.B >= 0 && g.Sq >= 0 && g.Sk >= 0;
     for (int i = 0; known && i < m->rank; i++) known = m->dims[i] >= 0;
-    if (known && !fa_mask_fits(m, &g))
+    if (known && !attn_mask_fits(m, &g))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "mask does not broadcast to the scores");
     int64_t dims[3];
     if (g.out_rank == 3) {
@@ -168,7 +168,7 @@ af_status shape_attention(const af_node *n, const af_tensor *const *in, af_tenso
  * acc holds tq x D running (unnormalised) outputs; mx/sum the running row max and exp sum;
  * kt is D x FA_TK scratch for the key block, transposed so that the score loop runs along the
  * keys (contiguous, vectorisable) while each score still sums its D products in order. */
-static void fa_tile(const fa_geom *g, const fa_view *q, const fa_view *k, const fa_view *v,
+static void attn_tile(const attn_geom *g, const attn_view *q, const attn_view *k, const attn_view *v,
                     const float *mask, const int64_t *mst, float *out, int64_t b, int64_t h,
                     int64_t s0, int64_t tq, float *acc, float *kt) {
     const int64_t D = g->D;
@@ -177,13 +177,13 @@ static void fa_tile(const fa_geom *g, const fa_view *q, const fa_view *k, const 
     for (int64_t i = 0; i < tq; i++) {
         mx[i] = -INFINITY;
         sum[i] = 0.0f;
-        qrow[i] = fa_row(q, g->B, g->Sq, b, s0 + i, h, D);
+        qrow[i] = attn_row(q, g->B, g->Sq, b, s0 + i, h, D);
         memset(acc + i * D, 0, sizeof(float) * (size_t)D);
     }
     for (int64_t j0 = 0; j0 < g->Sk; j0 += FA_TK) {
         int64_t tk = g->Sk - j0 < FA_TK ? g->Sk - j0 : FA_TK;
         for (int64_t j = 0; j < tk; j++) {
-            const float *krow = fa_row(k, g->B, g->Sk, b, j0 + j, h, D);
+            const float *krow = attn_row(k, g->B, g->Sk, b, j0 + j, h, D);
             for (int64_t d = 0; d < D; d++) kt[d * FA_TK + j] = krow[d];
         }
         for (int64_t i = 0; i < tq; i++) {
@@ -215,7 +215,7 @@ static void fa_tile(const fa_geom *g, const fa_view *q, const fa_view *k, const 
             mx[i] = nmax;
             for (int64_t j = 0; j < tk; j++) {
                 float p = expf(sc[j] - nmax);
-                const float *vrow = fa_row(v, g->B, g->Sk, b, j0 + j, h, D);
+                const float *vrow = attn_row(v, g->B, g->Sk, b, j0 + j, h, D);
                 sum[i] += p;
                 for (int64_t d = 0; d < D; d++) a[d] += p * vrow[d];
             }
@@ -232,11 +232,11 @@ static void fa_tile(const fa_geom *g, const fa_view *q, const fa_view *k, const 
 
 
 
-af_status fa_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out, fa_run *r,
+af_status attn_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out, attn_run *r,
                      bool *done, af_error *err) {
-    fa_geom g;
+    attn_geom g;
     *done = false;
-    af_status st = fa_geom_of(n, in, &g, err);
+    af_status st = attn_geom_of(n, in, &g, err);
     if (st) return st;
     if (g.B < 0 || g.Sq < 0 || g.Sk < 0)
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input dims unknown at run time");
@@ -246,14 +246,14 @@ af_status fa_prepare(const af_node *n, const af_tensor *const *in, af_tensor *ou
     const af_tensor *m = n->nin > 3 ? in[3] : NULL;
     int64_t mst[4] = {0, 0, 0, 0};
     if (m) {
-        if (m->dtype != AF_DTYPE_FLOAT || !fa_mask_fits(m, &g))
+        if (m->dtype != AF_DTYPE_FLOAT || !attn_mask_fits(m, &g))
             return af_node_fail(err, n, AF_ERR_RUNTIME,
                                 "mask does not broadcast to the scores [%lld, %lld, %lld, %lld]",
                                 (long long)g.B, (long long)g.H, (long long)g.Sq,
                                 (long long)g.Sk);
         if (!m->data && af_tensor_numel(m) != 0)
             return af_node_fail(err, n, AF_ERR_INTERNAL, "mask has no data");
-        fa_mask_strides(m, &g, mst);
+        attn_mask_strides(m, &g, mst);
     }
     af_tensor *y = &out[0];
     int64_t rows, total;
@@ -284,11 +284,11 @@ af_status fa_prepare(const af_node *n, const af_tensor *const *in, af_tensor *ou
 af_status ref_attention(const af_node *n, const af_tensor *const *in, af_tensor *out,
                               af_exec *x, af_error *err) {
     (void)x;
-    fa_run r;
+    attn_run r;
     bool done;
-    af_status st = fa_prepare(n, in, out, &r, &done, err);
+    af_status st = attn_prepare(n, in, out, &r, &done, err);
     if (st || done) return st;
-    const fa_geom *g = &r.g;
+    const attn_geom *g = &r.g;
     size_t accn, ktn;
     float *acc = NULL, *kt = NULL;
     if (!af_mul_size((size_t)FA_TQ, (size_t)g->D, &accn) ||
@@ -302,7 +302,7 @@ af_status ref_attention(const af_node *n, const af_tensor *const *in, af_tensor 
         for (int64_t h = 0; h < g->H; h++)
             for (int64_t s0 = 0; s0 < g->Sq; s0 += FA_TQ) {
                 int64_t tq = g->Sq - s0 < FA_TQ ? g->Sq - s0 : FA_TQ;
-                fa_tile(g, &r.views[0], &r.views[1], &r.views[2], r.mask, r.mst, r.y, b, h, s0,
+                attn_tile(g, &r.views[0], &r.views[1], &r.views[2], r.mask, r.mst, r.y, b, h, s0,
                         tq, acc, kt);
             }
     af_free(kt);

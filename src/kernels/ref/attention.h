@@ -1,5 +1,8 @@
 /* FusedAttention's geometry (attention.c has the op's description): what the reference kernel
- * (attention.c) and the fast one (kernels/fast/attention.c) share. */
+ * (attention.c) and the fast one (kernels/fast/attention.c) share.
+ *
+ * Invariant: an attn_run from attn_prepare only describes rows and columns that lie inside its
+ * tensors. */
 #ifndef AF_KERNELS_REF_ATTENTION_H
 #define AF_KERNELS_REF_ATTENTION_H
 
@@ -7,26 +10,26 @@
 
 /* Where one head row of a tensor lives: element (b, s, h, d) is at
  * ((order ? s * B + b : b * S + s) * width + col + h * D + d). */
-typedef struct fa_view {
+typedef struct attn_view {
     const float *data;
     int64_t width; /* last dim */
     int64_t col;   /* first column of head 0 */
     int order;     /* 0 batch-major rows, 1 sequence-major rows */
-} fa_view;
+} attn_view;
 
-typedef struct fa_geom {
+typedef struct attn_geom {
     int64_t B, H, D, E, Sq, Sk;
     float scale;
     int layout[4];
     int64_t offsets[3];
     int out_rank;
     bool heads_merged;
-} fa_geom;
+} attn_geom;
 
 
-/* Address of head h's row (b, s) in v. Callers keep b < B, s < S, h < H: fa_geom_of checked
+/* Address of head h's row (b, s) in v. Callers keep b < B, s < S, h < H: attn_geom_of checked
  * that col + H*D fits in the width and the tensor has B*S rows of that width. */
-static inline const float *fa_row(const fa_view *v, int64_t B, int64_t S, int64_t b, int64_t s,
+static inline const float *attn_row(const attn_view *v, int64_t B, int64_t S, int64_t b, int64_t s,
                            int64_t h, int64_t D) {
     int64_t r = v->order ? s * B + b : b * S + s;
     return v->data + r * v->width + v->col + h * D;
@@ -34,17 +37,17 @@ static inline const float *fa_row(const fa_view *v, int64_t B, int64_t S, int64_
 
 /* One FusedAttention checked against its run-time inputs and output: the geometry, the q, k, v
  * views, the mask (NULL when none) with its strides over (b, h, i, j), and the output. */
-typedef struct fa_run {
-    fa_geom g;
-    fa_view views[3];
+typedef struct attn_run {
+    attn_geom g;
+    attn_view views[3];
     const float *mask;
     int64_t mst[4];
     float *y;
-} fa_run;
+} attn_run;
 
 /* Check node n and fill r; *done when there was nothing to compute (no rows or no keys: the
  * output is zeroed). */
-af_status fa_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out, fa_run *r,
+af_status attn_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out, attn_run *r,
                      bool *done, af_error *err);
 
 #endif

@@ -1,5 +1,8 @@
 /* Control flow: If, Loop and Scan run their body subgraphs through the executor. Their outputs'
- * shapes are only known after running, so the kernels allocate (move) them themselves. */
+ * shapes are only known after running, so the kernels allocate (move) them themselves.
+ *
+ * Invariant: a body runs with exactly the inputs its graph declares, and its outputs are checked
+ * against the node before they are moved. */
 #include "kernels/ref/ref.h"
 
 static const af_graph *graph_attr(const af_node *n, const char *name) {

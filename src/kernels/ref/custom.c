@@ -1,5 +1,8 @@
 /* The op-table row of custom ops (AF_OP_CUSTOM): shape inference and kernel of a plugin's op,
- * found in the plugin registry (ir/plugin.h) by the node's domain and op_type. */
+ * found in the plugin registry (ir/plugin.h) by the node's domain and op_type.
+ *
+ * Invariant: what a plugin's shape function returns is checked (rank, dtype) before anything
+ * uses it. */
 #include "ir/plugin.h"
 #include "kernels/ref/ref.h"
 

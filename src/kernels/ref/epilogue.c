@@ -1,4 +1,6 @@
-/* The reference application of an epilogue program (see epilogue.h) to a run of outputs. */
+/* The reference application of an epilogue program (see epilogue.h) to a run of outputs.
+ *
+ * Invariant: a step reads its operand only at the broadcast strides af_epilogue_parse checked. */
 #include "kernels/ref/epilogue.h"
 #include "ir/plugin.h"
 

@@ -1,6 +1,8 @@
 /* The reference application of an epilogue program (ir/epilogue.h: decoded by
  * af_epilogue_parse) to a fused op's output: scalar, step by step, in float between steps like
- * the unfused chain of ops it replaces. */
+ * the unfused chain of ops it replaces.
+ *
+ * Invariant: applying a program never fails: af_epilogue_parse has checked every step. */
 #ifndef AF_KERNELS_REF_EPILOGUE_H
 #define AF_KERNELS_REF_EPILOGUE_H
 

@@ -1,5 +1,7 @@
 /* The reference half of the op table: each op's shape function and reference kernel, from the
- * columns of ir/ops.def. */
+ * columns of ir/ops.def.
+ *
+ * Invariant: every op has both a shape function and a reference kernel. */
 #include "kernels/ref/ref.h"
 
 const af_ref_op af_ref_ops[AF_OP_COUNT] = {

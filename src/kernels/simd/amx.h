@@ -1,5 +1,7 @@
 /* AMX (amx.c): the bfloat16 tile block the GEMM (kernels/fast/gemm.c) runs its BF16 products on
- * when the CPU and the operating system allow. */
+ * when the CPU and the operating system allow.
+ *
+ * Invariant: af_amx_block runs only after af_amx_available() said yes on this process. */
 #ifndef AF_KERNELS_SIMD_AMX_H
 #define AF_KERNELS_SIMD_AMX_H
 

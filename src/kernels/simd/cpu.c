@@ -1,4 +1,6 @@
-/* CPU features, caches and cores from cpuinfo (see cpu.h), read once per process. */
+/* CPU features, caches and cores from cpuinfo (see cpu.h), read once per process.
+ *
+ * Invariant: the ISA in force is never above what this CPU supports. */
 #include "kernels/simd/cpu.h"
 #include "kernels/simd/amx.h"
 #include "kernels/simd/vec.h"

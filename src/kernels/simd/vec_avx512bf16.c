@@ -2,7 +2,9 @@
  * that the BF16 micro-kernels use the AVX512_BF16 dot product (vdpbf16ps) and the float32 to
  * bfloat16 conversion vcvtneps2bf16. af_vec() picks this table when the CPU has AVX512_BF16
  * (cpu.h: af_cpu_bf16). Compiled without that flag (an older compiler), it is a copy of the
- * AVX-512 table. */
+ * AVX-512 table.
+ *
+ * Invariant: nothing else in the library is compiled with these flags. */
 #define VW 16
 #define VEC_MR 12
 #define VEC_NAME "avx512"

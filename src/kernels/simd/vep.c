@@ -1,6 +1,9 @@
 /* The epilogue program in the form the vector kernels run (vec.h: af_vep): each binary operand
  * classified by how it broadcasts over the output seen as rows x cols, and the reference epilogue
- * kept for operands that fit no kind. */
+ * kept for operands that fit no kind.
+ *
+ * Invariant: an operand classified into a kind is read only inside the range that kind
+ * describes; the rest stays with the reference epilogue. */
 #include "kernels/simd/vec.h"
 
 /* How a binary operand with broadcast strides s (over the output's dims) reads the rows x cols
