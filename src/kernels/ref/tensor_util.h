@@ -16,7 +16,8 @@
 const af_tensor *tn_in(const af_node *n, const af_tensor *const *in, int i);
 /* Whether the dtype is floating point (float, double, float16, bfloat16). */
 bool tn_is_float(af_dtype dt);
-/* Whether the dtype holds numbers we can read with tn_getd/tn_geti (not string or complex). */
+/* Whether the dtype holds numbers we can read with af_tensor_get_double/tn_geti (not string or
+ * complex). */
 bool tn_is_numeric(af_dtype dt);
 
 /* AF_ERR_INVALID_MODEL naming the missing input `what`. */
