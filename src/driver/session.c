@@ -70,6 +70,7 @@ static af_status finish(af_model *m, af_plan *file_plan, const af_options *opt, 
     if (st) goto fail;
     if (s->c.fused && af_fusion_log_requested()) af_fusion_report_print(&s->c.report, stderr);
     st = af_runtime_new(s->opt.threads, &s->rt, err);
+    if (!st) st = af_runtime_prepare(s->rt, m->graph, err);
     if (st) goto fail;
     /* Borrowed strings are not kept past this call. */
     s->opt.input_shape = s->opt.disable_fusion = s->opt.fusion_switch_file = NULL;

@@ -69,10 +69,16 @@ static af_status ep_custom(const af_node *n, int s, int64_t op, int64_t flags,
     return AF_OK;
 }
 
+/* The data of a float32 operand that holds all its elements, or NULL. */
+static const float *operand_data(const af_tensor *t) {
+    int64_t cnt = af_tensor_numel(t);
+    return t->data && cnt >= 0 && (size_t)cnt <= t->nbytes / sizeof(float) ? t->data : NULL;
+}
+
 /* Shared walk over the program: validates every step; fills ep when it is not NULL (then dims
- * must be known and operand data present). */
+ * must be known, and with `bind` the operands' data present). */
 static af_status ep_check(const af_node *n, const af_tensor *const *in, const af_tensor *y,
-                          const char *attr, af_epilogue *ep, af_error *err) {
+                          const char *attr, af_epilogue *ep, bool bind, af_error *err) {
     const int64_t *prog = NULL;
     const float *params = NULL;
     char pname[64];
@@ -152,12 +158,14 @@ static af_status ep_check(const af_node *n, const af_tensor *const *in, const af
         st->p1 = p1;
         st->custom = cop;
         if (t) {
-            int64_t cnt = af_tensor_numel(t);
-            if (!t->data || cnt < 0 || (size_t)cnt > t->nbytes / sizeof(float))
+            if (!af_tensor_known(t))
+                return af_node_fail(err, n, AF_ERR_INTERNAL,
+                                    "epilogue step %d: operand shape unknown", s);
+            st->input = (int)opnd;
+            af_broadcast_strides(t, y, st->strides);
+            if (bind && !(st->operand = operand_data(t)))
                 return af_node_fail(err, n, AF_ERR_INTERNAL,
                                     "epilogue step %d: operand data missing", s);
-            st->operand = t->data;
-            af_broadcast_strides(t, y, st->strides);
         }
         ep->nsteps = s + 1;
     }
@@ -166,16 +174,39 @@ static af_status ep_check(const af_node *n, const af_tensor *const *in, const af
 
 af_status af_epilogue_validate(const af_node *n, const af_tensor *const *in, const af_tensor *y,
                                af_error *err) {
-    return ep_check(n, in, y, "epilogue", NULL, err);
+    return ep_check(n, in, y, "epilogue", NULL, false, err);
+}
+
+/* The program for output type y, bound to the operands' data or not. */
+static af_status ep_decode(const af_node *n, const af_tensor *const *in, const af_tensor *y,
+                           const char *attr, af_epilogue *ep, bool bind, af_error *err) {
+    if (!af_tensor_known(y))
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "output shape unknown at run time");
+    return ep_check(n, in, y, attr, ep, bind, err);
 }
 
 af_status af_epilogue_parse_attr(const af_node *n, const af_tensor *const *in,
                                  const af_tensor *y, const char *attr, af_epilogue *ep,
                                  af_error *err) {
-    for (int i = 0; i < y->rank; i++)
-        if (y->dims[i] < 0)
-            return af_node_fail(err, n, AF_ERR_INTERNAL, "output shape unknown at run time");
-    return ep_check(n, in, y, attr, ep, err);
+    return ep_decode(n, in, y, attr, ep, true, err);
+}
+
+af_status af_epilogue_prepare_attr(const af_node *n, const af_tensor *const *in,
+                                   const af_tensor *y, const char *attr, af_epilogue *ep,
+                                   af_error *err) {
+    return ep_decode(n, in, y, attr, ep, false, err);
+}
+
+af_status af_epilogue_bind(const af_node *n, af_epilogue *ep, const af_tensor *const *in,
+                           af_error *err) {
+    for (int s = 0; s < ep->nsteps; s++) {
+        af_ep_step *st = &ep->steps[s];
+        if (!af_ep_is_binary(st->op)) continue;
+        if (!(st->operand = operand_data(in[st->input])))
+            return af_node_fail(err, n, AF_ERR_INTERNAL, "epilogue step %d: operand data missing",
+                                s);
+    }
+    return AF_OK;
 }
 
 af_status af_epilogue_parse(const af_node *n, const af_tensor *const *in, const af_tensor *y,

@@ -49,6 +49,7 @@ typedef struct af_ep_step {
     af_ep_op op;
     bool reversed;
     float p0, p1;
+    int input;                     /* binary steps: the node's input holding the operand */
     const float *operand;          /* binary steps: the operand's data; NULL for unary steps */
     const struct af_custom_op *custom; /* custom steps: the plugin's op */
     int64_t strides[AF_MAX_RANK];  /* broadcast strides of the operand over the output shape */
@@ -82,6 +83,15 @@ af_status af_epilogue_parse(const af_node *n, const af_tensor *const *in, const 
 af_status af_epilogue_parse_attr(const af_node *n, const af_tensor *const *in,
                                  const af_tensor *y, const char *attr, af_epilogue *ep,
                                  af_error *err);
+/* af_epilogue_parse_attr in two halves, for kernels prepared once per node: decode the program
+ * from the input types alone (every dim known; no data needed: the steps keep their operands'
+ * input indices and strides), then, on every run, point the steps at the operands among that
+ * run's inputs (which have the types the program was decoded for). */
+af_status af_epilogue_prepare_attr(const af_node *n, const af_tensor *const *in,
+                                   const af_tensor *y, const char *attr, af_epilogue *ep,
+                                   af_error *err);
+af_status af_epilogue_bind(const af_node *n, af_epilogue *ep, const af_tensor *const *in,
+                           af_error *err);
 
 /* Unary ops of the standalone fast elementwise kernels (beyond the epilogue's activations). */
 typedef enum af_vun_op {

@@ -65,6 +65,10 @@ struct af_exec {
     af_workers *w;           /* NULL: one thread */
     af_subgraph_fn subgraph; /* NULL: no executor (control flow cannot run) */
     void *frame;             /* the executor's: the frame of the node being executed */
+    /* The node's prepared state (fast/dispatch.h: af_kernel_prepare) when the executor holds
+     * one and this run's inputs have the types it was prepared for; NULL otherwise, and the
+     * kernel derives everything from its node and inputs. */
+    const void *prepared;
     void *own;
     size_t own_size;
 };

@@ -32,6 +32,8 @@ struct af_runtime {
     af_profile *prof; /* NULL unless profiling */
     void *frame;      /* the main graph's per-value arrays, kept between runs */
     size_t frame_size;
+    const af_graph *graph; /* the main graph the kernels were prepared for (NULL: none) */
+    void **prepared;       /* by node position in graph->nodes: af_kernel_prepare's, or NULL */
 };
 
 /* One run: what its kernels see (x, first, so that the subgraph hook finds the run from it)
@@ -60,6 +62,8 @@ af_status af_runtime_new(int threads, af_runtime **out, af_error *err) {
 
 void af_runtime_free(af_runtime *rt) {
     if (!rt) return;
+    for (int i = 0; rt->prepared && i < rt->graph->nnodes; i++) af_kernel_release(rt->prepared[i]);
+    af_free(rt->prepared);
     af_profile_free(rt->prof);
     af_workers_free(rt->w);
     af_free(rt->frame);
@@ -80,6 +84,54 @@ af_status af_runtime_profile(af_runtime *rt, bool on, af_error *err) {
 }
 
 af_profile *af_runtime_profile_get(af_runtime *rt) { return rt ? rt->prof : NULL; }
+
+af_status af_runtime_prepare(af_runtime *rt, const af_graph *g, af_error *err) {
+    if (rt->prepared) return af_fail(err, AF_ERR_INTERNAL, "the runtime is prepared already");
+    void **p = af_calloc((size_t)g->nnodes + 1, sizeof *p);
+    const af_tensor **types = NULL;
+    int cap = 0;
+    for (int i = 0; p && i < g->nnodes; i++) {
+        const af_node *n = g->nodes[i];
+        if (n->nin > cap) {
+            af_free(types);
+            cap = n->nin;
+            if (!(types = af_malloc(sizeof *types * (size_t)cap))) break;
+        }
+        for (int k = 0; k < n->nin; k++) types[k] = n->in[k] ? &n->in[k]->type : NULL;
+        /* A prepared node skips its shape function: its outputs' types must be known. */
+        bool known = true;
+        for (int o = 0; o < n->nout; o++) known = known && (!n->out[o] || af_tensor_known(&n->out[o]->type));
+        p[i] = known ? af_kernel_prepare(n, types) : NULL;
+    }
+    bool oom = !p || (cap && !types);
+    af_free(types);
+    if (oom) {
+        for (int i = 0; p && i < g->nnodes; i++) af_kernel_release(p[i]);
+        af_free(p);
+        return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", g->file ? g->file : "<model>");
+    }
+    rt->graph = g;
+    rt->prepared = p;
+    return AF_OK;
+}
+
+/* Node n's prepared state, when n belongs to the graph rt was prepared for and this run's
+ * inputs have the types it was prepared with. */
+static const void *prepared_for(const run *r, const frame *f, const af_node *n,
+                                const af_tensor *const *in) {
+    const af_runtime *rt = r->rt;
+    if (!rt || f->g != rt->graph || n->id < 0 || n->id >= rt->graph->nnodes ||
+        rt->graph->nodes[n->id] != n || !rt->prepared[n->id])
+        return NULL;
+    for (int k = 0; k < n->nin; k++) {
+        const af_tensor *t = n->in[k] ? &n->in[k]->type : NULL;
+        if (!t != !in[k]) return NULL;
+        if (t && (t->dtype != in[k]->dtype || t->rank != in[k]->rank ||
+                  memcmp(t->dims, in[k]->dims, sizeof(int64_t) * (size_t)t->rank)))
+            return NULL;
+    }
+    return rt->prepared[n->id];
+}
 
 static const af_tensor *lookup(const frame *f, const af_value *v) {
     while (f && f->g != v->graph) f = f->parent;
@@ -176,7 +228,13 @@ static af_status run_node(run *r, frame *f, const af_node *n, af_error *err) {
                               n->in[k]->name);
     }
     for (int o = 0; o < n->nout; o++) out[o].rank = -1;
-    if (!st) st = af_kernel_shape(n, in, out, err);
+    /* A prepared node's inputs have the types it was prepared (and its shapes inferred) for:
+     * its outputs have their values' types, and the shape function need not run again. */
+    const void *prepared = st ? NULL : prepared_for(r, f, n, in);
+    if (prepared)
+        for (int o = 0; o < n->nout; o++)
+            if (n->out[o]) af_tensor_type_copy(&out[o], &n->out[o]->type);
+    if (!st && !prepared) st = af_kernel_shape(n, in, out, err);
     bool done_in_place = false;
     for (int o = 0; o < n->nout && !st; o++) {
         if (out[o].rank > AF_MAX_RANK)
@@ -189,7 +247,9 @@ static af_status run_node(run *r, frame *f, const af_node *n, af_error *err) {
     }
     af_profile *prof = r->rt ? r->rt->prof : NULL;
     double t0 = prof ? af_profile_now(prof) : 0;
+    r->x.prepared = prepared;
     if (!st && !done_in_place) st = af_kernel_run(n, in, out, &r->x, err);
+    r->x.prepared = NULL;
     if (prof && !st) af_profile_add(prof, n, NULL, t0, af_profile_now(prof) - t0);
     for (int o = 0; o < n->nout && !st; o++)
         if (n->out[o] && !out[o].data)

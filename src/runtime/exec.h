@@ -25,6 +25,10 @@ int af_runtime_threads(const af_runtime *rt);
 struct af_profile;
 af_status af_runtime_profile(af_runtime *rt, bool on, af_error *err);
 struct af_profile *af_runtime_profile_get(af_runtime *rt);
+/* Prepare the kernels of g's nodes once (kernels/fast/dispatch.h: af_kernel_prepare), for the
+ * runs of g on rt: a node then gets its prepared state on every run whose inputs have its
+ * values' types. Once per runtime; g must outlive rt and stay as it is. */
+af_status af_runtime_prepare(af_runtime *rt, const af_graph *g, af_error *err);
 /* fn(x, ctx) with an af_exec on rt (may be NULL): for tests and benchmarks that call kernels
  * directly. */
 void af_runtime_call(af_runtime *rt, void (*fn)(af_exec *x, void *ctx), void *ctx);

@@ -34,8 +34,11 @@ typedef struct conv_cl {
      * the program in pro_epilogue) and never stored whole. x is NULL then. */
     const float *pro_x, *pro_wt, *pro_b;
     int64_t pro_c;
+    bool pro;                 /* a merged expand conv (pro_w >= 0) */
+    int pro_wi, pro_bi, gi;   /* inputs of pro_w, pro_b, in_scale (-1: none) */
 } conv_cl;
 
+#include <stddef.h>
 #include <string.h>
 
 /* NCHW view (type only) of an NHWC type. */
@@ -67,17 +70,29 @@ static af_status pro_setup(const af_node *n, const af_tensor *const *in, conv_cl
                             "merged expand weights must be %lld x %lld packed",
                             (long long)c0, (long long)e);
     xd->dims[3] = e;
-    g->pro_x = x->data;
-    g->pro_wt = w->data;
-    g->pro_b = b ? b->data : NULL;
     g->pro_c = c0;
+    g->pro_wi = (int)wi;
+    g->pro_bi = (int)bi;
     return AF_OK;
+}
+
+/* Point g at the data of a run's inputs (of the types g was set up for). */
+static void conv_cl_bind(conv_cl *g, const af_node *n, const af_tensor *const *in) {
+    const af_tensor *b = nn_in(n, in, 2);
+    g->x = g->pro ? NULL : in[0]->data;
+    g->wt = in[1]->data;
+    g->b = b ? b->data : NULL;
+    g->gate = g->gi >= 0 ? in[g->gi]->data : NULL;
+    g->pro_x = g->pro ? in[0]->data : NULL;
+    g->pro_wt = g->pro ? in[g->pro_wi]->data : NULL;
+    g->pro_b = g->pro && g->pro_bi >= 0 ? in[g->pro_bi]->data : NULL;
 }
 
 /* Check the node and its inputs (types only when data is absent) and fill g. */
 static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, conv_cl *g,
                                   af_error *err) {
     memset(g, 0, sizeof *g);
+    g->pro_wi = g->pro_bi = g->gi = -1;
     const af_tensor *x = nn_in(n, in, 0), *w = nn_in(n, in, 1), *b = nn_in(n, in, 2);
     if (!x || !w) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input X or W");
     af_tensor xd;
@@ -85,6 +100,7 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
         af_status st = pro_setup(n, in, g, &xd, err);
         if (st != AF_OK) return st;
         x = &xd;
+        g->pro = true;
     }
     g->packed = (int)af_attr_int(n, "w_packed", 0);
     g->wt_type = w->dtype == AF_DTYPE_BFLOAT16 ? AF_GEMM_BF16
@@ -163,9 +179,6 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
                                 "packed W must be 1-D with %lld elements", (long long)want);
     }
-    g->x = x->data;
-    g->wt = w->data;
-    g->b = b ? b->data : NULL;
     int64_t gi = af_attr_int(n, "in_scale", -1);
     if (gi >= 0) {
         const af_tensor *gt = gi < n->nin ? in[gi] : NULL;
@@ -173,8 +186,9 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
             g->group != 1 || af_tensor_numel(gt) != g->n * g->c)
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
                                 "in_scale needs an [N, 1, 1, C] gate on a packed 1x1 conv");
-        g->gate = gt->data;
+        g->gi = (int)gi;
     }
+    conv_cl_bind(g, n, in);
     return AF_OK;
 }
 
@@ -613,7 +627,7 @@ static void conv_run(const conv_cl *g, const af_epilogue *ep, const af_epilogue 
     size_t stride = dw_sums_stride(g), sums_bytes = mean ? conv_sums_bytes(g) : 0;
     float *sums = mean ? (float *)scratch : NULL;
     if (mean) memset(scratch, 0, sums_bytes);
-    if (g->pro_x) {
+    if (g->pro) {
         af_vep pv;
         af_vep_build(pro, NULL, g->c, &pv);
         if (g->pro_b) af_vep_prepend(&pv, AF_EP_ADD, AF_VEP_COL, g->pro_b);
@@ -647,48 +661,93 @@ static size_t conv_scratch_bytes(const conv_cl *g, bool mean, af_exec *ex) {
     }
     int slots = af_exec_threads(ex) < AF_EXEC_MAX_SLOTS ? af_exec_threads(ex) : AF_EXEC_MAX_SLOTS;
     size_t sums = mean ? conv_sums_bytes(g) : 0;
-    return g->pro_x ? sums + (size_t)slots * pro_ring_bytes(g) : sums;
+    return g->pro ? sums + (size_t)slots * pro_ring_bytes(g) : sums;
 }
 
-/* Setup and run-time checks of a channels-last conv whose output type is `y`. */
-static af_status conv_ready(const af_node *n, const af_tensor *const *in, conv_cl *g,
-                            af_error *err) {
+/* What a channels-last FusedConv knows before its data: geometry and weights (conv_cl), its
+ * epilogue and a merged expand conv's program, and whether it writes the means too. Prepared
+ * once per node (af_kernel_prepare) or derived on the spot. */
+typedef struct conv_prep {
+    conv_cl g;
+    af_epilogue ep, pro;
+    bool mean;
+} conv_prep;
+
+static af_status conv_decode(const af_node *n, const af_tensor *const *in, conv_prep *p,
+                             af_error *err) {
+    conv_cl *g = &p->g;
     af_status st = conv_cl_setup(n, in, g, err);
     if (st != AF_OK) return st;
+    if (!g->packed || g->y.rank != 4)
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "channels-last weights not packed, or X unknown");
+    p->mean = pool_out(n);
+    st = af_epilogue_prepare_attr(n, in, &g->y, "epilogue", &p->ep, err);
+    p->pro.nsteps = 0;
+    if (st != AF_OK || !g->pro) return st;
+    /* A merged expand conv's program, over its [N, H, W, E] output; only kinds the vector
+     * epilogue runs per tile (the ring rows are not that tensor's memory). */
+    af_tensor pt = {AF_DTYPE_FLOAT, 4, {g->n, g->h, g->w, g->c}, NULL, 0, 0};
+    st = af_epilogue_prepare_attr(n, in, &pt, "pro_epilogue", &p->pro, err);
+    af_vep pv;
+    af_vep_build(&p->pro, NULL, g->c, &pv);
+    if (st == AF_OK && (pv.generic || pro_span(g) > PRO_MAX_SPAN))
+        st = af_node_fail(err, n, AF_ERR_UNSUPPORTED,
+                          "merged expand conv: epilogue operands or kernel height not supported");
+    return st;
+}
+
+void *fast_prepare_fused_conv(const af_node *n, const af_tensor *const *types) {
+    conv_prep *p = af_malloc(sizeof *p);
+    if (p && conv_decode(n, types, p, NULL) != AF_OK) {
+        af_free(p);
+        p = NULL;
+    }
+    return p;
+}
+
+/* The run-time checks of a conv set up for its run's inputs: packed weights, data present. */
+static af_status conv_ready(const af_node *n, const af_tensor *const *in, const conv_cl *g,
+                            af_error *err) {
     if (!g->packed) return af_node_fail(err, n, AF_ERR_INTERNAL, "channels-last weights are not packed");
-    if (g->y.rank != 4 || !af_tensor_has_data(in[0]) || !g->wt || (nn_in(n, in, 2) && !af_tensor_has_data(in[2])))
+    if (g->y.rank != 4 || !af_tensor_has_data(in[0]) || !g->wt ||
+        (nn_in(n, in, 2) && !af_tensor_has_data(in[2])))
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
     return AF_OK;
 }
 
+/* An epilogue's header and its nsteps steps (the rest is never read). */
+static void ep_copy(af_epilogue *dst, const af_epilogue *src) {
+    memcpy(dst, src, offsetof(af_epilogue, steps) + (size_t)src->nsteps * sizeof(af_ep_step));
+}
+
 af_status fast_fused_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                            af_exec *ex, af_error *err) {
-    conv_cl g;
-    af_epilogue ep;
-    af_status st = conv_ready(n, in, &g, err);
-    if (st == AF_OK) st = nn_check_out(n, &out[0], 4, g.y.dims, err);
-    bool mean = pool_out(n);
-    int64_t md[4] = {g.n, 1, 1, g.m};
-    if (st == AF_OK && mean) st = nn_check_out(n, &out[1], 4, md, err);
-    if (st == AF_OK) st = af_epilogue_parse(n, in, &out[0], &ep, err);
-    /* A merged expand conv's program, over its [N, H, W, E] output; only kinds the vector
-     * epilogue runs per tile (the ring rows are not that tensor's memory). */
-    af_epilogue pro;
-    af_tensor pt = {AF_DTYPE_FLOAT, 4, {g.n, g.h, g.w, g.c}, NULL, 0, 0};
-    if (st == AF_OK && g.pro_x) {
-        st = af_epilogue_parse_attr(n, in, &pt, "pro_epilogue", &pro, err);
-        af_vep pv;
-        af_vep_build(&pro, NULL, g.c, &pv);
-        if (st == AF_OK && (pv.generic || pro_span(&g) > PRO_MAX_SPAN))
-            st = af_node_fail(err, n, AF_ERR_UNSUPPORTED,
-                              "merged expand conv: epilogue operands or kernel height not supported");
+                          af_exec *ex, af_error *err) {
+    conv_prep p;
+    af_status st = AF_OK;
+    if (ex && ex->prepared) {
+        const conv_prep *q = ex->prepared;
+        p.g = q->g;
+        p.mean = q->mean;
+        ep_copy(&p.ep, &q->ep);
+        ep_copy(&p.pro, &q->pro);
+        conv_cl_bind(&p.g, n, in);
+    } else {
+        st = conv_decode(n, in, &p, err);
     }
+    const conv_cl *g = &p.g;
+    if (st == AF_OK) st = conv_ready(n, in, g, err);
+    if (st == AF_OK) st = nn_check_out(n, &out[0], 4, g->y.dims, err);
+    int64_t md[4] = {g->n, 1, 1, g->m};
+    if (st == AF_OK && p.mean) st = nn_check_out(n, &out[1], 4, md, err);
+    if (st == AF_OK) st = af_epilogue_bind(n, &p.ep, in, err);
+    if (st == AF_OK && g->pro) st = af_epilogue_bind(n, &p.pro, in, err);
     if (st != AF_OK) return st;
-    size_t bytes = conv_scratch_bytes(&g, mean, ex);
+    size_t bytes = conv_scratch_bytes(g, p.mean, ex);
     unsigned char *scratch = bytes ? af_exec_scratch(ex, bytes) : NULL;
     if (bytes && !scratch)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory for %zu bytes of scratch", bytes);
-    conv_run(&g, &ep, g.pro_x ? &pro : NULL, out[0].data, mean ? out[1].data : NULL, scratch, ex);
+    conv_run(g, &p.ep, g->pro ? &p.pro : NULL, out[0].data, p.mean ? out[1].data : NULL, scratch,
+             ex);
     return AF_OK;
 }
 

@@ -9,8 +9,13 @@
  * runs it. Lowered forms also have their own shape functions here; the reference shape
  * functions refuse them.
  *
+ * A fast kernel that parses much (FusedConv, FusedMatMul) can be prepared once per node
+ * (af_kernel_prepare): what it reads of its attributes and derives from its input types is kept
+ * by the executor and handed back on every run whose inputs have those types, so that the run
+ * only binds its data.
+ *
  * Invariant: the choice depends on the node and the ISA only, never on the data, so a node
- * computes the same bits on every run. */
+ * computes the same bits on every run, prepared or not. */
 #include "kernels/fast/dispatch.h"
 #include "kernels/fast/fast.h"
 #include "kernels/ref/ref.h"
@@ -22,6 +27,7 @@ typedef struct fast_row {
     af_shape_fn shape;   /* of the lowered form; NULL: the reference shape function serves */
     const char *lowered; /* the attribute that marks the lowered form (NULL: none) */
     bool only_lowered;   /* the fast kernel takes the lowered form only */
+    af_prepare_fn prepare; /* what the kernel can do once per node (NULL: nothing) */
 } fast_row;
 
 /* Ops whose rows of the op table have a unary epilogue step or a vector function run on
@@ -43,15 +49,17 @@ static const fast_row rows[AF_OP_COUNT] = {
     [AF_OP_GLOBAL_MAX_POOL] = {fast_global_maxpool, fast_shape_global_maxpool, "channels_last", true},
     [AF_OP_GLOBAL_AVERAGE_POOL] = {fast_global_avgpool, fast_shape_global_avgpool, "channels_last",
                                    true},
-    [AF_OP_FUSED_CONV] = {fast_fused_conv, fast_shape_fused_conv, "channels_last", true},
+    [AF_OP_FUSED_CONV] = {fast_fused_conv, fast_shape_fused_conv, "channels_last", true,
+                          fast_prepare_fused_conv},
     [AF_OP_CONV_POOL_FC] = {fast_conv_pool_fc, fast_shape_conv_pool_fc, "channels_last", true},
-    [AF_OP_FUSED_MATMUL] = {fast_fused_matmul, fast_shape_fused_matmul, "b_packed", false},
+    [AF_OP_FUSED_MATMUL] = {fast_fused_matmul, fast_shape_fused_matmul, "b_packed", false,
+                            fast_prepare_fused_matmul},
     [AF_OP_FUSED_ELEMENTWISE] = {fast_fused_elementwise, NULL, NULL, false},
     [AF_OP_SQUEEZE_EXCITE] = {fast_squeeze_excite, NULL, "channels_last", false},
     [AF_OP_FUSED_ATTENTION] = {fast_attention, NULL, NULL, false},
 };
 
-static const fast_row unary_row = {fast_unary, NULL, NULL, false};
+static const fast_row unary_row = {fast_unary, NULL, NULL, false, NULL};
 
 static const fast_row *fast_of(af_op op) {
     if (op >= AF_OP_COUNT) return NULL;
@@ -71,13 +79,27 @@ af_status af_kernel_shape(const af_node *n, const af_tensor *const *in, af_tenso
     return af_ref_ops[n->op].shape(n, in, out, err);
 }
 
+/* Whether node n runs on its fast kernel r (r may be NULL). */
+static bool runs_fast(const af_node *n, const fast_row *r) {
+    return r && ((!r->only_lowered && af_isa_get() != AF_ISA_REFERENCE) || lowered(n, r));
+}
+
 af_status af_kernel_run(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                         af_error *err) {
     const fast_row *r = fast_of(n->op);
-    bool fast = r && ((!r->only_lowered && af_isa_get() != AF_ISA_REFERENCE) || lowered(n, r));
-    if (fast) {
+    if (runs_fast(n, r)) {
         af_status st = r->kernel(n, in, out, x, err);
         if (st != AF_DECLINED) return st;
     }
     return af_ref_ops[n->op].kernel(n, in, out, x, err);
 }
+
+void *af_kernel_prepare(const af_node *n, const af_tensor *const *types) {
+    const fast_row *r = fast_of(n->op);
+    if (!runs_fast(n, r) || !r->prepare) return NULL;
+    for (int i = 0; i < n->nin; i++)
+        if (types[i] && !af_tensor_known(types[i])) return NULL;
+    return r->prepare(n, types);
+}
+
+void af_kernel_release(void *state) { af_free(state); }

@@ -17,4 +17,12 @@ af_status af_kernel_shape(const af_node *n, const af_tensor *const *in, af_tenso
 af_status af_kernel_run(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                         af_error *err);
 
+/* Node n's fast kernel prepared for inputs of the given types (every dim known): the attributes
+ * it reads, parsed once, and all that follows from them and the types, so that a run only
+ * binds its data (kernel.h: af_exec.prepared). NULL when the node has nothing to prepare, will
+ * not run fast, has types not all known, or cannot be prepared (its run then reports why).
+ * Release with af_kernel_release. */
+void *af_kernel_prepare(const af_node *n, const af_tensor *const *types);
+void af_kernel_release(void *state);
+
 #endif

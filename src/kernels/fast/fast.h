@@ -34,6 +34,11 @@ AF_FAST_SHAPE(fast_shape_maxpool);
 AF_FAST_SHAPE(fast_shape_avgpool);
 AF_FAST_SHAPE(fast_shape_global_maxpool);
 AF_FAST_SHAPE(fast_shape_global_avgpool);
+/* Prepared state (dispatch.h: af_kernel_prepare) of the kernels that parse the most: a block
+ * from af_malloc, or NULL when the node cannot be prepared for those types. */
+typedef void *(*af_prepare_fn)(const af_node *n, const af_tensor *const *types);
+void *fast_prepare_fused_conv(const af_node *n, const af_tensor *const *types);
+void *fast_prepare_fused_matmul(const af_node *n, const af_tensor *const *types);
 /* conv.c: channels-last FusedConv and ConvPoolFc on the GEMM core. */
 AF_FAST_KERNEL(fast_fused_conv);
 AF_FAST_KERNEL(fast_conv_pool_fc);

@@ -11,6 +11,7 @@
 #include "kernels/fast/gemm.h"
 #include "kernels/ref/fused.h"
 
+#include <stddef.h>
 #include <string.h>
 
 /* The GEMM element type of a B stored as dtype t (packed panels). */
@@ -56,6 +57,32 @@ static af_status b_view(const af_node *n, const af_tensor *const *in, af_tensor 
     af_status st = packed_view(n, in, view, err);
     if (!st) *out = view;
     return st;
+}
+
+/* What a FusedMatMul knows before its data (fused_mm_decode's), prepared once per node
+ * (af_kernel_prepare) or derived on the spot; `view` is a packed B's logical view. */
+typedef struct mm_prep {
+    fused_mm g;
+    af_epilogue ep;
+    af_tensor view;
+    bool packed;
+} mm_prep;
+
+static af_status mm_decode(const af_node *n, const af_tensor *const *in, mm_prep *p,
+                           af_error *err) {
+    const af_tensor *bv;
+    af_status st = b_view(n, in, &p->view, &bv, err);
+    p->packed = bv != NULL;
+    return st ? st : fused_mm_decode(n, in, bv, &p->g, &p->ep, err);
+}
+
+void *fast_prepare_fused_matmul(const af_node *n, const af_tensor *const *types) {
+    mm_prep *p = af_malloc(sizeof *p);
+    if (p && mm_decode(n, types, p, NULL) != AF_OK) {
+        af_free(p);
+        p = NULL;
+    }
+    return p;
 }
 
 af_status fast_shape_fused_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
@@ -191,7 +218,7 @@ static af_status mm_run_low(const af_node *n, const fused_mm *g, const af_vep *v
     for (int i = 0; i < g->nb; i++) nbatch *= g->bdims[i];
     int64_t rows = nbatch * g->m, slots = af_exec_threads(ex);
     bool bf = gemm_type(g->bdtype) == AF_GEMM_BF16;
-    mm_low j = {g, af_attr_float(n, "ln_epsilon", 1e-5f), !af_attr_int(n, "prologue_fp32", 0),
+    mm_low j = {g, g->eps, !g->prologue_fp32,
                 bf ? af_gemm_bf16_k(g->k) : g->k, NULL, NULL};
     size_t a16 = bf ? (size_t)((rows + 32) * j.kp) * sizeof(uint16_t) : 0;
     size_t a32 = (size_t)((bf ? slots : rows) * g->k) * sizeof(float);
@@ -214,7 +241,7 @@ static af_status mm_run_low(const af_node *n, const fused_mm *g, const af_vep *v
 /* Y = epilogue(alpha * op(LN(A)) x B + bias) on the GEMM core. */
 static af_status mm_run_fast(const af_node *n, const fused_mm *g, const af_epilogue *ep, float *y,
                              af_exec *ex, af_error *err) {
-    float alpha = af_attr_float(n, "alpha", 1.0f), eps = af_attr_float(n, "ln_epsilon", 1e-5f);
+    float alpha = g->alpha, eps = g->eps; /* alpha's address goes into the vector epilogue */
     af_vep vep;
     af_vep_build(ep, y, g->n, &vep);
     if (g->bias) af_vep_prepend(&vep, AF_EP_ADD, AF_VEP_COL, g->bias->data);
@@ -263,12 +290,22 @@ static af_status mm_run_fast(const af_node *n, const fused_mm *g, const af_epilo
 
 af_status fast_fused_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_exec *ex, af_error *err) {
-    af_tensor view;
-    const af_tensor *bv;
-    fused_mm g;
-    af_epilogue ep;
-    af_status st = b_view(n, in, &view, &bv, err);
-    if (!st) st = fused_mm_prepare(n, in, out, bv, &g, &ep, err);
+    mm_prep p;
+    af_status st = AF_OK;
+    if (ex && ex->prepared) {
+        const mm_prep *q = ex->prepared;
+        p.g = q->g;
+        p.view = q->view;
+        p.packed = q->packed;
+        memcpy(&p.ep, &q->ep, offsetof(af_epilogue, steps) + (size_t)q->ep.nsteps * sizeof(af_ep_step));
+    } else {
+        st = mm_decode(n, in, &p, err);
+    }
     if (st) return st;
-    return mm_run_fast(n, &g, &ep, out[0].data, ex, err);
+    if (p.packed) { /* the view of this run's B */
+        p.view.data = in[1]->data;
+        p.view.nbytes = in[1]->nbytes;
+    }
+    st = fused_mm_bind(n, &p.g, in, p.packed ? &p.view : NULL, out, &p.ep, err);
+    return st ? st : mm_run_fast(n, &p.g, &p.ep, out[0].data, ex, err);
 }

@@ -50,6 +50,8 @@ typedef struct fused_mm {
      * of it as the logical [K, N] and bdtype the panels' element type. */
     bool packed;
     af_dtype bdtype;
+    float alpha, eps;   /* attributes alpha and ln_epsilon */
+    bool prologue_fp32; /* --precision_mode=mixed: the LayerNorm prologue reads float32 A */
 } fused_mm;
 
 
@@ -58,10 +60,20 @@ typedef struct fused_mm {
  * packed B is refused). */
 af_status fused_mm_setup(const af_node *n, const af_tensor *const *in, const af_tensor *b_view,
                       fused_mm *g, af_error *err);
-/* At run time: fused_mm_setup, the data of every input, the output's shape, the epilogue decoded
- * into ep and the batch strides. */
+/* What follows from the input types (every dim known): fused_mm_setup, the attributes the
+ * kernels read, the epilogue decoded into ep (not yet bound to operands) and the batch
+ * strides. A kernel prepared once per node keeps these. */
+af_status fused_mm_decode(const af_node *n, const af_tensor *const *in, const af_tensor *b_view,
+                          fused_mm *g, af_epilogue *ep, af_error *err);
+/* A run's part: g's inputs and ep's operands pointed at in (of the types g was decoded for),
+ * every input's data and the output's shape checked. */
+af_status fused_mm_bind(const af_node *n, fused_mm *g, const af_tensor *const *in,
+                        const af_tensor *b_view, af_tensor *out, af_epilogue *ep,
+                        af_error *err);
+/* Both at once, on a run's inputs. */
 af_status fused_mm_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                        const af_tensor *b_view, fused_mm *g, af_epilogue *ep, af_error *err);
+                           const af_tensor *b_view, fused_mm *g, af_epilogue *ep,
+                           af_error *err);
 
 /* FusedElementwise at run time: its shape, the input's data, the output and the decoded
  * program. */

@@ -225,25 +225,49 @@ static void mm_row(const fused_mm *g, const float *row, const float *b, const fl
             y[j] = (float)(alpha * acc[j]);
 }
 
-af_status fused_mm_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                        const af_tensor *b_view, fused_mm *g, af_epilogue *ep, af_error *err) {
+af_status fused_mm_decode(const af_node *n, const af_tensor *const *in, const af_tensor *b_view,
+                          fused_mm *g, af_epilogue *ep, af_error *err) {
     af_status st = fused_mm_setup(n, in, b_view, g, err);
     if (st != AF_OK)
         return st;
-    if (g->rank < 0 || !af_tensor_has_data(g->a) || !af_tensor_has_data(g->b) ||
-        (g->bias && !af_tensor_has_data(g->bias)) || (g->lns && !af_tensor_has_data(g->lns)) ||
-        (g->lnb && !af_tensor_has_data(g->lnb)))
-        return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
-    st = nn_check_out(n, &out[0], g->rank, g->dims, err);
-    if (st == AF_OK)
-        st = af_epilogue_parse(n, in, &out[0], ep, err);
-    if (st != AF_OK)
-        return st;
+    if (g->rank < 0)
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "input shapes unknown at run time");
     if (g->lns && g->k == 0)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "LayerNorm over an empty dim");
+    af_tensor y = {AF_DTYPE_FLOAT, g->rank, {0}, NULL, 0, 0};
+    memcpy(y.dims, g->dims, sizeof(int64_t) * (size_t)g->rank);
+    st = af_epilogue_prepare_attr(n, in, &y, "epilogue", ep, err);
+    if (st != AF_OK)
+        return st;
+    g->alpha = af_attr_float(n, "alpha", 1.0f);
+    g->eps = af_attr_float(n, "ln_epsilon", 1e-5f);
+    g->prologue_fp32 = af_attr_int(n, "prologue_fp32", 0) != 0;
     mm_batch_strides(g, g->a, g->a1 ? 0 : g->a->rank - 2, g->m * g->k, g->astr);
     mm_batch_strides(g, g->b, g->b1 ? 0 : g->b->rank - 2, g->k * g->n, g->bstr);
     return AF_OK;
+}
+
+af_status fused_mm_bind(const af_node *n, fused_mm *g, const af_tensor *const *in,
+                        const af_tensor *b_view, af_tensor *out, af_epilogue *ep,
+                        af_error *err) {
+    g->a = nn_in(n, in, 0);
+    g->b = b_view ? b_view : nn_in(n, in, 1);
+    g->bias = nn_in(n, in, 2);
+    g->lns = nn_in(n, in, 3);
+    g->lnb = nn_in(n, in, 4);
+    if (!af_tensor_has_data(g->a) || !af_tensor_has_data(g->b) ||
+        (g->bias && !af_tensor_has_data(g->bias)) || (g->lns && !af_tensor_has_data(g->lns)) ||
+        (g->lnb && !af_tensor_has_data(g->lnb)))
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
+    af_status st = nn_check_out(n, &out[0], g->rank, g->dims, err);
+    return st ? st : af_epilogue_bind(n, ep, in, err);
+}
+
+af_status fused_mm_prepare(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                           const af_tensor *b_view, fused_mm *g, af_epilogue *ep,
+                           af_error *err) {
+    af_status st = fused_mm_decode(n, in, b_view, g, ep, err);
+    return st ? st : fused_mm_bind(n, g, in, b_view, out, ep, err);
 }
 
 af_status ref_fused_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
@@ -254,7 +278,7 @@ af_status ref_fused_matmul(const af_node *n, const af_tensor *const *in, af_tens
     af_status st = fused_mm_prepare(n, in, out, NULL, &g, &ep, err);
     if (st != AF_OK)
         return st;
-    float alpha = af_attr_float(n, "alpha", 1.0f), eps = af_attr_float(n, "ln_epsilon", 1e-5f);
+    float alpha = g.alpha, eps = g.eps;
     /* A transposed [N, K] B of one row or one column is already [K, N] in memory. */
     bool transpose = g.tb && g.n > 1 && g.k > 1;
     size_t kn = 0; /* B holds K*N elements per matrix, so this product fits */
