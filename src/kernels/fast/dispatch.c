@@ -30,36 +30,39 @@ typedef struct fast_row {
     af_prepare_fn prepare; /* what the kernel can do once per node (NULL: nothing) */
 } fast_row;
 
+/* A kernel that takes only the channels-last form the layout pass makes. */
+#define CHANNELS_LAST(k, s) {.kernel = k, .shape = s, .lowered = "channels_last", .only_lowered = true}
+
 /* Ops whose rows of the op table have a unary epilogue step or a vector function run on
  * fast_unary without a row here (fast_of). */
 static const fast_row rows[AF_OP_COUNT] = {
-    [AF_OP_CLIP] = {fast_clip, NULL, NULL, false},
-    [AF_OP_ADD] = {fast_binary, NULL, NULL, false},
-    [AF_OP_SUB] = {fast_binary, NULL, NULL, false},
-    [AF_OP_MUL] = {fast_binary, NULL, NULL, false},
-    [AF_OP_DIV] = {fast_binary, NULL, NULL, false},
-    [AF_OP_POW] = {fast_binary, NULL, NULL, false},
-    [AF_OP_LAYER_NORMALIZATION] = {fast_layernorm, NULL, NULL, false},
-    [AF_OP_SOFTMAX] = {fast_softmax, NULL, NULL, false},
-    [AF_OP_REDUCE_SUM] = {fast_reduce, NULL, NULL, false},
-    [AF_OP_REDUCE_MEAN] = {fast_reduce, NULL, NULL, false},
-    [AF_OP_TRANSPOSE] = {fast_transpose, NULL, NULL, false},
-    [AF_OP_MAX_POOL] = {fast_maxpool, fast_shape_maxpool, "channels_last", true},
-    [AF_OP_AVERAGE_POOL] = {fast_avgpool, fast_shape_avgpool, "channels_last", true},
-    [AF_OP_GLOBAL_MAX_POOL] = {fast_global_maxpool, fast_shape_global_maxpool, "channels_last", true},
-    [AF_OP_GLOBAL_AVERAGE_POOL] = {fast_global_avgpool, fast_shape_global_avgpool, "channels_last",
-                                   true},
-    [AF_OP_FUSED_CONV] = {fast_fused_conv, fast_shape_fused_conv, "channels_last", true,
-                          fast_prepare_fused_conv},
-    [AF_OP_CONV_POOL_FC] = {fast_conv_pool_fc, fast_shape_conv_pool_fc, "channels_last", true},
-    [AF_OP_FUSED_MATMUL] = {fast_fused_matmul, fast_shape_fused_matmul, "b_packed", false,
-                            fast_prepare_fused_matmul},
-    [AF_OP_FUSED_ELEMENTWISE] = {fast_fused_elementwise, NULL, NULL, false},
-    [AF_OP_SQUEEZE_EXCITE] = {fast_squeeze_excite, NULL, "channels_last", false},
-    [AF_OP_FUSED_ATTENTION] = {fast_attention, NULL, NULL, false},
+    [AF_OP_CLIP] = {.kernel = fast_clip},
+    [AF_OP_ADD] = {.kernel = fast_binary},
+    [AF_OP_SUB] = {.kernel = fast_binary},
+    [AF_OP_MUL] = {.kernel = fast_binary},
+    [AF_OP_DIV] = {.kernel = fast_binary},
+    [AF_OP_POW] = {.kernel = fast_binary},
+    [AF_OP_LAYER_NORMALIZATION] = {.kernel = fast_layernorm},
+    [AF_OP_SOFTMAX] = {.kernel = fast_softmax},
+    [AF_OP_REDUCE_SUM] = {.kernel = fast_reduce},
+    [AF_OP_REDUCE_MEAN] = {.kernel = fast_reduce},
+    [AF_OP_TRANSPOSE] = {.kernel = fast_transpose},
+    [AF_OP_MAX_POOL] = CHANNELS_LAST(fast_maxpool, fast_shape_maxpool),
+    [AF_OP_AVERAGE_POOL] = CHANNELS_LAST(fast_avgpool, fast_shape_avgpool),
+    [AF_OP_GLOBAL_MAX_POOL] = CHANNELS_LAST(fast_global_maxpool, fast_shape_global_maxpool),
+    [AF_OP_GLOBAL_AVERAGE_POOL] = CHANNELS_LAST(fast_global_avgpool, fast_shape_global_avgpool),
+    [AF_OP_FUSED_CONV] = {.kernel = fast_fused_conv, .shape = fast_shape_fused_conv,
+                          .lowered = "channels_last", .only_lowered = true,
+                          .prepare = fast_prepare_fused_conv},
+    [AF_OP_CONV_POOL_FC] = CHANNELS_LAST(fast_conv_pool_fc, fast_shape_conv_pool_fc),
+    [AF_OP_FUSED_MATMUL] = {.kernel = fast_fused_matmul, .shape = fast_shape_fused_matmul,
+                            .lowered = "b_packed", .prepare = fast_prepare_fused_matmul},
+    [AF_OP_FUSED_ELEMENTWISE] = {.kernel = fast_fused_elementwise},
+    [AF_OP_SQUEEZE_EXCITE] = {.kernel = fast_squeeze_excite, .lowered = "channels_last"},
+    [AF_OP_FUSED_ATTENTION] = {.kernel = fast_attention},
 };
 
-static const fast_row unary_row = {fast_unary, NULL, NULL, false, NULL};
+static const fast_row unary_row = {.kernel = fast_unary};
 
 static const fast_row *fast_of(af_op op) {
     if (op >= AF_OP_COUNT) return NULL;
