@@ -4,7 +4,9 @@
     /usr/bin/python3 bench/export_models.py --out DIR [--models resnet50,resnet101,...] [--opset N]
 
 Models: resnet50, resnet101 (224x224), efficientnet_b4 (380x380), vit_b_16 (224x224) from
-torchvision, and bert_base (sequence 128) from bench/bert.py. Batch 1 everywhere.
+torchvision, and bert_base (sequence 128) from bench/bert.py. Batch 1 everywhere; with
+--dynamic the batch axis is symbolic ("batch"), and for bert_base the sequence axis too
+("sequence"), as Hugging Face exports mark them.
 
 Invariant: no network access (torchvision weights=None, random weights from a fixed seed; biases
 and norm parameters are randomized too and BatchNorm statistics calibrated on random images, so
@@ -59,11 +61,22 @@ def build(name):
     return model, (x,), ["input"], ["output"]
 
 
-def export_one(name, out_dir, opset):
+def dynamic_axes(name, in_names, out_names):
+    """The symbolic axes of a dynamic export: batch everywhere, and BERT's sequence."""
+    axes = {0: "batch", 1: "sequence"} if name == "bert_base" else {0: "batch"}
+    out = {n: dict(axes) for n in in_names}
+    for n in out_names:
+        out[n] = {0: "batch"} if n == "pooler_output" or name != "bert_base" else dict(axes)
+    return out
+
+
+def export_one(name, out_dir, opset, dynamic=False):
     t0 = time.monotonic()
     model, args, in_names, out_names = build(name)
     path = os.path.join(out_dir, name + ".onnx")
-    proto = afx.export_onnx(model, args, path, in_names, out_names, opset=opset)
+    axes = dynamic_axes(name, in_names, out_names) if dynamic else None
+    proto = afx.export_onnx(model, args, path, in_names, out_names, opset=opset,
+                            dynamic_axes=axes)
     seconds = time.monotonic() - t0
     hist = afx.op_histogram(proto)
     if "Identity" in hist:
@@ -82,6 +95,8 @@ def main():
                     help="comma-separated subset of: " + ",".join(MODELS))
     ap.add_argument("--opset", type=int, default=afx.DEFAULT_OPSET,
                     help=f"ONNX opset to export with (default {afx.DEFAULT_OPSET})")
+    ap.add_argument("--dynamic", action="store_true",
+                    help="symbolic batch axis (and sequence axis for bert_base)")
     args = ap.parse_args()
     names = [m for m in args.models.split(",") if m]
     unknown = [m for m in names if m not in MODELS]
@@ -89,7 +104,7 @@ def main():
         ap.error(f"unknown model(s) {','.join(unknown)}; valid: {','.join(MODELS)}")
     os.makedirs(args.out, exist_ok=True)
     for name in names:
-        export_one(name, args.out, args.opset)
+        export_one(name, args.out, args.opset, args.dynamic)
 
 
 if __name__ == "__main__":

@@ -366,7 +366,9 @@ static void test_small_model(void **state) {
     assert_string_equal(x->name, "x");
     assert_true(x->is_input && !x->is_const);
     assert_int_equal(x->type.rank, 2);
-    assert_int_equal(x->type.dims[0], -1);
+    char sym[16];
+    assert_true(af_dim_is_sym(x->type.dims[0])); /* a symbol named after the dim_param */
+    assert_string_equal(af_dim_str(g, x->type.dims[0], sym, sizeof sym), "N");
     assert_string_equal(x->dim_param[0], "N");
     assert_int_equal(x->type.dims[1], 3);
     assert_true(w->is_const && !w->is_input);

@@ -244,10 +244,11 @@ static void test_fold_arithmetic(void **state) {
 
 /* x -> Shape -> Gather(2) -> Unsqueeze -> Concat([-1], .) -> Reshape(x, .): all but the
  * Reshape fold once x's dims are known (the exported ViT's Slice arithmetic has this shape). */
-static af_graph *shape_chain(tg *t, const int64_t *dims) {
+/* Reshape(x, Concat([-1], Unsqueeze(Shape(x)[axis] + 0))) */
+static af_graph *shape_chain(tg *t, const int64_t *dims, int axis) {
     af_value *x = input(t, "x", 3, dims);
     af_value *s = op1(t, "Shape", x);
-    af_value *idx = cst_in(t->g, AF_DTYPE_INT64, 0, NULL, (double[]){2});
+    af_value *idx = cst_in(t->g, AF_DTYPE_INT64, 0, NULL, (double[]){axis});
     af_value *g = mk_in(t->g, "Gather", 2, (af_value *[]){s, idx}, 1)->out[0];
     af_value *zero = cst_in(t->g, AF_DTYPE_INT64, 0, NULL, (double[]){0});
     af_value *u = op2(t, "Unsqueeze", op2(t, "Add", g, zero), ints(t, 1, (double[]){0}));
@@ -261,7 +262,7 @@ static af_graph *shape_chain(tg *t, const int64_t *dims) {
 static void test_fold_shape_chain(void **state) {
     (void)state;
     tg t = tg_new(17);
-    af_graph *g = shape_chain(&t, D234);
+    af_graph *g = shape_chain(&t, D234, 2);
     assert_int_equal(g->nnodes, 6);
     check_pass(g, af_pass_simplify);
     assert_int_equal(g->nnodes, 1);
@@ -274,12 +275,34 @@ static void test_fold_shape_chain(void **state) {
     af_arena_free(t.a);
 }
 
-static void test_shape_unknown_dims_stays(void **state) {
+/* A dynamic dim is a symbol: Shape(x)[2] of x [N, 3, 4] is still 4, so the chain folds and the
+ * Reshape's -1 is 3*N. */
+static void test_shape_symbolic_dims_fold(void **state) {
     (void)state;
     tg t = tg_new(17);
     const int64_t dims[] = {-1, 3, 4};
-    af_graph *g = shape_chain(&t, dims);
+    af_graph *g = shape_chain(&t, dims, 2);
     af_error err;
+    assert_int_equal(af_graph_infer_shapes(g, &err), AF_OK);
+    assert_int_equal(af_pass_simplify(g, &err), AF_OK);
+    assert_int_equal(g->nnodes, 1);
+    int64_t n = g->inputs[0]->type.dims[0], y0 = g->outputs[0]->type.dims[0];
+    char buf[32];
+    assert_true(af_dim_is_sym(n));
+    assert_int_equal(y0, af_dim_mul(g, 3, n));
+    assert_string_equal(af_dim_str(g, y0, buf, sizeof buf), "3*unk__0");
+    assert_int_equal(g->outputs[0]->type.dims[1], 4);
+    af_arena_free(t.a);
+}
+
+/* Shape(x)[0] + 0 of that x is a sum with a symbol: not a product, so nothing folds. */
+static void test_shape_symbolic_sum_stays(void **state) {
+    (void)state;
+    tg t = tg_new(17);
+    const int64_t dims[] = {-1, 3, 4};
+    af_graph *g = shape_chain(&t, dims, 0);
+    af_error err;
+    assert_int_equal(af_graph_infer_shapes(g, &err), AF_OK);
     assert_int_equal(af_pass_simplify(g, &err), AF_OK);
     assert_int_equal(g->nnodes, 6);
     assert_int_equal(count(g, "Shape"), 1);
@@ -947,7 +970,8 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fold_arithmetic),
         cmocka_unit_test(test_fold_shape_chain),
-        cmocka_unit_test(test_shape_unknown_dims_stays),
+        cmocka_unit_test(test_shape_symbolic_dims_fold),
+        cmocka_unit_test(test_shape_symbolic_sum_stays),
         cmocka_unit_test(test_overridable_default_not_folded),
         cmocka_unit_test(test_identity_and_dropout_removed),
         cmocka_unit_test(test_same_type_cast_removed),

@@ -132,11 +132,7 @@ const char *fuse_edge(const af_value *v) {
 }
 
 const char *fuse_fits(const af_tensor *t, const af_tensor *out) {
-    if (t->rank < 0 || out->rank < 0) return "shape is not known";
-    for (int i = 0; i < out->rank; i++)
-        if (out->dims[i] < 0) return "shape is not known";
-    for (int i = 0; i < t->rank; i++)
-        if (t->dims[i] < 0) return "shape is not known";
+    if (!af_dims_defined(t) || !af_dims_defined(out)) return "shape is not known";
     if (t->rank > out->rank) return "broadcast does not fit the output";
     for (int i = 0; i < t->rank; i++) {
         int64_t td = t->dims[i], od = out->dims[out->rank - t->rank + i];
@@ -230,7 +226,7 @@ static const char *validate(const af_node *fused, const af_value *out, bool *oom
     if (y.rank >= 0 && t->rank >= 0) {
         if (y.rank != t->rank) return "the fused op gives another shape";
         for (int i = 0; i < y.rank; i++)
-            if (y.dims[i] >= 0 && t->dims[i] >= 0 && y.dims[i] != t->dims[i])
+            if (y.dims[i] != AF_DIM_UNKNOWN && t->dims[i] != AF_DIM_UNKNOWN && y.dims[i] != t->dims[i])
                 return "the fused op gives another shape";
     }
     return NULL;

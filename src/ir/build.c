@@ -81,3 +81,25 @@ af_value *af_value_new_f32(af_graph *g, const char *hint, int rank, const int64_
     const char *name = af_graph_unique_name(g, hint);
     return name ? af_value_new_const(g, name, AF_DTYPE_FLOAT, rank, dims) : NULL;
 }
+
+bool af_reshape_shape(const af_tensor *from, const af_tensor *to, int64_t *shape) {
+    if (from->rank < 0 || to->rank < 0 || to->rank > AF_MAX_RANK) return false;
+    int infer = -1;
+    for (int i = 0; i < to->rank; i++) {
+        int64_t d = to->dims[i];
+        bool same = i < from->rank && from->dims[i] == d;
+        if (d > 0) shape[i] = d;
+        else if (same && d != AF_DIM_UNKNOWN) shape[i] = 0; /* copy: a 0, or the same symbol */
+        else if (af_dim_is_sym(d) && infer < 0) shape[i] = -1, infer = i;
+        else return false;
+    }
+    return true;
+}
+
+af_value *af_value_new_reshape_shape(af_graph *g, const af_tensor *from, const af_tensor *to) {
+    int64_t shape[AF_MAX_RANK], rank = to->rank;
+    const char *name = af_reshape_shape(from, to, shape) ? af_graph_unique_name(g, "shape") : NULL;
+    af_value *c = name ? af_value_new_const(g, name, AF_DTYPE_INT64, 1, &rank) : NULL;
+    if (c) memcpy(c->type.data, shape, sizeof(int64_t) * (size_t)rank);
+    return c;
+}

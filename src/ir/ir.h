@@ -22,6 +22,7 @@
 typedef struct af_graph af_graph;
 typedef struct af_node af_node;
 typedef struct af_value af_value;
+typedef struct af_symtab af_symtab;
 
 /* ---- op table ---------------------------------------------------------------------------- */
 
@@ -186,6 +187,7 @@ struct af_graph {
     af_opset *opsets; /* shared with the parent for subgraphs */
     int nopsets;
     int node_serial; /* for generated node names */
+    af_symtab *syms; /* the symbolic dims (dims.c); top-level graph only, NULL until needed */
 };
 
 /* Opset version of the default ONNX domain (ai.onnx) in force for this graph. */
@@ -235,6 +237,12 @@ bool af_value_is_f32(const af_value *v);
 af_node *af_value_sole_reader(const af_value *v);
 /* A new float32 constant named after hint (data zeroed, to be filled); NULL when out of memory. */
 af_value *af_value_new_f32(af_graph *g, const char *hint, int rank, const int64_t *dims);
+/* The constant shape input of a Reshape from `from` to `to` (allowzero 0): the known dims as
+ * they are, 0 where `to` keeps `from`'s dim at the same position (a symbol, or 0), -1 for one
+ * other symbolic dim. False when `to` has more than one such dim or an unknown one.
+ * af_value_new_reshape_shape makes it a constant of g; NULL when it cannot (or out of memory). */
+bool af_reshape_shape(const af_tensor *from, const af_tensor *to, int64_t *shape);
+af_value *af_value_new_reshape_shape(af_graph *g, const af_tensor *from, const af_tensor *to);
 /* A new node of our domain (AF_DOMAIN) with nin inputs (all NULL) and one output slot,
  * appended to g. */
 af_node *af_node_new_ours(af_graph *g, af_op op, const char *name, int nin);
@@ -303,10 +311,28 @@ void af_tensor_type_copy(af_tensor *dst, const af_tensor *src);
 void af_tensor_set_type(af_tensor *t, af_dtype dtype, int rank, const int64_t *dims);
 /* Read an int64/int32 1-D tensor (e.g. a shape input) into v[0..n); false if too long/bad type. */
 bool af_tensor_to_ints(const af_tensor *t, int64_t *v, int max, int *n);
-/* Both types have the same rank and the same known dims. */
+/* Both types have the same rank and the same dims, none unknown (equal symbols are the same). */
 bool af_same_shape(const af_tensor *a, const af_tensor *b);
 /* "[1,3,224,224]" into buf. */
 const char *af_dims_str(const af_tensor *t, char *buf, size_t len);
+
+/* ---- symbolic dims (dims.c) ------------------------------------------------------------------
+ * A dim is known (>= 0), unknown (AF_DIM_UNKNOWN) or symbolic (<= -2): a product of the model's
+ * named dims and a constant, interned in the top-level graph, so equal products are equal
+ * numbers. Arithmetic on dims goes through these; each returns a plain number when both sides
+ * are known, and AF_DIM_UNKNOWN when the result is not an exact product (or out of memory). */
+#define AF_DIM_UNKNOWN (-1)
+static inline bool af_dim_is_sym(int64_t d) { return d <= -2; }
+/* The dim called `name` in g's model (the same number for the same name); NULL: a fresh one. */
+int64_t af_dim_named(af_graph *g, const char *name);
+int64_t af_dim_mul(af_graph *g, int64_t a, int64_t b);
+/* a / b when exact (b's factors among a's, coefficients divisible). */
+int64_t af_dim_div(af_graph *g, int64_t a, int64_t b);
+int64_t af_dims_product(af_graph *g, const int64_t *dims, int n);
+/* Rank known and no dim unknown (symbolic dims allowed). */
+bool af_dims_defined(const af_tensor *t);
+/* "12", "batch", "12*batch*sequence", "?" into buf. */
+const char *af_dim_str(const af_graph *g, int64_t d, char *buf, size_t len);
 
 /* ---- errors ------------------------------------------------------------------------------- */
 

@@ -190,7 +190,7 @@ bool af_tensor_to_ints(const af_tensor *t, int64_t *v, int max, int *n) {
 bool af_same_shape(const af_tensor *a, const af_tensor *b) {
     if (a->rank < 0 || a->rank != b->rank) return false;
     for (int i = 0; i < a->rank; i++)
-        if (a->dims[i] < 0 || a->dims[i] != b->dims[i]) return false;
+        if (a->dims[i] == AF_DIM_UNKNOWN || a->dims[i] != b->dims[i]) return false;
     return true;
 }
 

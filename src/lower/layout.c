@@ -139,13 +139,6 @@ static void place_at(layout *L, int at) {
     if (at <= L->pos) L->pos++;
 }
 
-static af_value *perm_shape_const(af_graph *g, const int64_t *perm) {
-    int64_t four = 4;
-    af_value *c = af_value_new_const(g, af_graph_unique_name(g, "perm"), AF_DTYPE_INT64, 1, &four);
-    if (c) memcpy(c->type.data, perm, sizeof(int64_t) * 4);
-    return c;
-}
-
 /* A node of ours producing y from x that reorders NCHW <-> NHWC: a Transpose, or a Reshape when
  * H and W are 1 (the bytes are the same either way). Appended last, output y set. */
 static af_node *reorder_node(af_graph *g, af_value *x, af_value *y, const int64_t *perm,
@@ -153,9 +146,9 @@ static af_node *reorder_node(af_graph *g, af_value *x, af_value *y, const int64_
     const int64_t *xd = x->type.dims;
     bool trivial = perm == to_nhwc ? (xd[2] == 1 && xd[3] == 1) : (xd[1] == 1 && xd[2] == 1);
     af_node *t;
-    if (trivial) {
-        af_value *shape = perm_shape_const(g, y->type.dims);
-        t = shape ? af_node_new(g, AF_OP_RESHAPE, name, 2, 1) : NULL;
+    af_value *shape = trivial ? af_value_new_reshape_shape(g, &x->type, &y->type) : NULL;
+    if (shape) {
+        t = af_node_new(g, AF_OP_RESHAPE, name, 2, 1);
         if (t) af_node_set_input(t, 1, shape);
     } else {
         t = af_node_new(g, AF_OP_TRANSPOSE, name, 1, 1);

@@ -175,7 +175,10 @@ static void write_value_info(exporter *x, int field, const af_value *v) {
             size_t sh = pb_begin(&x->b, TT_SHAPE);
             for (int i = 0; i < t->rank; i++) {
                 size_t d = pb_begin(&x->b, SHAPE_DIM);
+                char sym[128];
                 if (t->dims[i] >= 0) pb_int(&x->b, DIM_VALUE, t->dims[i]);
+                else if (af_dim_is_sym(t->dims[i])) /* "batch", "12*batch": Netron shows it */
+                    pb_str(&x->b, DIM_PARAM, af_dim_str(v->graph, t->dims[i], sym, sizeof sym));
                 else if (v->dim_param[i]) pb_str(&x->b, DIM_PARAM, v->dim_param[i]);
                 pb_end(&x->b, d);
             }

@@ -51,5 +51,8 @@ af_status pass_fix_captures(af_graph *g, af_error *err);
 
 /* Constant folding of one graph (fold.c); *changed is set when a node was folded. */
 af_status pass_fold_constants(pass_scope *s, bool *changed, af_error *err);
+/* Shape arithmetic over symbolic dims (symbolic.c): Reshape and Expand shapes computed from
+ * Shape become constants where the symbols allow, as do shape values that are all numbers. */
+af_status pass_fold_symbolic(pass_scope *s, bool *changed, af_error *err);
 
 #endif

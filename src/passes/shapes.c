@@ -32,7 +32,7 @@ static af_status merge(const af_node *n, af_value *v, const af_tensor *inferred,
     int declared_rank = t->rank;
     t->rank = inferred->rank;
     for (int i = 0; i < t->rank; i++)
-        if (inferred->dims[i] >= 0 || declared_rank < 0) t->dims[i] = inferred->dims[i];
+        if (inferred->dims[i] != AF_DIM_UNKNOWN || declared_rank < 0) t->dims[i] = inferred->dims[i];
     return AF_OK;
 }
 
@@ -69,7 +69,26 @@ done:
     return st;
 }
 
+/* Every dynamic dim of the model's inputs becomes a symbol: its dim_param, or a fresh name, so
+ * that inference carries "batch" and "sequence" through the graph instead of "unknown". */
+static af_status name_input_dims(af_graph *g, af_error *err) {
+    for (int i = 0; i < g->ninputs; i++) {
+        af_value *v = g->inputs[i];
+        for (int d = 0; !v->is_const && d < v->type.rank; d++) {
+            if (v->type.dims[d] != AF_DIM_UNKNOWN) continue;
+            v->type.dims[d] = af_dim_named(g, v->dim_param[d]);
+            if (v->type.dims[d] == AF_DIM_UNKNOWN)
+                return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", g->file ? g->file : "<model>");
+        }
+    }
+    return AF_OK;
+}
+
 af_status af_graph_infer_shapes(af_graph *g, af_error *err) {
+    if (!g->parent) {
+        af_status st = name_input_dims(g, err);
+        if (st) return st;
+    }
     for (int i = 0; i < g->nnodes; i++) {
         af_status st = infer_node(g->nodes[i], err);
         if (st) return st;

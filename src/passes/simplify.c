@@ -93,6 +93,7 @@ static af_status simplify_round(af_graph *g, bool *changed, af_error *err) {
     af_status st = pass_scope_open(&s, g, err);
     if (st) return st;
     st = pass_fold_constants(&s, changed, err);
+    if (!st) st = pass_fold_symbolic(&s, changed, err);
     if (!st) st = remove_copies(&s, changed, err);
     if (!st) st = remove_dead(&s, changed, err);
     pass_scope_sweep(&s);

@@ -80,11 +80,9 @@ static af_node *producer(const af_value *v, const af_graph *g) {
     return p && p->graph == g && p->nout == 1 && p->out[0] == v ? p : NULL;
 }
 
+/* Float32 of this rank with no unknown dim (symbolic ones, a batch or a sequence, are fine). */
 static bool known_f32(const af_value *v, int rank) {
-    if (!af_value_is_f32(v) || v->type.rank != rank) return false;
-    for (int i = 0; i < rank; i++)
-        if (v->type.dims[i] < 0) return false;
-    return true;
+    return af_value_is_f32(v) && v->type.rank == rank && af_dims_defined(&v->type);
 }
 
 /* A float32 constant holding one finite number whose rank does not exceed `rank` (so it
@@ -157,11 +155,11 @@ static void operand_labels(fa_label *l, int rank, int a, int b) {
     l[rank - 1] = lab1(b);
 }
 
-/* Element count of one axis; -1 on overflow (never equal to a dim). */
-static int64_t label_size(const fa_label *l, const int64_t *size) {
+/* Element count of one axis (a symbolic product where B or S is); AF_DIM_UNKNOWN on overflow,
+ * which known_f32 has ruled out as a dim. */
+static int64_t label_size(af_graph *g, const fa_label *l, const int64_t *size) {
     int64_t p = 1;
-    for (int i = 0; i < l->n; i++)
-        if (!af_mul_i64(p, size[l->sym[i]], &p)) return -1;
+    for (int i = 0; i < l->n; i++) p = af_dim_mul(g, p, size[l->sym[i]]);
     return p;
 }
 
@@ -192,7 +190,7 @@ static int memory_order(const fa_label *l, int rank, const int64_t *size) {
 /* Do a tensor's dims agree with its labels? */
 static bool dims_fit(const af_value *v, const fa_label *l, int rank, const int64_t *size) {
     for (int i = 0; i < rank; i++)
-        if (v->type.dims[i] != label_size(&l[i], size)) return false;
+        if (v->type.dims[i] != label_size(v->graph, &l[i], size)) return false;
     return true;
 }
 
@@ -456,8 +454,8 @@ static const char *walk_output(fa_match *m) {
     af_value *out = m->out_reshape->out[0];
     if (!af_value_is_f32(out)) return "output reshape is not float32";
     const af_tensor *t = &out->type;
-    int64_t rows;
-    if (!af_mul_i64(m->B, m->Sq, &rows)) return "output rows overflow";
+    int64_t rows = af_dim_mul(m->softmax->graph, m->B, m->Sq);
+    if (rows == AF_DIM_UNKNOWN) return "output rows overflow";
     if (t->rank == 3 && t->dims[2] == m->E) {
         bool fit0 = t->dims[0] == m->B && t->dims[1] == m->Sq;
         bool fit1 = t->dims[0] == m->Sq && t->dims[1] == m->B;
@@ -504,10 +502,11 @@ static const char *sizes(fa_match *m) {
         if (!af_mul_i64(m->H, m->D, &hd) || hd != m->E) return "hidden != num_heads * head_dim";
     } else {
         m->H = m->E / m->D;
-        if (sc->dims[0] % m->H) return "batch*heads is not a multiple of num_heads";
-        m->B = sc->dims[0] / m->H;
+        m->B = af_dim_div(m->softmax->graph, sc->dims[0], m->H);
+        if (m->B == AF_DIM_UNKNOWN) return "batch*heads is not a multiple of num_heads";
     }
-    if (m->B < 1 || m->Sq < 1 || m->Sk < 1) return "empty attention";
+    /* B and the sequences may be symbols; heads, head dim and hidden are numbers. */
+    if (m->H < 1 || m->B == 0 || m->Sq == 0 || m->Sk == 0) return "empty attention";
     return NULL;
 }
 

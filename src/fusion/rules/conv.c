@@ -33,13 +33,6 @@ static bool const_vec(const af_value *v, int64_t n) {
     return af_value_is_const(v) && af_value_is_f32(v) && v->type.rank == 1 && v->type.dims[0] == n;
 }
 
-static bool all_known(const af_tensor *t) {
-    if (t->rank < 0) return false;
-    for (int i = 0; i < t->rank; i++)
-        if (t->dims[i] < 0) return false;
-    return true;
-}
-
 /* ---- ConvBNReluFusionOp -------------------------------------------------------------------- */
 
 /* Scratch use: m->core = the BatchNormalization (or NULL). */
@@ -167,7 +160,7 @@ af_status rule_conv_bn_relu_apply(af_fusion_ctx *cx, af_match *m, af_error *err)
 static bool flattens(const af_node *f, const af_value *pooled) {
     if (f->op != AF_OP_FLATTEN && f->op != AF_OP_RESHAPE && f->op != AF_OP_SQUEEZE) return false;
     const af_tensor *p = &pooled->type, *o = f->nout > 0 && f->out[0] ? &f->out[0]->type : NULL;
-    if (!o || !all_known(p) || p->rank < 3 || !all_known(o) || o->rank != 2) return false;
+    if (!o || !af_dims_defined(p) || p->rank < 3 || !af_dims_defined(o) || o->rank != 2) return false;
     for (int i = 2; i < p->rank; i++)
         if (p->dims[i] != 1) return false;
     return o->dims[0] == p->dims[0] && o->dims[1] == p->dims[1];
@@ -312,7 +305,7 @@ static const char *pointwise(const af_node *conv, int64_t cin, int64_t cout, int
     if (!w || !y || conv->nin > 3) return AF_NO_MATCH;
     if (af_attr_int(conv, "group", 1) != 1) return "excite conv has groups";
     const af_tensor *wt = &w->type, *yt = &y->type;
-    if (!all_known(wt) || !all_known(yt) || wt->rank != rank || yt->rank != rank)
+    if (!af_dims_defined(wt) || !af_dims_defined(yt) || wt->rank != rank || yt->rank != rank)
         return "shape is not known";
     if (wt->dims[1] != cin || (cout >= 0 && wt->dims[0] != cout))
         return "excite convs do not match the channels";
@@ -334,7 +327,7 @@ const char *rule_squeeze_excite_check(af_fusion_ctx *cx, af_node *gap, af_match 
     af_node *mul = gate ? mul_with(gate->out[0], x) : NULL;
     if (!x || !mul || !mul->out[0]) return AF_NO_MATCH;
     const af_tensor *xt = &x->type;
-    if (!all_known(xt) || xt->rank < 3 || !af_same_shape(&mul->out[0]->type, xt))
+    if (!af_dims_defined(xt) || xt->rank < 3 || !af_same_shape(&mul->out[0]->type, xt))
         return "shape is not known";
     const char *why = fuse_edge(pooled);
     if (!why) why = fuse_edge(c1->out[0]);

@@ -128,15 +128,16 @@ static inline void mm_emit_int(const mm_epilogue *e, int64_t yi, int64_t i, int6
 
 /* Merge one batch dim of A and B (either may be absent: 0 means "no dim here"). */
 static bool mm_bcast(int64_t a, int64_t b, int64_t *out) {
+    if (a == b || b == 1 || a == 1) { /* equal (symbols too), or one side broadcasts */
+        *out = a == 1 ? b : a;
+        return true;
+    }
     if (a < 0 || b < 0) {
         int64_t known = a < 0 ? b : a;
         *out = (known > 1) ? known : -1;
         return true;
     }
-    if (a != b && a != 1 && b != 1)
-        return false;
-    *out = a == 1 ? b : a;
-    return true;
+    return false;
 }
 
 /* MatMul geometry with numpy semantics: 1-D A is [1, K] and 1-D B is [K, 1] (the added dim is

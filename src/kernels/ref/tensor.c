@@ -126,6 +126,12 @@ af_status shape_reshape(const af_node *n, const af_tensor *const *in, af_tensor 
                             "cannot reshape %lld elements into %lld", (long long)total,
                             (long long)known);
     }
+    if (infer >= 0 && dims[infer] == AF_DIM_UNKNOWN && x->rank >= 0) {
+        /* Symbolic dims: the -1 is the total over the others, when that divides exactly. */
+        dims[infer] = 1;
+        dims[infer] = af_dim_div(n->graph, af_dims_product(n->graph, x->dims, x->rank),
+                                 af_dims_product(n->graph, dims, cnt));
+    }
     af_tensor_set_type(out, x->dtype, cnt, dims);
     return AF_OK;
 }
@@ -147,7 +153,8 @@ af_status shape_flatten(const af_node *n, const af_tensor *const *in, af_tensor 
     if (axis < 0 || axis > x->rank)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "axis out of range for rank %d",
                             x->rank);
-    int64_t dims[2] = {tn_prod(x->dims, 0, (int)axis), tn_prod(x->dims, (int)axis, x->rank)};
+    int64_t dims[2] = {af_dims_product(n->graph, x->dims, (int)axis),
+                       af_dims_product(n->graph, x->dims + axis, x->rank - (int)axis)};
     af_tensor_set_type(out, x->dtype, 2, dims);
     return AF_OK;
 }

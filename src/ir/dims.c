@@ -1,0 +1,151 @@
+/* Symbolic dims (ir.h): a dynamic dim is a product c * s1 * ... * sk of the model's named dims
+ * (dim_param, or a fresh name for an unnamed one), interned in the top-level graph's table and
+ * written into dims[] as -2 - (its index). So shape code that copies or compares dims needs no
+ * change, and code that guards arithmetic with `d < 0` stays correct: it only loses the symbol.
+ *
+ * Invariant: one product has one index (factors sorted, coefficient > 1 or factors > 1 or a
+ * named leaf), so two dims are the same size exactly when their numbers are equal; a product
+ * without factors is a plain number, never an entry. Only products are exact: a sum, a
+ * floor-division or a product of more than AF_SYM_FACTORS factors becomes AF_DIM_UNKNOWN. */
+#include "ir/ir.h"
+
+#include <stdio.h>
+#include <string.h>
+
+enum { AF_SYM_FACTORS = 4 };
+
+typedef struct sym {
+    int64_t coef;
+    int n;                      /* factors */
+    int leaf[AF_SYM_FACTORS];   /* entry indices of leaves, ascending */
+    const char *name;           /* leaves only */
+} sym;
+
+struct af_symtab {
+    sym *e;
+    int n, cap;
+    int fresh; /* counter for unnamed dims */
+};
+
+static af_graph *root(const af_graph *g) {
+    while (g->parent) g = g->parent;
+    return (af_graph *)g;
+}
+
+static af_symtab *table(af_graph *g) {
+    g = root(g);
+    if (!g->syms) g->syms = af_arena_calloc(g->arena, 1, sizeof *g->syms);
+    return g->syms;
+}
+
+static int64_t code(int idx) { return -2 - (int64_t)idx; }
+
+/* The entry for (coef, factors), added when new; AF_DIM_UNKNOWN when out of memory. */
+static int64_t intern(af_graph *g, const sym *s) {
+    if (s->n == 0) return s->coef;
+    af_symtab *t = table(g);
+    if (!t) return AF_DIM_UNKNOWN;
+    for (int i = 0; i < t->n; i++) {
+        const sym *e = &t->e[i];
+        if (!e->name && e->coef == s->coef && e->n == s->n &&
+            !memcmp(e->leaf, s->leaf, sizeof(int) * (size_t)s->n))
+            return code(i);
+    }
+    /* A leaf times 1 is the leaf itself. */
+    if (s->coef == 1 && s->n == 1) return code(s->leaf[0]);
+    if (!af_arena_grow(root(g)->arena, (void **)&t->e, &t->cap, t->n + 1, sizeof *t->e))
+        return AF_DIM_UNKNOWN;
+    t->e[t->n] = *s;
+    t->e[t->n].name = NULL;
+    return code(t->n++);
+}
+
+/* d as a product; false for AF_DIM_UNKNOWN or a number outside the table. */
+static bool decompose(const af_graph *g, int64_t d, sym *out) {
+    memset(out, 0, sizeof *out);
+    if (d >= 0) {
+        out->coef = d;
+        return true;
+    }
+    const af_symtab *t = root(g)->syms;
+    int64_t i = -2 - d;
+    if (d == AF_DIM_UNKNOWN || !t || i >= t->n) return false;
+    *out = t->e[i];
+    if (out->name) { /* a leaf stands for itself */
+        out->coef = 1;
+        out->n = 1;
+        out->leaf[0] = (int)i;
+        out->name = NULL;
+    }
+    return true;
+}
+
+int64_t af_dim_named(af_graph *g, const char *name) {
+    af_symtab *t = table(g);
+    if (!t) return AF_DIM_UNKNOWN;
+    char buf[32];
+    if (!name || !*name) {
+        snprintf(buf, sizeof buf, "unk__%d", t->fresh++);
+        name = buf;
+    } else {
+        for (int i = 0; i < t->n; i++)
+            if (t->e[i].name && !strcmp(t->e[i].name, name)) return code(i);
+    }
+    const char *copy = af_arena_strdup(root(g)->arena, name);
+    if (!copy || !af_arena_grow(root(g)->arena, (void **)&t->e, &t->cap, t->n + 1, sizeof *t->e))
+        return AF_DIM_UNKNOWN;
+    t->e[t->n] = (sym){.coef = 1, .n = 1, .leaf = {t->n}, .name = copy};
+    return code(t->n++);
+}
+
+int64_t af_dim_mul(af_graph *g, int64_t a, int64_t b) {
+    if (a == 0 || b == 0) return 0;
+    sym x = {0}, y = {0}, r = {0};
+    if (!decompose(g, a, &x) || !decompose(g, b, &y)) return AF_DIM_UNKNOWN;
+    if (!af_mul_i64(x.coef, y.coef, &r.coef) || x.n + y.n > AF_SYM_FACTORS)
+        return AF_DIM_UNKNOWN;
+    int i = 0, j = 0;
+    while (i < x.n || j < y.n) /* merge the two ascending factor lists */
+        r.leaf[r.n++] = j >= y.n || (i < x.n && x.leaf[i] <= y.leaf[j]) ? x.leaf[i++] : y.leaf[j++];
+    return intern(g, &r);
+}
+
+int64_t af_dim_div(af_graph *g, int64_t a, int64_t b) {
+    sym x = {0}, y = {0};
+    if (b == 0 || !decompose(g, a, &x) || !decompose(g, b, &y)) return AF_DIM_UNKNOWN;
+    if (x.coef % y.coef) return AF_DIM_UNKNOWN;
+    sym r = {.coef = x.coef / y.coef};
+    int j = 0;
+    for (int i = 0; i < x.n && i < AF_SYM_FACTORS; i++) { /* x's minus y's (both ascending) */
+        if (j < y.n && x.leaf[i] == y.leaf[j]) j++;
+        else r.leaf[r.n++] = x.leaf[i];
+    }
+    return j == y.n ? intern(g, &r) : AF_DIM_UNKNOWN;
+}
+
+int64_t af_dims_product(af_graph *g, const int64_t *dims, int n) {
+    int64_t p = 1;
+    for (int i = 0; i < n && p != AF_DIM_UNKNOWN; i++) p = af_dim_mul(g, p, dims[i]);
+    return p;
+}
+
+bool af_dims_defined(const af_tensor *t) {
+    if (!t || t->rank < 0) return false;
+    for (int i = 0; i < t->rank; i++)
+        if (t->dims[i] == AF_DIM_UNKNOWN) return false;
+    return true;
+}
+
+const char *af_dim_str(const af_graph *g, int64_t d, char *buf, size_t len) {
+    sym s;
+    if (!g || !decompose(g, d, &s) || !len) {
+        snprintf(buf, len, "%s", d == AF_DIM_UNKNOWN ? "?" : "?sym");
+        return buf;
+    }
+    const af_symtab *t = root(g)->syms;
+    size_t at = 0;
+    if (s.coef != 1 || !s.n) at = (size_t)snprintf(buf, len, "%lld", (long long)s.coef);
+    for (int i = 0; i < s.n && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? "*" : "", t->e[s.leaf[i]].name);
+    return buf;
+}
