@@ -209,6 +209,29 @@ static af_status check_input(const af_model *m, const af_value *v, const af_tens
     return AF_OK;
 }
 
+/* Dims named alike are one size: "batch" of input_ids and of attention_mask must agree. */
+static af_status check_symbols(const af_model *m, const af_tensor *const *bound, af_error *err) {
+    const af_graph *g = m->graph;
+    for (int k = 0; k < g->ninputs; k++)
+        for (int d = 0; bound[k] && d < g->inputs[k]->type.rank; d++) {
+            int64_t sym = g->inputs[k]->type.dims[d];
+            for (int j = 0; af_dim_is_sym(sym) && j <= k; j++)
+                for (int e = 0; bound[j] && e < (j < k ? g->inputs[j]->type.rank : d); e++) {
+                    if (g->inputs[j]->type.dims[e] != sym || bound[j]->dims[e] == bound[k]->dims[d])
+                        continue;
+                    char name[64];
+                    return af_fail(err, AF_ERR_INVALID_ARG,
+                                   "%s: input '%s' dim %d (%s) is %lld, but input '%s' dim %d, "
+                                   "the same symbol, is %lld",
+                                   m->path, g->inputs[k]->name, d,
+                                   af_dim_str(g, sym, name, sizeof name),
+                                   (long long)bound[k]->dims[d], g->inputs[j]->name, e,
+                                   (long long)bound[j]->dims[e]);
+                }
+        }
+    return AF_OK;
+}
+
 /* Run with the plan, in the session's arena (made now if this is the first run). */
 static af_status run_planned(af_session *s, const af_tensor *const *bound, af_tensor *res,
                              af_error *err) {
@@ -254,6 +277,7 @@ af_status af_session_run(af_session *s, const char *const *names, const af_tenso
         if (st) goto done;
         bound[k] = inputs[i];
     }
+    if ((st = check_symbols(s->model, bound, err))) goto done;
     st = s->c.plan ? run_planned(s, bound, res, err) : af_exec_graph(g, bound, res, err);
     if (st) goto done;
     for (; made < g->noutputs; made++) {

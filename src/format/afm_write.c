@@ -291,7 +291,8 @@ static void put_tensor(writer *w, wbuf *b, const af_tensor *t, bool with_data) {
     set32(r, (uint32_t)t->dtype);
     set32(r + 4, (uint32_t)t->rank);
     for (int i = 0; i < AF_MAX_RANK; i++)
-        set64(r + 8 + 8 * i, (uint64_t)(i < t->rank ? t->dims[i] : 0));
+        /* A symbolic dim is stored unknown; its name goes with the value's dim_param. */
+        set64(r + 8 + 8 * i, (uint64_t)(i >= t->rank ? 0 : t->dims[i] < 0 ? -1 : t->dims[i]));
     set64(r + 72, off);
     set64(r + 80, nbytes);
 }
@@ -321,8 +322,13 @@ static af_status write_values(writer *w, const af_graph *g, af_error *err) {
         }
         uint8_t *r = wb_grow(&w->sec[SEC_VALUES], V_TENSOR);
         uint32_t name = str_id(w, v->name), dp[AF_MAX_RANK];
-        for (int d = 0; d < AF_MAX_RANK; d++)
-            dp[d] = d < v->type.rank ? str_id(w, v->dim_param[d]) : NONE;
+        for (int d = 0; d < AF_MAX_RANK; d++) {
+            char sym[128];
+            const char *param = d < v->type.rank ? v->dim_param[d] : NULL;
+            if (!param && d < v->type.rank && af_dim_is_sym(v->type.dims[d]))
+                param = af_dim_str(g, v->type.dims[d], sym, sizeof sym);
+            dp[d] = d < v->type.rank ? str_id(w, param) : NONE;
+        }
         put_tensor(w, &w->sec[SEC_VALUES], &v->type, v->is_const);
         if (!r) continue;
         r = w->sec[SEC_VALUES].p + w->sec[SEC_VALUES].n - VALUE_REC; /* the buffer may have moved */

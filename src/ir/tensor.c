@@ -115,7 +115,9 @@ const char *af_dims_str(const af_tensor *t, char *buf, size_t len) {
     }
     o += (size_t)snprintf(buf, len, "[");
     for (int i = 0; i < t->rank && o < len; i++)
-        o += (size_t)snprintf(buf + o, len - o, i ? ",%lld" : "%lld", (long long)t->dims[i]);
+        o += t->dims[i] < 0 ? (size_t)snprintf(buf + o, len - o, i ? ",?" : "?")
+                            : (size_t)snprintf(buf + o, len - o, i ? ",%lld" : "%lld",
+                                               (long long)t->dims[i]);
     if (o < len) snprintf(buf + o, len - o, "]");
     return buf;
 }
