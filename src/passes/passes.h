@@ -15,6 +15,8 @@
  * unknown dims stay -1. A dim the model declares is kept where inference cannot tell; a
  * contradiction between the two is an error. */
 af_status af_graph_infer_shapes(af_graph *g, af_error *err);
+/* The same for one node (its subgraphs included), from its inputs' types as they are now. */
+af_status af_node_infer_shape(af_node *n, af_error *err);
 
 /* Simplify (simplify.c, fold.c): constant folding, including Shape/Size of values whose dims
  * are all known (so shape arithmetic disappears once shapes are static); removal of copies

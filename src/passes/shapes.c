@@ -36,7 +36,7 @@ static af_status merge(const af_node *n, af_value *v, const af_tensor *inferred,
     return AF_OK;
 }
 
-static af_status infer_node(af_node *n, af_error *err) {
+af_status af_node_infer_shape(af_node *n, af_error *err) {
     af_status st = AF_OK;
     for (int a = 0; a < n->nattrs && !st; a++) {
         af_attr *at = &n->attrs[a];
@@ -90,7 +90,7 @@ af_status af_graph_infer_shapes(af_graph *g, af_error *err) {
         if (st) return st;
     }
     for (int i = 0; i < g->nnodes; i++) {
-        af_status st = infer_node(g->nodes[i], err);
+        af_status st = af_node_infer_shape(g->nodes[i], err);
         if (st) return st;
     }
     return AF_OK;

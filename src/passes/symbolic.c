@@ -10,6 +10,9 @@
  *    0 keeps the input's dim, one -1 for a symbol), and shape inference gives its output the
  *    symbolic dims;
  *  - an Expand likewise, with 1 where the target keeps the input's dim;
+ *  - Equal and Where evaluate on vectors too (torch's expand(n, -1, -1) writes
+ *    Where(Equal(shape, -1), 1, shape)), and an Expand that cannot get a constant shape gets
+ *    its output dims from the vector;
  *  - ConstantOfShape's output gets the vector as its dims, and a Slice whose end on one axis is
  *    a symbol E (start 0, step 1) gets E on that axis. That takes E to be within the sliced dim,
  *    as in x[:, :seq] of a position table; a run where it is not still computes the true shape
@@ -18,8 +21,9 @@
  *
  * Invariant: a vector is exact. An element is known only when every path of the computation is
  * a rule below (a product is a product, a division is exact); anything else gives the value no
- * vector, and the graph keeps computing it at run time. Negative literals (-1 "infer") are not
- * vectors either, so an element never needs a sign to be read. */
+ * vector, and the graph keeps computing it at run time. An element is a number (negative ones,
+ * the -1 of "infer", are flagged as such, since a symbol is a negative number too) or a symbol;
+ * arithmetic with a negative number is done only between numbers. */
 #include "passes/rewrite.h"
 
 #include <string.h>
@@ -28,10 +32,39 @@ typedef struct vec {
     bool ok;
     int n;                   /* elements */
     int rank;                /* 0 (a scalar) or 1 */
-    int64_t d[AF_MAX_RANK];  /* dims: >= 0 or symbolic */
+    int64_t d[AF_MAX_RANK];  /* dims: >= 0 or symbolic; or negative numbers (neg) */
+    unsigned neg;            /* bit i: d[i] is a negative number, not a symbol */
 } vec;
 
-/* A constant integer tensor of rank <= 1 with AF_MAX_RANK non-negative elements at most. */
+/* One element: a number, or (num false) a symbolic dim. */
+typedef struct elt {
+    int64_t v;
+    bool num;
+} elt;
+
+static elt at(const vec *x, int i) {
+    return (elt){x->d[i], x->d[i] >= 0 || ((x->neg >> i) & 1u)};
+}
+
+static void put(vec *x, int i, elt e) {
+    x->d[i] = e.v;
+    if (e.num && e.v < 0) x->neg |= 1u << i;
+    else x->neg &= ~(1u << i);
+}
+
+/* Element i of x broadcast to n elements (x has n or 1). */
+static elt bat(const vec *x, int i) { return at(x, x->n == 1 ? 0 : i); }
+
+/* Do a and b (and c) broadcast to n elements? */
+static int bcast_n(const vec *a, const vec *b, const vec *c) {
+    int n = a->n > b->n ? a->n : b->n;
+    if (c && c->n > n) n = c->n;
+    if ((a->n != n && a->n != 1) || (b->n != n && b->n != 1) || (c && c->n != n && c->n != 1))
+        return -1;
+    return n;
+}
+
+/* A constant integer tensor of rank <= 1 with AF_MAX_RANK elements at most. */
 static bool from_const(const af_value *v, vec *out) {
     const af_tensor *t = &v->type;
     if (!af_value_is_const(v) || (t->dtype != AF_DTYPE_INT64 && t->dtype != AF_DTYPE_INT32) ||
@@ -39,8 +72,7 @@ static bool from_const(const af_value *v, vec *out) {
         return false;
     int64_t n = af_tensor_numel(t);
     if (n < 0 || n > AF_MAX_RANK) return false;
-    for (int64_t i = 0; i < n; i++)
-        if ((out->d[i] = af_tensor_get_int(t, i)) < 0) return false;
+    for (int64_t i = 0; i < n; i++) put(out, (int)i, (elt){af_tensor_get_int(t, i), true});
     out->n = (int)n;
     out->rank = t->rank;
     return out->ok = true;
@@ -74,22 +106,64 @@ static bool const_index(const af_value *v, int64_t *k) {
     return true;
 }
 
-/* Elementwise Mul/Div/Add/Sub of two vectors, numpy-broadcast (a scalar or a [1] side). */
+/* Elementwise Mul/Div/Add/Sub of two vectors, numpy-broadcast (a scalar or a [1] side). Numbers
+ * compute as numbers (Div of non-negative ones only: truncation and floor agree there); a
+ * symbol multiplies and divides exactly, and sums with it are not vectors. */
 static bool arith(af_graph *g, af_op op, const vec *a, const vec *b, vec *out) {
-    int n = a->n > b->n ? a->n : b->n;
-    if ((a->n != n && a->n != 1) || (b->n != n && b->n != 1)) return false;
+    int n = bcast_n(a, b, NULL);
+    if (n < 0) return false;
     for (int i = 0; i < n; i++) {
-        int64_t x = a->d[a->n == 1 ? 0 : i], y = b->d[b->n == 1 ? 0 : i], r = AF_DIM_UNKNOWN;
-        bool known = x >= 0 && y >= 0;
-        if (op == AF_OP_MUL) r = af_dim_mul(g, x, y);
-        else if (op == AF_OP_DIV) r = known ? (y ? x / y : AF_DIM_UNKNOWN) : af_dim_div(g, x, y);
-        else if (op == AF_OP_ADD && known && !af_add_i64(x, y, &r)) r = AF_DIM_UNKNOWN;
-        else if (op == AF_OP_SUB && known && x >= y) r = x - y;
-        if (r == AF_DIM_UNKNOWN) return false;
-        out->d[i] = r;
+        elt x = bat(a, i), y = bat(b, i);
+        int64_t r = 0;
+        bool ok;
+        if (x.num && y.num) {
+            if (op == AF_OP_MUL) ok = af_mul_i64(x.v, y.v, &r);
+            else if (op == AF_OP_ADD) ok = af_add_i64(x.v, y.v, &r);
+            else if (op == AF_OP_SUB) ok = !__builtin_sub_overflow(x.v, y.v, &r);
+            else ok = x.v >= 0 && y.v > 0 && ((r = x.v / y.v), true);
+        } else {
+            ok = (x.num ? x.v >= 0 : true) && (y.num ? y.v >= 0 : true);
+            r = !ok ? AF_DIM_UNKNOWN
+                : op == AF_OP_MUL ? af_dim_mul(g, x.v, y.v)
+                : op == AF_OP_DIV ? af_dim_div(g, x.v, y.v) : AF_DIM_UNKNOWN;
+            ok = r != AF_DIM_UNKNOWN;
+        }
+        if (!ok) return false;
+        put(out, i, (elt){r, x.num && y.num});
     }
     out->n = n;
     out->rank = a->rank > b->rank ? a->rank : b->rank;
+    return out->ok = true;
+}
+
+/* Equal: numbers compare; a dim equals itself and never a negative number; else not known. */
+static bool equal(const vec *a, const vec *b, vec *out) {
+    int n = bcast_n(a, b, NULL);
+    if (n < 0) return false;
+    for (int i = 0; i < n; i++) {
+        elt x = bat(a, i), y = bat(b, i);
+        if (x.num == y.num && x.v == y.v) put(out, i, (elt){1, true});
+        else if (x.num && y.num) put(out, i, (elt){0, true});
+        else if ((x.num && x.v < 0) || (y.num && y.v < 0)) put(out, i, (elt){0, true});
+        else return false;
+    }
+    out->n = n;
+    out->rank = a->rank > b->rank ? a->rank : b->rank;
+    return out->ok = true;
+}
+
+/* Where(c, x, y) with every condition element a number. */
+static bool where(const vec *c, const vec *x, const vec *y, vec *out) {
+    int n = bcast_n(c, x, y);
+    if (n < 0) return false;
+    for (int i = 0; i < n; i++) {
+        elt k = bat(c, i);
+        if (!k.num) return false;
+        put(out, i, k.v ? bat(x, i) : bat(y, i));
+    }
+    out->n = n;
+    out->rank = c->rank > x->rank ? c->rank : x->rank;
+    if (y->rank > out->rank) out->rank = y->rank;
     return out->ok = true;
 }
 
@@ -107,7 +181,7 @@ static bool slice(const af_node *nd, const vec *x, vec *out) {
     st = st > w ? w : st;
     en = en > w ? w : en < st ? st : en;
     out->n = (int)(en - st);
-    memcpy(out->d, x->d + st, sizeof(int64_t) * (size_t)out->n);
+    for (int i = 0; i < out->n; i++) put(out, i, at(x, (int)st + i));
     out->rank = 1;
     return out->ok = true;
 }
@@ -136,14 +210,18 @@ static bool eval(const vecs *V, const af_node *nd, vec *out) {
         if (!a || a->rank != 1 || af_attr_int(nd, "axis", 0) != 0 || nd->nin < 2 ||
             !const_index(nd->in[1], &k) || k < -a->n || k >= a->n)
             return false;
-        out->d[0] = a->d[k < 0 ? k + a->n : k];
+        put(out, 0, at(a, (int)(k < 0 ? k + a->n : k)));
         out->n = 1;
         out->rank = nd->in[1]->type.rank;
         return out->ok = true;
     }
     case AF_OP_UNSQUEEZE:
     case AF_OP_SQUEEZE:
-        if (!a || !nd->out[0] || nd->out[0]->type.rank < 0 || nd->out[0]->type.rank > 1) return false;
+    case AF_OP_RESHAPE: /* of a vector into a vector or a scalar */
+        if (!a || !nd->out[0] || nd->out[0]->type.rank < 0 || nd->out[0]->type.rank > 1 ||
+            (nd->out[0]->type.rank == 1 && nd->out[0]->type.dims[0] != a->n) ||
+            (nd->out[0]->type.rank == 0 && a->n != 1))
+            return false;
         *out = *a;
         out->rank = nd->out[0]->type.rank;
         return true;
@@ -160,7 +238,7 @@ static bool eval(const vecs *V, const af_node *nd, vec *out) {
             vec si;
             const vec *x = arg(V, nd, i, &si);
             if (!x || x->rank != 1 || out->n + x->n > AF_MAX_RANK) return false;
-            memcpy(out->d + out->n, x->d, sizeof(int64_t) * (size_t)x->n);
+            for (int k = 0; k < x->n; k++) put(out, out->n + k, at(x, k));
             out->n += x->n;
         }
         out->rank = 1;
@@ -173,12 +251,28 @@ static bool eval(const vecs *V, const af_node *nd, vec *out) {
         return a && b && arith(nd->graph, nd->op, a, b, out);
     case AF_OP_SLICE:
         return a && slice(nd, a, out);
+    case AF_OP_EQUAL:
+        b = arg(V, nd, 1, &s1);
+        return a && b && equal(a, b, out);
+    case AF_OP_WHERE: {
+        vec s2;
+        const vec *c = arg(V, nd, 2, &s2);
+        b = arg(V, nd, 1, &s1);
+        return a && b && c && where(a, b, c, out);
+    }
     default:
         return false;
     }
 }
 
-/* Replace v by a constant holding its (all known) vector. */
+/* Every element a number. */
+static bool all_numbers(const vec *x) {
+    for (int k = 0; k < x->n; k++)
+        if (!at(x, k).num) return false;
+    return true;
+}
+
+/* Replace v by a constant holding its vector of numbers. */
 static af_status to_const(pass_scope *s, af_value *v, const vec *x, bool *changed, af_error *err) {
     int64_t n = x->n;
     const char *name = af_graph_unique_name(s->g, v->name ? v->name : "shape");
@@ -193,26 +287,44 @@ static af_status to_const(pass_scope *s, af_value *v, const vec *x, bool *change
     return AF_OK;
 }
 
-/* Point input 1 of a Reshape or Expand at a constant equivalent to the vector x. */
+/* Reshape's shape as a constant: numbers as they are (0 copies unless allowzero, -1 infers), a
+ * symbol 0 where it is the input's dim at the same position, else the one -1. */
+static bool reshape_shape(const af_node *nd, const vec *x, int64_t *shape) {
+    const af_tensor *in = &nd->in[0]->type;
+    bool allowzero = af_attr_int(nd, "allowzero", 0) != 0;
+    int infer = 0;
+    for (int i = 0; i < x->n; i++) {
+        elt e = at(x, i);
+        if (e.num) shape[i] = e.v;
+        else if (!allowzero && i < in->rank && in->dims[i] == e.v) shape[i] = 0;
+        else shape[i] = -1;
+        if (shape[i] < -1 || (shape[i] == -1 && ++infer > 1)) return false;
+    }
+    return true;
+}
+
+/* Expand's shape as a constant: numbers, and 1 where a symbol is the input's (right-aligned)
+ * dim. */
+static bool expand_shape(const af_node *nd, const vec *x, int64_t *shape) {
+    const af_tensor *in = &nd->in[0]->type;
+    for (int i = 0; i < x->n; i++) {
+        elt e = at(x, i);
+        int k = i - (x->n - in->rank);
+        if (e.num && e.v >= 0) shape[i] = e.v;
+        else if (!e.num && k >= 0 && in->dims[k] == e.v) shape[i] = 1;
+        else return false;
+    }
+    return true;
+}
+
+/* Point input 1 of a Reshape or Expand at a constant equivalent to the vector x, when there is
+ * one. */
 static af_status to_const_shape(pass_scope *s, af_node *nd, const vec *x, bool *changed,
                                 af_error *err) {
-    const af_tensor *in = &nd->in[0]->type;
-    af_tensor to = {.dtype = in->dtype, .rank = x->n};
     int64_t shape[AF_MAX_RANK], rank = x->n;
-    if (nd->op == AF_OP_RESHAPE) {
-        bool allowzero = af_attr_int(nd, "allowzero", 0) != 0;
-        for (int i = 0; i < x->n; i++)
-            to.dims[i] = x->d[i] == 0 && !allowzero ? (i < in->rank ? in->dims[i] : -1) : x->d[i];
-        if (!af_reshape_shape(in, &to, shape)) return AF_OK;
-    } else { /* Expand: 1 keeps the input's (right-aligned) dim */
-        for (int i = 0; i < x->n; i++) {
-            int k = i - (x->n - in->rank);
-            bool keep = k >= 0 && in->dims[k] == x->d[i];
-            if (x->d[i] >= 0) shape[i] = x->d[i];
-            else if (keep) shape[i] = 1;
-            else return AF_OK;
-        }
-    }
+    if (x->rank != 1 || nd->in[0]->type.rank < 0) return AF_OK;
+    if (!(nd->op == AF_OP_RESHAPE ? reshape_shape(nd, x, shape) : expand_shape(nd, x, shape)))
+        return AF_OK;
     const char *name = af_graph_unique_name(s->g, "shape");
     af_value *c = name ? af_value_new_const(s->g, name, AF_DTYPE_INT64, 1, &rank) : NULL;
     if (!c) return af_fail(err, AF_ERR_NOMEM, "out of memory folding shapes");
@@ -222,24 +334,41 @@ static af_status to_const_shape(pass_scope *s, af_node *nd, const vec *x, bool *
     return AF_OK;
 }
 
-/* Dims the shape functions cannot see, from vectors: ConstantOfShape's, and a Slice's with a
- * symbolic end (see the file's comment). Only dims still unknown change. */
+/* Expand's output dims from its input's and the vector: the broadcast of the two, where an
+ * element 1 keeps the input's dim. */
+static bool refine_expand(const af_tensor *in, const vec *x, af_tensor *y) {
+    bool changed = false;
+    if (in->rank < 0 || y->rank != (in->rank > x->n ? in->rank : x->n)) return false;
+    for (int i = 0; i < y->rank; i++) {
+        int k = i - (y->rank - in->rank), j = i - (y->rank - x->n);
+        int64_t a = k >= 0 ? in->dims[k] : 1, d = AF_DIM_UNKNOWN;
+        elt e = j >= 0 ? at(x, j) : (elt){1, true};
+        if (e.num && e.v == 1) d = a;
+        else if (a == 1 || a == e.v) d = e.num && e.v < 0 ? AF_DIM_UNKNOWN : e.v;
+        if (y->dims[i] == AF_DIM_UNKNOWN && d != AF_DIM_UNKNOWN) y->dims[i] = d, changed = true;
+    }
+    return changed;
+}
+
+/* Dims the shape functions cannot see, from vectors: ConstantOfShape's, Expand's, and a Slice's
+ * with a symbolic end (see the file's comment). Only dims still unknown change. */
 static bool refine(const vecs *V, af_node *nd) {
     af_tensor *y = &nd->out[0]->type;
-    const vec *x = nd->nin > 1 || nd->op == AF_OP_CONSTANT_OF_SHAPE
-                       ? vec_of(V, nd->in[nd->op == AF_OP_CONSTANT_OF_SHAPE ? 0 : 2], nd->graph)
-                       : NULL;
+    int from = nd->op == AF_OP_CONSTANT_OF_SHAPE ? 0 : nd->op == AF_OP_EXPAND ? 1 : 2;
+    const vec *x = from < nd->nin ? vec_of(V, nd->in[from], nd->graph) : NULL;
     bool changed = false;
     if (!x || y->rank < 0) return false;
+    if (nd->op == AF_OP_EXPAND) return nd->in[0] && refine_expand(&nd->in[0]->type, x, y);
     if (nd->op == AF_OP_CONSTANT_OF_SHAPE && x->rank == 1 && y->rank == x->n) {
         for (int i = 0; i < x->n; i++)
-            if (y->dims[i] == AF_DIM_UNKNOWN) y->dims[i] = x->d[i], changed = true;
+            if (y->dims[i] == AF_DIM_UNKNOWN && !(at(x, i).num && x->d[i] < 0))
+                y->dims[i] = x->d[i], changed = true;
     } else if (nd->op == AF_OP_SLICE && x->n == 1 && nd->nin >= 4) {
         int64_t st, ax, step = 1;
         int a;
         if (!const_index(nd->in[1], &st) || st != 0 || !const_index(nd->in[3], &ax) ||
             (nd->nin > 4 && nd->in[4] && (!const_index(nd->in[4], &step) || step != 1)) ||
-            !af_axis(ax, y->rank, &a) || !af_dim_is_sym(x->d[0]) || y->dims[a] != AF_DIM_UNKNOWN)
+            !af_axis(ax, y->rank, &a) || at(x, 0).num || y->dims[a] != AF_DIM_UNKNOWN)
             return false;
         y->dims[a] = x->d[0];
         changed = true;
@@ -255,17 +384,21 @@ af_status pass_fold_symbolic(pass_scope *s, bool *changed, af_error *err) {
     for (int i = 0; i < g->nnodes && !st; i++) {
         af_node *nd = g->nodes[i];
         if (pass_dead(s, nd) || nd->nout < 1 || !nd->out[0]) continue;
+        /* Types as of this sweep, so that a symbol found upstream reaches the next Shape now,
+         * not one simplify round per layer later. An error is left to the run (simplify's
+         * rule). */
+        af_error scratch;
+        (void)af_node_infer_shape(nd, &scratch);
         const vec *shape = nd->nin == 2 && nd->in[0] ? vec_of(&V, nd->in[1], g) : NULL;
         if ((nd->op == AF_OP_RESHAPE || nd->op == AF_OP_EXPAND) && shape)
             st = to_const_shape(s, nd, shape, changed, err);
-        if ((nd->op == AF_OP_CONSTANT_OF_SHAPE || nd->op == AF_OP_SLICE) && refine(&V, nd))
+        if ((nd->op == AF_OP_CONSTANT_OF_SHAPE || nd->op == AF_OP_SLICE ||
+             nd->op == AF_OP_EXPAND) && refine(&V, nd))
             *changed = true;
         af_value *y = nd->out[0];
         vec *x = y->id < V.n ? &V.v[y->id] : NULL;
         if (st || !x || y->is_const || !eval(&V, nd, x)) continue;
-        bool known = true;
-        for (int k = 0; k < x->n; k++) known = known && x->d[k] >= 0;
-        if (known && !pass_pinned(s, y) &&
+        if (all_numbers(x) && !pass_pinned(s, y) &&
             (y->type.dtype == AF_DTYPE_INT64 || y->type.dtype == AF_DTYPE_INT32))
             st = to_const(s, y, x, changed, err);
     }

@@ -375,6 +375,8 @@ af_status shape_concat(const af_node *n, const af_tensor *const *in, af_tensor *
                                         "inputs differ in dim %d (%lld vs %lld)", d,
                                         (long long)dims[d], (long long)v);
                 dims[d] = v;
+            } else if (af_dim_is_sym(v) && dims[d] == AF_DIM_UNKNOWN) {
+                dims[d] = v; /* the inputs must agree there: a number, if one has it, wins */
             }
         }
     }
@@ -608,14 +610,14 @@ static af_status slice_plan_make(const af_node *n, const af_tensor *const *in,
         p->start[i] = 0;
         p->step[i] = 1;
         p->count[i] = x->dims[i];
-        p->known[i] = x->dims[i] >= 0;
+        p->known[i] = x->dims[i] != AF_DIM_UNKNOWN; /* a symbol stays where nothing is sliced */
     }
     if (!ks || !ke || !ka || !ksp) {
         /* Values not known yet: only the axes that a known axes list leaves alone keep their
          * dims (without a list, every axis may be sliced). */
         bool listed = ha && ka;
         for (int i = 0; i < x->rank; i++)
-            p->known[i] = listed && x->dims[i] >= 0;
+            p->known[i] = listed && x->dims[i] != AF_DIM_UNKNOWN;
         for (int i = 0; listed && i < na; i++) {
             int a;
             if (af_axis(ax[i], x->rank, &a))
