@@ -186,7 +186,9 @@ static bool all_one(const af_node *n, const char *name) {
  * X and the padding (the node's output is not the conv's for ConvPoolFc); false when unknown. */
 static bool out_hw_3x3(const af_node *n, int64_t *oh, int64_t *ow) {
     const af_tensor *x = n->nin > 0 && n->in[0] ? &n->in[0]->type : NULL;
-    if (!x || x->rank != 4 || x->dims[0] < 1 || x->dims[1] < 1 || x->dims[2] < 1) return false;
+    if (!x || x->rank != 4 || (x->dims[0] < 1 && !af_dim_is_sym(x->dims[0])) || x->dims[1] < 1 ||
+        x->dims[2] < 1)
+        return false;
     const char *ap = af_attr_str(n, "auto_pad", "NOTSET");
     const int64_t *p = NULL;
     int np = af_attr_ints(n, "pads", &p);
@@ -203,7 +205,9 @@ static bool winograd(const af_node *n, const af_value *w) {
     const int64_t *d = w->type.dims;
     int64_t oh, ow;
     if (!out_hw_3x3(n, &oh, &ow)) return false;
-    int64_t tiles = n->in[0]->type.dims[0] * ((oh + 3) / 4) * ((ow + 3) / 4);
+    /* A symbolic batch counts as 1: the fewest tiles it can have. */
+    int64_t batch = n->in[0]->type.dims[0] < 1 ? 1 : n->in[0]->type.dims[0];
+    int64_t tiles = batch * ((oh + 3) / 4) * ((ow + 3) / 4);
     return !(env && !strcmp(env, "0")) && d[2] == 3 && d[3] == 3 && d[0] >= 32 && d[1] >= 32 &&
            tiles >= 16 && af_attr_int(n, "group", 1) == 1 && all_one(n, "strides") &&
            all_one(n, "dilations");
