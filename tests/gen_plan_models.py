@@ -8,6 +8,7 @@ Writes OUT_DIR/NAME.onnx and OUT_DIR/NAME.in<i>.npy (one per graph input, in inp
     stage is 1x1, small enough for the reference kernels under AddressSanitizer);
   - bert_small: the 2-layer BERT of bench/bert.py (hidden 128, 2 heads), batch 2 x seq 16 with
     an attention mask that pads row 1 (shape arithmetic, masks, LayerNorm, GELU);
+  - bert_dynamic: the same BERT with a symbolic batch and sequence (plans per shape);
   - testmodel: the seed's TestModel (tools/make_testmodel.py) at 1x3x32x32, as tests/models.
 
 Invariant: deterministic (fixed seeds); every file passes onnx.checker (export_onnx checks it).
@@ -37,8 +38,9 @@ def image(size, seed=SEED):
     return torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(seed))
 
 
-def save(out_dir, name, model, args, in_names, out_names):
-    afx.export_onnx(model, args, os.path.join(out_dir, name + ".onnx"), in_names, out_names)
+def save(out_dir, name, model, args, in_names, out_names, dynamic_axes=None):
+    afx.export_onnx(model, args, os.path.join(out_dir, name + ".onnx"), in_names, out_names,
+                    dynamic_axes=dynamic_axes)
     for i, a in enumerate(args):
         np.save(os.path.join(out_dir, f"{name}.in{i}.npy"), a.numpy())
 
@@ -60,6 +62,9 @@ def main():
     ids, mask = bert.example_inputs(cfg, batch=2, seq=16, seed=SEED, pad=[0, 5])
     save(out, "bert_small", model, (ids, mask), ["input_ids", "attention_mask"],
          ["last_hidden_state", "pooler_output"])
+    axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"}}
+    save(out, "bert_dynamic", model, (ids, mask), ["input_ids", "attention_mask"],
+         ["last_hidden_state", "pooler_output"], axes)
 
     save(out, "testmodel", make_testmodel.build_testmodel(SEED), (image(32),), ["input"],
          ["output"])

@@ -596,6 +596,66 @@ static void test_session_runs_planned(void **state) {
     af_session_free(s);
 }
 
+/* int64 [b, t] BERT inputs: ids (i*7 + j) % 900 + 1, mask 1 except the last `pad` of row 1. */
+static void bert_inputs(int64_t b, int64_t t, int64_t pad, af_tensor *ids, af_tensor *mask) {
+    af_error err;
+    const int64_t dims[2] = {b, t};
+    af_tensor_set_type(ids, AF_DTYPE_INT64, 2, dims);
+    af_tensor_set_type(mask, AF_DTYPE_INT64, 2, dims);
+    assert_int_equal(af_tensor_alloc(ids, &err), AF_OK);
+    assert_int_equal(af_tensor_alloc(mask, &err), AF_OK);
+    for (int64_t i = 0; i < b * t; i++) {
+        ((int64_t *)ids->data)[i] = (i * 7) % 900 + 1;
+        ((int64_t *)mask->data)[i] = !(i / t == 1 && i % t >= t - pad);
+    }
+}
+
+/* One run of the dynamic BERT at [b, t]: the same bits as the unplanned executor; returns the
+ * plan it used. */
+static const af_plan *run_shape(af_session *s, int64_t b, int64_t t) {
+    af_tensor ids = {0}, mask = {0};
+    af_error err;
+    bert_inputs(b, t, t / 3, &ids, &mask);
+    const char *names[] = {"input_ids", "attention_mask"};
+    const af_tensor *inputs[] = {&ids, &mask};
+    af_tensor *out[2] = {NULL, NULL}, ref[2] = {{0}, {0}};
+    if (af_session_run(s, names, inputs, 2, out, &err)) fail_msg("%s", err.message);
+    assert_int_equal(af_exec_graph(af_session_model(s)->graph, inputs, ref, &err), AF_OK);
+    for (int o = 0; o < 2; o++) {
+        assert_int_equal(out[o]->dims[0], b);
+        assert_true(same_bits(out[o], &ref[o]));
+        af_tensor_free(out[o]);
+        af_tensor_release(&ref[o]);
+    }
+    af_tensor_release(&ids);
+    af_tensor_release(&mask);
+    return af_session_last_plan(s);
+}
+
+/* A dynamic model plans per shape signature: a new shape gets a plan that places the values
+ * whose compiled dims are symbolic, a shape seen before reuses its plan (and arena), and the
+ * fifth new shape evicts the least recently used. */
+static void test_plans_per_shape(void **state) {
+    (void)state;
+    if (!models_dir()) skip();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/bert_dynamic.onnx", models_dir());
+    af_session *s = NULL;
+    af_error err;
+    if (af_session_new(path, NULL, &s, &err)) fail_msg("%s", err.message);
+    const af_plan *compiled = af_session_plan(s);
+    const af_plan *a = run_shape(s, 2, 16), *b = run_shape(s, 3, 7);
+    assert_ptr_not_equal(a, compiled);
+    assert_ptr_not_equal(a, b);
+    assert_true(a->nplanned > compiled->nplanned);
+    assert_ptr_equal(run_shape(s, 2, 16), a); /* back to an earlier shape: its plan */
+    run_shape(s, 1, 5);
+    run_shape(s, 4, 9);
+    run_shape(s, 1, 11); /* a fifth signature: 3 x 7, used least recently, goes */
+    assert_ptr_equal(run_shape(s, 2, 16), a);
+    af_session_free(s);
+}
+
 /* ---- .afm ------------------------------------------------------------------------------------- */
 
 /* The plan of `b` (a loaded graph) is `a`'s, value by value (matched by name). */
@@ -927,6 +987,7 @@ int main(void) {
         cmocka_unit_test(test_conformance_plans),
         cmocka_unit_test(test_conformance_optimized_plans),
         cmocka_unit_test(test_session_runs_planned),
+        cmocka_unit_test(test_plans_per_shape),
         cmocka_unit_test(test_afm_round_trip),
         cmocka_unit_test(test_afm_other_plans),
         cmocka_unit_test(test_forged_plans),

@@ -6,8 +6,12 @@
  * session therefore runs one inference at a time, and a second concurrent af_session_run is
  * refused rather than allowed to share the arena.
  *
+ * A model with dynamic input dims gets a plan per shape signature (the inputs' dims): made at the
+ * first run of that signature from the types inferred for it, with its own arena, and kept in a
+ * small cache (least recently used out), so a repeated shape allocates no intermediate.
+ *
  * Invariant: a session's graph, plan and arena belong together: the plan is the file's only when
- * no --input_shape changed the types it was made for. */
+ * no --input_shape changed the types it was made for; a cached plan serves only its signature. */
 #include "driver/compile.h"
 #include "driver/session.h"
 #include "format/afm.h"
@@ -19,6 +23,16 @@
 #include <stdatomic.h>
 #include <string.h>
 
+/* One shape signature's plan and arena. */
+enum { SHAPE_PLANS = 4 };
+typedef struct shape_plan {
+    int64_t *sig; /* per input: rank, then dims (-1 rank: not given) */
+    size_t nsig;
+    af_plan *plan;
+    void *arena;
+    uint64_t used; /* the session's run count at its last use */
+} shape_plan;
+
 struct af_session {
     af_model *model;
     af_options opt;
@@ -27,7 +41,17 @@ struct af_session {
     af_runtime *rt;             /* threads and kernel scratch */
     void *arena;                /* plan->arena_size bytes, made by the first run */
     atomic_int running;         /* a run is using the arena */
+    bool dynamic;               /* some input dim is symbolic: plans per shape */
+    shape_plan shapes[SHAPE_PLANS];
+    uint64_t runs;
 };
+
+static void shape_plan_clear(shape_plan *p) {
+    af_free(p->sig);
+    af_plan_free(p->plan);
+    af_free(p->arena);
+    memset(p, 0, sizeof *p);
+}
 
 void af_options_init(af_options *opt) {
     memset(opt, 0, sizeof *opt);
@@ -72,6 +96,9 @@ static af_status finish(af_model *m, af_plan *file_plan, const af_options *opt, 
     st = af_runtime_new(s->opt.threads, &s->rt, err);
     if (!st) st = af_runtime_prepare(s->rt, m->graph, err);
     if (st) goto fail;
+    for (int i = 0; i < m->graph->ninputs; i++)
+        for (int d = 0; !m->graph->inputs[i]->is_const && d < m->graph->inputs[i]->type.rank; d++)
+            s->dynamic |= m->graph->inputs[i]->type.dims[d] < 0;
     /* Borrowed strings are not kept past this call. */
     s->opt.input_shape = s->opt.disable_fusion = s->opt.fusion_switch_file = NULL;
     s->opt.precision_mode = s->opt.keep_fp32 = NULL;
@@ -138,6 +165,13 @@ af_model *af_session_model(const af_session *s) { return s->model; }
 
 const af_plan *af_session_plan(const af_session *s) { return s->c.plan; }
 
+const af_plan *af_session_last_plan(const af_session *s) {
+    const shape_plan *last = NULL;
+    for (int i = 0; s->dynamic && i < SHAPE_PLANS; i++)
+        if (s->shapes[i].plan && (!last || s->shapes[i].used > last->used)) last = &s->shapes[i];
+    return last ? last->plan : s->c.plan;
+}
+
 const af_fusion_report *af_session_fusion_report(const af_session *s) {
     return s->c.fused ? &s->c.report : NULL;
 }
@@ -149,6 +183,7 @@ void af_session_free(af_session *s) {
     af_free(s->report_json);
     af_runtime_free(s->rt);
     af_free(s->arena);
+    for (int i = 0; i < SHAPE_PLANS; i++) shape_plan_clear(&s->shapes[i]);
     af_model_free(s->model);
     af_free(s);
 }
@@ -232,7 +267,44 @@ static af_status check_symbols(const af_model *m, const af_tensor *const *bound,
     return AF_OK;
 }
 
-/* Run with the plan, in the session's arena (made now if this is the first run). */
+/* The cached plan of this run's shape signature, made (in the least recently used place) when
+ * the signature is new. */
+static af_status shape_plan_for(af_session *s, const af_tensor *const *bound, shape_plan **out,
+                                af_error *err) {
+    const af_graph *g = s->model->graph;
+    int64_t sig[64 * (AF_MAX_RANK + 1)];
+    size_t n = 0;
+    for (int k = 0; k < g->ninputs && n + AF_MAX_RANK + 1 <= AF_COUNT(sig); k++) {
+        sig[n++] = bound[k] ? bound[k]->rank : -1;
+        for (int d = 0; bound[k] && d < bound[k]->rank; d++) sig[n++] = bound[k]->dims[d];
+    }
+    shape_plan *lru = &s->shapes[0];
+    for (int i = 0; i < SHAPE_PLANS; i++) {
+        shape_plan *p = &s->shapes[i];
+        if (p->plan && p->nsig == n && !memcmp(p->sig, sig, n * sizeof *sig)) {
+            p->used = ++s->runs;
+            *out = p;
+            return AF_OK;
+        }
+        if (p->used < lru->used) lru = p;
+    }
+    shape_plan_clear(lru);
+    lru->sig = af_malloc(n * sizeof *sig + 1);
+    if (!lru->sig) return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", s->model->path);
+    memcpy(lru->sig, sig, n * sizeof *sig);
+    lru->nsig = n;
+    af_status st = af_plan_build_for(g, bound, &lru->plan, err);
+    if (st) {
+        shape_plan_clear(lru);
+        return st;
+    }
+    lru->used = ++s->runs;
+    *out = lru;
+    return AF_OK;
+}
+
+/* Run with the plan, in the session's arena (made now if this is the first run); a dynamic
+ * model with the plan and arena of its shape signature. */
 static af_status run_planned(af_session *s, const af_tensor *const *bound, af_tensor *res,
                              af_error *err) {
     if (atomic_exchange(&s->running, 1))
@@ -240,15 +312,22 @@ static af_status run_planned(af_session *s, const af_tensor *const *bound, af_te
                        "%s: the session is already running (a session runs one inference at a "
                        "time; use one session per thread)", s->model->path);
     af_status st = AF_OK;
-    if (!s->arena && s->c.plan->arena_size) {
-        s->arena = af_alloc_big((size_t)s->c.plan->arena_size);
-        if (!s->arena)
+    const af_plan *plan = s->c.plan;
+    void **arena = &s->arena;
+    shape_plan *sp = NULL;
+    if (s->dynamic && !(st = shape_plan_for(s, bound, &sp, err))) {
+        plan = sp->plan;
+        arena = &sp->arena;
+    }
+    if (!st && !*arena && plan->arena_size) {
+        *arena = af_alloc_big((size_t)plan->arena_size);
+        if (!*arena)
             st = af_fail(err, AF_ERR_NOMEM, "%s: out of memory allocating the %llu-byte arena",
-                         s->model->path, (unsigned long long)s->c.plan->arena_size);
+                         s->model->path, (unsigned long long)plan->arena_size);
     }
     af_profile *prof = af_runtime_profile_get(s->rt);
     double t0 = prof ? af_profile_now(prof) : 0;
-    if (!st) st = af_exec_graph_planned(s->model->graph, s->c.plan, s->arena, s->rt, bound, res, err);
+    if (!st) st = af_exec_graph_planned(s->model->graph, plan, *arena, s->rt, bound, res, err);
     if (prof && !st) af_profile_add(prof, NULL, "model_run", t0, af_profile_now(prof) - t0);
     atomic_store(&s->running, 0);
     return st;

@@ -9,6 +9,7 @@
  * (first fit): large buffers fix the arena's shape, small ones fill the gaps they leave.
  */
 #include "ir/epilogue.h"
+#include "kernels/fast/dispatch.h"
 #include "runtime/plan.h"
 
 #include <stdarg.h>
@@ -89,7 +90,9 @@ static void live_free(live *L) {
     af_free(L->bytes);
 }
 
-static af_status live_compute(live *L, const af_graph *g, af_error *err) {
+/* types: by value id, what each value's type is for this plan (NULL: the graph's own). */
+static af_status live_compute(live *L, const af_graph *g, const af_tensor *types,
+                              af_error *err) {
     size_t n = (size_t)g->nvalues + 1;
     L->g = g;
     L->def = af_malloc(n * sizeof(int));
@@ -116,7 +119,8 @@ static af_status live_compute(live *L, const af_graph *g, af_error *err) {
                 continue;
             L->def[v->id] = i;
             if (v->producer == nd && !v->is_input && !v->is_const && !v->is_output &&
-                !has_subgraph(nd) && type_bytes(&v->type, &L->bytes[v->id]))
+                !has_subgraph(nd) &&
+                type_bytes(types ? &types[v->id] : &v->type, &L->bytes[v->id]))
                 continue;
             L->bytes[v->id] = 0;
         }
@@ -293,12 +297,12 @@ double af_plan_ratio(const af_plan *p) {
     return p->lower_bound ? (double)p->arena_size / (double)p->lower_bound : 1.0;
 }
 
-af_status af_plan_build(const af_graph *g, af_plan **out, af_error *err) {
+static af_status build(const af_graph *g, const af_tensor *types, af_plan **out, af_error *err) {
     *out = NULL;
     if (!g || g->parent)
         return af_fail(err, AF_ERR_INVALID_ARG, "only a main graph has a memory plan");
     live L = {0};
-    af_status st = live_compute(&L, g, err);
+    af_status st = live_compute(&L, g, types, err);
     if (st) return st;
     af_plan *p = af_plan_new(g->nvalues);
     int *bufof = af_malloc(((size_t)g->nvalues + 1) * sizeof *bufof);
@@ -356,6 +360,62 @@ done:
     live_free(&L);
     if (st) af_plan_free(p);
     else *out = p;
+    return st;
+}
+
+af_status af_plan_build(const af_graph *g, af_plan **out, af_error *err) {
+    return build(g, NULL, out, err);
+}
+
+/* The types of g's values for these inputs: each node's shape function over its inputs' types,
+ * in order. Dims inference cannot tell stay as compiled (numbers) or unknown (symbols), and a
+ * node whose shape function fails keeps its compiled types: such values are left unplanned, and
+ * the run reports the error. */
+static void infer_types(const af_graph *g, const af_tensor *const *inputs, af_tensor *types) {
+    for (int i = 0; i < g->nvalues; i++) {
+        types[i] = g->values[i]->type;
+        if (!g->values[i]->is_const) types[i].data = NULL, types[i].nbytes = 0;
+        types[i].owns_data = 0;
+    }
+    for (int k = 0; k < g->ninputs; k++) {
+        const af_value *v = g->inputs[k];
+        if (inputs[k] && !v->is_const && v->id < g->nvalues)
+            af_tensor_set_type(&types[v->id], inputs[k]->dtype, inputs[k]->rank, inputs[k]->dims);
+    }
+    const af_tensor *in[64];
+    af_tensor out[8];
+    for (int i = 0; i < g->nnodes; i++) {
+        const af_node *n = g->nodes[i];
+        if (n->nin > 64 || n->nout > 8 || has_subgraph(n)) continue;
+        bool ok = true;
+        for (int k = 0; k < n->nin; k++) {
+            const af_value *v = n->in[k];
+            ok = ok && (!v || (v->graph == g && v->id < g->nvalues));
+            in[k] = v && ok ? &types[v->id] : NULL;
+        }
+        for (int o = 0; o < n->nout; o++) memset(&out[o], 0, sizeof out[o]), out[o].rank = -1;
+        af_error e;
+        if (!ok || af_kernel_shape(n, in, out, &e) != AF_OK) continue;
+        for (int o = 0; o < n->nout; o++) {
+            const af_value *v = n->out[o];
+            af_tensor *t = v && v->graph == g && v->id < g->nvalues ? &types[v->id] : NULL;
+            if (!t || v->is_const || out[o].rank < 0 || out[o].rank != t->rank) continue;
+            for (int d = 0; d < t->rank; d++)
+                t->dims[d] = out[o].dims[d] >= 0 ? out[o].dims[d]
+                             : t->dims[d] >= 0   ? t->dims[d]
+                                                 : AF_DIM_UNKNOWN;
+        }
+    }
+}
+
+af_status af_plan_build_for(const af_graph *g, const af_tensor *const *inputs, af_plan **out,
+                            af_error *err) {
+    *out = NULL;
+    af_tensor *types = g ? af_calloc((size_t)g->nvalues + 1, sizeof *types) : NULL;
+    if (!types) return af_fail(err, AF_ERR_NOMEM, "out of memory planning memory");
+    infer_types(g, inputs, types);
+    af_status st = build(g, types, out, err);
+    af_free(types);
     return st;
 }
 
@@ -451,7 +511,7 @@ af_status af_plan_check(const af_graph *g, af_plan *p, af_error *err) {
                    (unsigned long long)p->arena_size, AF_PLAN_ALIGN,
                    (unsigned long long)AF_PLAN_MAX_BYTES);
     live L = {0};
-    af_status st = live_compute(&L, g, err);
+    af_status st = live_compute(&L, g, NULL, err);
     if (st) return st;
     int *bufof = af_malloc(((size_t)g->nvalues + 1) * sizeof *bufof);
     buffer *b = NULL;

@@ -46,6 +46,12 @@ typedef struct af_plan {
  * (partial when some shapes are dynamic; the rest is allocated at run time). *out is NULL on
  * error (AF_ERR_NOMEM, or AF_ERR_INVALID_ARG for a subgraph). */
 af_status af_plan_build(const af_graph *g, af_plan **out, af_error *err);
+/* The plan of g for one shape of its inputs (inputs: by graph input, NULL for those not given):
+ * the types of every value inferred again from those inputs' dtypes and dims (never their
+ * data), so that values whose compiled dims are symbolic get slots too. A dynamic model's
+ * session makes one per shape signature. */
+af_status af_plan_build_for(const af_graph *g, const af_tensor *const *inputs, af_plan **out,
+                            af_error *err);
 
 /* An empty plan for a graph of nvalues values (every slot unplanned), for loaders to fill. */
 af_plan *af_plan_new(int nvalues);
@@ -75,5 +81,8 @@ af_status af_exec_graph_planned(const af_graph *g, const af_plan *p, void *arena
 
 /* The plan of a session's model (NULL when it has none), borrowed. Defined in session.c. */
 const af_plan *af_session_plan(const af_session *s);
+/* The plan the last run used: for a model with dynamic input dims, its shape signature's (the
+ * session keeps the plans of the 4 signatures used last); else af_session_plan's. */
+const af_plan *af_session_last_plan(const af_session *s);
 
 #endif
