@@ -137,8 +137,11 @@ int af_session_output_count(const af_session *s);
 /* Borrowed names, valid while the session lives. */
 const char *af_session_input_name(const af_session *s, int i);
 const char *af_session_output_name(const af_session *s, int i);
-/* Declared type and shape (dims as fixed by --input_shape; -1 where still unknown). */
+/* Declared type and shape (dims as fixed by --input_shape; -1 where still unknown or symbolic). */
 af_status af_session_input_type(const af_session *s, int i, af_tensor *type_out);
+/* 1 when input i has a default value (an initializer of the same name, as models of IR version
+ * below 4 write every weight): a run that does not give it uses the default. 0 otherwise. */
+int af_session_input_has_default(const af_session *s, int i);
 af_status af_session_output_type(const af_session *s, int i, af_tensor *type_out);
 
 /* The fusion report of the optimisation that prepared the session (text in the seed's shape

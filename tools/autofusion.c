@@ -82,7 +82,8 @@ static int usage(FILE *f) {
             }
         fprintf(f, "]\n");
     }
-    fprintf(f, "\nInputs not given get random data of the declared shape (symbolic dims 1).\n"
+    fprintf(f, "\nInputs not given get random data of the declared shape (symbolic dims 1); inputs with\n"
+               "a default value (an initializer of the same name) keep it.\n"
                "Environment: AUTOFUSION_DISABLE_LIST=A,B (alias GE_FUSION_DISABLE_LIST) switches\n"
                "fusions off; AUTOFUSION_FUSION_LOG=1 (alias GE_GRAPH_FUSION_LOG=1) prints the report;\n"
                "AUTOFUSION_PLUGINS=a.so:b.so loads plugins (include/autofusion_plugin.h).\n");
@@ -236,7 +237,7 @@ int inputs_make(const cli *c, const af_session *s, inputs *in) {
         const char *name = af_session_input_name(s, k);
         bool given = false;
         for (int i = 0; i < c->ninputs; i++) given |= !strcmp(c->input_name[i], name);
-        if (given) continue;
+        if (given || af_session_input_has_default(s, k)) continue; /* the model's value */
         af_tensor type;
         af_session_input_type(s, k, &type);
         if (in->n == MAX_INPUTS || !(in->t[in->n] = random_input(&type, &state))) {

@@ -204,8 +204,14 @@ static af_status type_of(const af_value *v, af_tensor *t, af_error *err) {
     memset(t, 0, sizeof *t);
     t->dtype = v->type.dtype;
     t->rank = v->type.rank;
-    memcpy(t->dims, v->type.dims, sizeof t->dims);
+    for (int d = 0; d < AF_MAX_RANK; d++) /* symbols are internal: outside, a dim is unknown */
+        t->dims[d] = v->type.dims[d] < 0 ? -1 : v->type.dims[d];
     return AF_OK;
+}
+
+int af_session_input_has_default(const af_session *s, int i) {
+    const af_graph *g = s->model->graph;
+    return i >= 0 && i < g->ninputs && g->inputs[i]->is_const;
 }
 
 af_status af_session_input_type(const af_session *s, int i, af_tensor *t) {
