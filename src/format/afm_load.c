@@ -757,20 +757,6 @@ static void loader_free(loader *L) {
     af_free(L->last);
 }
 
-/* The model's dynamic input dims are symbols again, by their names (other values' symbolic
- * dims were stored unknown: the run infers them). */
-static af_status name_input_dims(af_graph *g, af_error *err) {
-    for (int i = 0; i < g->ninputs; i++) {
-        af_value *v = g->inputs[i];
-        for (int d = 0; !v->is_const && d < v->type.rank; d++) {
-            if (v->type.dims[d] != AF_DIM_UNKNOWN || !v->dim_param[d]) continue;
-            if ((v->type.dims[d] = af_dim_named(g, v->dim_param[d])) == AF_DIM_UNKNOWN)
-                return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", g->file ? g->file : "<model>");
-        }
-    }
-    return AF_OK;
-}
-
 af_status af_afm_load_with_plan(const char *path, af_model **out, af_afm_meta *meta_out,
                                 af_plan **plan_out, af_error *err) {
     loader L = {0};
@@ -802,7 +788,7 @@ af_status af_afm_load_with_plan(const char *path, af_model **out, af_afm_meta *m
     if (!st) st = build_graphs(&L, m, opsets, nopsets, err);
     if (!st) st = build_nodes(&L, err);
     if (!st) st = check_reads(&L, err);
-    if (!st) st = name_input_dims(m->graph, err);
+    if (!st) st = af_graph_name_input_dims(m->graph, err); /* symbols again, by name */
 #ifndef NDEBUG
     if (!st) st = af_graph_verify(m->graph, err);
 #endif

@@ -96,10 +96,15 @@ bool af_reshape_shape(const af_tensor *from, const af_tensor *to, int64_t *shape
     return true;
 }
 
-af_value *af_value_new_reshape_shape(af_graph *g, const af_tensor *from, const af_tensor *to) {
-    int64_t shape[AF_MAX_RANK], rank = to->rank;
-    const char *name = af_reshape_shape(from, to, shape) ? af_graph_unique_name(g, "shape") : NULL;
-    af_value *c = name ? af_value_new_const(g, name, AF_DTYPE_INT64, 1, &rank) : NULL;
-    if (c) memcpy(c->type.data, shape, sizeof(int64_t) * (size_t)rank);
+af_value *af_value_new_ints(af_graph *g, const char *hint, int n, const int64_t *values) {
+    int64_t len = n;
+    const char *name = af_graph_unique_name(g, hint);
+    af_value *c = name ? af_value_new_const(g, name, AF_DTYPE_INT64, 1, &len) : NULL;
+    if (c && n) memcpy(c->type.data, values, sizeof(int64_t) * (size_t)n);
     return c;
+}
+
+af_value *af_value_new_reshape_shape(af_graph *g, const af_tensor *from, const af_tensor *to) {
+    int64_t shape[AF_MAX_RANK];
+    return af_reshape_shape(from, to, shape) ? af_value_new_ints(g, "shape", to->rank, shape) : NULL;
 }

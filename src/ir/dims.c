@@ -149,3 +149,15 @@ const char *af_dim_str(const af_graph *g, int64_t d, char *buf, size_t len) {
         at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? "*" : "", t->e[s.leaf[i]].name);
     return buf;
 }
+
+af_status af_graph_name_input_dims(af_graph *g, af_error *err) {
+    for (int i = 0; i < g->ninputs; i++) {
+        af_value *v = g->inputs[i];
+        for (int d = 0; !v->is_const && d < v->type.rank; d++) {
+            if (v->type.dims[d] != AF_DIM_UNKNOWN) continue;
+            if ((v->type.dims[d] = af_dim_named(g, v->dim_param[d])) == AF_DIM_UNKNOWN)
+                return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", g->file ? g->file : "<model>");
+        }
+    }
+    return AF_OK;
+}

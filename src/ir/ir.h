@@ -237,6 +237,8 @@ bool af_value_is_f32(const af_value *v);
 af_node *af_value_sole_reader(const af_value *v);
 /* A new float32 constant named after hint (data zeroed, to be filled); NULL when out of memory. */
 af_value *af_value_new_f32(af_graph *g, const char *hint, int rank, const int64_t *dims);
+/* A new 1-D int64 constant holding values[0..n) named after hint; NULL when out of memory. */
+af_value *af_value_new_ints(af_graph *g, const char *hint, int n, const int64_t *values);
 /* The constant shape input of a Reshape from `from` to `to` (allowzero 0): the known dims as
  * they are, 0 where `to` keeps `from`'s dim at the same position (a symbol, or 0), -1 for one
  * other symbolic dim. False when `to` has more than one such dim or an unknown one.
@@ -331,6 +333,9 @@ int64_t af_dim_div(af_graph *g, int64_t a, int64_t b);
 int64_t af_dims_product(af_graph *g, const int64_t *dims, int n);
 /* Rank known and no dim unknown (symbolic dims allowed). */
 bool af_dims_defined(const af_tensor *t);
+/* Every unknown dim of g's inputs (constants aside) becomes a symbol: its dim_param, or a fresh
+ * name. The shapes stage runs it on an imported model, the .afm loader on a loaded one. */
+af_status af_graph_name_input_dims(af_graph *g, af_error *err);
 /* "12", "batch", "12*batch*sequence", "?" into buf. */
 const char *af_dim_str(const af_graph *g, int64_t d, char *buf, size_t len);
 

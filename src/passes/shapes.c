@@ -69,24 +69,9 @@ done:
     return st;
 }
 
-/* Every dynamic dim of the model's inputs becomes a symbol: its dim_param, or a fresh name, so
- * that inference carries "batch" and "sequence" through the graph instead of "unknown". */
-static af_status name_input_dims(af_graph *g, af_error *err) {
-    for (int i = 0; i < g->ninputs; i++) {
-        af_value *v = g->inputs[i];
-        for (int d = 0; !v->is_const && d < v->type.rank; d++) {
-            if (v->type.dims[d] != AF_DIM_UNKNOWN) continue;
-            v->type.dims[d] = af_dim_named(g, v->dim_param[d]);
-            if (v->type.dims[d] == AF_DIM_UNKNOWN)
-                return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", g->file ? g->file : "<model>");
-        }
-    }
-    return AF_OK;
-}
-
 af_status af_graph_infer_shapes(af_graph *g, af_error *err) {
     if (!g->parent) {
-        af_status st = name_input_dims(g, err);
+        af_status st = af_graph_name_input_dims(g, err);
         if (st) return st;
     }
     for (int i = 0; i < g->nnodes; i++) {

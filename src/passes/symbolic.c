@@ -321,14 +321,12 @@ static bool expand_shape(const af_node *nd, const vec *x, int64_t *shape) {
  * one. */
 static af_status to_const_shape(pass_scope *s, af_node *nd, const vec *x, bool *changed,
                                 af_error *err) {
-    int64_t shape[AF_MAX_RANK], rank = x->n;
+    int64_t shape[AF_MAX_RANK];
     if (x->rank != 1 || nd->in[0]->type.rank < 0) return AF_OK;
     if (!(nd->op == AF_OP_RESHAPE ? reshape_shape(nd, x, shape) : expand_shape(nd, x, shape)))
         return AF_OK;
-    const char *name = af_graph_unique_name(s->g, "shape");
-    af_value *c = name ? af_value_new_const(s->g, name, AF_DTYPE_INT64, 1, &rank) : NULL;
+    af_value *c = af_value_new_ints(s->g, "shape", x->n, shape);
     if (!c) return af_fail(err, AF_ERR_NOMEM, "out of memory folding shapes");
-    memcpy(c->type.data, shape, sizeof(int64_t) * (size_t)rank);
     af_node_set_input(nd, 1, c);
     *changed = true;
     return AF_OK;
