@@ -16,7 +16,8 @@ for side in a b; do
   cmake --build "$out/build-$side" -j"$(nproc)" --target afcore >/dev/null
   gcc -shared -o "$out/lib$side.so" -Wl,-Bsymbolic -Wl,--whole-archive \
       "$out/build-$side/libafcore.a" -Wl,--no-whole-archive \
-      -lm -lpthread -lxxhash -ljansson -lpthreadpool -lcpuinfo -ldl
+      -lm -lpthread -lxxhash -ljansson -lcpuinfo -ldl \
+      $(ldconfig -p | grep libpthreadpool.so >/dev/null && echo -lpthreadpool) # older checkouts
 done
 here=$(cd "$(dirname "$0")/.." && pwd)
 gcc -O2 -std=c11 -D_GNU_SOURCE -I"$here/include" -o "$out/ab_bench" "$here/bench/ab_bench.c" -ldl

@@ -1,8 +1,12 @@
 // ONNX Runtime side of the benchmarks: latency of one model with onnxruntime-node (CPU).
 //   node bench/ort_bench.js MODEL.onnx --threads=N --iterations=N --warmup=N --opt=all|disabled [--samples]
+//        [--input=NAME=FILE.npy ...] [--shape=NAME:1x128 ...]
 // Inputs: random floats in [-1, 1) and integers in [0, 10) (an attention_mask is all ones),
-// fixed seed, shapes from the model (symbolic dims are 1). Prints one JSON object with the
-// latency statistics in the shape `autofusion bench --json` uses (--samples: every run too).
+// fixed seed, shapes from the model (symbolic dims are 1). --shape=NAME:D1xD2x... (repeatable)
+// gives the random input NAME that shape instead (for a dynamic export); --input=NAME=FILE.npy
+// (repeatable) feeds NAME from a NumPy file (little-endian float32, int64 or int32, C order) as
+// `autofusion bench --input` does. Prints one JSON object with the latency statistics in the
+// shape `autofusion bench --json` uses (--samples: every run too).
 'use strict';
 const path = require('path');
 const ortDir = process.env.ORT_NODE_DIR || path.join(__dirname, '..', 'node_modules', 'onnxruntime-node');
@@ -11,6 +15,39 @@ const ort = require(ortDir);
 function arg(name, dflt) {
   const a = process.argv.find((s) => s.startsWith(`--${name}=`));
   return a ? a.slice(name.length + 3) : dflt;
+}
+
+function args(name) {
+  return process.argv.filter((s) => s.startsWith(`--${name}=`)).map((s) => s.slice(name.length + 3));
+}
+
+// A .npy file as { type, dims, data } (format versions 1 to 3, C order, little-endian).
+function readNpy(file) {
+  const fs = require('fs');
+  const buf = fs.readFileSync(file);
+  if (buf.length < 10 || buf.readUInt8(0) !== 0x93 || buf.toString('latin1', 1, 6) !== 'NUMPY') {
+    throw new Error(`${file}: not a .npy file`);
+  }
+  const major = buf.readUInt8(6);
+  const hlen = major === 1 ? buf.readUInt16LE(8) : buf.readUInt32LE(8);
+  const start = (major === 1 ? 10 : 12) + hlen;
+  const header = buf.toString('latin1', major === 1 ? 10 : 12, start);
+  const descr = /'descr':\s*'([^']*)'/.exec(header);
+  const shape = /'shape':\s*\(([^)]*)\)/.exec(header);
+  if (!descr || !shape || /'fortran_order':\s*True/.test(header)) {
+    throw new Error(`${file}: unsupported .npy header ${header.trim()}`);
+  }
+  const dims = shape[1].split(',').map((x) => x.trim()).filter((x) => x).map(Number);
+  const n = dims.reduce((a, b) => a * b, 1);
+  const kinds = { '<f4': ['float32', Float32Array], '<i8': ['int64', BigInt64Array],
+                  '<i4': ['int32', Int32Array] };
+  const kind = kinds[descr[1]];
+  if (!kind) throw new Error(`${file}: dtype ${descr[1]} not supported here`);
+  const bytes = n * kind[1].BYTES_PER_ELEMENT;
+  if (buf.length - start < bytes) throw new Error(`${file}: truncated`);
+  const ab = new ArrayBuffer(bytes);  // a copy: the file's data need not be aligned
+  new Uint8Array(ab).set(buf.subarray(start, start + bytes));
+  return { type: kind[0], dims, data: new kind[1](ab) };
 }
 
 function rng(seed) {
@@ -37,11 +74,35 @@ async function main() {
     executionProviders: ['cpu'], graphOptimizationLevel: opt,
     intraOpNumThreads: threads, interOpNumThreads: 1, executionMode: 'sequential',
   });
+  const files = {};
+  for (const a of args('input')) {
+    const eq = a.indexOf('=');
+    if (eq <= 0) throw new Error(`--input=${a}: expected NAME=FILE.npy`);
+    files[a.slice(0, eq)] = a.slice(eq + 1);
+  }
+  const shapes = {};
+  for (const a of args('shape')) {
+    const colon = a.lastIndexOf(':');
+    const dims = a.slice(colon + 1).split('x').map(Number);
+    if (colon <= 0 || dims.some((d) => !Number.isInteger(d) || d < 0)) {
+      throw new Error(`--shape=${a}: expected NAME:D1xD2x...`);
+    }
+    shapes[a.slice(0, colon)] = dims;
+  }
+  for (const name of [...Object.keys(files), ...Object.keys(shapes)]) {
+    if (!sess.inputNames.includes(name)) throw new Error(`${model}: the model has no input '${name}'`);
+  }
   const rand = rng(1);
   const feeds = {};
   for (const name of sess.inputNames) {
     const meta = sess.inputMetadata.find((m) => m.name === name);
-    const dims = meta.shape.map((d) => (typeof d === 'number' && d > 0 ? d : 1));
+    if (files[name]) {
+      const t = readNpy(files[name]);
+      if (t.type !== meta.type) throw new Error(`${files[name]}: ${t.type}, but input '${name}' is ${meta.type}`);
+      feeds[name] = new ort.Tensor(t.type, t.data, t.dims);
+      continue;
+    }
+    const dims = shapes[name] || meta.shape.map((d) => (typeof d === 'number' && d > 0 ? d : 1));
     const n = dims.reduce((a, b) => a * b, 1);
     const t = meta.type;
     if (t === 'float32') {
@@ -65,6 +126,7 @@ async function main() {
   }
   const out = { model, runtime: `onnxruntime-node ${require(path.join(ortDir, 'package.json')).version}`,
                 opt, threads, ...stats(ms) };
+  out.input_shapes = Object.fromEntries(Object.entries(feeds).map(([k, v]) => [k, v.dims]));
   if (process.argv.includes('--samples')) out.samples_ms = ms;
   console.log(JSON.stringify(out));
 }

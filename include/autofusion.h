@@ -149,9 +149,10 @@ af_status af_session_output_type(const af_session *s, int i, af_tensor *type_out
  * valid while the session lives. */
 const char *af_session_report(af_session *s, int json);
 
-/* Run the model (one inference at a time per session: a session reuses one memory arena, and a
- * second concurrent call fails with AF_ERR_INVALID_ARG). `inputs[i]` is bound to the graph input called `names[i]`; every graph input
- * without an initializer must be given. `outputs` has af_session_output_count() slots that
+/* Run the model. `inputs[i]` is bound to the graph input called `names[i]`; every graph input
+ * without an initializer must be given. Safe to call from several threads at once: one run at a
+ * time uses the session's threads and preallocated memory, and a run that overlaps it runs on
+ * its caller's thread alone with memory of its own (same results). `outputs` has af_session_output_count() slots that
  * receive new tensors owned by the caller. */
 af_status af_session_run(af_session *s, const char *const *names, const af_tensor *const *inputs,
                          size_t ninputs, af_tensor **outputs, af_error *err);

@@ -16,6 +16,7 @@
  * pieces cover every item once, slots stay in range and never run twice at once, and the
  * threads take work from a slow one.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -656,6 +657,67 @@ static void test_plans_per_shape(void **state) {
     af_session_free(s);
 }
 
+/* ---- concurrent runs -------------------------------------------------------------------------- */
+
+enum { CONC_THREADS = 8, CONC_RUNS = 6 };
+
+typedef struct conc_arg {
+    af_session *s;
+    const af_tensor *in[2][2]; /* two shapes: ids, mask */
+    af_tensor *want[2][2]; /* per shape, both outputs */
+    _Atomic int bad;
+} conc_arg;
+
+static void *conc_worker(void *p) {
+    conc_arg *a = p;
+    const char *names[] = {"input_ids", "attention_mask"};
+    for (int r = 0; r < CONC_RUNS; r++) {
+        af_tensor *out[2] = {NULL, NULL};
+        af_error err;
+        int k = r % 2;
+        if (af_session_run(a->s, names, a->in[k], 2, out, &err) != AF_OK ||
+            !same_bits(out[0], a->want[k][0]) || !same_bits(out[1], a->want[k][1]))
+            atomic_store(&a->bad, 1);
+        af_tensor_free(out[0]);
+        af_tensor_free(out[1]);
+    }
+    return NULL;
+}
+
+/* 8 threads run one session (2 worker threads, a dynamic model, two shapes in turn): every
+ * result has the bits of a run made alone. */
+static void test_concurrent_runs(void **state) {
+    (void)state;
+    if (!models_dir()) skip();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/bert_dynamic.onnx", models_dir());
+    af_options opt;
+    af_options_init(&opt);
+    opt.threads = 2;
+    af_session *s = NULL;
+    af_error err;
+    if (af_session_new(path, &opt, &s, &err)) fail_msg("%s", err.message);
+    conc_arg a = {s, {{0}}, {{0}}, 0};
+    af_tensor in[2][2] = {{{0}}};
+    const char *names[] = {"input_ids", "attention_mask"};
+    for (int k = 0; k < 2; k++) {
+        bert_inputs(k ? 3 : 2, k ? 7 : 16, 2, &in[k][0], &in[k][1]);
+        a.in[k][0] = &in[k][0], a.in[k][1] = &in[k][1];
+        if (af_session_run(s, names, a.in[k], 2, a.want[k], &err)) fail_msg("%s", err.message);
+    }
+    pthread_t t[CONC_THREADS];
+    for (int i = 0; i < CONC_THREADS; i++) assert_int_equal(pthread_create(&t[i], NULL, conc_worker, &a), 0);
+    for (int i = 0; i < CONC_THREADS; i++) pthread_join(t[i], NULL);
+    assert_int_equal(atomic_load(&a.bad), 0);
+    for (int k = 0; k < 2; k++) {
+        af_tensor_free(a.want[k][0]);
+        af_tensor_free(a.want[k][1]);
+        af_tensor_release(&in[k][0]);
+        af_tensor_release(&in[k][1]);
+    }
+    af_session_free(s);
+}
+
 /* ---- .afm ------------------------------------------------------------------------------------- */
 
 /* The plan of `b` (a loaded graph) is `a`'s, value by value (matched by name). */
@@ -892,6 +954,7 @@ enum { PAR_MAX_PIECES = 4096 };
 typedef struct par_ctx {
     int64_t n;
     int slots, slow;              /* slot `slow` (-1: none) sleeps after each of its pieces */
+    double ns;                    /* the work the loop is said to be */
     _Atomic int busy[AF_EXEC_MAX_SLOTS], bad, npieces;
     struct { int64_t b, e; int slot; } piece[PAR_MAX_PIECES];
 } par_ctx;
@@ -913,7 +976,7 @@ static void par_piece(void *p, int slot, int64_t b, int64_t e) {
 
 static void par_call(af_exec *x, void *p) {
     par_ctx *c = p;
-    af_exec_parallel(x, c->n, par_piece, c);
+    af_exec_parallel(x, c->n, c->ns, par_piece, c);
 }
 
 static int by_begin(const void *a, const void *b) {
@@ -934,6 +997,7 @@ static void test_parallel_loop(void **state) {
             c->n = ns[i];
             c->slots = ns[i] < threads ? (int)ns[i] : threads;
             c->slow = ns[i] >= 100 && ns[i] < 100000 && threads > 1 ? 0 : -1;
+            c->ns = 1e12;
             af_runtime_call(rt, par_call, c);
             int np = atomic_load(&c->npieces);
             if (atomic_load(&c->bad) || np > PAR_MAX_PIECES)
@@ -958,6 +1022,13 @@ static void test_parallel_loop(void **state) {
                 fail_msg("%d threads, %lld items: nothing of the slow slot's share moved", threads,
                          (long long)ns[i]);
             free(pc);
+            /* work below a hand-off stays on the caller: one call over everything */
+            memset(c, 0, sizeof *c);
+            c->n = ns[i], c->slots = 1, c->slow = -1, c->ns = 10.0;
+            af_runtime_call(rt, par_call, c);
+            assert_int_equal(atomic_load(&c->npieces), 1);
+            assert_int_equal(c->piece[0].b, 0);
+            assert_int_equal(c->piece[0].e, ns[i]);
             free(c);
         }
         af_runtime_free(rt);
@@ -988,6 +1059,7 @@ int main(void) {
         cmocka_unit_test(test_conformance_optimized_plans),
         cmocka_unit_test(test_session_runs_planned),
         cmocka_unit_test(test_plans_per_shape),
+        cmocka_unit_test(test_concurrent_runs),
         cmocka_unit_test(test_afm_round_trip),
         cmocka_unit_test(test_afm_other_plans),
         cmocka_unit_test(test_forged_plans),

@@ -3,7 +3,7 @@
 # when everything is already there.
 set -euo pipefail
 pkgs=(cmake gcc clang-14 make
-      libpthreadpool-dev libcpuinfo-dev libfp16-dev libsleef-dev libjansson-dev libxxhash-dev
+      libcpuinfo-dev libfp16-dev libsleef-dev libjansson-dev libxxhash-dev
       libcmocka-dev libonnx-testdata python3-onnx python3-numpy python3-pytest
       python3-torch python3-torchvision libfuzzer-14-dev libclang-rt-14-dev libopenblas-dev)
 missing=()

@@ -2,9 +2,14 @@
  * A session owns its model; inputs are checked against the declared types before anything
  * runs, so a wrong dtype or shape is a clear error rather than a kernel failure.
  * Once the graph is final (optimised, or loaded compiled) the session holds its memory plan
- * (runtime/plan.h) and one arena, made at the first run and reused by every later one: a
- * session therefore runs one inference at a time, and a second concurrent af_session_run is
- * refused rather than allowed to share the arena.
+ * (runtime/plan.h) and one arena, made at the first run and reused by every later one.
+ *
+ * Concurrent runs. af_session_run may be called from any number of threads at once. One run at a
+ * time holds the session's arena, plans and worker threads; a run that arrives while they are
+ * held does not wait and does not share them: it runs on its caller's thread alone, on the
+ * executor that allocates every intermediate (the same kernels, so the same bits). Threads that
+ * share a session thus each get a core's worth of work, and a single caller keeps the planned,
+ * allocation-free path.
  *
  * A model with dynamic input dims gets a plan per shape signature (the inputs' dims): made at the
  * first run of that signature from the types inferred for it, with its own arena, and kept in a
@@ -40,7 +45,7 @@ struct af_session {
     char *report_text, *report_json; /* rendered on demand */
     af_runtime *rt;             /* threads and kernel scratch */
     void *arena;                /* plan->arena_size bytes, made by the first run */
-    atomic_int running;         /* a run is using the arena */
+    atomic_int running;         /* a run holds the arena, the plans and the workers */
     bool dynamic;               /* some input dim is symbolic: plans per shape */
     shape_plan shapes[SHAPE_PLANS];
     uint64_t runs;
@@ -313,10 +318,8 @@ static af_status shape_plan_for(af_session *s, const af_tensor *const *bound, sh
  * model with the plan and arena of its shape signature. */
 static af_status run_planned(af_session *s, const af_tensor *const *bound, af_tensor *res,
                              af_error *err) {
-    if (atomic_exchange(&s->running, 1))
-        return af_fail(err, AF_ERR_INVALID_ARG,
-                       "%s: the session is already running (a session runs one inference at a "
-                       "time; use one session per thread)", s->model->path);
+    if (atomic_exchange(&s->running, 1)) /* another thread holds the arena: run on our own */
+        return af_exec_graph(s->model->graph, bound, res, err);
     af_status st = AF_OK;
     const af_plan *plan = s->c.plan;
     void **arena = &s->arena;

@@ -101,6 +101,7 @@ typedef struct af_machine {
     double bandwidth;  /* bytes/s (read + write) to and from memory */
     double l2_bandwidth, l3_bandwidth; /* the same within L2 and within 8 x L2 */
     double l2_bytes;   /* per-core L2 size (cpuinfo) */
+    double handoff_ns, wake_ns; /* a parallel loop reaching a spinning / a sleeping worker */
     char isa[16];      /* the kernels' ISA when measured: "avx512", "avx2", "generic" */
 } af_machine;
 

@@ -1,32 +1,162 @@
-/* What kernels run with (kernel.h): the worker set (pthreadpool and scratch), the parallel loop
- * with work taken from slow threads, and the hook through which control flow reaches the
- * executor. Invariant: a parallel loop runs each item exactly once and returns after the last. */
+/* What kernels run with (kernel.h): the worker set (our thread pool and scratch), the parallel
+ * loop with work taken from slow threads, and the hook through which control flow reaches the
+ * executor.
+ *
+ * The pool. A parallel loop is published as a job: the caller opens a gate for it, wakes
+ * sleeping workers only when the work is worth a wake-up, and starts on the items itself.
+ * Workers join while the gate is open; once the caller has run out of items to take (its own
+ * share, then the back halves of everyone's), it closes the gate and waits only for the workers
+ * that joined, which are running. A worker that the operating system has not scheduled (another
+ * process holds its core) therefore never delays a loop: its items are taken by the caller.
+ * Workers spin for about the time a wake-up costs, then sleep on a futex.
+ *
+ * Invariant: a parallel loop runs each item exactly once and returns after the last. */
 #include "kernels/kernel.h"
 
-#include <pthreadpool.h>
+#include <linux/futex.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A slot's share of a parallel loop: items [next, end) packed in one word (next in the high
+ * half), on a cache line of its own, so that its owner taking from the front and a thief taking
+ * from the back each claim items with one compare-and-swap, and the owner's claims do not
+ * bounce the line while nobody steals. */
+typedef struct par_share {
+    _Alignas(64) _Atomic uint64_t range;
+} par_share;
+
+typedef struct par_job {
+    af_range_fn fn;
+    void *ctx;
+    int64_t base; /* items are numbered from base (a loop of more than 2^32 items runs in rounds) */
+    int parts;
+    par_share share[AF_EXEC_MAX_SLOTS];
+} par_job;
+
+/* The gate word: the generation of the job last published (high half), OPEN while workers may
+ * join it, and how many workers are inside it (the low 31 bits). */
+#define GATE_OPEN ((uint64_t)1 << 31)
+#define GATE_COUNT (GATE_OPEN - 1)
 
 struct af_workers {
-    pthreadpool_t pool; /* NULL with one thread: loops run on the caller */
-    int threads;
+    int threads;  /* the caller and threads - 1 workers */
+    pthread_t *tid;
+    _Atomic uint32_t gen;      /* the generation of the job last published: the futex word */
+    _Atomic uint64_t gate;
+    par_job *job;              /* written before the gate opens, read by workers that joined */
+    _Atomic int sleeping;      /* workers waiting on the futex */
+    _Atomic bool stop;
+    af_parallel_costs costs;
     void *scratch;
     size_t scratch_size;
 };
 
-af_status af_workers_new(int threads, af_workers **out, af_error *err) {
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void futex_wait(_Atomic uint32_t *word, uint32_t expect) {
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, expect, NULL, NULL, 0);
+}
+
+static void futex_wake_all(_Atomic uint32_t *word) {
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+
+static void par_part(par_job *j, int i);
+
+/* Worker `slot`'s side of a job: join it if the gate is still open, run its part, leave. */
+static void join_job(af_workers *w, int slot) {
+    uint64_t r = atomic_load_explicit(&w->gate, memory_order_acquire);
+    while (r & GATE_OPEN)
+        if (atomic_compare_exchange_weak_explicit(&w->gate, &r, r + 1, memory_order_acquire,
+                                                  memory_order_acquire)) {
+            if (slot < w->job->parts) par_part(w->job, slot);
+            atomic_fetch_sub_explicit(&w->gate, 1, memory_order_release);
+            return;
+        }
+}
+
+typedef struct worker_arg {
+    af_workers *w;
+    int slot;
+} worker_arg;
+
+static void *worker_main(void *p) {
+    worker_arg a = *(worker_arg *)p;
+    af_free(p);
+    af_workers *w = a.w;
+    uint32_t seen = 0;
+    for (;;) {
+        /* spin about as long as a wake-up costs, then sleep until a job comes */
+        int64_t until = now_ns() + w->costs.spin_ns;
+        uint32_t g;
+        for (int k = 0; (g = atomic_load_explicit(&w->gen, memory_order_acquire)) == seen; k++) {
+            cpu_relax();
+            if ((k & 255) == 255 && now_ns() > until) {
+                atomic_fetch_add(&w->sleeping, 1);
+                while ((g = atomic_load(&w->gen)) == seen && !atomic_load(&w->stop))
+                    futex_wait(&w->gen, seen);
+                atomic_fetch_sub(&w->sleeping, 1);
+                break;
+            }
+        }
+        if (atomic_load(&w->stop)) return NULL;
+        seen = g;
+        join_job(w, a.slot);
+    }
+}
+
+static void stop_workers(af_workers *w, int started) {
+    atomic_store(&w->stop, true);
+    atomic_fetch_add(&w->gen, 1);
+    futex_wake_all(&w->gen);
+    for (int i = 0; i < started; i++) pthread_join(w->tid[i], NULL);
+}
+
+af_status af_workers_new(int threads, const af_parallel_costs *costs, af_workers **out,
+                         af_error *err) {
     *out = NULL;
     if (threads < 1) return af_fail(err, AF_ERR_INVALID_ARG, "%d threads", threads);
+    if (threads > AF_EXEC_MAX_SLOTS) threads = AF_EXEC_MAX_SLOTS;
     af_workers *w = af_calloc(1, sizeof *w);
     if (!w) return af_fail(err, AF_ERR_NOMEM, "out of memory");
     w->threads = threads;
-    if (w->threads > 1) {
-        w->pool = pthreadpool_create((size_t)w->threads);
-        if (!w->pool) {
-            af_free(w);
-            return af_fail(err, AF_ERR_NOMEM, "cannot start %d threads", threads);
+    if (costs) w->costs = *costs;
+    else af_parallel_costs_default(&w->costs);
+    atomic_init(&w->gen, 0);
+    atomic_init(&w->gate, 0);
+    atomic_init(&w->sleeping, 0);
+    atomic_init(&w->stop, false);
+    w->tid = af_calloc((size_t)threads, sizeof *w->tid);
+    int started = 0;
+    while (w->tid && started < threads - 1) {
+        worker_arg *a = af_malloc(sizeof *a);
+        if (!a) break;
+        *a = (worker_arg){w, started + 1};
+        if (pthread_create(&w->tid[started], NULL, worker_main, a)) {
+            af_free(a);
+            break;
         }
-        w->threads = (int)pthreadpool_get_threads_count(w->pool);
+        started++;
+    }
+    if (started < threads - 1) {
+        stop_workers(w, started);
+        af_free(w->tid);
+        af_free(w);
+        return af_fail(err, AF_ERR_NOMEM, "cannot start %d threads", threads);
     }
     *out = w;
     return AF_OK;
@@ -34,21 +164,18 @@ af_status af_workers_new(int threads, af_workers **out, af_error *err) {
 
 void af_workers_free(af_workers *w) {
     if (!w) return;
-    if (w->pool) pthreadpool_destroy(w->pool);
+    stop_workers(w, w->threads - 1);
+    af_free(w->tid);
     af_free(w->scratch);
     af_free(w);
 }
 
 int af_workers_threads(const af_workers *w) { return w ? w->threads : 1; }
 
-static void nothing(void *ctx, size_t i) {
-    (void)ctx, (void)i;
-}
-
-void af_workers_idle(af_workers *w) {
-    if (w && w->pool)
-        pthreadpool_parallelize_1d(w->pool, nothing, NULL, (size_t)w->threads,
-                                   PTHREADPOOL_FLAG_YIELD_WORKERS);
+void af_parallel_costs_default(af_parallel_costs *c) {
+    /* what a 2020s server core measures, for a worker set nobody has tuned */
+    *c = (af_parallel_costs){.handoff_ns = 1500, .wake_ns = 30000, .spin_ns = 30000,
+                             .flops_per_ns = 50, .bytes_per_ns = 20};
 }
 
 void af_exec_init(af_exec *x, af_workers *w, af_subgraph_fn subgraph) {
@@ -64,23 +191,6 @@ void af_exec_release(af_exec *x) {
 }
 
 int af_exec_threads(const af_exec *x) { return x ? af_workers_threads(x->w) : 1; }
-
-/* A slot's share of a parallel loop: items [next, end) packed in one word (next in the high
- * half), on a cache line of its own, so that its owner taking from the front and a thief taking
- * from the back each claim items with one compare-and-swap, and the owner's claims do not
- * bounce the line while nobody steals. */
-typedef struct par_share {
-    _Alignas(64) _Atomic uint64_t range;
-} par_share;
-
-typedef struct par_job {
-    af_range_fn fn;
-    void *ctx;
-    int64_t n;
-    int parts;
-    bool fixed;
-    par_share share[AF_EXEC_MAX_SLOTS];
-} par_job;
 
 static uint64_t pack(uint64_t next, uint64_t end) { return next << 32 | end; }
 
@@ -111,35 +221,97 @@ static bool steal(par_share *s, par_share *mine) {
     }
 }
 
-static void par_part(void *p, size_t i) {
-    par_job *j = p;
+/* Slot i's part of job j: its share from the front, then what it steals, until every share it
+ * looks at is empty. A share nobody joined for is never refilled, so when the caller's part
+ * (slot 0) returns, all that is left is in the hands of workers inside the gate. */
+static void par_part(par_job *j, int i) {
     par_share *mine = &j->share[i];
     int64_t b, e;
-    if (j->fixed) { /* more items than a share holds: the static split */
-        j->fn(j->ctx, (int)i, j->n * (int64_t)i / j->parts, j->n * (int64_t)(i + 1) / j->parts);
-        return;
-    }
     for (int k = 1;;) {
-        while (take_front(mine, &b, &e)) j->fn(j->ctx, (int)i, b, e);
+        while (take_front(mine, &b, &e)) j->fn(j->ctx, i, j->base + b, j->base + e);
         /* victims from the next slot on, so that thieves spread over them */
-        while (k < j->parts && !steal(&j->share[(i + (size_t)k) % (size_t)j->parts], mine)) k++;
+        while (k < j->parts && !steal(&j->share[(i + k) % j->parts], mine)) k++;
         if (k == j->parts) return;
     }
 }
 
-void af_exec_parallel(af_exec *x, int64_t n, af_range_fn fn, void *ctx) {
+/* One job of n <= 2^32 - 1 items over `parts` slots, the caller on slot 0. */
+static void run_job(af_workers *w, par_job *j, int64_t n, bool wake) {
+    for (int s = 0; s < j->parts; s++)
+        atomic_init(&j->share[s].range,
+                    pack((uint64_t)(n * s / j->parts), (uint64_t)(n * (s + 1) / j->parts)));
+    w->job = j;
+    uint32_t g = atomic_load_explicit(&w->gen, memory_order_relaxed) + 1;
+    atomic_store_explicit(&w->gate, (uint64_t)g << 32 | GATE_OPEN, memory_order_release);
+    atomic_store(&w->gen, g);
+    if (wake && atomic_load(&w->sleeping) > 0) futex_wake_all(&w->gen);
+    par_part(j, 0);
+    /* close the gate, then wait for the workers inside (they are running: they joined) */
+    uint64_t r = atomic_fetch_and_explicit(&w->gate, ~GATE_OPEN, memory_order_acq_rel);
+    for (int k = 0; r & GATE_COUNT; k++) {
+        if (k > 4096) sched_yield();
+        else cpu_relax();
+        r = atomic_load_explicit(&w->gate, memory_order_acquire);
+    }
+}
+
+void af_exec_parallel(af_exec *x, int64_t n, double ns, af_range_fn fn, void *ctx) {
     if (n <= 0) return;
-    int t = af_exec_threads(x);
-    if (t <= 1 || n == 1) {
+    af_workers *w = x ? x->w : NULL;
+    /* Splitting saves about half of the work and costs a hand-off: not worth it below twice
+     * the hand-off; waking sleeping workers is worth it above twice the wake-up. */
+    bool wake = w && ns >= 2.0 * (double)w->costs.wake_ns;
+    if (!w || w->threads <= 1 || n == 1 || ns < 2.0 * (double)w->costs.handoff_ns ||
+        (!wake && atomic_load(&w->sleeping) == w->threads - 1)) {
         fn(ctx, 0, 0, n);
         return;
     }
-    if (t > AF_EXEC_MAX_SLOTS) t = AF_EXEC_MAX_SLOTS;
-    par_job j = {fn, ctx, n, n < t ? (int)n : t, n > (int64_t)UINT32_MAX, {{0}}};
-    for (int s = 0; s < j.parts; s++)
-        atomic_init(&j.share[s].range,
-                    pack((uint64_t)(n * s / j.parts), (uint64_t)(n * (s + 1) / j.parts)));
-    pthreadpool_parallelize_1d(x->w->pool, par_part, &j, (size_t)j.parts, 0);
+    par_job j = {fn, ctx, 0, 0, {{0}}};
+    for (int64_t base = 0; base < n; base += UINT32_MAX) {
+        int64_t m = n - base < (int64_t)UINT32_MAX ? n - base : (int64_t)UINT32_MAX;
+        j.base = base;
+        j.parts = m < w->threads ? (int)m : w->threads;
+        run_job(w, &j, m, wake);
+    }
+}
+
+double af_exec_work_ns(const af_exec *x, double flops, double bytes) {
+    af_parallel_costs d;
+    const af_parallel_costs *c = x && x->w ? &x->w->costs : &d;
+    if (c == &d) af_parallel_costs_default(&d);
+    return flops / c->flops_per_ns + bytes / c->bytes_per_ns;
+}
+
+/* ns from publishing a job to a worker starting it, with the workers spinning or asleep. */
+typedef struct probe {
+    int64_t t0;
+    _Atomic int64_t started;
+} probe;
+
+static void probe_item(void *p, int slot, int64_t b, int64_t e) {
+    probe *pr = p;
+    (void)e;
+    if (slot != 0) {
+        atomic_store(&pr->started, now_ns());
+        return;
+    }
+    /* the caller's item 0: hold on until a worker has started (or 50 ms), so that the caller
+     * does not take the worker's item before it arrives */
+    while (b == 0 && !atomic_load(&pr->started) && now_ns() - pr->t0 < 50000000) cpu_relax();
+}
+
+int64_t af_workers_probe(af_workers *w, bool asleep) {
+    if (!w || w->threads < 2) return 0;
+    af_exec x;
+    af_exec_init(&x, w, NULL);
+    if (asleep)
+        for (int64_t t = now_ns(); atomic_load(&w->sleeping) < w->threads - 1 &&
+                                   now_ns() - t < 100000000;)
+            usleep(100);
+    probe pr = {now_ns(), 0};
+    af_exec_parallel(&x, 2, 1e18, probe_item, &pr);
+    int64_t s = atomic_load(&pr.started);
+    return s ? s - pr.t0 : 50000000;
 }
 
 /* Grow *p (of *size bytes) to hold `bytes`, page-rounded; false when out of memory. */

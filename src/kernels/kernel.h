@@ -1,7 +1,7 @@
 /* The interface every kernel is written against: the function types of a shape function and a
  * kernel, and af_exec, what a kernel runs with (the threads of its parallel loops, scratch
- * memory, and for control flow the executor that runs subgraphs). exec.c implements it on
- * pthreadpool; the executor (runtime/exec.c) makes one per run.
+ * memory, and for control flow the executor that runs subgraphs). exec.c implements it
+ * (our thread pool); the executor (runtime/exec.c) makes one per run.
  *
  * This folder holds the kernels in three rooms, from the bottom up:
  *   ref/   the reference kernels and every op's shape function: plain ONNX semantics, the
@@ -41,18 +41,31 @@ typedef af_status (*af_kernel_fn)(const af_node *n, const af_tensor *const *in, 
 #define AF_DECLINED ((af_status)-1)
 
 /* ---- threads and scratch ------------------------------------------------------------------------
- * A worker set is the thread pool (pthreadpool: persistent workers, low-latency parallel loops)
- * and the scratch memory kernels borrow while they run. Scratch grows to the largest request
- * and then stays, so a steady-state run allocates nothing for it. */
+ * A worker set is the thread pool (exec.c: persistent workers that join parallel loops while
+ * the caller works, spin briefly, then sleep) and the scratch memory kernels borrow while they
+ * run. Scratch grows to the largest request and then stays, so a steady-state run allocates
+ * nothing for it. */
 typedef struct af_workers af_workers;
 
-/* threads >= 1 (the caller resolves "every core"). */
-af_status af_workers_new(int threads, af_workers **out, af_error *err);
+/* What a parallel loop costs and what work runs at, on one core: the runtime fills it from the
+ * machine's calibration (runtime/machine.c). */
+typedef struct af_parallel_costs {
+    int64_t handoff_ns; /* publishing a loop until a spinning worker starts on it */
+    int64_t wake_ns;    /* the same for a sleeping worker */
+    int64_t spin_ns;    /* how long an idle worker spins before it sleeps */
+    double flops_per_ns, bytes_per_ns; /* for af_exec_work_ns */
+} af_parallel_costs;
+/* Figures for a worker set nobody has measured. */
+void af_parallel_costs_default(af_parallel_costs *c);
+
+/* threads >= 1 (the caller resolves "every core"); costs NULL: the defaults. */
+af_status af_workers_new(int threads, const af_parallel_costs *costs, af_workers **out,
+                         af_error *err);
 void af_workers_free(af_workers *w);
 int af_workers_threads(const af_workers *w);
-/* Let the workers sleep until the next parallel loop instead of spinning (between runs: an idle
- * session then leaves the cores to whoever needs them). */
-void af_workers_idle(af_workers *w);
+/* Calibration: ns from publishing a loop to a worker starting on it, with the workers spinning
+ * (asleep false) or asleep (waits up to 100 ms for them to fall asleep). 0 with one thread. */
+int64_t af_workers_probe(af_workers *w, bool asleep);
 
 /* A subgraph run by the executor inside the frame of the node being executed (If, Loop, Scan). */
 typedef af_status (*af_subgraph_fn)(af_exec *x, const af_graph *body,
@@ -81,7 +94,9 @@ void af_exec_release(af_exec *x);
 /* Threads available to this run (1 without workers, or x NULL). */
 int af_exec_threads(const af_exec *x);
 /* fn(ctx, slot, begin, end) over pieces that cover [0, n) once, run in parallel; returns when
- * every item is done. x may be NULL (one call over all of [0, n)). Slots are 0 to
+ * every item is done. `ns` is the whole loop's work on one core (af_exec_work_ns): below about
+ * twice a hand-off the loop runs on the caller alone, and sleeping workers are woken only for
+ * work worth a wake-up. x may be NULL (one call over all of [0, n)). Slots are 0 to
  * min(af_exec_threads(), n, AF_EXEC_MAX_SLOTS) - 1. Slot s starts on the s-th of that many
  * contiguous, nearly equal shares and takes its pieces from the front; a slot whose share is
  * done takes the back half of what is left of another's (balancing threads that run at
@@ -91,7 +106,10 @@ int af_exec_threads(const af_exec *x);
  * on the slot or the pieces (that keeps results the same from run to run). */
 enum { AF_EXEC_MAX_SLOTS = 64 };
 typedef void (*af_range_fn)(void *ctx, int slot, int64_t begin, int64_t end);
-void af_exec_parallel(af_exec *x, int64_t n, af_range_fn fn, void *ctx);
+void af_exec_parallel(af_exec *x, int64_t n, double ns, af_range_fn fn, void *ctx);
+/* The time on one core of work that does `flops` floating-point operations and moves `bytes`
+ * through the caches, at the worker set's calibrated rates. */
+double af_exec_work_ns(const af_exec *x, double flops, double bytes);
 /* `bytes` of 64-byte aligned scratch, valid until the calling kernel returns (one request per
  * kernel call: a second one may return the same memory). NULL when out of memory or x is NULL. */
 void *af_exec_scratch(af_exec *x, size_t bytes);

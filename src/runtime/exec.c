@@ -11,6 +11,7 @@
 #include "kernels/fast/dispatch.h"
 #include "kernels/simd/cpu.h"
 #include "runtime/exec.h"
+#include "runtime/machine.h"
 #include "runtime/plan.h"
 #include "runtime/profile.h"
 
@@ -51,7 +52,20 @@ af_status af_runtime_new(int threads, af_runtime **out, af_error *err) {
     if (threads < 0) return af_fail(err, AF_ERR_INVALID_ARG, "--threads must be >= 0, got %d", threads);
     af_runtime *rt = af_calloc(1, sizeof *rt);
     if (!rt) return af_fail(err, AF_ERR_NOMEM, "out of memory");
-    af_status st = af_workers_new(threads ? threads : af_cpu_cores(), &rt->w, err);
+    if (!threads) threads = af_cpu_cores();
+    af_parallel_costs c;
+    af_parallel_costs_default(&c);
+    if (threads > 1) { /* the calibrated machine (measured once per machine, then cached) */
+        const af_machine *m = af_machine_get();
+        c.handoff_ns = (int64_t)m->handoff_ns;
+        c.wake_ns = (int64_t)m->wake_ns;
+        /* spin as long as a wake-up costs: idle spinning then never wastes more than twice
+         * what sleeping at once would have cost (the ski-rental rule) */
+        c.spin_ns = c.wake_ns < 5000 ? 5000 : c.wake_ns > 200000 ? 200000 : c.wake_ns;
+        c.flops_per_ns = m->gemm_flops / 1e9;
+        c.bytes_per_ns = m->l3_bandwidth / 1e9;
+    }
+    af_status st = af_workers_new(threads, &c, &rt->w, err);
     if (st) {
         af_free(rt);
         return st;
@@ -408,9 +422,5 @@ af_status af_exec_graph_planned(const af_graph *g, const af_plan *p, void *arena
     if (g->parent || p->nvalues != g->nvalues || (p->arena_size && !arena))
         return af_fail(err, AF_ERR_INTERNAL, "%s: the memory plan does not belong to this graph",
                        g->file ? g->file : "<model>");
-    af_status st = exec_top(g, p, arena, rt, inputs, outputs, err);
-    /* Between runs the workers sleep instead of spinning: an idle session then leaves the
-     * cores to whoever needs them (another session, another process). */
-    if (rt) af_workers_idle(rt->w);
-    return st;
+    return exec_top(g, p, arena, rt, inputs, outputs, err);
 }

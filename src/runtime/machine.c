@@ -254,6 +254,26 @@ static double measure_gemm(void) {
     return best;
 }
 
+/* Median of 9 probes of a 2-thread worker set: how long a parallel loop takes to reach a
+ * worker that is spinning, and one that is asleep. */
+static void measure_handoff(double *spin_ns, double *wake_ns) {
+    *spin_ns = 1500, *wake_ns = 30000;
+    af_workers *w;
+    if (af_workers_new(2, NULL, &w, NULL) != AF_OK) return;
+    for (int asleep = 0; asleep < 2; asleep++) {
+        int64_t v[9];
+        for (int i = 0; i < 9; i++) {
+            v[i] = af_workers_probe(w, asleep);
+            for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+                int64_t t = v[j];
+                v[j] = v[j - 1], v[j - 1] = t;
+            }
+        }
+        *(asleep ? wake_ns : spin_ns) = (double)v[4];
+    }
+    af_workers_free(w);
+}
+
 /* ---- the cache file ------------------------------------------------------------------------ */
 
 const char *af_machine_path(char *buf, size_t len) {
@@ -275,7 +295,7 @@ static double num(json_t *root, const char *key) {
     return json_number_value(json_object_get(root, key));
 }
 
-/* The file holds one record per ISA ({"version": 3, "avx512": {...}, "avx2": {...}}), so that
+/* The file holds one record per ISA ({"version": 4, "avx512": {...}, "avx2": {...}}), so that
  * runs on different ISAs (the tests' AUTOFUSION_ISA variants) do not evict each other's. Load
  * the record of the kernels' ISA now in force. */
 static bool load(const char *path, af_machine *m) {
@@ -283,12 +303,14 @@ static bool load(const char *path, af_machine *m) {
     json_t *root = json_load_file(path, 0, &e);
     if (!root) return false;
     const char *isa = af_isa_name(af_isa_get());
-    json_t *r = json_integer_value(json_object_get(root, "version")) == 3
+    json_t *r = json_integer_value(json_object_get(root, "version")) == 4
                     ? json_object_get(root, isa) : NULL;
     double gf = num(r, "peak_gflops"), gg = num(r, "gemm_gflops"), bw = num(r, "bandwidth_gbs");
     double b2 = num(r, "l2_bandwidth_gbs"), b3 = num(r, "l3_bandwidth_gbs"), l2 = num(r, "l2_bytes");
+    double ho = num(r, "handoff_us"), wk = num(r, "wake_us");
     bool ok = r && sane(gf, 0.01, 1e6) && sane(gg, 0.01, 1e6) && sane(bw, 0.01, 1e5) &&
-              sane(b2, 0.01, 1e5) && sane(b3, 0.01, 1e5) && sane(l2, 1024, 1e10);
+              sane(b2, 0.01, 1e5) && sane(b3, 0.01, 1e5) && sane(l2, 1024, 1e10) &&
+              sane(ho, 0.0, 1e5) && sane(wk, 0.0, 1e5);
     if (ok) {
         m->flops = gf * 1e9;
         m->gemm_flops = gg * 1e9;
@@ -296,6 +318,8 @@ static bool load(const char *path, af_machine *m) {
         m->l2_bandwidth = b2 * 1e9;
         m->l3_bandwidth = b3 * 1e9;
         m->l2_bytes = l2;
+        m->handoff_ns = ho * 1e3;
+        m->wake_ns = wk * 1e3;
         snprintf(m->isa, sizeof m->isa, "%s", isa);
     }
     json_decref(root);
@@ -321,14 +345,15 @@ static void store(const char *path, const af_machine *m) {
     json_error_t e;
     json_t *root = json_load_file(path, 0, &e);
     if (!root || !json_is_object(root) ||
-        json_integer_value(json_object_get(root, "version")) != 3) {
+        json_integer_value(json_object_get(root, "version")) != 4) {
         json_decref(root);
-        root = json_pack("{s:i}", "version", 3);
+        root = json_pack("{s:i}", "version", 4);
     }
-    json_t *r = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "peak_gflops", m->flops / 1e9,
+    json_t *r = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "peak_gflops", m->flops / 1e9,
                           "gemm_gflops", m->gemm_flops / 1e9, "bandwidth_gbs", m->bandwidth / 1e9,
                           "l2_bandwidth_gbs", m->l2_bandwidth / 1e9,
-                          "l3_bandwidth_gbs", m->l3_bandwidth / 1e9, "l2_bytes", m->l2_bytes);
+                          "l3_bandwidth_gbs", m->l3_bandwidth / 1e9, "l2_bytes", m->l2_bytes,
+                          "handoff_us", m->handoff_ns / 1e3, "wake_us", m->wake_ns / 1e3);
     if (!root || !r || json_object_set_new(root, m->isa, r)) {
         json_decref(root);
         return;
@@ -358,6 +383,7 @@ af_status af_machine_calibrate(const char *path, af_machine *m, af_error *err) {
     m->bandwidth = measure_bandwidth((size_t)64 << 20);
     m->l2_bandwidth = measure_bandwidth(af_cpu_l2() / 4); /* two buffers inside L2 */
     m->l3_bandwidth = measure_bandwidth(af_cpu_l2() * 4);
+    measure_handoff(&m->handoff_ns, &m->wake_ns);
     snprintf(m->isa, sizeof m->isa, "%s", af_isa_name(af_isa_get()));
     if (path) store(path, m);
     return AF_OK;

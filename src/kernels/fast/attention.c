@@ -162,7 +162,8 @@ static af_status run_attention(const af_node *n, const attn_geom *g, const attn_
     j.scratch = af_exec_scratch(x, j.per_slot * (size_t)threads);
     if (!j.scratch)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory for attention scratch");
-    af_exec_parallel(x, g->B * g->H, run_heads, &j);
+    double ns = af_exec_work_ns(x, 4.0 * (double)(g->B * g->H * g->Sq * g->Sk * g->D), 0.0);
+    af_exec_parallel(x, g->B * g->H, ns, run_heads, &j);
     return AF_OK;
 }
 

@@ -254,6 +254,11 @@ static void pad_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     }
 }
 
+/* The work of writing the padded copy of X (hp x wp rows per image): bytes read and written. */
+static double pad_ns(const conv_cl *g, int64_t hp, int64_t wp, af_exec *ex) {
+    return af_exec_work_ns(ex, 0.0, 4.0 * (double)(g->n * (hp * wp + g->h * g->w) * g->c));
+}
+
 /* Scratch conv_dense needs on `threads` threads: the zero-bordered image when the windows
  * reach outside X, the blocks of gated weights (one per thread) and the tap offsets. */
 static size_t dense_scratch_bytes(const conv_cl *g, int threads) {
@@ -284,7 +289,7 @@ static void conv_dense(const conv_cl *g, const af_vep *ep, float *y, unsigned ch
     int64_t *taps = (int64_t *)((unsigned char *)wg + ((gated + 63) & ~(size_t)63));
     if (pad) {
         pad_job pj = {g, xp, hp, wp};
-        af_exec_parallel(ex, g->n * hp, pad_rows, &pj);
+        af_exec_parallel(ex, g->n * hp, pad_ns(g, hp, wp, ex), pad_rows, &pj);
     } else {
         xp = (float *)g->x;
     }
@@ -392,7 +397,7 @@ static void conv_low(const conv_cl *g, const af_vep *ep, float *y, unsigned char
     low_job j = {g, hp, wp, cp, bf ? (uint16_t *)scratch : NULL, bf ? NULL : (float *)scratch};
     int64_t *taps = (int64_t *)(scratch + (((img + slack) * es + 63) & ~(size_t)63));
     if (slack) memset(scratch + img * es, 0, slack * es);
-    af_exec_parallel(ex, g->n * hp, low_rows, &j);
+    af_exec_parallel(ex, g->n * hp, pad_ns(g, hp, wp, ex), low_rows, &j);
     /* bfloat16: one tap per kernel position (channels padded); half: per kernel row, as float32 */
     bool merged = !bf && g->dw == 1;
     int64_t ntaps = 0;
@@ -492,14 +497,18 @@ static void conv_winograd(const conv_cl *g, const af_vep *ep, float *y, unsigned
     size_t img, vm;
     wino_sizes(g, af_exec_threads(ex), &hp, &wp, &img, &vm);
     pad_job pj = {g, (float *)scratch, hp, wp};
-    af_exec_parallel(ex, g->n * hp, pad_rows, &pj);
+    af_exec_parallel(ex, g->n * hp, pad_ns(g, hp, wp, ex), pad_rows, &pj);
     int64_t th = (g->oh + 3) / 4, tw = (g->ow + 3) / 4, ntiles = g->n * th * tw;
     float *v = (float *)(scratch + img);
     wino_job j = {g, ep, (float *)scratch, hp, wp, th, tw, ntiles, v, v + 36 * ntiles * g->c, y,
                   (float *)(scratch + img + vm)};
-    af_exec_parallel(ex, ntiles, wino_in_tiles, &j);
-    af_exec_parallel(ex, 36, wino_products, &j);
-    af_exec_parallel(ex, ntiles, wino_out_tiles, &j);
+    /* the transforms: about 10 additions per element of 36-element tiles, in and out */
+    double in_ns = af_exec_work_ns(ex, 360.0 * (double)(ntiles * g->c), 288.0 * (double)(ntiles * g->c));
+    double out_ns = af_exec_work_ns(ex, 360.0 * (double)(ntiles * g->m), 288.0 * (double)(ntiles * g->m));
+    af_exec_parallel(ex, ntiles, in_ns, wino_in_tiles, &j);
+    af_exec_parallel(ex, 36, af_exec_work_ns(ex, 72.0 * (double)(ntiles * g->c * g->m), 0.0),
+                     wino_products, &j);
+    af_exec_parallel(ex, ntiles, out_ns, wino_out_tiles, &j);
 }
 
 /* ---- depthwise ----------------------------------------------------------------------------------- */
@@ -624,6 +633,8 @@ static void conv_run(const conv_cl *g, const af_epilogue *ep, const af_epilogue 
         return;
     }
     /* The depthwise row kernel starts from the bias itself. */
+    double dw_ns = af_exec_work_ns(ex, 2.0 * (double)(g->n * g->oh * g->ow * g->c * g->kh * g->kw),
+                                   4.0 * (double)(g->n * (g->h * g->w + g->oh * g->ow) * g->c));
     size_t stride = dw_sums_stride(g), sums_bytes = mean ? conv_sums_bytes(g) : 0;
     float *sums = mean ? (float *)scratch : NULL;
     if (mean) memset(scratch, 0, sums_bytes);
@@ -635,10 +646,10 @@ static void conv_run(const conv_cl *g, const af_epilogue *ep, const af_epilogue 
         for (int s = 0; s < af_exec_threads(ex) && s < AF_EXEC_MAX_SLOTS; s++)
             for (int k = 0; k < PRO_MAX_SPAN; k++)
                 ((pro_ring *)(pj.rings + (size_t)s * pro_ring_bytes(g)))->have[k] = -1;
-        af_exec_parallel(ex, g->n * g->oh, pro_rows, &pj);
+        af_exec_parallel(ex, g->n * g->oh, dw_ns + af_exec_work_ns(ex, 2.0 * (double)(g->n * g->h * g->w * g->c * g->pro_c), 0.0), pro_rows, &pj);
     } else {
         dw_job j = {g, &vep, y, sums};
-        af_exec_parallel(ex, g->n * g->oh, dw_rows, &j);
+        af_exec_parallel(ex, g->n * g->oh, dw_ns, dw_rows, &j);
     }
     if (!mean) return;
     float inv = 1.0f / (float)(g->oh * g->ow);

@@ -57,8 +57,8 @@ void fast_ep_run(af_exec *ex, const af_vep *v, const float *x, float *y, int64_t
     /* Flat runs split in pieces; the generic fallback needs whole rows too. */
     if (v->generic && !by_rows) j.rows = 1;
     int64_t items = j.rows == 1 ? numel : j.rows;
-    /* Small tensors are not worth waking the other threads for. */
-    af_exec_parallel(numel < 4 * PIECE ? NULL : ex, items, ep_range, &j);
+    double ns = af_exec_work_ns(ex, (double)numel * v->nsteps, 8.0 * (double)numel);
+    af_exec_parallel(ex, items, ns, ep_range, &j);
 }
 
 /* The vector op of a unary ONNX op with its parameters, from its row of the op table: its
@@ -89,7 +89,9 @@ static bool run_map(int op, float p0, float p1, const af_tensor *x, af_tensor *y
     int64_t count = af_tensor_numel(x);
     if (count < 0 || count != af_tensor_numel(y)) return false;
     un_job j = {op, p0, p1, x->data, y->data};
-    af_exec_parallel(count < 4 * PIECE ? NULL : ex, count, un_range, &j);
+    /* about 20 operations per element for the transcendental ones */
+    af_exec_parallel(ex, count, af_exec_work_ns(ex, 20.0 * (double)count, 8.0 * (double)count),
+                     un_range, &j);
     return true;
 }
 
@@ -185,7 +187,8 @@ static bool run_layernorm(const af_tensor *x, const af_tensor *scale, const af_t
         (bias && (bias->dtype != AF_DTYPE_FLOAT || af_tensor_numel(bias) != len)))
         return false;
     row_job j = {x->data, scale->data, bias ? bias->data : NULL, y->data, len, eps};
-    af_exec_parallel(rows * len < 4 * PIECE ? NULL : ex, rows, ln_rows, &j);
+    af_exec_parallel(ex, rows, af_exec_work_ns(ex, 8.0 * (double)(rows * len), 12.0 * (double)(rows * len)),
+                     ln_rows, &j);
     return true;
 }
 
@@ -194,7 +197,8 @@ static bool run_softmax(const af_tensor *x, int64_t rows, int64_t len, af_tensor
         len < 1)
         return false;
     row_job j = {x->data, NULL, NULL, y->data, len, 0.0f};
-    af_exec_parallel(rows * len < 4 * PIECE ? NULL : ex, rows, smax_rows, &j);
+    af_exec_parallel(ex, rows, af_exec_work_ns(ex, 20.0 * (double)(rows * len), 12.0 * (double)(rows * len)),
+                     smax_rows, &j);
     return true;
 }
 
@@ -221,7 +225,8 @@ static bool run_row_sums(const af_tensor *x, int64_t rows, int64_t len, bool mea
         len < 1 || af_tensor_numel(y) != rows)
         return false;
     sum_job j = {x->data, y->data, len, mean};
-    af_exec_parallel(rows * len < 4 * PIECE ? NULL : ex, rows, sum_rows, &j);
+    af_exec_parallel(ex, rows, af_exec_work_ns(ex, (double)(rows * len), 4.0 * (double)(rows * len)),
+                     sum_rows, &j);
     return true;
 }
 
@@ -287,7 +292,9 @@ static bool run_transpose(const af_tensor *x, const int *perm, af_tensor *y, af_
         return false;
     }
     j.cblocks = (j.c + TR_BLOCK - 1) / TR_BLOCK;
-    af_exec_parallel(batch * j.r * j.c < 4 * PIECE ? NULL : ex, batch * j.cblocks, tr_blocks, &j);
+    /* strided reads cost about twice a copy */
+    af_exec_parallel(ex, batch * j.cblocks, af_exec_work_ns(ex, 0.0, 16.0 * (double)(batch * j.r * j.c)),
+                     tr_blocks, &j);
     return true;
 }
 

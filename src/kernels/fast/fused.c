@@ -46,12 +46,12 @@ static void se_fc_rows(void *ctx, int slot, int64_t begin, int64_t end) {
 
 /* s_out[o] = act(b[o] + sum_i w[o, i] * s_in[i]) for a 1x1 conv on a [1, nin, 1...] input.
  * The weights (up to megabytes in EfficientNet's last stages) are read once per image, so the
- * threads share the rows of large ones; a small one is not worth waking them for. */
+ * threads share the rows of large ones (af_exec_parallel keeps small ones on the caller). */
 static void se_fc(const float *w, const float *b, const float *s_in, int64_t nin, int64_t nout,
                   const se_act *a, float *s_out, af_exec *ex) {
     se_fc_job j = {w, b, s_in, nin, a, s_out};
-    if (nin * nout >= 65536) af_exec_parallel(ex, nout, se_fc_rows, &j);
-    else se_fc_rows(&j, 0, 0, nout);
+    af_exec_parallel(ex, nout, af_exec_work_ns(ex, 2.0 * (double)(nin * nout), 4.0 * (double)(nin * nout)),
+                     se_fc_rows, &j);
 }
 
 typedef struct se_job {
@@ -93,7 +93,8 @@ static void se_run_cl(const af_tensor *x, const af_tensor *w1, const af_tensor *
         af_vep_build(NULL, y + b * hw * c, c, &vp);
         af_vep_prepend(&vp, AF_EP_MUL, AF_VEP_COL, scale);
         se_job j = {xb, y + b * hw * c, &vp, c};
-        af_exec_parallel(ex, hw, se_scale_rows, &j);
+        af_exec_parallel(ex, hw, af_exec_work_ns(ex, (double)(hw * c), 8.0 * (double)(hw * c)),
+                         se_scale_rows, &j);
     }
 }
 

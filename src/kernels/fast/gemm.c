@@ -366,5 +366,6 @@ void af_gemm_run(af_exec *x, const af_gemm *g) {
     if (x && (double)j.k * (double)g->n < 1.75 * (double)m * (double)(j.k + g->n)) parts = af_exec_threads(x);
     if (parts > j.ntiles) parts = j.ntiles;
     j.part_tiles = (j.ntiles + parts - 1) / parts;
-    af_exec_parallel(x, j.ntiles * j.npanels, gemm_range, &j);
+    af_exec_parallel(x, j.ntiles * j.npanels, af_exec_work_ns(x, 2.0 * (double)m * (double)g->n * (double)j.k, 0.0),
+                     gemm_range, &j);
 }

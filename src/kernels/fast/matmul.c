@@ -230,7 +230,7 @@ static af_status mm_run_low(const af_node *n, const fused_mm *g, const af_vep *v
     j.a16 = bf ? (uint16_t *)scratch : NULL;
     j.a32 = (float *)(scratch + off);
     if (bf) memset(j.a16 + rows * j.kp, 0, (size_t)(32 * j.kp) * sizeof(uint16_t));
-    af_exec_parallel(rows * g->k < 16384 ? NULL : ex, rows, mm_low_rows, &j);
+    af_exec_parallel(ex, rows, af_exec_work_ns(ex, 0.0, 8.0 * (double)(rows * g->k)), mm_low_rows, &j);
     static const int64_t tap0[1] = {0};
     af_gemm gm = {bf ? (const void *)j.a16 : (const void *)j.a32, 1, rows, 0, j.kp, tap0, 1, j.kp,
                   g->b->data, g->n, y, g->n, vep, 0, 0, gemm_type(g->bdtype), NULL, NULL};
@@ -283,7 +283,8 @@ static af_status mm_run_fast(const af_node *n, const fused_mm *g, const af_epilo
             af_gemm_run(ex, &gm);
         }
     } else {
-        af_exec_parallel(ex, f.nbatch, mm_entries, &f);
+        double flops = 2.0 * (double)f.nbatch * (double)g->m * (double)g->n * (double)g->k;
+        af_exec_parallel(ex, f.nbatch, af_exec_work_ns(ex, flops, 0.0), mm_entries, &f);
     }
     return AF_OK;
 }

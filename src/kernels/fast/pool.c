@@ -99,7 +99,10 @@ static af_status pool_cl_run(const af_node *n, const af_tensor *const *in, af_te
     if (global && p.h * p.wd == 0)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "global pooling over an empty image");
     pool_job j = {&p, in[0]->data, out[0].data, global};
-    af_exec_parallel(ex, global ? p.n : p.n * t.dims[1], pool_rows, &j);
+    double taps = global ? 1.0 : (double)(p.w.k[1] * p.w.k[2]);
+    double ns = af_exec_work_ns(ex, (double)af_tensor_numel(&out[0]) * taps,
+                                4.0 * (double)(af_tensor_numel(in[0]) + af_tensor_numel(&out[0])));
+    af_exec_parallel(ex, global ? p.n : p.n * t.dims[1], ns, pool_rows, &j);
     return AF_OK;
 }
 
