@@ -104,6 +104,11 @@ typedef struct af_options {
                                    (force_fp32, must_keep_origin_dtype, force_fp16,
                                    allow_fp32_to_fp16, allow_mix_precision) */
     const char *keep_fp32;      /* "A,B": fusion rules, node names or op types kept in float32 */
+    /* "name:1,1~32,512;name2:...": the dims each input may take (a dim lo~hi or a single
+     * value), as TensorRT's optimization profiles: runs outside are refused with an error
+     * naming the input and the dim, and the smallest and largest shapes are planned when the
+     * session is made. Saved in a .afm, which then keeps it (unless given again). */
+    const char *input_shape_range;
 } af_options;
 
 /* Defaults: all cores, fusion on, errors only. The environment also switches fusions off

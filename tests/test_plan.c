@@ -657,6 +657,70 @@ static void test_plans_per_shape(void **state) {
     af_session_free(s);
 }
 
+/* Allocations of one run of s at b x t (af_alloc_count). */
+static int64_t run_allocations(af_session *s, int64_t b, int64_t t, af_status *st, af_error *err) {
+    af_tensor ids = {0}, mask = {0};
+    bert_inputs(b, t, 0, &ids, &mask);
+    const char *names[] = {"input_ids", "attention_mask"};
+    const af_tensor *inputs[] = {&ids, &mask};
+    af_tensor *out[2] = {NULL, NULL};
+    af_alloc_fault(0, false);
+    *st = af_session_run(s, names, inputs, 2, out, err);
+    int64_t n = af_alloc_count();
+    af_tensor_free(out[0]);
+    af_tensor_free(out[1]);
+    af_tensor_release(&ids);
+    af_tensor_release(&mask);
+    return n;
+}
+
+/* --input_shape_range: the smallest and largest shapes are planned when the session is made
+ * (their first run allocates no more than a repeated one), shapes outside are refused naming
+ * the input and the dim, and a malformed range is an error naming the input. */
+static void test_shape_ranges(void **state) {
+    (void)state;
+    if (!models_dir()) skip();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/bert_dynamic.onnx", models_dir());
+    af_options opt;
+    af_options_init(&opt);
+    opt.input_shape_range = "input_ids:1~4,2~16;attention_mask:1~4,2~16";
+    af_session *s = NULL, *plain = NULL;
+    af_error err;
+    af_status st;
+    if (af_session_new(path, &opt, &s, &err)) fail_msg("%s", err.message);
+    if (af_session_new(path, NULL, &plain, &err)) fail_msg("%s", err.message);
+    /* a first run inside the range (planned now) makes what every session makes once */
+    run_allocations(s, 3, 9, &st, &err);
+    assert_int_equal(st, AF_OK);
+    run_allocations(plain, 3, 9, &st, &err);
+    for (int k = 0; k < 2; k++) {
+        int64_t b = k ? 4 : 1, t = k ? 16 : 2;
+        int64_t first = run_allocations(s, b, t, &st, &err), again = run_allocations(s, b, t, &st, &err);
+        assert_int_equal(st, AF_OK);
+        int64_t plain_first = run_allocations(plain, b, t, &st, &err);
+        int64_t plain_again = run_allocations(plain, b, t, &st, &err);
+        assert_int_equal(again, plain_again);
+        /* planned already: at most the kernels' scratch grows (to the largest shape's) */
+        assert_true(first <= again + 1);
+        assert_true(plain_first > first + 2); /* signature, plan, arena */
+    }
+    run_allocations(s, 2, 17, &st, &err);
+    assert_int_equal(st, AF_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.message, "input 'input_ids' dim 1 is 17, outside the range 2~16"));
+    af_session_free(s);
+    af_session_free(plain);
+    static const char *bad[][2] = {{"input_ids:1~4", "'input_ids' has rank 2, not 1"},
+                                   {"input_ids:4~1,2", "bad dims for 'input_ids'"},
+                                   {"input_ids:1,2;nope:1", "no input 'nope'"},
+                                   {"input_ids", "is not name:"}};
+    for (size_t i = 0; i < AF_COUNT(bad); i++) {
+        opt.input_shape_range = bad[i][0];
+        assert_int_equal(af_session_new(path, &opt, &s, &err), AF_ERR_INVALID_ARG);
+        if (!strstr(err.message, bad[i][1])) fail_msg("%s: %s", bad[i][0], err.message);
+    }
+}
+
 /* ---- concurrent runs -------------------------------------------------------------------------- */
 
 enum { CONC_THREADS = 8, CONC_RUNS = 6 };
@@ -686,7 +750,7 @@ static void *conc_worker(void *p) {
 
 /* 8 threads run one session (2 worker threads, a dynamic model, two shapes in turn): every
  * result has the bits of a run made alone. */
-static void test_concurrent_runs(void **state) {
+static void test_threads_concurrent_runs(void **state) {
     (void)state;
     if (!models_dir()) skip();
     char path[1024];
@@ -984,7 +1048,7 @@ static int by_begin(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static void test_parallel_loop(void **state) {
+static void test_threads_parallel_loop(void **state) {
     (void)state;
     static const int64_t ns[] = {1, 2, 3, 5, 100, 1000, ((int64_t)1 << 32) + 5};
     for (int threads = 1; threads <= 3; threads++) {
@@ -1059,11 +1123,12 @@ int main(void) {
         cmocka_unit_test(test_conformance_optimized_plans),
         cmocka_unit_test(test_session_runs_planned),
         cmocka_unit_test(test_plans_per_shape),
-        cmocka_unit_test(test_concurrent_runs),
+        cmocka_unit_test(test_threads_concurrent_runs),
+        cmocka_unit_test(test_shape_ranges),
         cmocka_unit_test(test_afm_round_trip),
         cmocka_unit_test(test_afm_other_plans),
         cmocka_unit_test(test_forged_plans),
-        cmocka_unit_test(test_parallel_loop),
+        cmocka_unit_test(test_threads_parallel_loop),
     };
     if (getenv("AF_TEST_FILTER")) cmocka_set_test_filter(getenv("AF_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -34,6 +34,7 @@ static const struct opt {
     {"output_dir", STR, offsetof(cli, output_dir), RUN, "DIR  write each output as DIR/<name>.npy"},
     {"plugin", PLUGIN, 0, LOADS | INSPECT, "LIB.so  load custom ops and fusion rules (repeatable)"},
     {"input_shape", STR, offsetof(cli, input_shape), LOADS, "\"name:1,3,224,224;...\"  fix symbolic dims"},
+    {"input_shape_range", STR, offsetof(cli, input_shape_range), LOADS, "\"name:1,1~32,512;...\"  allowed dims (checked, pre-planned)"},
     {"precision_mode", STR, offsetof(cli, precision_mode), LOADS, "fp32|bf16|fp16|mixed  (ATC's force_fp32, force_fp16, allow_mix_precision...)"},
     {"keep_fp32", STR, offsetof(cli, keep_fp32), LOADS, "A,B  fusion rules, node names or op types kept in fp32"},
     {"disable_fusion", STR, offsetof(cli, disable_fusion), LOADS, "A,B  switch fusion rules off"},
@@ -253,6 +254,7 @@ int inputs_make(const cli *c, const af_session *s, inputs *in) {
 void cli_options(const cli *c, af_options *opt) {
     af_options_init(opt);
     opt->input_shape = c->input_shape;
+    opt->input_shape_range = c->input_shape_range;
     opt->threads = (int)c->threads;
     opt->disable_fusion = c->disable_fusion;
     opt->fusion_switch_file = c->fusion_switch_file;

@@ -14,6 +14,7 @@ typedef struct cli {
     const char *model;
     const char *output_dir;
     const char *input_shape;
+    const char *input_shape_range;
     const char *input_name[MAX_INPUTS];
     const char *input_file[MAX_INPUTS];
     int ninputs;

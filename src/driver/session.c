@@ -28,6 +28,12 @@
 #include <stdatomic.h>
 #include <string.h>
 
+/* The dims an input may take (--input_shape_range): per dim lo..hi. */
+typedef struct dim_range {
+    int rank; /* 0: the input has no range */
+    int64_t lo[AF_MAX_RANK], hi[AF_MAX_RANK];
+} dim_range;
+
 /* One shape signature's plan and arena. */
 enum { SHAPE_PLANS = 4 };
 typedef struct shape_plan {
@@ -49,7 +55,12 @@ struct af_session {
     bool dynamic;               /* some input dim is symbolic: plans per shape */
     shape_plan shapes[SHAPE_PLANS];
     uint64_t runs;
+    dim_range *ranges;          /* per graph input, or NULL: no --input_shape_range */
+    char *range_spec;           /* the spec, kept for af_session_save */
 };
+
+static af_status parse_ranges(af_session *s, const char *spec, af_error *err);
+static af_status preplan(af_session *s, af_error *err);
 
 static void shape_plan_clear(shape_plan *p) {
     af_free(p->sig);
@@ -83,7 +94,8 @@ static af_status loaded(af_graph *g, af_plan **file_plan, const char *file_preci
 }
 
 static af_status finish(af_model *m, af_plan *file_plan, const af_options *opt, bool compiled,
-                        const char *file_precision, af_session **out, af_error *err) {
+                        const char *file_precision, const char *file_range, af_session **out,
+                        af_error *err) {
     af_session *s = af_calloc(1, sizeof *s);
     af_status st = AF_OK;
     if (!s) {
@@ -104,15 +116,19 @@ static af_status finish(af_model *m, af_plan *file_plan, const af_options *opt, 
     for (int i = 0; i < m->graph->ninputs; i++)
         for (int d = 0; !m->graph->inputs[i]->is_const && d < m->graph->inputs[i]->type.rank; d++)
             s->dynamic |= m->graph->inputs[i]->type.dims[d] < 0;
+    const char *range = s->opt.input_shape_range ? s->opt.input_shape_range : file_range;
+    if (range && (st = parse_ranges(s, range, err))) goto fail;
+    if ((st = preplan(s, err))) goto fail;
     /* Borrowed strings are not kept past this call. */
     s->opt.input_shape = s->opt.disable_fusion = s->opt.fusion_switch_file = NULL;
-    s->opt.precision_mode = s->opt.keep_fp32 = NULL;
+    s->opt.precision_mode = s->opt.keep_fp32 = s->opt.input_shape_range = NULL;
     *out = s;
     return AF_OK;
 fail:
-    if (s) af_compiled_free(&s->c);
-    if (s) af_runtime_free(s->rt);
-    af_free(s);
+    if (s) {
+        s->model = NULL; /* freed below, as when s was never made */
+        af_session_free(s);
+    }
     af_plan_free(file_plan);
     af_model_free(m);
     return st;
@@ -133,10 +149,12 @@ af_status af_session_new(const char *path, const af_options *opt, af_session **o
     if (st) return st;
     st = compiled ? af_afm_load_with_plan(path, &m, &meta, &plan, err)
                             : af_model_load(path, &m, err);
-    const char *prec = NULL;
-    for (int i = 0; i < meta.nkv; i++)
+    const char *prec = NULL, *range = NULL;
+    for (int i = 0; i < meta.nkv; i++) {
         if (!strcmp(meta.kv[i].key, "precision_mode")) prec = meta.kv[i].value;
-    return st ? st : finish(m, plan, opt, compiled, prec, out, err);
+        if (!strcmp(meta.kv[i].key, "input_shape_range")) range = meta.kv[i].value;
+    }
+    return st ? st : finish(m, plan, opt, compiled, prec, range, out, err);
 }
 
 af_status af_session_new_from_bytes(const void *bytes, size_t len, const char *name,
@@ -145,7 +163,7 @@ af_status af_session_new_from_bytes(const void *bytes, size_t len, const char *n
     *out = NULL;
     af_status st = af_plugin_load_env(err);
     if (!st) st = af_model_load_bytes(bytes, len, name, &m, err);
-    return st ? st : finish(m, NULL, opt, false, NULL, out, err);
+    return st ? st : finish(m, NULL, opt, false, NULL, NULL, out, err);
 }
 
 const char *af_session_report(af_session *s, int json) {
@@ -189,6 +207,8 @@ void af_session_free(af_session *s) {
     af_runtime_free(s->rt);
     af_free(s->arena);
     for (int i = 0; i < SHAPE_PLANS; i++) shape_plan_clear(&s->shapes[i]);
+    af_free(s->ranges);
+    af_free(s->range_spec);
     af_model_free(s->model);
     af_free(s);
 }
@@ -314,6 +334,132 @@ static af_status shape_plan_for(af_session *s, const af_tensor *const *bound, sh
     return AF_OK;
 }
 
+/* ---- --input_shape_range ------------------------------------------------------------------ */
+
+/* One input's dims "1,1~32,512" into r; false when malformed. */
+static bool parse_dims(const char *q, const char *stop, dim_range *r) {
+    r->rank = 0;
+    while (q < stop) {
+        char *e;
+        long long lo = strtoll(q, &e, 10), hi = lo;
+        if (e == q || e > stop || lo < 0 || r->rank == AF_MAX_RANK) return false;
+        if (e < stop && *e == '~') {
+            q = e + 1;
+            hi = strtoll(q, &e, 10);
+            if (e == q || e > stop || hi < lo) return false;
+        }
+        r->lo[r->rank] = lo, r->hi[r->rank++] = hi;
+        q = e;
+        if (q < stop && *q == ',' && q + 1 < stop) q++;
+        else if (q < stop) return false;
+    }
+    return r->rank > 0;
+}
+
+/* "name:1,1~32,512;name2:..." into s->ranges, checked against the inputs' declared types. */
+static af_status parse_ranges(af_session *s, const char *spec, af_error *err) {
+    const af_graph *g = s->model->graph;
+    const char *file = s->model->path;
+    s->ranges = af_calloc((size_t)g->ninputs + 1, sizeof *s->ranges);
+    s->range_spec = af_strdup(spec);
+    if (!s->ranges || !s->range_spec) return af_fail(err, AF_ERR_NOMEM, "out of memory");
+    for (const char *p = spec; *p;) {
+        const char *end = strchr(p, ';'), *stop = end ? end : p + strlen(p);
+        const char *colon = memchr(p, ':', (size_t)(stop - p));
+        int k = 0;
+        while (colon && k < g->ninputs && (strlen(g->inputs[k]->name) != (size_t)(colon - p) ||
+                                           memcmp(g->inputs[k]->name, p, (size_t)(colon - p))))
+            k++;
+        if (!colon)
+            return af_fail(err, AF_ERR_INVALID_ARG, "%s: --input_shape_range: '%.*s' is not "
+                           "name:d1,lo~hi,...", file, (int)(stop - p), p);
+        if (k == g->ninputs)
+            return af_fail(err, AF_ERR_INVALID_ARG, "%s: --input_shape_range: the model has no "
+                           "input '%.*s'", file, (int)(colon - p), p);
+        const af_value *v = g->inputs[k];
+        dim_range *r = &s->ranges[k];
+        if (!parse_dims(colon + 1, stop, r))
+            return af_fail(err, AF_ERR_INVALID_ARG, "%s: --input_shape_range: bad dims for '%s' "
+                           "(d or lo~hi with lo <= hi, comma-separated)", file, v->name);
+        if (v->type.rank >= 0 && v->type.rank != r->rank)
+            return af_fail(err, AF_ERR_INVALID_ARG, "%s: --input_shape_range: '%s' has rank %d, "
+                           "not %d", file, v->name, v->type.rank, r->rank);
+        for (int d = 0; d < r->rank && v->type.rank >= 0; d++)
+            if (v->type.dims[d] >= 0 && (v->type.dims[d] < r->lo[d] || v->type.dims[d] > r->hi[d]))
+                return af_fail(err, AF_ERR_INVALID_ARG, "%s: --input_shape_range: dim %d of '%s' "
+                               "is fixed to %lld by the model", file, d, v->name,
+                               (long long)v->type.dims[d]);
+        p = end ? end + 1 : stop;
+    }
+    return AF_OK;
+}
+
+static af_status check_ranges(const af_session *s, const af_tensor *const *bound, af_error *err) {
+    const af_graph *g = s->model->graph;
+    for (int k = 0; s->ranges && k < g->ninputs; k++) {
+        const dim_range *r = &s->ranges[k];
+        for (int d = 0; bound[k] && d < r->rank; d++)
+            if (bound[k]->dims[d] < r->lo[d] || bound[k]->dims[d] > r->hi[d])
+                return af_fail(err, AF_ERR_INVALID_ARG, "%s: input '%s' dim %d is %lld, outside "
+                               "the range %lld~%lld of --input_shape_range", s->model->path,
+                               g->inputs[k]->name, d, (long long)bound[k]->dims[d],
+                               (long long)r->lo[d], (long long)r->hi[d]);
+    }
+    return AF_OK;
+}
+
+/* The range of symbolic dim `sym`: from any input whose ranged dim carries it; false if none. */
+static bool symbol_range(const af_session *s, int64_t sym, bool high, int64_t *out) {
+    const af_graph *g = s->model->graph;
+    for (int k = 0; k < g->ninputs; k++)
+        for (int d = 0; d < s->ranges[k].rank; d++)
+            if (g->inputs[k]->type.dims[d] == sym) {
+                *out = high ? s->ranges[k].hi[d] : s->ranges[k].lo[d];
+                return true;
+            }
+    return false;
+}
+
+static af_status arena_for(af_session *s, const af_plan *plan, void **arena, af_error *err);
+
+/* Plan (and make the arena of) the smallest and the largest shape the ranges allow, when they
+ * give every symbolic dim of the required inputs a range. */
+static af_status preplan(af_session *s, af_error *err) {
+    const af_graph *g = s->model->graph;
+    if (!s->ranges || !s->dynamic || !s->c.plan) return AF_OK;
+    af_tensor *t = af_calloc((size_t)g->ninputs + 1, sizeof *t);
+    const af_tensor **bound = af_calloc((size_t)g->ninputs + 1, sizeof *bound);
+    af_status st = t && bound ? AF_OK : af_fail(err, AF_ERR_NOMEM, "out of memory");
+    for (int high = 0; !st && high < 2; high++) {
+        bool all = true;
+        for (int k = 0; all && k < g->ninputs; k++) {
+            const af_value *v = g->inputs[k];
+            if (v->is_const) continue;
+            t[k] = (af_tensor){.dtype = v->type.dtype, .rank = v->type.rank};
+            for (int d = 0; d < v->type.rank; d++) {
+                int64_t dim = v->type.dims[d];
+                if (s->ranges[k].rank) dim = high ? s->ranges[k].hi[d] : s->ranges[k].lo[d];
+                else if (dim < 0 && !symbol_range(s, dim, high, &dim)) all = false;
+                t[k].dims[d] = dim;
+            }
+            bound[k] = &t[k];
+        }
+        shape_plan *sp = NULL;
+        if (all && !(st = shape_plan_for(s, bound, &sp, err))) st = arena_for(s, sp->plan, &sp->arena, err);
+    }
+    af_free(t);
+    af_free(bound);
+    return st;
+}
+
+/* *arena for plan, made now if it is not yet. */
+static af_status arena_for(af_session *s, const af_plan *plan, void **arena, af_error *err) {
+    if (*arena || !plan->arena_size) return AF_OK;
+    *arena = af_alloc_big((size_t)plan->arena_size);
+    return *arena ? AF_OK : af_fail(err, AF_ERR_NOMEM, "%s: out of memory allocating the %llu-byte arena",
+                                    s->model->path, (unsigned long long)plan->arena_size);
+}
+
 /* Run with the plan, in the session's arena (made now if this is the first run); a dynamic
  * model with the plan and arena of its shape signature. */
 static af_status run_planned(af_session *s, const af_tensor *const *bound, af_tensor *res,
@@ -328,12 +474,7 @@ static af_status run_planned(af_session *s, const af_tensor *const *bound, af_te
         plan = sp->plan;
         arena = &sp->arena;
     }
-    if (!st && !*arena && plan->arena_size) {
-        *arena = af_alloc_big((size_t)plan->arena_size);
-        if (!*arena)
-            st = af_fail(err, AF_ERR_NOMEM, "%s: out of memory allocating the %llu-byte arena",
-                         s->model->path, (unsigned long long)plan->arena_size);
-    }
+    if (!st) st = arena_for(s, plan, arena, err);
     af_profile *prof = af_runtime_profile_get(s->rt);
     double t0 = prof ? af_profile_now(prof) : 0;
     if (!st) st = af_exec_graph_planned(s->model->graph, plan, *arena, s->rt, bound, res, err);
@@ -365,7 +506,7 @@ af_status af_session_run(af_session *s, const char *const *names, const af_tenso
         if (st) goto done;
         bound[k] = inputs[i];
     }
-    if ((st = check_symbols(s->model, bound, err))) goto done;
+    if ((st = check_symbols(s->model, bound, err)) || (st = check_ranges(s, bound, err))) goto done;
     st = s->c.plan ? run_planned(s, bound, res, err) : af_exec_graph(g, bound, res, err);
     if (st) goto done;
     for (; made < g->noutputs; made++) {
@@ -416,8 +557,9 @@ const char *af_session_isa(const af_session *s) {
 af_status af_session_save(af_session *s, const char *path, const char *command_line,
                           af_error *err) {
     const char *json = af_session_report(s, 1);
-    af_afm_kv kv[] = {{"precision_mode", s->c.precision}, {"fusion_report", json ? json : "{}"}};
-    af_afm_meta meta = {AF_VERSION, command_line, kv, (int)AF_COUNT(kv)};
+    af_afm_kv kv[] = {{"precision_mode", s->c.precision}, {"fusion_report", json ? json : "{}"},
+                      {"input_shape_range", s->range_spec}};
+    af_afm_meta meta = {AF_VERSION, command_line, kv, (int)AF_COUNT(kv) - !s->range_spec};
     return af_afm_save_with_plan(path, s->model->graph, &meta, s->c.plan, err);
 }
 

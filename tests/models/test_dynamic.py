@@ -170,3 +170,32 @@ def test_symbol_mismatch_is_named(af_bin, exported):
     r = afc.run(af_bin, paths["dynamic"], inputs={ins[0]: a, ins[1]: b})
     assert r.returncode != 0
     assert f"input '{ins[1]}' dim 0 (batch) is 3, but input '{ins[0]}' dim 0" in r.stderr, r.stderr
+
+
+def test_shape_range_kept_in_afm(af_bin, exported):
+    """--input_shape_range given at compile time travels in the .afm: the odd shape runs when
+    the range holds it, and a range that leaves out its batch makes the run an error naming
+    the input and the dim."""
+    name, d, paths, ins, outs, odd, want = exported
+    inputs = {}
+    for n, t in zip(ins, odd):
+        inputs[n] = str(d / f"r_{n}.npy")
+        np.save(inputs[n], t.numpy())
+    batch = odd[0].shape[0]
+    for lo, ok in ((1, True), (batch + 1, False)):
+        spec = ";".join(f"{n}:" + ",".join([f"{lo}~{lo + 8}"] + [str(s) for s in t.shape[1:]])
+                        for n, t in zip(ins, odd))
+        model = str(d / f"ranged_{lo}.afm")
+        r = subprocess.run([af_bin, "compile", f"--model={paths['dynamic']}", f"--output={model}",
+                            f"--input_shape_range={spec}"], capture_output=True, text=True,
+                           check=False)
+        assert r.returncode == 0, r.stderr
+        r = afc.run(af_bin, model, inputs=inputs, output_dir=d / f"out_r{lo}")
+        if ok:
+            assert r.returncode == 0, r.stderr
+            got = afc.load_outputs(d / f"out_r{lo}", outs)
+            np.testing.assert_allclose(got[outs[0]], want[0], rtol=1e-4, atol=1e-4)
+        else:
+            assert r.returncode != 0
+            assert (f"input '{ins[0]}' dim 0 is {batch}, outside the range {lo}~{lo + 8}"
+                    in r.stderr), r.stderr
