@@ -137,15 +137,22 @@ af_status af_session_new_from_bytes(const void *bytes, size_t len, const char *n
                                     const af_options *opt, af_session **out, af_error *err);
 void af_session_free(af_session *s);
 
+/* The inputs a run must give (graph inputs without an initializer), as ONNX Runtime's
+ * get_inputs() lists them: indices 0 to af_session_input_count() - 1, in graph order. Inputs
+ * that have a default value (an initializer of the same name, as models of IR version below 4
+ * write every weight) follow them, at indices af_session_input_count() up to
+ * af_session_input_count() + af_session_default_input_count() - 1: a run may give them by name
+ * to override the default. */
 int af_session_input_count(const af_session *s);
+int af_session_default_input_count(const af_session *s);
 int af_session_output_count(const af_session *s);
 /* Borrowed names, valid while the session lives. */
 const char *af_session_input_name(const af_session *s, int i);
 const char *af_session_output_name(const af_session *s, int i);
 /* Declared type and shape (dims as fixed by --input_shape; -1 where still unknown or symbolic). */
 af_status af_session_input_type(const af_session *s, int i, af_tensor *type_out);
-/* 1 when input i has a default value (an initializer of the same name, as models of IR version
- * below 4 write every weight): a run that does not give it uses the default. 0 otherwise. */
+/* 1 when input i has a default value (i >= af_session_input_count()): a run that does not give
+ * it uses the default. 0 otherwise. */
 int af_session_input_has_default(const af_session *s, int i);
 af_status af_session_output_type(const af_session *s, int i, af_tensor *type_out);
 

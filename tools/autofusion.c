@@ -233,12 +233,13 @@ int inputs_make(const cli *c, const af_session *s, inputs *in) {
         in->t[in->n] = t;
         in->names[in->n++] = c->input_name[i];
     }
-    int declared = af_session_input_count(s);
-    for (int k = 0; k < declared; k++) {
+    /* the required inputs only: those with a default keep the model's value */
+    int required = af_session_input_count(s);
+    for (int k = 0; k < required; k++) {
         const char *name = af_session_input_name(s, k);
         bool given = false;
         for (int i = 0; i < c->ninputs; i++) given |= !strcmp(c->input_name[i], name);
-        if (given || af_session_input_has_default(s, k)) continue; /* the model's value */
+        if (given) continue;
         af_tensor type;
         af_session_input_type(s, k, &type);
         if (in->n == MAX_INPUTS || !(in->t[in->n] = random_input(&type, &state))) {

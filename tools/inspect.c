@@ -101,10 +101,14 @@ static void print_fused(FILE *out, const af_graph *g) {
     }
 }
 
-static void print_values(FILE *out, const char *title, af_value *const *vs, int n) {
-    fprintf(out, "%s:\n", title);
+/* The values of vs whose is_const is `consts` (-1: all) under title (nothing when none). */
+static void print_values(FILE *out, const char *title, af_value *const *vs, int n, int consts) {
+    bool titled = false;
     for (int i = 0; i < n; i++) {
         char dims[256];
+        if (consts >= 0 && vs[i]->is_const != (bool)consts) continue;
+        if (!titled) fprintf(out, "%s:\n", title);
+        titled = true;
         fputs("    ", out);
         put_text(out, vs[i]->name);
         fprintf(out, " %s%s\n", af_dtype_name(vs[i]->type.dtype),
@@ -165,8 +169,10 @@ af_status cli_inspect(const char *path, FILE *out, af_error *err) {
         fprintf(out, " %lld", (long long)g->opsets[i].version);
     }
     fputc('\n', out);
-    print_values(out, "inputs", g->inputs, g->ninputs);
-    print_values(out, "outputs", g->outputs, g->noutputs);
+    print_values(out, "inputs", g->inputs, g->ninputs, 0);
+    /* initializers listed as inputs (IR version < 4): a run may override them */
+    print_values(out, "inputs with defaults", g->inputs, g->ninputs, 1);
+    print_values(out, "outputs", g->outputs, g->noutputs, -1);
     fprintf(out, "ops: %d nodes (%d fused)\n", s.nodes, s.fused);
     for (int done = 0; done < s.nops; done++) { /* by count, largest first */
         int best = done;

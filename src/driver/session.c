@@ -213,11 +213,34 @@ void af_session_free(af_session *s) {
     af_free(s);
 }
 
-int af_session_input_count(const af_session *s) { return s->model->graph->ninputs; }
+/* The inputs as the API numbers them: the required ones (no initializer) in graph order, then
+ * those with a default, in graph order, as ONNX Runtime lists its inputs and overridable
+ * initializers. NULL when i is out of range. */
+static const af_value *input_at(const af_session *s, int i) {
+    const af_graph *g = s->model->graph;
+    int required = af_session_input_count(s);
+    bool want_default = i >= required;
+    if (want_default) i -= required;
+    for (int k = 0; i >= 0 && k < g->ninputs; k++)
+        if (g->inputs[k]->is_const == want_default && i-- == 0) return g->inputs[k];
+    return NULL;
+}
+
+int af_session_input_count(const af_session *s) {
+    int n = 0;
+    for (int k = 0; k < s->model->graph->ninputs; k++) n += !s->model->graph->inputs[k]->is_const;
+    return n;
+}
+
+int af_session_default_input_count(const af_session *s) {
+    return s->model->graph->ninputs - af_session_input_count(s);
+}
+
 int af_session_output_count(const af_session *s) { return s->model->graph->noutputs; }
 
 const char *af_session_input_name(const af_session *s, int i) {
-    return i >= 0 && i < s->model->graph->ninputs ? s->model->graph->inputs[i]->name : NULL;
+    const af_value *v = input_at(s, i);
+    return v ? v->name : NULL;
 }
 
 const char *af_session_output_name(const af_session *s, int i) {
@@ -235,13 +258,12 @@ static af_status type_of(const af_value *v, af_tensor *t, af_error *err) {
 }
 
 int af_session_input_has_default(const af_session *s, int i) {
-    const af_graph *g = s->model->graph;
-    return i >= 0 && i < g->ninputs && g->inputs[i]->is_const;
+    const af_value *v = input_at(s, i);
+    return v && v->is_const;
 }
 
 af_status af_session_input_type(const af_session *s, int i, af_tensor *t) {
-    const af_graph *g = s->model->graph;
-    return type_of(i >= 0 && i < g->ninputs ? g->inputs[i] : NULL, t, NULL);
+    return type_of(input_at(s, i), t, NULL);
 }
 
 af_status af_session_output_type(const af_session *s, int i, af_tensor *t) {
