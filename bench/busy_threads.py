@@ -73,8 +73,8 @@ def main():
     print("| model | idle 1 thread ms | idle 2 threads ms | 2/1 | busy 1 thread ms | busy 2 threads ms | 2/1 |")
     print("|---|--:|--:|--:|--:|--:|--:|")
     for r in results:
-        print(f"| {r['model']} | {r['idle_t1_ms']:.3f} | {r['idle_t2_ms']:.3f} | {r['idle_ratio']:.2f} "
-              f"| {r['busy_t1_ms']:.3f} | {r['busy_t2_ms']:.3f} | {r['busy_ratio']:.2f} |")
+        print(f"| {r['model']} | {r['idle_t1_ms']:.4g} | {r['idle_t2_ms']:.4g} | {r['idle_ratio']:.2f} "
+              f"| {r['busy_t1_ms']:.4g} | {r['busy_t2_ms']:.4g} | {r['busy_ratio']:.2f} |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -51,6 +51,11 @@ struct af_workers {
     _Atomic int sleeping;      /* workers waiting on the futex */
     _Atomic bool stop;
     af_parallel_costs costs;
+    /* Loops whose work is below floor_ns run on the caller alone. A loop whose caller waited
+     * for a joined worker longer than a quarter of the loop's work (the worker lost its core
+     * mid-piece: another process wants it) raises the floor to 4x that wait; it halves every
+     * 100 ms without such a stall. Only the caller of a run reads and writes these. */
+    int64_t floor_ns, stall_at;
     void *scratch;
     size_t scratch_size;
 };
@@ -236,7 +241,7 @@ static void par_part(par_job *j, int i) {
 }
 
 /* One job of n <= 2^32 - 1 items over `parts` slots, the caller on slot 0. */
-static void run_job(af_workers *w, par_job *j, int64_t n, bool wake) {
+static void run_job(af_workers *w, par_job *j, int64_t n, double ns, bool wake) {
     for (int s = 0; s < j->parts; s++)
         atomic_init(&j->share[s].range,
                     pack((uint64_t)(n * s / j->parts), (uint64_t)(n * (s + 1) / j->parts)));
@@ -248,20 +253,39 @@ static void run_job(af_workers *w, par_job *j, int64_t n, bool wake) {
     par_part(j, 0);
     /* close the gate, then wait for the workers inside (they are running: they joined) */
     uint64_t r = atomic_fetch_and_explicit(&w->gate, ~GATE_OPEN, memory_order_acq_rel);
+    if (!(r & GATE_COUNT)) return;
+    int64_t t0 = now_ns();
     for (int k = 0; r & GATE_COUNT; k++) {
         if (k > 4096) sched_yield();
         else cpu_relax();
         r = atomic_load_explicit(&w->gate, memory_order_acquire);
     }
+    int64_t waited = now_ns() - t0;
+    if ((double)waited > ns / 4) {
+        w->floor_ns = 4 * waited > w->floor_ns ? (4 * waited < 50000000 ? 4 * waited : 50000000)
+                                               : w->floor_ns;
+        w->stall_at = now_ns();
+    }
+}
+
+/* The floor below which loops stay on the caller (see struct af_workers). */
+static double loop_floor(af_workers *w) {
+    double base = 2.0 * (double)w->costs.handoff_ns;
+    if (w->floor_ns > 0 && now_ns() - w->stall_at > 100000000) {
+        w->floor_ns /= 2;
+        w->stall_at = now_ns();
+    }
+    return (double)w->floor_ns > base ? (double)w->floor_ns : base;
 }
 
 void af_exec_parallel(af_exec *x, int64_t n, double ns, af_range_fn fn, void *ctx) {
     if (n <= 0) return;
     af_workers *w = x ? x->w : NULL;
     /* Splitting saves about half of the work and costs a hand-off: not worth it below twice
-     * the hand-off; waking sleeping workers is worth it above twice the wake-up. */
+     * the hand-off (or the floor a stall raised); waking sleeping workers is worth it above
+     * twice the wake-up. */
     bool wake = w && ns >= 2.0 * (double)w->costs.wake_ns;
-    if (!w || w->threads <= 1 || n == 1 || ns < 2.0 * (double)w->costs.handoff_ns ||
+    if (!w || w->threads <= 1 || n == 1 || ns < loop_floor(w) ||
         (!wake && atomic_load(&w->sleeping) == w->threads - 1)) {
         fn(ctx, 0, 0, n);
         return;
@@ -271,7 +295,7 @@ void af_exec_parallel(af_exec *x, int64_t n, double ns, af_range_fn fn, void *ct
         int64_t m = n - base < (int64_t)UINT32_MAX ? n - base : (int64_t)UINT32_MAX;
         j.base = base;
         j.parts = m < w->threads ? (int)m : w->threads;
-        run_job(w, &j, m, wake);
+        run_job(w, &j, m, ns * (double)m / (double)n, wake);
     }
 }
 
