@@ -196,6 +196,40 @@ static af_status precision_config(const af_options *o, const char *file, af_prec
     return AF_OK;
 }
 
+/* Appends to *live the data of every constant g and its subgraphs still use: read by a node, or
+ * a graph input or output (what the .afm writer keeps). false when out of memory. */
+static bool live_data(const af_graph *g, const void ***live, int *n, int *cap) {
+    for (int i = 0; i < g->nvalues; i++) {
+        const af_value *v = g->values[i];
+        if (!v->is_const || !v->type.data || !(v->nuses || v->is_input || v->is_output)) continue;
+        if (*n == *cap) {
+            const void **more = af_realloc(*live, (size_t)(*cap = 2 * *cap + 64) * sizeof **live);
+            if (!more) return false;
+            *live = more;
+        }
+        (*live)[(*n)++] = v->type.data;
+    }
+    for (int i = 0; i < g->nnodes; i++)
+        for (int a = 0; a < g->nodes[i]->nattrs; a++) {
+            const af_attr *at = &g->nodes[i]->attrs[a];
+            if (at->g && !live_data(at->g, live, n, cap)) return false;
+            for (int k = 0; at->graphs && k < at->n; k++)
+                if (!live_data(at->graphs[k], live, n, cap)) return false;
+        }
+    return true;
+}
+
+/* Give back the data of the constants the passes replaced (weights before BatchNorm folding,
+ * before packing...), so that a compiled session holds one copy of its weights. */
+static af_status sweep_constants(af_graph *g, af_error *err) {
+    const void **live = NULL;
+    int n = 0, cap = 0;
+    bool ok = live_data(g, &live, &n, &cap);
+    if (ok && af_arena_sweep_data(g->arena, live, (size_t)n)) af_heap_trim();
+    af_free(live);
+    return ok ? AF_OK : af_fail(err, AF_ERR_NOMEM, "%s: out of memory", g->file ? g->file : "<model>");
+}
+
 af_status af_compile(af_graph *g, const char *file, const af_options *opt, af_compiled *out,
                      af_error *err) {
     af_fusion_config cfg;
@@ -223,6 +257,7 @@ af_status af_compile(af_graph *g, const char *file, const af_options *opt, af_co
         st = af_fusion_report_precision(&out->report, g, out->precision, note, err);
     }
     if (!st) st = af_plan_build(g, &out->plan, err);
+    if (!st) st = sweep_constants(g, err);
     if (st) af_compiled_free(out);
     return st;
 }

@@ -211,6 +211,7 @@ void af_session_free(af_session *s) {
     af_free(s->range_spec);
     af_model_free(s->model);
     af_free(s);
+    af_heap_trim(); /* a model's worth of memory went back to the heap */
 }
 
 /* The inputs as the API numbers them: the required ones (no initializer) in graph order, then

@@ -424,7 +424,7 @@ af_value *af_value_new_const(af_graph *g, const char *name, af_dtype dtype, int 
     int64_t n = af_tensor_numel(&v->type);
     size_t bytes;
     if (n < 0 || !af_mul_size((size_t)n, af_dtype_size(dtype), &bytes)) return NULL;
-    v->type.data = af_arena_alloc(g->arena, bytes);
+    v->type.data = af_arena_alloc_data(g->arena, bytes);
     if (!v->type.data) return NULL;
     v->type.nbytes = bytes;
     v->type.owns_data = 0; /* the arena owns it */

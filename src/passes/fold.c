@@ -109,7 +109,7 @@ static af_status store(pass_scope *s, af_node *n, af_tensor *out, af_error *err)
     for (int o = 0; o < n->nout && !st; o++) {
         af_value *v = n->out[o];
         if (!v) continue;
-        void *data = af_arena_alloc(s->g->arena, out[o].nbytes ? out[o].nbytes : 1);
+        void *data = af_arena_alloc_data(s->g->arena, out[o].nbytes ? out[o].nbytes : 1);
         if (!data) {
             st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory folding constants");
             break;

@@ -4,6 +4,10 @@
  * one relaxed atomic increment. */
 #include "util/util.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <stdatomic.h>
 #include <sys/mman.h>
 
@@ -46,6 +50,24 @@ char *af_strdup(const char *s) {
     size_t n = strlen(s) + 1;
     char *d = af_malloc(n);
     return d ? memcpy(d, s, n) : NULL;
+}
+
+void *af_alloc_pages(size_t bytes) {
+    if (injected()) return NULL;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    if (bytes >= ((size_t)2 << 20)) madvise(p, bytes, MADV_HUGEPAGE);
+    return p;
+}
+
+void af_free_pages(void *p, size_t bytes) {
+    if (p) munmap(p, bytes);
+}
+
+void af_heap_trim(void) {
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
 }
 
 void *af_alloc_big(size_t bytes) {

@@ -1,6 +1,8 @@
 /* Arena allocator, half-float conversions and small file helpers.
  * The arena keeps a list of blocks; nothing is freed until af_arena_free, so pointers into it
- * stay valid for the arena's life.
+ * stay valid for the arena's life, except the data blocks of constants that af_arena_sweep_data
+ * frees once the compiler has replaced those constants (folded BatchNorm weights before
+ * packing, say: ResNet-50's compile left three copies of its weights behind).
  *
  * Invariant: memory from an arena is zeroed and aligned as af_arena_alloc says. */
 #include "util/util.h"
@@ -18,12 +20,18 @@
 typedef struct block {
     struct block *next;
     size_t used, size;
-    _Alignas(64) unsigned char data[];
+    bool data; /* one constant's data, alone in its block (af_arena_alloc_data) */
+    _Alignas(64) unsigned char data_bytes[];
 } block;
 
 struct af_arena {
     block *head;
 };
+
+static void free_block(block *b) {
+    if (b->data) af_free_pages(b, sizeof(block) + b->size);
+    else af_free(b);
+}
 
 af_arena *af_arena_new(void) { return af_calloc(1, sizeof(af_arena)); }
 
@@ -31,7 +39,7 @@ void af_arena_free(af_arena *a) {
     if (!a) return;
     for (block *b = a->head, *next; b; b = next) {
         next = b->next;
-        af_free(b);
+        free_block(b);
     }
     af_free(a);
 }
@@ -48,6 +56,7 @@ void *af_arena_alloc(af_arena *a, size_t size) {
         if (!b) return NULL;
         b->used = 0;
         b->size = bsize;
+        b->data = false;
         /* A big one-off block goes behind the head so the head's free space stays usable. */
         if (a->head && bsize == size) {
             b->next = a->head->next;
@@ -57,10 +66,47 @@ void *af_arena_alloc(af_arena *a, size_t size) {
             a->head = b;
         }
     }
-    void *p = b->data + b->used;
+    void *p = b->data_bytes + b->used;
     b->used += size;
     memset(p, 0, size);
     return p;
+}
+
+void *af_arena_alloc_data(af_arena *a, size_t size) {
+    if (size < ARENA_BLOCK) return af_arena_alloc(a, size);
+    size = (size + 63) & ~(size_t)63;
+    if (size > SIZE_MAX - sizeof(block)) return NULL;
+    block *b = af_alloc_pages(sizeof(block) + size); /* zeroed */
+    if (!b) return NULL;
+    b->used = b->size = size;
+    b->data = true;
+    /* behind the head, so that the head's free space stays usable */
+    block **at = a->head ? &a->head->next : &a->head;
+    b->next = *at;
+    *at = b;
+    return b->data_bytes;
+}
+
+static bool points_into(const block *b, const void *const *live, size_t n) {
+    const unsigned char *lo = b->data_bytes, *hi = lo + b->size;
+    for (size_t i = 0; i < n; i++)
+        if ((const unsigned char *)live[i] >= lo && (const unsigned char *)live[i] < hi) return true;
+    return false;
+}
+
+size_t af_arena_sweep_data(af_arena *a, const void *const *live, size_t n) {
+    size_t freed = 0;
+    for (block **p = a ? &a->head : NULL; p && *p;) {
+        block *b = *p;
+        if (b->data && !points_into(b, live, n)) {
+            *p = b->next;
+            freed += b->size;
+            free_block(b);
+        } else {
+            p = &b->next;
+        }
+    }
+    return freed;
 }
 
 void *af_arena_calloc(af_arena *a, size_t n, size_t size) {

@@ -35,6 +35,12 @@ char *af_arena_strndup(af_arena *a, const char *s, size_t len);
 char *af_arena_strdup(af_arena *a, const char *s);
 /* Grow an arena array of elements of `size` bytes to hold at least `need` (old copy is left). */
 bool af_arena_grow(af_arena *a, void **arr, int *cap, int need, size_t size);
+/* Memory for a constant's data, as af_arena_alloc; a large one gets a block of its own, which
+ * af_arena_sweep_data may free once no constant uses it. */
+void *af_arena_alloc_data(af_arena *a, size_t size);
+/* Free every data block of af_arena_alloc_data that none of the `n` pointers `live` points
+ * into (the data of the constants still in use); returns the bytes freed. */
+size_t af_arena_sweep_data(af_arena *a, const void *const *live, size_t n);
 
 /* ---- the heap (alloc.c) ----------------------------------------------------------------------
  * Every heap allocation of the library goes through these, never malloc and its kin directly,
@@ -48,6 +54,13 @@ char *af_strdup(const char *s);
  * 2 MiB on, 2 MiB aligned with the transparent-huge-page hint (fewer TLB misses while weights
  * stream). Release with af_free(). NULL when out of memory. */
 void *af_alloc_big(size_t bytes);
+/* Zeroed pages of their own (mmap), page-aligned, for memory that must go back to the system
+ * the moment it is freed (af_free_pages with the same size): a constant's data. */
+void *af_alloc_pages(size_t bytes);
+void af_free_pages(void *p, size_t bytes);
+/* Hand the heap's free pages back to the system (after freeing much at once: a compile's
+ * replaced constants, a session): the C library otherwise keeps them for later requests. */
+void af_heap_trim(void);
 /* Fault injection, for tests: the nth allocation from now fails (and, when persistent, every
  * one after it); nth <= 0 disarms. af_alloc_count() is the number of allocations since the last
  * af_alloc_fault call, so a test can count a run's allocations and then fail each in turn. */
