@@ -354,8 +354,13 @@ def main():
                         row["runtimes"][k] = {"error": errors.get(k, "no samples")}
                 doc["results"].append(row)
                 line = summarize(row)
-                if args.merge:
-                    doc["results"] = [r for r in doc["results"][:-1] if not same_cell(r, row)] + [row]
+                if args.merge:  # the new row takes the old one's place
+                    doc["results"].pop()
+                    at = [i for i, r in enumerate(doc["results"]) if same_cell(r, row)]
+                    if at:
+                        doc["results"][at[0]] = row
+                    else:
+                        doc["results"].append(row)
                 print(line, flush=True)
                 doc["loadavg_end"] = os.getloadavg()
                 os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

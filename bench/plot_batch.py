@@ -159,7 +159,8 @@ def main():
                         out.append(f'<g><title>{escape(tip)}</title>'
                                    f'{marker(MARKERS[i % len(MARKERS)], X(b), Y(v), color)}</g>')
     out.append(f'<text x="{W - 8}" y="{H - 8}" text-anchor="end" font-size="10" fill="#777">'
-               f'{escape(os.path.basename(args.json))}, {escape(doc.get("started", ""))}; '
+               f'{escape(os.path.basename(args.json))}, '
+               f'{escape((doc.get("merged") or [doc])[0].get("started") or "")}; '
                f'bench/batch_bench.py, bench/plot_batch.py</text>')
     out.append("</svg>")
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
