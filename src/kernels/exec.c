@@ -306,7 +306,7 @@ double af_exec_work_ns(const af_exec *x, double flops, double bytes) {
     return flops / c->flops_per_ns + bytes / c->bytes_per_ns;
 }
 
-/* ns from publishing a job to a worker starting it, with the workers spinning or asleep. */
+/* Probing what a loop costs for bringing in a worker, spinning or asleep. */
 typedef struct probe {
     int64_t t0;
     _Atomic int64_t started;
@@ -334,8 +334,8 @@ int64_t af_workers_probe(af_workers *w, bool asleep) {
             usleep(100);
     probe pr = {now_ns(), 0};
     af_exec_parallel(&x, 2, 1e18, probe_item, &pr);
-    int64_t s = atomic_load(&pr.started);
-    return s ? s - pr.t0 : 50000000;
+    /* the whole round trip: the worker's start, its leaving, the caller seeing it leave */
+    return atomic_load(&pr.started) ? now_ns() - pr.t0 : 50000000;
 }
 
 /* Grow *p (of *size bytes) to hold `bytes`, page-rounded; false when out of memory. */

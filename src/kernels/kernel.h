@@ -50,8 +50,8 @@ typedef struct af_workers af_workers;
 /* What a parallel loop costs and what work runs at, on one core: the runtime fills it from the
  * machine's calibration (runtime/machine.c). */
 typedef struct af_parallel_costs {
-    int64_t handoff_ns; /* publishing a loop until a spinning worker starts on it */
-    int64_t wake_ns;    /* the same for a sleeping worker */
+    int64_t handoff_ns; /* a loop's round trip through a spinning worker (publish, join, leave) */
+    int64_t wake_ns;    /* the same through a sleeping worker */
     int64_t spin_ns;    /* how long an idle worker spins before it sleeps */
     double flops_per_ns, bytes_per_ns; /* for af_exec_work_ns */
 } af_parallel_costs;
@@ -63,8 +63,9 @@ af_status af_workers_new(int threads, const af_parallel_costs *costs, af_workers
                          af_error *err);
 void af_workers_free(af_workers *w);
 int af_workers_threads(const af_workers *w);
-/* Calibration: ns from publishing a loop to a worker starting on it, with the workers spinning
- * (asleep false) or asleep (waits up to 100 ms for them to fall asleep). 0 with one thread. */
+/* Calibration: ns of a loop's round trip through a worker (published, joined, left, seen to
+ * have left), with the workers spinning (asleep false) or asleep (waits up to 100 ms for them
+ * to fall asleep). 0 with one thread. */
 int64_t af_workers_probe(af_workers *w, bool asleep);
 
 /* A subgraph run by the executor inside the frame of the node being executed (If, Loop, Scan). */
