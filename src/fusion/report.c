@@ -4,6 +4,7 @@
  * Invariant: a report owns every string it points to except the static rule names and reasons,
  * so it outlives the model it describes. */
 #include "fusion/fusion.h"
+#include "passes/rewrite.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -45,16 +46,15 @@ void af_fusion_report_free(af_fusion_report *r) {
     memset(r, 0, sizeof *r);
 }
 
-af_status af_fusion_report_precision(af_fusion_report *r, const af_graph *g, const char *mode,
-                                     const char *note, af_error *err) {
-    af_free(r->precision_mode);
-    af_free(r->precision_note);
-    r->precision_mode = dup(mode);
-    r->precision_note = dup(note);
-    if (!r->precision_mode || (note && !r->precision_note))
-        return af_fail(err, AF_ERR_NOMEM, "out of memory");
+/* The precision entries of g's nodes and of the bodies nested in them, in node order. */
+static af_status precision_entries(af_fusion_report *r, const af_graph *g, af_error *err) {
     for (int i = 0; i < g->nnodes; i++) {
         const af_node *n = g->nodes[i];
+        const af_graph *sub;
+        for (int k = 0; (sub = pass_subgraph(n, k)); k++) {
+            af_status st = precision_entries(r, sub, err);
+            if (st) return st;
+        }
         const char *prec = af_attr_str(n, "precision", NULL);
         if (!prec) continue;
         af_precision_entry *e = af_realloc(r->prec, sizeof *e * (size_t)(r->nprec + 1));
@@ -74,6 +74,17 @@ af_status af_fusion_report_precision(af_fusion_report *r, const af_graph *g, con
             return af_fail(err, AF_ERR_NOMEM, "out of memory");
     }
     return AF_OK;
+}
+
+af_status af_fusion_report_precision(af_fusion_report *r, const af_graph *g, const char *mode,
+                                     const char *note, af_error *err) {
+    af_free(r->precision_mode);
+    af_free(r->precision_note);
+    r->precision_mode = dup(mode);
+    r->precision_note = dup(note);
+    if (!r->precision_mode || (note && !r->precision_note))
+        return af_fail(err, AF_ERR_NOMEM, "out of memory");
+    return precision_entries(r, g, err);
 }
 
 /* "[AF] Precision: bf16 (...)": counts per precision, then every op that stays fp32 with its

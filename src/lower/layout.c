@@ -11,6 +11,9 @@
  * Reshape...). Transposes that nobody reads are removed by the dead-code pass that follows, so
  * a chain of channels-last ops has reorders only at its edges, never between two of its ops.
  *
+ * Each If/Loop/Scan body is a graph of its own with its own regions; a 4-D value a body reads
+ * from an enclosing graph gets its Transpose inside the body.
+ *
  * Invariant: every value keeps its meaning (name, NCHW type) for its readers; a converted node
  * computes the permutation of what it computed before. Nodes are only inserted right before
  * or after the node being converted, so the order stays topological.
@@ -30,6 +33,13 @@ typedef struct layout {
     int ntwin;
     int pos;          /* index in g->nodes of the node being converted */
 } layout;
+
+/* The NHWC twin of v, or NULL. Twins are indexed by value id, so only values of L->g have
+ * them: a body's nodes may read values of enclosing graphs (captures), whose ids are another
+ * graph's; those get a Transpose inside the body at each reader. */
+static af_value *twin_of(const layout *L, const af_value *v) {
+    return v->graph == L->g && v->id < L->ntwin ? L->twin[v->id] : NULL;
+}
 
 /* How a node's input slots relate to the layout. */
 typedef enum slot_kind {
@@ -110,7 +120,7 @@ static bool capable(const af_node *n) {
 static bool input_ok(const layout *L, const af_value *v, slot_kind k) {
     if (!v || k == S_KEEP) return true;
     if (v->type.dtype != AF_DTYPE_FLOAT || v->type.rank < 0) return false;
-    if (v->type.rank == 4 && (v->id < L->ntwin && L->twin[v->id])) return true;
+    if (v->type.rank == 4 && twin_of(L, v)) return true;
     if (v->type.rank == 4) return true; /* a Transpose makes it NHWC */
     if (k == S_ACT) return false;
     /* A lower-rank operand: constants are permuted; a runtime one only when it is a scalar. */
@@ -128,7 +138,7 @@ static bool wanted(const layout *L, const af_node *n) {
         slot_kind k = slot_of(n, i);
         const af_value *v = n->in[i];
         if (!input_ok(L, v, k)) return false;
-        if (v && k != S_KEEP && v->id < L->ntwin && L->twin[v->id]) any = true;
+        if (v && k != S_KEEP && twin_of(L, v)) any = true;
     }
     return any;
 }
@@ -189,7 +199,7 @@ static bool grow_twins(layout *L) {
 
 /* The NHWC version of a 4-D non-constant value: its twin, or a new Transpose before node pos. */
 static af_value *nhwc_of(layout *L, af_value *v, af_error *err) {
-    if (v->id < L->ntwin && L->twin[v->id]) return L->twin[v->id];
+    if (twin_of(L, v)) return twin_of(L, v);
     af_value *t = new_nhwc_value(L->g, v, "_nhwc");
     af_node *tr = t ? reorder_node(L->g, v, t, to_nhwc, af_graph_unique_name(L->g, "to_nhwc")) : NULL;
     if (!tr || !grow_twins(L)) {
@@ -197,7 +207,7 @@ static af_value *nhwc_of(layout *L, af_value *v, af_error *err) {
         return NULL;
     }
     place_at(L, L->pos);
-    L->twin[v->id] = t;
+    if (v->graph == L->g) L->twin[v->id] = t;
     return t;
 }
 
@@ -276,13 +286,24 @@ static af_status convert(layout *L, af_node *n, af_error *err) {
     return AF_OK;
 }
 
-af_status af_pass_layout(af_graph *g, af_error *err) {
-    layout L = {g, NULL, 0, 0};
-    if (!grow_twins(&L)) return af_fail(err, AF_ERR_NOMEM, "out of memory in the layout pass");
+/* One graph; its bodies are graphs of their own, each with its regions. */
+static af_status layout_graph(af_graph *g, af_error *err) {
     af_status st = AF_OK;
+    for (int i = 0; i < g->nnodes && !st; i++) {
+        af_graph *sub;
+        for (int k = 0; !st && (sub = pass_subgraph(g->nodes[i], k)); k++) st = layout_graph(sub, err);
+    }
+    layout L = {g, NULL, 0, 0};
+    if (!st && !grow_twins(&L)) return af_fail(err, AF_ERR_NOMEM, "out of memory in the layout pass");
     for (L.pos = 0; L.pos < g->nnodes && !st; L.pos++) {
         af_node *n = g->nodes[L.pos];
         if (wanted(&L, n)) st = convert(&L, n, err);
     }
+    return st;
+}
+
+af_status af_pass_layout(af_graph *g, af_error *err) {
+    af_status st = layout_graph(g, err);
+    if (!st) st = pass_fix_captures(g, err);
     return st ? st : af_graph_infer_shapes(g, err);
 }

@@ -8,6 +8,11 @@
  *  - then the layout pass (layout.c) makes 2-D convolutions channels-last, and packing stores
  *    every constant GEMM weight in the panel order of kernels/fast/gemm.h, once, at compile time.
  *
+ * Bodies of If, Loop and Scan are lowered and packed as graphs of their own: a weight a body
+ * captures from the main graph is packed into a constant of the body, and the rewrites that
+ * follow a producer (an expand conv, a squeeze-excite's conv, Q/K/V projections) stop where it
+ * is another graph's.
+ *
  * Invariant: a lowered node computes what the node it replaces computed (the same output value,
  * name and consumers); nodes the fast kernels cannot take (other dtypes, non-constant BatchNorm
  * statistics, training mode) are left as they are.
@@ -92,8 +97,20 @@ static af_status lower_batchnorm(af_graph *g, af_node *n, af_error *err) {
     return AF_OK;
 }
 
-af_status af_pass_lower(af_graph *g, af_error *err) {
+/* Lower the bodies of g's control-flow nodes first: each is a graph of its own, whose nodes
+ * may read g's values (captures), which lowering reads like inputs and never rewrites. */
+static af_status lower_bodies(af_graph *g, af_status (*pass)(af_graph *, af_error *),
+                              af_error *err) {
     af_status st = AF_OK;
+    for (int i = 0; i < g->nnodes && !st; i++) {
+        af_graph *sub;
+        for (int k = 0; !st && (sub = pass_subgraph(g->nodes[i], k)); k++) st = pass(sub, err);
+    }
+    return st;
+}
+
+af_status af_pass_lower(af_graph *g, af_error *err) {
+    af_status st = lower_bodies(g, af_pass_lower, err);
     for (int i = 0; i < g->nnodes && !st; i++) {
         af_node *n = g->nodes[i];
         if ((n->op == AF_OP_CONV || n->op == AF_OP_MATMUL || n->op == AF_OP_GEMM) && all_f32(n))
@@ -101,7 +118,8 @@ af_status af_pass_lower(af_graph *g, af_error *err) {
         else if (n->op == AF_OP_BATCH_NORMALIZATION)
             st = lower_batchnorm(g, n, err);
     }
-    return st ? st : af_graph_infer_shapes(g, err);
+    /* Bodies are inferred from their enclosing graph's types: once, from the top. */
+    return st || g->parent ? st : af_graph_infer_shapes(g, err);
 }
 
 /* ---- packing -------------------------------------------------------------------------------- */
@@ -332,7 +350,7 @@ static af_status fold_se(af_graph *g, af_node *se, af_error *err) {
         return AF_OK;
     af_node *cv = y->uses[0].node;
     const int64_t *ws = NULL;
-    if (cv->op != AF_OP_FUSED_CONV || y->uses[0].slot != 0 || !af_attr_int(cv, "channels_last", 0) ||
+    if (cv->graph != g || cv->op != AF_OP_FUSED_CONV || y->uses[0].slot != 0 || !af_attr_int(cv, "channels_last", 0) ||
         af_attr_int(cv, "w_packed", 0) != 1 || af_attr_ints(cv, "w_shape", &ws) != 4 ||
         ws[2] != 1 || ws[3] != 1 || af_attr_int(cv, "group", 1) != 1 ||
         af_attr_int(cv, "in_scale", -1) >= 0 || !all_zero(cv, "pads") ||
@@ -367,7 +385,7 @@ static af_status pool_in_conv(af_graph *g, af_node *se, af_error *err) {
     af_value *x = se->in[0];
     af_node *dw = x->producer;
     if (!af_attr_int(se, "gate_only", 0) || af_attr_int(se, "pooled", 0) || !dw ||
-        dw->op != AF_OP_FUSED_CONV || dw->nout != 1 || af_attr_int(dw, "w_packed", 0) != 2 ||
+        dw->graph != g || dw->op != AF_OP_FUSED_CONV || dw->nout != 1 || af_attr_int(dw, "w_packed", 0) != 2 ||
         af_attr_int(dw, "pool_out", 0) || x->type.rank != 4)
         return AF_OK;
     af_value *mean = af_value_new(g, af_graph_unique_name(g, "dw_mean"));
@@ -408,7 +426,7 @@ static int merge_expand_mode(void) {
 static bool expand_into_dw(const af_node *d, const af_node *e) {
     const int64_t *ws = NULL, *prog = NULL;
     const af_value *y = e ? e->out[0] : NULL;
-    if (!e || e->op != AF_OP_FUSED_CONV || e->nout != 1 || !y || y->is_output || y->nuses != 1 ||
+    if (!e || e->graph != d->graph || e->op != AF_OP_FUSED_CONV || e->nout != 1 || !y || y->is_output || y->nuses != 1 ||
         d->in[0] != y || !af_node_attr(e, "fusion_rule") || !af_node_attr(d, "fusion_rule") ||
         !af_attr_int(e, "channels_last", 0) || af_attr_int(e, "w_packed", 0) != 1 ||
         af_attr_ints(e, "w_shape", &ws) != 4 || ws[2] != 1 || ws[3] != 1 ||
@@ -516,7 +534,8 @@ static bool qkv_match(const af_node *att, qkv *q) {
     for (int i = 0; i < 3; i++) {
         af_value *v = att->nin > i ? att->in[i] : NULL;
         af_node *p = v ? v->producer : NULL;
-        if (!p || p->op != AF_OP_FUSED_MATMUL || p->nout != 1 || v->nuses != 1 || v->is_output ||
+        if (!p || p->graph != att->graph || p->op != AF_OP_FUSED_MATMUL || p->nout != 1 ||
+            v->nuses != 1 || v->is_output ||
             p->nin > 5 || af_node_attr(p, "epilogue") || af_attr_int(p, "b_packed", 0))
             return false;
         const af_value *b = p->in[1], *bias = p->nin > 2 ? p->in[2] : NULL;
@@ -621,7 +640,7 @@ static af_status merge_qkv(af_graph *g, af_node *att, af_error *err) {
 }
 
 af_status af_pass_pack(af_graph *g, af_error *err) {
-    af_status st = AF_OK;
+    af_status st = lower_bodies(g, af_pass_pack, err);
     for (int i = 0; i < g->nnodes && !st; i++)
         if (g->nodes[i]->op == AF_OP_FUSED_ATTENTION) {
             af_node *att = g->nodes[i];
@@ -645,5 +664,8 @@ af_status af_pass_pack(af_graph *g, af_error *err) {
             st = merge_expand(g, d, err);
             i = d->id;
         }
-    return st ? st : af_graph_infer_shapes(g, err);
+    /* A body whose nodes now read packed constants of its own no longer reads the weights it
+     * captured. */
+    if (!st && !g->parent) st = pass_fix_captures(g, err);
+    return st || g->parent ? st : af_graph_infer_shapes(g, err);
 }

@@ -2,7 +2,9 @@
  * Conv, MatMul and Gemm cores become FusedConv / FusedMatMul, 2-D convolution regions run
  * channels-last, GEMM cores are marked with the precision they run in, and constant weights are
  * packed in the GEMM core's panel order. The driver (driver/compile.c) runs these in order, and
- * not at all under AUTOFUSION_ISA=reference. Each pass keeps the invariants of passes/passes.h.
+ * not at all under AUTOFUSION_ISA=reference. Each pass keeps the invariants of passes/passes.h,
+ * visits the bodies of If, Loop and Scan as graphs of their own (recursively), and reads the
+ * values a body captures from enclosing graphs like inputs, never rewriting them.
  */
 #ifndef AF_LOWER_H
 #define AF_LOWER_H

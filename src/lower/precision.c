@@ -17,7 +17,7 @@
 #include "fusion/rule.h"
 #include "kernels/simd/cpu.h"
 #include "lower/lower.h"
-#include "passes/passes.h"
+#include "passes/rewrite.h"
 
 #include <string.h>
 
@@ -96,6 +96,17 @@ static bool kept(const af_node *n, const char *list) {
     return false;
 }
 
+/* Does a node of g or of a body nested in g carry the name? */
+static bool graph_names(const af_graph *g, const char *name, size_t len) {
+    for (int i = 0; i < g->nnodes; i++) {
+        const af_graph *sub;
+        if (names_node(g->nodes[i], name, len)) return true;
+        for (int k = 0; (sub = pass_subgraph(g->nodes[i], k)); k++)
+            if (graph_names(sub, name, len)) return true;
+    }
+    return false;
+}
+
 /* Every name of the list names something in g, else AF_ERR_INVALID_ARG naming it. */
 static af_status check_keep(const af_graph *g, const char *list, af_error *err) {
     for (const char *p = list; p && *p;) {
@@ -109,7 +120,7 @@ static af_status check_keep(const af_graph *g, const char *list, af_error *err) 
             buf[l] = '\0';
             found = af_fusion_rule_find(buf) >= 0;
         }
-        for (int i = 0; i < g->nnodes && !found; i++) found = names_node(g->nodes[i], p, l);
+        if (!found) found = graph_names(g, p, l);
         if (!found)
             return af_fail(err, AF_ERR_INVALID_ARG,
                            "%s: --keep_fp32 entry '%.*s' names no fusion rule, node or op of the "
@@ -158,15 +169,18 @@ static bool has_sensitive_rule(const af_node *n) {
     return false;
 }
 
-af_status af_pass_precision(af_graph *g, const af_precision_cfg *cfg, af_error *err) {
-    if (!cfg || cfg->mode == AF_PREC_FP32) return AF_OK;
-    af_status st = check_keep(g, cfg->keep_fp32, err);
-    if (st) return st;
+/* Mark the cores of g and of the bodies nested in it. */
+static af_status mark_graph(af_graph *g, const af_precision_cfg *cfg, af_error *err) {
     const char *unsupported = NULL;
     bool ok = af_precision_supported(cfg->mode, &unsupported);
     const char *low = cfg->mode == AF_PREC_FP16 ? "fp16" : "bf16";
     for (int i = 0; i < g->nnodes; i++) {
         af_node *n = g->nodes[i];
+        af_graph *sub;
+        for (int k = 0; (sub = pass_subgraph(n, k)); k++) {
+            af_status st = mark_graph(sub, cfg, err);
+            if (st) return st;
+        }
         const char *why = low_precision_blocker(n);
         if (why == AF_NO_MATCH) continue;
         if (!why && kept(n, cfg->keep_fp32)) why = "--keep_fp32";
@@ -178,4 +192,10 @@ af_status af_pass_precision(af_graph *g, const af_precision_cfg *cfg, af_error *
             return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     }
     return AF_OK;
+}
+
+af_status af_pass_precision(af_graph *g, const af_precision_cfg *cfg, af_error *err) {
+    if (!cfg || cfg->mode == AF_PREC_FP32) return AF_OK;
+    af_status st = check_keep(g, cfg->keep_fp32, err);
+    return st ? st : mark_graph(g, cfg, err);
 }
