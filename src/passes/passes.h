@@ -18,8 +18,9 @@ af_status af_graph_infer_shapes(af_graph *g, af_error *err);
 /* The same for one node (its subgraphs included), from its inputs' types as they are now. */
 af_status af_node_infer_shape(af_node *n, af_error *err);
 
-/* Simplify (simplify.c, fold.c): constant folding, including Shape/Size of values whose dims
- * are all known (so shape arithmetic disappears once shapes are static); removal of copies
+/* Simplify (simplify.c, fold.c, fold_if.c): constant folding, including Shape/Size of values
+ * whose dims are all known (so shape arithmetic disappears once shapes are static); an If whose
+ * condition is then a constant replaced by the branch it takes; removal of copies
  * (Identity, inference-mode Dropout, Cast to the input's own type); removal of dead nodes.
  * Repeats until nothing changes. */
 af_status af_pass_simplify(af_graph *g, af_error *err);

@@ -51,6 +51,9 @@ af_status pass_fix_captures(af_graph *g, af_error *err);
 
 /* Constant folding of one graph (fold.c); *changed is set when a node was folded. */
 af_status pass_fold_constants(pass_scope *s, bool *changed, af_error *err);
+/* Every If of g whose condition is a constant replaced by the branch it takes (fold_if.c);
+ * *changed is set when one was. Capture lists are stale until pass_fix_captures. */
+af_status pass_fold_if(af_graph *g, bool *changed, af_error *err);
 /* Shape arithmetic over symbolic dims (symbolic.c): Reshape and Expand shapes computed from
  * Shape become constants where the symbols allow, as do shape values that are all numbers. */
 af_status pass_fold_symbolic(pass_scope *s, bool *changed, af_error *err);

@@ -1,6 +1,6 @@
-/* Simplify: constant folding (fold.c); removal of copies (Identity, inference-mode Dropout, Cast
- * to the type its input already has); dead-node removal; repeated until nothing changes, in
- * every graph and subgraph.
+/* Simplify: constant folding (fold.c); an If with a known condition replaced by its branch
+ * (fold_if.c); removal of copies (Identity, inference-mode Dropout, Cast to the type its input
+ * already has); dead-node removal; repeated until nothing changes, in every graph and subgraph.
  *
  * Invariant: graph outputs keep their names and order. A removed Identity whose output is a
  * graph output hands that name to the value it copied (its producer writes the output value
@@ -98,7 +98,8 @@ static af_status simplify_round(af_graph *g, bool *changed, af_error *err) {
     if (!st) st = remove_dead(&s, changed, err);
     pass_scope_sweep(&s);
     pass_scope_close(&s);
-    return st;
+    /* After the scope: inlining adds values and nodes the scope's arrays do not cover. */
+    return st ? st : pass_fold_if(g, changed, err);
 }
 
 /* Rounds until nothing changes. After a change, shapes are inferred again with the new
