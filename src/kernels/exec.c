@@ -8,7 +8,8 @@
  * share, then the back halves of everyone's), it closes the gate and waits only for the workers
  * that joined, which are running. A worker that the operating system has not scheduled (another
  * process holds its core) therefore never delays a loop: its items are taken by the caller.
- * Workers spin for about the time a wake-up costs, then sleep on a futex.
+ * While a run goes on, idle workers spin (up to a few milliseconds without a loop); between runs
+ * (af_workers_park) and after that, they sleep on a futex.
  *
  * Invariant: a parallel loop runs each item exactly once and returns after the last. */
 #include "kernels/kernel.h"
@@ -49,13 +50,18 @@ struct af_workers {
     _Atomic uint64_t gate;
     par_job *job;              /* written before the gate opens, read by workers that joined */
     _Atomic int sleeping;      /* workers waiting on the futex */
+    _Atomic bool parked;       /* between runs: idle workers sleep at once */
     _Atomic bool stop;
     af_parallel_costs costs;
-    /* Loops whose work is below floor_ns run on the caller alone. A loop whose caller waited
-     * for a joined worker longer than a quarter of the loop's work (the worker lost its core
-     * mid-piece: another process wants it) raises the floor to 4x that wait; it halves every
-     * 100 ms without such a stall. Only the caller of a run reads and writes these. */
-    int64_t floor_ns, stall_at;
+    /* What waiting for workers has cost lately: a moving average, over parallel loops, of the
+     * caller's wait beyond the loop's whole work (a worker that lost its core mid-piece to
+     * another process, or to the hypervisor), halved every 100 ms. A loop runs in parallel
+     * only when the half of its work it saves exceeds that. A fixed reaction (4x the last stall
+     * for 100 ms) serialised half of ResNet-50's batch-32 loops on an idle machine, whose
+     * occasional 10-30 ms hiccups it took for a busy core. Only the caller of a run reads and
+     * writes these. */
+    double stall_ns;
+    int64_t decayed_at;
     void *scratch;
     size_t scratch_size;
 };
@@ -105,12 +111,13 @@ static void *worker_main(void *p) {
     af_workers *w = a.w;
     uint32_t seen = 0;
     for (;;) {
-        /* spin about as long as a wake-up costs, then sleep until a job comes */
+        /* spin while a run goes on (up to spin_ns without a job), then sleep until one comes */
         int64_t until = now_ns() + w->costs.spin_ns;
         uint32_t g;
         for (int k = 0; (g = atomic_load_explicit(&w->gen, memory_order_acquire)) == seen; k++) {
             cpu_relax();
-            if ((k & 255) == 255 && now_ns() > until) {
+            if ((k & 255) == 255 && (atomic_load_explicit(&w->parked, memory_order_relaxed) ||
+                                     now_ns() > until)) {
                 atomic_fetch_add(&w->sleeping, 1);
                 while ((g = atomic_load(&w->gen)) == seen && !atomic_load(&w->stop))
                     futex_wait(&w->gen, seen);
@@ -145,6 +152,7 @@ af_status af_workers_new(int threads, const af_parallel_costs *costs, af_workers
     atomic_init(&w->gate, 0);
     atomic_init(&w->sleeping, 0);
     atomic_init(&w->stop, false);
+    atomic_init(&w->parked, true);
     w->tid = af_calloc((size_t)threads, sizeof *w->tid);
     int started = 0;
     while (w->tid && started < threads - 1) {
@@ -177,9 +185,13 @@ void af_workers_free(af_workers *w) {
 
 int af_workers_threads(const af_workers *w) { return w ? w->threads : 1; }
 
+void af_workers_park(af_workers *w) {
+    if (w) atomic_store_explicit(&w->parked, true, memory_order_relaxed);
+}
+
 void af_parallel_costs_default(af_parallel_costs *c) {
     /* what a 2020s server core measures, for a worker set nobody has tuned */
-    *c = (af_parallel_costs){.handoff_ns = 1500, .wake_ns = 30000, .spin_ns = 30000,
+    *c = (af_parallel_costs){.handoff_ns = 1500, .wake_ns = 30000, .spin_ns = 2000000,
                              .flops_per_ns = 50, .bytes_per_ns = 20};
 }
 
@@ -246,6 +258,7 @@ static void run_job(af_workers *w, par_job *j, int64_t n, double ns, bool wake) 
         atomic_init(&j->share[s].range,
                     pack((uint64_t)(n * s / j->parts), (uint64_t)(n * (s + 1) / j->parts)));
     w->job = j;
+    atomic_store_explicit(&w->parked, false, memory_order_relaxed);
     uint32_t g = atomic_load_explicit(&w->gen, memory_order_relaxed) + 1;
     atomic_store_explicit(&w->gate, (uint64_t)g << 32 | GATE_OPEN, memory_order_release);
     atomic_store(&w->gen, g);
@@ -253,7 +266,10 @@ static void run_job(af_workers *w, par_job *j, int64_t n, double ns, bool wake) 
     par_part(j, 0);
     /* close the gate, then wait for the workers inside (they are running: they joined) */
     uint64_t r = atomic_fetch_and_explicit(&w->gate, ~GATE_OPEN, memory_order_acq_rel);
-    if (!(r & GATE_COUNT)) return;
+    if (!(r & GATE_COUNT)) { /* nobody to wait for */
+        w->stall_ns -= w->stall_ns / 64;
+        return;
+    }
     int64_t t0 = now_ns();
     for (int k = 0; r & GATE_COUNT; k++) {
         if (k > 4096) sched_yield();
@@ -261,21 +277,21 @@ static void run_job(af_workers *w, par_job *j, int64_t n, double ns, bool wake) 
         r = atomic_load_explicit(&w->gate, memory_order_acquire);
     }
     int64_t waited = now_ns() - t0;
-    if ((double)waited > ns / 4) {
-        w->floor_ns = 4 * waited > w->floor_ns ? (4 * waited < 50000000 ? 4 * waited : 50000000)
-                                               : w->floor_ns;
-        w->stall_at = now_ns();
-    }
+    double excess = (double)waited > ns ? (double)waited - ns : 0.0;
+    w->stall_ns += (excess - w->stall_ns) / 64;
 }
 
 /* The floor below which loops stay on the caller (see struct af_workers). */
 static double loop_floor(af_workers *w) {
-    double base = 2.0 * (double)w->costs.handoff_ns;
-    if (w->floor_ns > 0 && now_ns() - w->stall_at > 100000000) {
-        w->floor_ns /= 2;
-        w->stall_at = now_ns();
+    if (w->stall_ns > 0) {
+        int64_t t = now_ns();
+        if (t - w->decayed_at > 100000000) {
+            w->stall_ns /= 2;
+            w->decayed_at = t;
+        }
     }
-    return (double)w->floor_ns > base ? (double)w->floor_ns : base;
+    double base = 2.0 * (double)w->costs.handoff_ns;
+    return 2.0 * w->stall_ns > base ? 2.0 * w->stall_ns : base;
 }
 
 void af_exec_parallel(af_exec *x, int64_t n, double ns, af_range_fn fn, void *ctx) {

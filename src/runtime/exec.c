@@ -60,7 +60,8 @@ af_status af_runtime_new(int threads, af_runtime **out, af_error *err) {
         c.handoff_ns = (int64_t)m->handoff_ns;
         c.wake_ns = (int64_t)m->wake_ns;
         /* spin as long as a wake-up costs: idle spinning then never wastes more than twice
-         * what sleeping at once would have cost (the ski-rental rule) */
+         * what sleeping at once would have cost (the ski-rental rule); a spinning worker takes
+         * its core from whoever else wants it */
         c.spin_ns = c.wake_ns < 5000 ? 5000 : c.wake_ns > 200000 ? 200000 : c.wake_ns;
         c.flops_per_ns = m->gemm_flops / 1e9;
         c.bytes_per_ns = m->l3_bandwidth / 1e9;
@@ -422,5 +423,7 @@ af_status af_exec_graph_planned(const af_graph *g, const af_plan *p, void *arena
     if (g->parent || p->nvalues != g->nvalues || (p->arena_size && !arena))
         return af_fail(err, AF_ERR_INTERNAL, "%s: the memory plan does not belong to this graph",
                        g->file ? g->file : "<model>");
-    return exec_top(g, p, arena, rt, inputs, outputs, err);
+    af_status st = exec_top(g, p, arena, rt, inputs, outputs, err);
+    if (rt) af_workers_park(rt->w);
+    return st;
 }
