@@ -8,8 +8,8 @@
  * share, then the back halves of everyone's), it closes the gate and waits only for the workers
  * that joined, which are running. A worker that the operating system has not scheduled (another
  * process holds its core) therefore never delays a loop: its items are taken by the caller.
- * While a run goes on, idle workers spin (up to a few milliseconds without a loop); between runs
- * (af_workers_park) and after that, they sleep on a futex.
+ * Idle workers spin for about what a wake-up costs (af_parallel_costs.spin_ns), then sleep on a
+ * futex; at the end of a run (af_workers_park) they sleep at once.
  *
  * Invariant: a parallel loop runs each item exactly once and returns after the last. */
 #include "kernels/kernel.h"
@@ -111,7 +111,7 @@ static void *worker_main(void *p) {
     af_workers *w = a.w;
     uint32_t seen = 0;
     for (;;) {
-        /* spin while a run goes on (up to spin_ns without a job), then sleep until one comes */
+        /* spin up to spin_ns (not after a run ended), then sleep until a job comes */
         int64_t until = now_ns() + w->costs.spin_ns;
         uint32_t g;
         for (int k = 0; (g = atomic_load_explicit(&w->gen, memory_order_acquire)) == seen; k++) {
@@ -191,7 +191,7 @@ void af_workers_park(af_workers *w) {
 
 void af_parallel_costs_default(af_parallel_costs *c) {
     /* what a 2020s server core measures, for a worker set nobody has tuned */
-    *c = (af_parallel_costs){.handoff_ns = 1500, .wake_ns = 30000, .spin_ns = 2000000,
+    *c = (af_parallel_costs){.handoff_ns = 1500, .wake_ns = 30000, .spin_ns = 30000,
                              .flops_per_ns = 50, .bytes_per_ns = 20};
 }
 

@@ -42,7 +42,7 @@ typedef af_status (*af_kernel_fn)(const af_node *n, const af_tensor *const *in, 
 
 /* ---- threads and scratch ------------------------------------------------------------------------
  * A worker set is the thread pool (exec.c: persistent workers that join parallel loops while
- * the caller works, spin while a run goes on, sleep between runs) and the scratch memory kernels borrow while they
+ * the caller works, spin briefly, sleep between runs) and the scratch memory kernels borrow while they
  * run. Scratch grows to the largest request and then stays, so a steady-state run allocates
  * nothing for it. */
 typedef struct af_workers af_workers;
@@ -52,7 +52,7 @@ typedef struct af_workers af_workers;
 typedef struct af_parallel_costs {
     int64_t handoff_ns; /* a loop's round trip through a spinning worker (publish, join, leave) */
     int64_t wake_ns;    /* the same through a sleeping worker */
-    int64_t spin_ns;    /* how long an idle worker spins, within a run, before it sleeps */
+    int64_t spin_ns;    /* how long an idle worker spins before it sleeps */
     double flops_per_ns, bytes_per_ns; /* for af_exec_work_ns */
 } af_parallel_costs;
 /* Figures for a worker set nobody has measured. */
