@@ -5,7 +5,8 @@
  * (relative to the output's scale). Cases: convolution geometries (kernel 1 to 7, strides,
  * dilations, symmetric / asymmetric / SAME padding, groups, depthwise, channel counts that are
  * not multiples of a vector, batch 2, Winograd F(4x4, 3x3) with edge tiles), conv + BatchNorm +
- * residual + activation chains, pooling,
+ * residual + activation chains, 1-D and 3-D convolutions (the same geometries along one and three
+ * spatial dims, depthwise 1-D, residual blocks), pooling,
  * SqueezeExcite and ConvPoolFc in channels-last, Concat on channels, a channels-last value that
  * is also a graph output, and MatMul / Gemm with packed weights. The layout cases also check
  * that reorders stand only at the edges of a channels-last region. */
@@ -133,12 +134,18 @@ static af_value *pool(af_graph *g, const char *op, af_value *x, int64_t k, int64
 /* A case: builds the graph after input x, returning its output(s). */
 typedef struct lcase {
     const char *name;
-    int64_t x[4];
+    int64_t x[5]; /* x's dims (its rank: those given, 3 to 5) */
     void (*build)(af_graph *g, af_value *x, const void *arg);
     const void *arg;
     int max_reorders; /* Transpose / Reshape nodes the lowered graph may have (-1: any) */
     int min_cl;       /* channels-last nodes it must have */
 } lcase;
+
+static int rank_of(const lcase *c) {
+    int r = 0;
+    while (r < 5 && c->x[r]) r++;
+    return r;
+}
 
 static void mark_output(af_graph *g, af_value *v) {
     v->is_output = true;
@@ -151,8 +158,8 @@ static af_graph *build(af_arena *a, const lcase *c, uint64_t seed) {
     af_value *x = af_value_new(g, "x");
     x->is_input = true;
     x->type.dtype = AF_DTYPE_FLOAT;
-    x->type.rank = 4;
-    memcpy(x->type.dims, c->x, sizeof c->x);
+    x->type.rank = rank_of(c);
+    memcpy(x->type.dims, c->x, sizeof(int64_t) * (size_t)rank_of(c));
     g->inputs[g->ninputs++] = x;
     c->build(g, x, c->arg);
     af_error err;
@@ -163,7 +170,7 @@ static af_graph *build(af_arena *a, const lcase *c, uint64_t seed) {
 /* ---- running -------------------------------------------------------------------------------------- */
 
 static af_tensor *input_of(const lcase *c) {
-    af_tensor *t = af_tensor_new(AF_DTYPE_FLOAT, 4, c->x);
+    af_tensor *t = af_tensor_new(AF_DTYPE_FLOAT, rank_of(c), c->x);
     assert_non_null(t);
     tu_rng = 99;
     for (int64_t i = 0; i < af_tensor_numel(t); i++) ((float *)t->data)[i] = (float)tu_rnd();
@@ -554,6 +561,83 @@ static void test_regions(void **state) {
     for (size_t i = 0; i < AF_COUNT(cases); i++) check(&cases[i]);
 }
 
+/* ---- 1-D and 3-D convolutions -------------------------------------------------------------------- */
+
+/* A convolution over nsp spatial dims (1 or 3). */
+typedef struct convn {
+    int nsp;
+    int64_t m, k[3], s[3], d[3], pads[6], group;
+    bool bias;
+} convn;
+
+static af_value *convnd(af_graph *g, af_value *x, const convn *c) {
+    int64_t cin = x->type.dims[1], wd[5] = {c->m, cin / c->group}, taps = 1;
+    for (int i = 0; i < c->nsp; i++) taps *= wd[2 + i] = c->k[i];
+    double r = 1.0 / sqrt((double)(wd[1] * taps));
+    af_value *ins[3] = {x, tu_const(g, 2 + c->nsp, wd, -r, r), c->bias ? vec(g, c->m, -0.5, 0.5) : NULL};
+    af_node *n = node(g, "Conv", 3, ins);
+    set_int(n, "group", c->group);
+    set_ints(n, "kernel_shape", c->nsp, c->k);
+    set_ints(n, "strides", c->nsp, c->s);
+    set_ints(n, "dilations", c->nsp, c->d);
+    set_ints(n, "pads", 2 * c->nsp, c->pads);
+    infer(g);
+    return n->out[0];
+}
+
+static void b_convn(af_graph *g, af_value *x, const void *arg) {
+    mark_output(g, convnd(g, x, arg));
+}
+
+/* Conv + BN + Relu, conv + BN + residual Add + Relu, then a per-channel scale by a constant of
+ * rank 2 ([C, 1]-style, expanded and permuted by the layout pass): one channels-last region. */
+static void b_blockn(af_graph *g, af_value *x, const void *arg) {
+    const convn *c = arg;
+    af_value *y = op1(g, "Relu", batchnorm(g, convnd(g, x, c)));
+    af_value *z = op1(g, "Relu", op2(g, "Add", batchnorm(g, convnd(g, y, c)), y));
+    int64_t sd[4] = {c->m, 1, 1, 1};
+    mark_output(g, op2(g, "Mul", z, tu_const(g, c->nsp + 1, sd, 0.5, 1.5)));
+}
+
+static const convn geoms1[] = {
+    {1, 16, {1}, {1}, {1}, {0, 0}, 1, true},     /* pointwise */
+    {1, 12, {3}, {2}, {1}, {1, 1}, 1, true},     /* stride 2 */
+    {1, 8, {10}, {5}, {1}, {0, 0}, 1, false},    /* a wav2vec2-style stem */
+    {1, 10, {3}, {1}, {2}, {2, 1}, 1, true},     /* dilated, asymmetric pads */
+    {1, 12, {5}, {1}, {1}, {2, 2}, 12, true},    /* depthwise */
+    {1, 8, {3}, {2}, {1}, {1, 1}, 4, true},      /* 4 groups */
+};
+
+static const convn geoms3[] = {
+    {3, 16, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {0}, 1, true},                    /* pointwise */
+    {3, 12, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, 1, true},     /* 3x3x3 same */
+    {3, 8, {3, 7, 7}, {1, 2, 2}, {1, 1, 1}, {1, 3, 3, 1, 3, 3}, 1, false},     /* an R3D stem */
+    {3, 10, {1, 3, 3}, {2, 2, 2}, {1, 1, 1}, {0, 1, 1, 0, 1, 1}, 1, true},     /* (2+1)D spatial */
+    {3, 9, {3, 1, 1}, {1, 1, 1}, {2, 1, 1}, {2, 0, 0, 1, 0, 0}, 1, true},      /* temporal, dilated */
+    {3, 8, {2, 2, 2}, {2, 1, 2}, {1, 1, 1}, {0, 1, 0, 1, 0, 1}, 2, true},      /* 2 groups */
+};
+
+static void test_conv_1d_3d(void **state) {
+    (void)state;
+    for (size_t i = 0; i < AF_COUNT(geoms1); i++) {
+        lcase c = {"conv 1-D", {i % 2 ? 1 : 2, 12, 41}, b_convn, &geoms1[i], 2, 1};
+        check(&c);
+    }
+    for (size_t i = 0; i < AF_COUNT(geoms3); i++) {
+        lcase c = {"conv 3-D", {i % 2 ? 1 : 2, i == 2 ? 3 : 6, 5, 13, 11}, b_convn, &geoms3[i], 2, 1};
+        check(&c);
+    }
+    static const convn blk1 = {1, 8, {3}, {1}, {1}, {1, 1}, 1, false};
+    static const convn blk3 = {3, 8, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, 1, false};
+    lcase b1 = {"conv 1-D block", {2, 8, 29}, b_blockn, &blk1, 2, 2};
+    lcase b3 = {"conv 3-D block", {1, 8, 4, 9, 7}, b_blockn, &blk3, 2, 2};
+    check(&b1);
+    check(&b3);
+    /* 1-D convs take the half and bfloat16 GEMMs as 2-D ones do (3-D ones stay float32). */
+    check_prec(&b1, AF_PREC_BF16);
+    check_prec(&b1, AF_PREC_FP16);
+}
+
 /* ---- MatMul and Gemm --------------------------------------------------------------------------------- */
 
 typedef struct mm_case {
@@ -665,6 +749,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_steady_state),
         cmocka_unit_test(test_conv_geometries),
+        cmocka_unit_test(test_conv_1d_3d),
         cmocka_unit_test(test_depthwise),
         cmocka_unit_test(test_expand_depthwise),
         cmocka_unit_test(test_winograd),

@@ -1,6 +1,8 @@
-/* The layout pass: 2-D convolutions and what runs between them work channels-last (NHWC), the
- * layout in which the GEMM core reads a convolution's input in place (a tap is a contiguous run
- * of channels, see kernels/fast/gemm.h) and every per-channel operand is a vector along the last dim.
+/* The layout pass: convolutions and what runs between them work channels-last (NHWC; NWC and
+ * NDHWC for 1-D and 3-D convolutions), the layout in which the GEMM core reads a convolution's
+ * input in place (a tap is a contiguous run of channels, see kernels/fast/gemm.h) and every
+ * per-channel operand is a vector along the last dim. A region has one rank: its ops take
+ * activations of the rank of the conv that started it.
  *
  * How: walking the nodes in order, a node that can run channels-last (a 2-D FusedConv always;
  * pooling, elementwise ops, Concat, SqueezeExcite and ConvPoolFc when one of their inputs is
@@ -24,8 +26,13 @@
 
 #include <string.h>
 
-/* NCHW -> NHWC and back. */
-static const int64_t to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
+/* NCHW -> NHWC and back, by rank (3 to 5): channels move last, and back to dim 1. */
+static const int64_t to_nhwc[6][5] = {[3] = {0, 2, 1}, [4] = {0, 2, 3, 1}, [5] = {0, 2, 3, 4, 1}};
+static const int64_t to_nchw[6][5] = {[3] = {0, 2, 1}, [4] = {0, 3, 1, 2}, [5] = {0, 4, 1, 2, 3}};
+
+static bool spatial_rank(int rank) {
+    return rank >= 3 && rank <= 5;
+}
 
 typedef struct layout {
     af_graph *g;
@@ -61,6 +68,10 @@ static bool rank4_f32(const af_value *v) {
     return v && v->type.dtype == AF_DTYPE_FLOAT && v->type.rank == 4;
 }
 
+static bool spatial_f32(const af_value *v) {
+    return v && v->type.dtype == AF_DTYPE_FLOAT && spatial_rank(v->type.rank);
+}
+
 /* The 2-D pooling windows the channels-last pooling kernels take. */
 static bool pool_ok(const af_node *n) {
     const int64_t *v = NULL;
@@ -92,37 +103,43 @@ static bool capable(const af_node *n) {
     if (n->nout < 1 || !n->out[0] || n->nin < 1 || n->out[0]->type.dtype != AF_DTYPE_FLOAT)
         return false;
     if (is_unary_elementwise(n->op) || is_binary_elementwise(n->op))
-        return n->nout == 1 && n->out[0]->type.rank == 4;
-    if (!rank4_f32(n->in[0])) return false;
+        return n->nout == 1 && spatial_rank(n->out[0]->type.rank);
+    if (!spatial_f32(n->in[0])) return false;
     switch (n->op) {
     case AF_OP_FUSED_CONV:
-        return n->nin >= 2 && af_value_is_const(n->in[1]) && n->in[1]->type.rank == 4 &&
-               !af_attr_int(n, "channels_last", 0);
+        return n->nin >= 2 && af_value_is_const(n->in[1]) &&
+               n->in[1]->type.rank == n->in[0]->type.rank && !af_attr_int(n, "channels_last", 0);
     case AF_OP_CONV_POOL_FC:
-        return n->nin >= 2 && af_value_is_const(n->in[1]) && n->in[1]->type.rank == 4 &&
-               !af_attr_int(n, "channels_last", 0);
+        return rank4_f32(n->in[0]) && n->nin >= 2 && af_value_is_const(n->in[1]) &&
+               n->in[1]->type.rank == 4 && !af_attr_int(n, "channels_last", 0);
     case AF_OP_SQUEEZE_EXCITE:
     case AF_OP_GLOBAL_AVERAGE_POOL:
     case AF_OP_GLOBAL_MAX_POOL:
+        return rank4_f32(n->in[0]) && n->nout == 1;
     case AF_OP_FUSED_ELEMENTWISE:
         return n->nout == 1;
     case AF_OP_MAX_POOL:
     case AF_OP_AVERAGE_POOL:
         return pool_ok(n);
     case AF_OP_CONCAT:
-        return n->nout == 1 && n->out[0]->type.rank == 4;
+        return n->nout == 1 && spatial_rank(n->out[0]->type.rank);
     default:
         return false;
     }
 }
 
-/* Is input v of slot kind k something the converted node can take? */
-static bool input_ok(const layout *L, const af_value *v, slot_kind k) {
+/* The rank of the region n would join: its output's (a conv's input has the same). */
+static int region_rank(const af_node *n) {
+    return n->op == AF_OP_FUSED_CONV || n->op == AF_OP_CONV_POOL_FC ? n->in[0]->type.rank
+                                                                    : n->out[0]->type.rank;
+}
+
+/* Is input v of slot kind k something the converted node, of region rank r, can take? */
+static bool input_ok(const af_value *v, slot_kind k, int r) {
     if (!v || k == S_KEEP) return true;
     if (v->type.dtype != AF_DTYPE_FLOAT || v->type.rank < 0) return false;
-    if (v->type.rank == 4 && twin_of(L, v)) return true;
-    if (v->type.rank == 4) return true; /* a Transpose makes it NHWC */
-    if (k == S_ACT) return false;
+    if (v->type.rank == r) return true; /* its twin, or a Transpose makes it NHWC */
+    if (k == S_ACT || v->type.rank > r) return false;
     /* A lower-rank operand: constants are permuted; a runtime one only when it is a scalar. */
     if (af_value_is_const(v)) return true;
     for (int d = 0; d < v->type.rank; d++)
@@ -134,10 +151,11 @@ static bool input_ok(const layout *L, const af_value *v, slot_kind k) {
 static bool wanted(const layout *L, const af_node *n) {
     if (!capable(n)) return false;
     bool any = n->op == AF_OP_FUSED_CONV || n->op == AF_OP_CONV_POOL_FC;
+    int r = region_rank(n);
     for (int i = 0; i < n->nin; i++) {
         slot_kind k = slot_of(n, i);
         const af_value *v = n->in[i];
-        if (!input_ok(L, v, k)) return false;
+        if (!input_ok(v, k, r)) return false;
         if (v && k != S_KEEP && twin_of(L, v)) any = true;
     }
     return any;
@@ -149,12 +167,25 @@ static void place_at(layout *L, int at) {
     if (at <= L->pos) L->pos++;
 }
 
-/* A node of ours producing y from x that reorders NCHW <-> NHWC: a Transpose, or a Reshape when
- * H and W are 1 (the bytes are the same either way). Appended last, output y set. */
-static af_node *reorder_node(af_graph *g, af_value *x, af_value *y, const int64_t *perm,
+/* Does perm only move dims of size 1 past the others (the dims of other sizes keep their
+ * order)? Then the bytes are the same before and after: one channel, or no spatial extent. */
+static bool moves_only_ones(const af_tensor *x, const int64_t *perm) {
+    int64_t last = -1;
+    for (int i = 0; i < x->rank; i++) {
+        if (x->dims[perm[i]] == 1) continue;
+        if (perm[i] < last) return false;
+        last = perm[i];
+    }
+    return true;
+}
+
+/* A node of ours producing y from x that reorders NCHW <-> NHWC (to_last) or back: a Transpose,
+ * or a Reshape when the bytes are the same either way. Appended last, output y set. */
+static af_node *reorder_node(af_graph *g, af_value *x, af_value *y, bool to_last,
                              const char *name) {
-    const int64_t *xd = x->type.dims;
-    bool trivial = perm == to_nhwc ? (xd[2] == 1 && xd[3] == 1) : (xd[1] == 1 && xd[2] == 1);
+    int r = x->type.rank;
+    const int64_t *perm = to_last ? to_nhwc[r] : to_nchw[r];
+    bool trivial = moves_only_ones(&x->type, perm);
     af_node *t;
     af_value *shape = trivial ? af_value_new_reshape_shape(g, &x->type, &y->type) : NULL;
     if (shape) {
@@ -165,7 +196,7 @@ static af_node *reorder_node(af_graph *g, af_value *x, af_value *y, const int64_
         af_attr *a = t ? af_node_add_attr(t, "perm", AF_ATTR_INTS) : NULL;
         if (!a) return NULL;
         a->ints = (int64_t *)perm;
-        a->n = 4;
+        a->n = r;
     }
     if (!t) return NULL;
     af_node_set_input(t, 0, x);
@@ -182,7 +213,7 @@ static af_value *new_nhwc_value(af_graph *g, const af_value *v, const char *suff
     t->type.data = NULL;
     t->type.nbytes = 0;
     t->type.owns_data = 0;
-    for (int d = 0; d < 4; d++) t->type.dims[d] = v->type.dims[to_nhwc[d]];
+    for (int d = 0; d < v->type.rank; d++) t->type.dims[d] = v->type.dims[to_nhwc[v->type.rank][d]];
     return t;
 }
 
@@ -201,7 +232,7 @@ static bool grow_twins(layout *L) {
 static af_value *nhwc_of(layout *L, af_value *v, af_error *err) {
     if (twin_of(L, v)) return twin_of(L, v);
     af_value *t = new_nhwc_value(L->g, v, "_nhwc");
-    af_node *tr = t ? reorder_node(L->g, v, t, to_nhwc, af_graph_unique_name(L->g, "to_nhwc")) : NULL;
+    af_node *tr = t ? reorder_node(L->g, v, t, true, af_graph_unique_name(L->g, "to_nhwc")) : NULL;
     if (!tr || !grow_twins(L)) {
         af_fail(err, AF_ERR_NOMEM, "out of memory in the layout pass");
         return NULL;
@@ -211,27 +242,28 @@ static af_value *nhwc_of(layout *L, af_value *v, af_error *err) {
     return t;
 }
 
-/* A constant operand of rank <= 4, as it broadcasts against an NHWC output: expanded to rank 4
- * (numpy aligns it from the right against N, C, H, W), then permuted. Scalars stay. */
-static af_value *permute_const(layout *L, af_value *c, af_error *err) {
+/* A constant operand of rank <= r, as it broadcasts against a channels-last output of rank r:
+ * expanded to rank r (numpy aligns it from the right against N, C, spatial dims), then permuted
+ * (channels last). Scalars stay. */
+static af_value *permute_const(layout *L, af_value *c, int r, af_error *err) {
     const af_tensor *t = &c->type;
     int64_t numel = af_tensor_numel(t);
     if (numel <= 1 || t->rank == 0) return c;
-    int64_t d4[4] = {1, 1, 1, 1}, nd[4];
-    for (int i = 0; i < t->rank; i++) d4[4 - t->rank + i] = t->dims[i];
-    for (int i = 0; i < 4; i++) nd[i] = d4[to_nhwc[i]];
-    af_value *p = af_value_new_f32(L->g, "nhwc_const", 4, nd);
+    int64_t dr[5] = {1, 1, 1, 1, 1}, nd[5];
+    for (int i = 0; i < t->rank; i++) dr[r - t->rank + i] = t->dims[i];
+    for (int i = 0; i < r; i++) nd[i] = dr[to_nhwc[r][i]];
+    af_value *p = af_value_new_f32(L->g, "nhwc_const", r, nd);
     if (!p) {
         af_fail(err, AF_ERR_NOMEM, "out of memory in the layout pass");
         return NULL;
     }
+    /* Element (n, positions..., ch) of the result reads (n, ch, positions...) of the source. */
     const float *s = t->data;
     float *d = p->type.data;
-    for (int64_t n = 0; n < d4[0]; n++)
-        for (int64_t h = 0; h < d4[2]; h++)
-            for (int64_t w = 0; w < d4[3]; w++)
-                for (int64_t ch = 0; ch < d4[1]; ch++)
-                    *d++ = s[((n * d4[1] + ch) * d4[2] + h) * d4[3] + w];
+    int64_t ch = dr[1], pos = numel / (dr[0] * ch);
+    for (int64_t n = 0; n < dr[0]; n++)
+        for (int64_t q = 0; q < pos; q++)
+            for (int64_t k = 0; k < ch; k++) *d++ = s[(n * ch + k) * pos + q];
     return p;
 }
 
@@ -244,23 +276,24 @@ static bool set_channels_last(af_node *n) {
     return af_node_set_int(n, "channels_last", 1);
 }
 
-/* Concat's axis in NHWC: N stays, C moves last, H and W move up one. */
-static void remap_concat_axis(af_node *n) {
-    static const int64_t nhwc_pos[4] = {0, 3, 1, 2};
+/* Concat's axis in channels-last order (rank r): N stays, C moves last, the spatial dims move
+ * up one. */
+static void remap_concat_axis(af_node *n, int r) {
     for (int a = 0; a < n->nattrs; a++)
         if (!strcmp(n->attrs[a].name, "axis")) {
-            int64_t ax = n->attrs[a].i < 0 ? n->attrs[a].i + 4 : n->attrs[a].i;
-            if (ax >= 0 && ax < 4) n->attrs[a].i = nhwc_pos[ax];
+            int64_t ax = n->attrs[a].i < 0 ? n->attrs[a].i + r : n->attrs[a].i;
+            if (ax >= 0 && ax < r) n->attrs[a].i = to_nchw[r][ax];
         }
 }
 
 static af_status convert(layout *L, af_node *n, af_error *err) {
+    int rank = region_rank(n);
     for (int i = 0; i < n->nin; i++) {
         af_value *v = n->in[i];
         slot_kind k = slot_of(n, i);
         if (!v || k == S_KEEP) continue;
-        af_value *r = v->type.rank == 4 && !af_value_is_const(v) ? nhwc_of(L, v, err)
-                      : af_value_is_const(v) ? permute_const(L, v, err) : v;
+        af_value *r = v->type.rank == rank && !af_value_is_const(v) ? nhwc_of(L, v, err)
+                      : af_value_is_const(v) ? permute_const(L, v, rank, err) : v;
         if (!r) return err ? err->code : AF_ERR_NOMEM;
         if (r != v) af_node_set_input(n, i, r);
     }
@@ -269,16 +302,16 @@ static af_status convert(layout *L, af_node *n, af_error *err) {
         n->op == AF_OP_MAX_POOL || n->op == AF_OP_AVERAGE_POOL ||
         n->op == AF_OP_GLOBAL_AVERAGE_POOL || n->op == AF_OP_GLOBAL_MAX_POOL)
         ok = set_channels_last(n);
-    if (n->op == AF_OP_CONCAT) remap_concat_axis(n);
+    if (n->op == AF_OP_CONCAT) remap_concat_axis(n, rank);
     if (!ok) return af_fail(err, AF_ERR_NOMEM, "out of memory in the layout pass");
-    /* Outputs: 4-D ones get an NHWC twin, and the NCHW value a Transpose from it. */
+    /* Outputs of the region's rank get an NHWC twin, and the NCHW value a Transpose from it. */
     for (int o = 0; o < n->nout; o++) {
         af_value *v = n->out[o];
-        if (!v || v->type.rank != 4) continue;
+        if (!v || v->type.rank != rank) continue;
         af_value *t = new_nhwc_value(L->g, v, "_nhwc");
         if (!t || !grow_twins(L)) return af_fail(err, AF_ERR_NOMEM, "out of memory in the layout pass");
         af_node_set_output(n, o, t);
-        if (!reorder_node(L->g, t, v, to_nchw, af_graph_unique_name(L->g, "to_nchw")))
+        if (!reorder_node(L->g, t, v, false, af_graph_unique_name(L->g, "to_nchw")))
             return af_fail(err, AF_ERR_NOMEM, "out of memory in the layout pass");
         place_at(L, L->pos + 1);
         L->twin[v->id] = t;

@@ -175,7 +175,14 @@ static af_status pack_b(af_graph *g, af_node *n, int slot, const char *trans, co
  * output channel)? Those run their own kernel on weights laid out [KH * KW][M]. */
 static bool depthwise(const af_node *n, const af_value *w) {
     int64_t group = af_attr_int(n, "group", 1);
-    return w->type.dims[1] == 1 && group > 1 && w->type.dims[0] == group;
+    return w->type.rank <= 4 && w->type.dims[1] == 1 && group > 1 && w->type.dims[0] == group;
+}
+
+/* Kernel positions of conv weights [M, Cg, K...]. */
+static int64_t kernel_taps(const af_value *w) {
+    int64_t taps = 1;
+    for (int i = 2; i < w->type.rank; i++) taps *= w->type.dims[i];
+    return taps;
 }
 
 static bool all_zero(const af_node *n, const char *name) {
@@ -250,11 +257,12 @@ static void wino_weight(const float *k, double *u) {
 static af_status pack_conv_low(af_graph *g, af_node *n, af_gemm_type t, af_error *err) {
     const af_value *w = n->in[1];
     const int64_t *d = w->type.dims;
-    int64_t m = d[0], c = d[1], taps = d[2] * d[3];
+    int64_t m = d[0], c = d[1], taps = kernel_taps(w);
     int64_t cp = t == AF_GEMM_BF16 ? af_gemm_bf16_k(c) : c, k = taps * cp;
     af_value *p = packed_const(g, t, af_gemm_packed_bytes(t, k, m));
     float *tmp = af_calloc((size_t)(k * m > 0 ? k * m : 1), sizeof(float));
-    if (!p || !tmp || !af_node_set_ints(n, "w_shape", d, 4) || !af_node_set_int(n, "w_packed", 1)) {
+    if (!p || !tmp || !af_node_set_ints(n, "w_shape", d, w->type.rank) ||
+        !af_node_set_int(n, "w_packed", 1)) {
         af_free(tmp);
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
     }
@@ -270,28 +278,30 @@ static af_status pack_conv_low(af_graph *g, af_node *n, af_gemm_type t, af_error
 
 /* A channels-last FusedConv reads its constant weights packed:
  *   w_packed = 1: per group, the GEMM panels of B[k][m] with k = (kh * KW + kw) * Cg + c (the
- *                 order in which an NHWC input row holds a kernel window), groups one after
- *                 the other, each af_gemm_packed_floats(KH * KW * Cg, M / group) floats; in
+ *                 order in which an NHWC input row holds a kernel window; for a 3-D kernel
+ *                 ((kd * KH + kh) * KW + kw) * Cg + c, for a 1-D one kw * Cg + c), groups one
+ *                 after the other, each af_gemm_packed_floats(taps * Cg, M / group) floats; in
  *                 half or bfloat16 when the weights have that dtype (pack_conv_low);
- *   w_packed = 2: depthwise, [KH * KW][M];
+ *   w_packed = 2: depthwise (1-D and 2-D), [KH * KW][M];
  *   w_packed = 3: Winograd, for each of the 36 transform positions the GEMM panels of
  *                 U[c][m] = (G g G^T)[position] of kernel (m, c), one after the other.
- * w_shape keeps the logical [M, Cg, KH, KW]. */
+ * w_shape keeps the logical [M, Cg, KH, KW] (of the weights' rank). */
 static af_status pack_conv(af_graph *g, af_node *n, af_error *err) {
     af_value *w = n->nin > 1 ? n->in[1] : NULL;
     if (!af_attr_int(n, "channels_last", 0) || af_attr_int(n, "w_packed", 0) || !w ||
-        !af_value_is_const(w) || !af_value_is_f32(w) || w->type.rank != 4)
+        !af_value_is_const(w) || !af_value_is_f32(w) || w->type.rank < 3 || w->type.rank > 5)
         return AF_OK;
     const int64_t *d = w->type.dims;
-    int64_t m = d[0], cg = d[1], kh = d[2], kw = d[3], group = af_attr_int(n, "group", 1);
+    int64_t m = d[0], cg = d[1], group = af_attr_int(n, "group", 1), taps = kernel_taps(w);
     if (group < 1 || m % group) return AF_OK; /* the kernel's shape checks will say why */
-    int64_t mg = m / group, k = kh * kw * cg, taps = kh * kw;
-    bool dw = depthwise(n, w), wg = !dw && winograd(n, w);
+    int64_t mg = m / group, k = taps * cg;
+    bool dw = depthwise(n, w), wg = !dw && w->type.rank == 4 && winograd(n, w);
     af_gemm_type t = gemm_type(n);
     if (t != AF_GEMM_F32) {
         /* Winograd's fewer products win over bfloat16 without AMX, and over half storage. */
         const char *why = dw ? "depthwise: bound by memory traffic, runs fp32"
                           : group > 1 ? "grouped convolution runs fp32"
+                          : w->type.rank == 5 ? "3-D convolution runs fp32"
                           : wg && (t == AF_GEMM_F16 || !af_cpu_amx())
                               ? "Winograd F(4x4, 3x3) in fp32 is faster here"
                               : NULL;
@@ -303,7 +313,7 @@ static af_status pack_conv(af_graph *g, af_node *n, af_error *err) {
     if (wg) len = 36 * (int64_t)af_gemm_packed_floats(cg, m);
     af_value *p = af_value_new_f32(g, dw ? "packed_dw" : "packed_w", 1, &len);
     float *tmp = dw ? NULL : af_malloc(sizeof(float) * (size_t)((wg ? 36 : 1) * k * mg > 0 ? (wg ? 36 : 1) * k * mg : 1));
-    if (!p || (!dw && !tmp) || !af_node_set_ints(n, "w_shape", d, 4) ||
+    if (!p || (!dw && !tmp) || !af_node_set_ints(n, "w_shape", d, w->type.rank) ||
         !af_node_set_int(n, "w_packed", dw ? 2 : wg ? 3 : 1)) {
         af_free(tmp);
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");

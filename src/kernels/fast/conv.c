@@ -1,7 +1,12 @@
-/* Channels-last FusedConv (channels_last = 1, made by the layout pass): X [N, H, W, C], weights
- * packed by the pack pass (w_packed 1: GEMM panels per group; 2: depthwise [KH * KW][M]; the
- * logical [M, Cg, KH, KW] in w_shape), bias [M], epilogue operands broadcasting to the output
- * [N, OH, OW, M].
+/* Channels-last FusedConv (channels_last = 1, made by the layout pass): X [N, H, W, C] (or
+ * [N, W, C], [N, D, H, W, C] for 1-D and 3-D convolutions), weights packed by the pack pass
+ * (w_packed 1: GEMM panels per group; 2: depthwise [KH * KW][M]; the logical [M, Cg, KH, KW]
+ * (or [M, Cg, KW], [M, Cg, KD, KH, KW]) in w_shape), bias [M], epilogue operands broadcasting
+ * to the output [N, OH, OW, M] (of X's rank).
+ *
+ * Every rank is read as three spatial dims (D, H, W), the missing leading ones 1: a 1-D conv is
+ * a 2-D conv of height 1 and takes every path below; a 3-D conv is a stack of 2-D implicit GEMMs
+ * (one per output depth, the taps walking depth too) and takes the dense float32 path only.
  *
  * Dense convolutions are implicit GEMMs on the GEMM core (gemm.h): output positions are rows,
  * output channels columns, and the K loop walks the kernel window straight through the NHWC
@@ -22,6 +27,7 @@ typedef struct conv_cl {
     af_tensor y; /* output type [N, OH, OW, M] (rank -1 while X's rank is unknown) */
     int64_t n, h, w, c, m, cg, mg, group;
     int64_t oh, ow, kh, kw, sh, sw, dh, dw, ph, pw; /* pads at the beginning */
+    int64_t d, od, kd, sd, dd, pd; /* depth: 1 (pads 0) but for a 3-D conv */
     int packed; /* w_packed: 0 not yet, 1 GEMM panels, 2 depthwise */
     af_gemm_type wt_type; /* packed GEMM panels in half or bfloat16 (--precision_mode) */
     const float *x, *wt, *b;
@@ -41,9 +47,10 @@ typedef struct conv_cl {
 #include <stddef.h>
 #include <string.h>
 
-/* NCHW view (type only) of an NHWC type. */
+/* NCHW view (type only) of an NHWC type, of any rank from 3 to 5. */
 static af_tensor nchw_view(const af_tensor *t) {
-    af_tensor v = {t->dtype, 4, {t->dims[0], t->dims[3], t->dims[1], t->dims[2]}, NULL, 0, 0};
+    af_tensor v = {t->dtype, t->rank, {t->dims[0], t->dims[t->rank - 1]}, NULL, 0, 0};
+    for (int i = 2; i < t->rank; i++) v.dims[i] = t->dims[i - 1];
     return v;
 }
 
@@ -110,17 +117,20 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
         (b && b->dtype != AF_DTYPE_FLOAT))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "FusedConv on %s (float32 only)",
                             af_dtype_name(x->dtype != AF_DTYPE_FLOAT ? x->dtype : w->dtype));
-    if (x->rank >= 0 && x->rank != 4)
-        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "channels-last FusedConv needs a 4-D X");
+    if (x->rank >= 0 && (x->rank < 3 || x->rank > 5 || (g->pro && x->rank != 4)))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "channels-last FusedConv needs X of rank 3 to 5 (4 with pro_w)");
     af_tensor wv = *w;
     wv.data = NULL;
     wv.dtype = AF_DTYPE_FLOAT; /* the logical weights, whatever type the packed ones are in */
     if (g->packed) {
         const int64_t *ws = NULL;
-        if (g->packed < 1 || g->packed > 3 || af_attr_ints(n, "w_shape", &ws) != 4)
-            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "w_packed needs w_shape [M, Cg, KH, KW]");
-        wv.rank = 4;
-        for (int i = 0; i < 4; i++) {
+        int nw = af_attr_ints(n, "w_shape", &ws);
+        if (g->packed < 1 || g->packed > 3 || nw < 3 || nw > 5 || (x->rank >= 0 && nw != x->rank))
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                                "w_packed needs w_shape [M, Cg, KH, KW] of X's rank");
+        wv.rank = nw;
+        for (int i = 0; i < nw; i++) {
             if (ws[i] < 1 || ws[i] > (1 << 24))
                 return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "bad w_shape");
             wv.dims[i] = ws[i];
@@ -134,32 +144,32 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
     const af_tensor *cin[3] = {&xv, &wv, b};
     af_status st = shape_conv(n, cin, &yv, err);
     if (st != AF_OK) return st;
+    int r = x->rank, nsp = r - 2;
     g->y = yv;
-    g->y.rank = 4;
-    for (int i = 0; i < 4; i++) g->y.dims[i] = yv.dims[i == 0 ? 0 : i == 3 ? 1 : i + 1];
+    g->y.dims[0] = yv.dims[0];
+    g->y.dims[r - 1] = yv.dims[1];
+    for (int i = 1; i < r - 1; i++) g->y.dims[i] = yv.dims[i + 1];
     if (!af_tensor_known(x) || !af_tensor_known(&wv)) return AF_OK; /* shape inference with unknown dims */
-    int64_t k[2] = {wv.dims[2], wv.dims[3]};
-    nn_window win;
-    st = nn_window_init(n, &xv, k, 2, false, &win, err);
+    int64_t k[3];
+    for (int i = 0; i < nsp; i++) k[i] = wv.dims[2 + i];
+    nn_window win; /* spatial dims padded to three, (D, H, W): the leading missing ones are 1 */
+    st = nn_window_init(n, &xv, k, nsp, false, &win, err);
     if (st != AF_OK) return st;
     g->n = x->dims[0];
-    g->h = x->dims[1];
-    g->w = x->dims[2];
-    g->c = x->dims[3];
+    g->c = x->dims[r - 1];
     g->m = wv.dims[0];
     g->cg = wv.dims[1];
-    g->kh = k[0];
-    g->kw = k[1];
-    g->oh = win.out[1];
-    g->ow = win.out[2];
-    g->sh = win.s[1];
-    g->sw = win.s[2];
-    g->dh = win.d[1];
-    g->dw = win.d[2];
-    g->ph = win.pb[1];
-    g->pw = win.pb[2];
+    g->d = win.in[0], g->h = win.in[1], g->w = win.in[2];
+    g->kd = win.k[0], g->kh = win.k[1], g->kw = win.k[2];
+    g->od = win.out[0], g->oh = win.out[1], g->ow = win.out[2];
+    g->sd = win.s[0], g->sh = win.s[1], g->sw = win.s[2];
+    g->dd = win.d[0], g->dh = win.d[1], g->dw = win.d[2];
+    g->pd = win.pb[0], g->ph = win.pb[1], g->pw = win.pb[2];
     g->group = af_attr_int(n, "group", 1);
     g->mg = g->m / g->group;
+    if (r == 5 && g->packed && (g->packed != 1 || g->wt_type != AF_GEMM_F32))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "a 3-D channels-last conv needs float32 GEMM panels (w_packed 1)");
     if (g->packed == 3 && (g->kh != 3 || g->kw != 3 || g->sh != 1 || g->sw != 1 || g->dh != 1 ||
                            g->dw != 1 || g->group != 1))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
@@ -172,7 +182,7 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
                        : g->packed == 3 ? 36 * (int64_t)af_gemm_packed_floats(g->c, g->m)
                        : g->wt_type != AF_GEMM_F32
                            ? (int64_t)(af_gemm_packed_bytes(g->wt_type, g->kh * g->kw * cp, g->m) / 2)
-                           : g->group * (int64_t)af_gemm_packed_floats(g->kh * g->kw * g->cg, g->mg);
+                           : g->group * (int64_t)af_gemm_packed_floats(g->kd * g->kh * g->kw * g->cg, g->mg);
         if (g->packed == 2 && (g->cg != 1 || g->m != g->group))
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "depthwise weights need Cg = 1, M = group");
         if (w->rank != 1 || (w->dims[0] >= 0 && w->dims[0] != want))
@@ -182,7 +192,7 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
     int64_t gi = af_attr_int(n, "in_scale", -1);
     if (gi >= 0) {
         const af_tensor *gt = gi < n->nin ? in[gi] : NULL;
-        if (!gt || gt->dtype != AF_DTYPE_FLOAT || g->packed != 1 || g->kh != 1 || g->kw != 1 ||
+        if (!gt || gt->dtype != AF_DTYPE_FLOAT || g->packed != 1 || r != 4 || g->kh != 1 || g->kw != 1 ||
             g->group != 1 || af_tensor_numel(gt) != g->n * g->c)
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
                                 "in_scale needs an [N, 1, 1, C] gate on a packed 1x1 conv");
@@ -203,9 +213,10 @@ af_status fast_shape_fused_conv(const af_node *n, const af_tensor *const *in, af
     conv_cl g;
     af_status st = conv_cl_setup(n, in, &g, err);
     if (st != AF_OK) return st;
-    if ((n->nout != 1 && !pool_out(n)) || (af_attr_int(n, "pool_out", 0) && (!pool_out(n) || g.packed == 1)))
+    if ((n->nout != 1 && !pool_out(n)) ||
+        (af_attr_int(n, "pool_out", 0) && (!pool_out(n) || g.packed == 1 || (g.y.rank >= 0 && g.y.rank != 4))))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
-                            "FusedConv has one output (two with pool_out on a depthwise conv)");
+                            "FusedConv has one output (two with pool_out on a 2-D depthwise conv)");
     af_tensor_set_type(&out[0], AF_DTYPE_FLOAT, g.y.rank, g.y.rank >= 0 ? g.y.dims : NULL);
     if (pool_out(n)) {
         int64_t d[4] = {g.y.rank >= 0 ? g.y.dims[0] : -1, 1, 1, g.y.rank >= 0 ? g.y.dims[3] : -1};
@@ -222,53 +233,59 @@ static void padded_extent(const conv_cl *g, int64_t *hp, int64_t *wp) {
     *wp = (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1;
 }
 
+/* The same along depth: planes [0, dp) of the padded volume. */
+static int64_t padded_depth(const conv_cl *g) {
+    return (g->od - 1) * g->sd + (g->kd - 1) * g->dd + 1;
+}
+
 static bool needs_padding(const conv_cl *g) {
     int64_t hp, wp;
     padded_extent(g, &hp, &wp);
-    return g->ph > 0 || g->pw > 0 || hp > g->h || wp > g->w;
+    return g->pd > 0 || g->ph > 0 || g->pw > 0 || padded_depth(g) > g->d || hp > g->h || wp > g->w;
 }
 
 typedef struct pad_job {
     const conv_cl *g;
     float *dst;
-    int64_t hp, wp;
+    int64_t dp, hp, wp; /* the padded volume's extent (dp = 1 for 1-D and 2-D convs) */
 } pad_job;
 
-/* Rows [begin, end) (over batch x padded rows) of the zero-bordered copy of X. */
+/* Rows [begin, end) (over batch x padded planes x padded rows) of the zero-bordered copy of X. */
 static void pad_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     (void)slot;
     const pad_job *p = ctx;
     const conv_cl *g = p->g;
     int64_t c = g->c, rowf = p->wp * c;
     for (int64_t r = begin; r < end; r++) {
-        int64_t b = r / p->hp, ih = r % p->hp - g->ph;
+        int64_t b = r / (p->dp * p->hp), id = r / p->hp % p->dp - g->pd, ih = r % p->hp - g->ph;
         float *d = p->dst + r * rowf;
-        if (ih < 0 || ih >= g->h) {
+        if (id < 0 || id >= g->d || ih < 0 || ih >= g->h) {
             memset(d, 0, (size_t)rowf * sizeof(float));
             continue;
         }
         int64_t lo = g->pw, n = g->w < p->wp - lo ? g->w : p->wp - lo;
         memset(d, 0, (size_t)(lo * c) * sizeof(float));
-        memcpy(d + lo * c, g->x + ((b * g->h + ih) * g->w) * c, (size_t)(n * c) * sizeof(float));
+        memcpy(d + lo * c, g->x + (((b * g->d + id) * g->h + ih) * g->w) * c,
+               (size_t)(n * c) * sizeof(float));
         memset(d + (lo + n) * c, 0, (size_t)((p->wp - lo - n) * c) * sizeof(float));
     }
 }
 
-/* The work of writing the padded copy of X (hp x wp rows per image): bytes read and written. */
-static double pad_ns(const conv_cl *g, int64_t hp, int64_t wp, af_exec *ex) {
-    return af_exec_work_ns(ex, 0.0, 4.0 * (double)(g->n * (hp * wp + g->h * g->w) * g->c));
+/* The work of writing the padded copy of X (dp x hp x wp rows per image): bytes read and written. */
+static double pad_ns(const conv_cl *g, int64_t dp, int64_t hp, int64_t wp, af_exec *ex) {
+    return af_exec_work_ns(ex, 0.0, 4.0 * (double)(g->n * (dp * hp * wp + g->d * g->h * g->w) * g->c));
 }
 
 /* Scratch conv_dense needs on `threads` threads: the zero-bordered image when the windows
  * reach outside X, the blocks of gated weights (one per thread) and the tap offsets. */
 static size_t dense_scratch_bytes(const conv_cl *g, int threads) {
-    int64_t hp = g->h, wp = g->w;
+    int64_t hp = g->h, wp = g->w, dp = padded_depth(g);
     if (needs_padding(g)) padded_extent(g, &hp, &wp);
-    size_t img = needs_padding(g) ? (size_t)(g->n * hp * wp * g->c) * sizeof(float) : 0;
+    size_t img = needs_padding(g) ? (size_t)(g->n * dp * hp * wp * g->c) * sizeof(float) : 0;
     size_t gated =
         g->gate ? (size_t)threads * af_gemm_rowscale_floats(g->c, g->m) * sizeof(float) : 0;
     return ((img + 63) & ~(size_t)63) + ((gated + 63) & ~(size_t)63) +
-           (size_t)(g->kh * g->kw) * sizeof(int64_t);
+           (size_t)(g->kd * g->kh * g->kw) * sizeof(int64_t);
 }
 
 /* The convolution into y (rows of M channels) through ep, using `scratch` (64-byte aligned,
@@ -276,11 +293,11 @@ static size_t dense_scratch_bytes(const conv_cl *g, int threads) {
 static void conv_dense(const conv_cl *g, const af_vep *ep, float *y, unsigned char *scratch,
                        af_exec *ex) {
     bool pad = needs_padding(g);
-    int64_t hp = g->h, wp = g->w;
+    int64_t hp = g->h, wp = g->w, dp = pad ? padded_depth(g) : g->d;
     if (pad) padded_extent(g, &hp, &wp);
     bool merged = g->group == 1 && g->dw == 1; /* a window row is KW * C contiguous floats */
-    int64_t ntaps = merged ? g->kh : g->kh * g->kw;
-    size_t img = pad ? (size_t)(g->n * hp * wp * g->c) * sizeof(float) : 0;
+    int64_t ntaps = merged ? g->kd * g->kh : g->kd * g->kh * g->kw;
+    size_t img = pad ? (size_t)(g->n * dp * hp * wp * g->c) * sizeof(float) : 0;
     size_t gated = g->gate ? (size_t)af_exec_threads(ex) * af_gemm_rowscale_floats(g->c, g->m) *
                                  sizeof(float)
                            : 0;
@@ -288,31 +305,36 @@ static void conv_dense(const conv_cl *g, const af_vep *ep, float *y, unsigned ch
     float *wg = (float *)(scratch + ((img + 63) & ~(size_t)63));
     int64_t *taps = (int64_t *)((unsigned char *)wg + ((gated + 63) & ~(size_t)63));
     if (pad) {
-        pad_job pj = {g, xp, hp, wp};
-        af_exec_parallel(ex, g->n * hp, pad_ns(g, hp, wp, ex), pad_rows, &pj);
+        pad_job pj = {g, xp, dp, hp, wp};
+        af_exec_parallel(ex, g->n * dp * hp, pad_ns(g, dp, hp, wp, ex), pad_rows, &pj);
     } else {
         xp = (float *)g->x;
     }
-    for (int64_t i = 0, t = 0; i < g->kh; i++)
-        for (int64_t j = 0; j < (merged ? 1 : g->kw); j++)
-            taps[t++] = (i * g->dh * wp + j * g->dw) * g->c;
-    /* One flat row range when output positions are evenly spaced in X (1x1, stride 1, no pad). */
-    bool flat = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && !pad;
-    size_t per = af_gemm_packed_floats(g->kh * g->kw * g->cg, g->mg);
+    for (int64_t a = 0, t = 0; a < g->kd; a++)
+        for (int64_t i = 0; i < g->kh; i++)
+            for (int64_t j = 0; j < (merged ? 1 : g->kw); j++)
+                taps[t++] = ((a * g->dd * hp + i * g->dh) * wp + j * g->dw) * g->c;
+    /* One flat row range per image when output positions are evenly spaced in X (1x1x1, stride
+     * 1, no pad); else one GEMM per output plane (depth), its rows OH x OW. */
+    bool flat = g->kd == 1 && g->kh == 1 && g->kw == 1 && g->sd == 1 && g->sh == 1 && g->sw == 1 && !pad;
+    int64_t planes = flat ? 1 : g->od, plane = g->oh * g->ow;
+    size_t per = af_gemm_packed_floats(g->kd * g->kh * g->kw * g->cg, g->mg);
     for (int64_t b = 0; b < g->n; b++)
-        for (int64_t gi = 0; gi < g->group; gi++) {
-            const float *w = g->wt + (size_t)gi * per;
-            af_gemm gm = {xp + b * hp * wp * g->c + gi * g->cg,
-                          flat ? 1 : g->oh, flat ? g->oh * g->ow : g->ow,
-                          g->sh * wp * g->c, g->sw * g->c,
-                          taps, ntaps, merged ? g->kw * g->c : g->cg,
-                          w, g->mg,
-                          y + b * g->oh * g->ow * g->m + gi * g->mg, g->m,
-                          ep, b * g->oh * g->ow, gi * g->mg, AF_GEMM_F32,
-                          /* the squeeze-excite gate scales W's rows, a block at a time */
-                          g->gate ? g->gate + b * g->c : NULL, wg};
-            af_gemm_run(ex, &gm);
-        }
+        for (int64_t z = 0; z < planes; z++)
+            for (int64_t gi = 0; gi < g->group; gi++) {
+                const float *w = g->wt + (size_t)gi * per;
+                int64_t row0 = (b * g->od + z) * plane; /* the plane's first output position */
+                af_gemm gm = {xp + ((b * dp + z * g->sd) * hp) * wp * g->c + gi * g->cg,
+                              flat ? 1 : g->oh, flat ? g->od * plane : g->ow,
+                              g->sh * wp * g->c, g->sw * g->c,
+                              taps, ntaps, merged ? g->kw * g->c : g->cg,
+                              w, g->mg,
+                              y + row0 * g->m + gi * g->mg, g->m,
+                              ep, row0, gi * g->mg, AF_GEMM_F32,
+                              /* the squeeze-excite gate scales W's rows, a block at a time */
+                              g->gate ? g->gate + b * g->c : NULL, wg};
+                af_gemm_run(ex, &gm);
+            }
 }
 
 /* ---- half and bfloat16 (--precision_mode) ------------------------------------------------------- */
@@ -397,7 +419,7 @@ static void conv_low(const conv_cl *g, const af_vep *ep, float *y, unsigned char
     low_job j = {g, hp, wp, cp, bf ? (uint16_t *)scratch : NULL, bf ? NULL : (float *)scratch};
     int64_t *taps = (int64_t *)(scratch + (((img + slack) * es + 63) & ~(size_t)63));
     if (slack) memset(scratch + img * es, 0, slack * es);
-    af_exec_parallel(ex, g->n * hp, pad_ns(g, hp, wp, ex), low_rows, &j);
+    af_exec_parallel(ex, g->n * hp, pad_ns(g, 1, hp, wp, ex), low_rows, &j);
     /* bfloat16: one tap per kernel position (channels padded); half: per kernel row, as float32 */
     bool merged = !bf && g->dw == 1;
     int64_t ntaps = 0;
@@ -496,8 +518,8 @@ static void conv_winograd(const conv_cl *g, const af_vep *ep, float *y, unsigned
     int64_t hp, wp;
     size_t img, vm;
     wino_sizes(g, af_exec_threads(ex), &hp, &wp, &img, &vm);
-    pad_job pj = {g, (float *)scratch, hp, wp};
-    af_exec_parallel(ex, g->n * hp, pad_ns(g, hp, wp, ex), pad_rows, &pj);
+    pad_job pj = {g, (float *)scratch, 1, hp, wp};
+    af_exec_parallel(ex, g->n * hp, pad_ns(g, 1, hp, wp, ex), pad_rows, &pj);
     int64_t th = (g->oh + 3) / 4, tw = (g->ow + 3) / 4, ntiles = g->n * th * tw;
     float *v = (float *)(scratch + img);
     wino_job j = {g, ep, (float *)scratch, hp, wp, th, tw, ntiles, v, v + 36 * ntiles * g->c, y,
@@ -689,7 +711,7 @@ static af_status conv_decode(const af_node *n, const af_tensor *const *in, conv_
     conv_cl *g = &p->g;
     af_status st = conv_cl_setup(n, in, g, err);
     if (st != AF_OK) return st;
-    if (!g->packed || g->y.rank != 4)
+    if (!g->packed || g->y.rank < 3)
         return af_node_fail(err, n, AF_ERR_INTERNAL, "channels-last weights not packed, or X unknown");
     p->mean = pool_out(n);
     st = af_epilogue_prepare_attr(n, in, &g->y, "epilogue", &p->ep, err);
@@ -720,7 +742,7 @@ void *fast_prepare_fused_conv(const af_node *n, const af_tensor *const *types) {
 static af_status conv_ready(const af_node *n, const af_tensor *const *in, const conv_cl *g,
                             af_error *err) {
     if (!g->packed) return af_node_fail(err, n, AF_ERR_INTERNAL, "channels-last weights are not packed");
-    if (g->y.rank != 4 || !af_tensor_has_data(in[0]) || !g->wt ||
+    if (g->y.rank < 3 || !af_tensor_has_data(in[0]) || !g->wt ||
         (nn_in(n, in, 2) && !af_tensor_has_data(in[2])))
         return af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
     return AF_OK;
@@ -747,7 +769,7 @@ af_status fast_fused_conv(const af_node *n, const af_tensor *const *in, af_tenso
     }
     const conv_cl *g = &p.g;
     if (st == AF_OK) st = conv_ready(n, in, g, err);
-    if (st == AF_OK) st = nn_check_out(n, &out[0], 4, g->y.dims, err);
+    if (st == AF_OK) st = nn_check_out(n, &out[0], g->y.rank, g->y.dims, err);
     int64_t md[4] = {g->n, 1, 1, g->m};
     if (st == AF_OK && p.mean) st = nn_check_out(n, &out[1], 4, md, err);
     if (st == AF_OK) st = af_epilogue_bind(n, &p.ep, in, err);
@@ -778,6 +800,8 @@ static af_status cpf_setup(const af_node *n, const af_tensor *const *in, cpf_cl 
                            af_error *err) {
     af_status st = conv_cl_setup(n, in, &c->conv, err);
     if (st != AF_OK) return st;
+    if (c->conv.y.rank >= 0 && c->conv.y.rank != 4)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "channels-last ConvPoolFc needs a 4-D X");
     c->w = nn_in(n, in, 3);
     c->b = nn_in(n, in, 4);
     c->packed = af_attr_int(n, "fc_packed", 0) != 0;
