@@ -599,6 +599,15 @@ static void b_blockn(af_graph *g, af_value *x, const void *arg) {
     mark_output(g, op2(g, "Mul", z, tu_const(g, c->nsp + 1, sd, 0.5, 1.5)));
 }
 
+/* A video classifier's head: conv, pooling over every position, the classifier (ConvPoolFc). */
+static void b_headn(af_graph *g, af_value *x, const void *arg) {
+    const convn *c = arg;
+    af_value *y = op1(g, "Flatten", op1(g, "GlobalAveragePool", op1(g, "Relu", convnd(g, x, c))));
+    int64_t wd[2] = {c->m, 11};
+    af_value *ins[3] = {y, tu_const(g, 2, wd, -0.3, 0.3), vec(g, 11, -1, 1)};
+    mark_output(g, node(g, "Gemm", 3, ins)->out[0]);
+}
+
 static const convn geoms1[] = {
     {1, 16, {1}, {1}, {1}, {0, 0}, 1, true},     /* pointwise */
     {1, 12, {3}, {2}, {1}, {1, 1}, 1, true},     /* stride 2 */
@@ -631,8 +640,10 @@ static void test_conv_1d_3d(void **state) {
     static const convn blk3 = {3, 8, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, 1, false};
     lcase b1 = {"conv 1-D block", {2, 8, 29}, b_blockn, &blk1, 2, 2};
     lcase b3 = {"conv 3-D block", {1, 8, 4, 9, 7}, b_blockn, &blk3, 2, 2};
+    lcase h3 = {"conv 3-D head", {2, 8, 4, 6, 5}, b_headn, &blk3, 2, 1};
     check(&b1);
     check(&b3);
+    check(&h3);
     /* 1-D convs take the half and bfloat16 GEMMs as 2-D ones do (3-D ones stay float32). */
     check_prec(&b1, AF_PREC_BF16);
     check_prec(&b1, AF_PREC_FP16);

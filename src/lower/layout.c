@@ -107,11 +107,9 @@ static bool capable(const af_node *n) {
     if (!spatial_f32(n->in[0])) return false;
     switch (n->op) {
     case AF_OP_FUSED_CONV:
+    case AF_OP_CONV_POOL_FC:
         return n->nin >= 2 && af_value_is_const(n->in[1]) &&
                n->in[1]->type.rank == n->in[0]->type.rank && !af_attr_int(n, "channels_last", 0);
-    case AF_OP_CONV_POOL_FC:
-        return rank4_f32(n->in[0]) && n->nin >= 2 && af_value_is_const(n->in[1]) &&
-               n->in[1]->type.rank == 4 && !af_attr_int(n, "channels_last", 0);
     case AF_OP_SQUEEZE_EXCITE:
     case AF_OP_GLOBAL_AVERAGE_POOL:
     case AF_OP_GLOBAL_MAX_POOL:

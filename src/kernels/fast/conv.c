@@ -800,8 +800,6 @@ static af_status cpf_setup(const af_node *n, const af_tensor *const *in, cpf_cl 
                            af_error *err) {
     af_status st = conv_cl_setup(n, in, &c->conv, err);
     if (st != AF_OK) return st;
-    if (c->conv.y.rank >= 0 && c->conv.y.rank != 4)
-        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "channels-last ConvPoolFc needs a 4-D X");
     c->w = nn_in(n, in, 3);
     c->b = nn_in(n, in, 4);
     c->packed = af_attr_int(n, "fc_packed", 0) != 0;
@@ -822,12 +820,12 @@ static af_status cpf_setup(const af_node *n, const af_tensor *const *in, cpf_cl 
         k = c->w->dims[c->tb ? 1 : 0];
         c->classes = c->w->dims[c->tb ? 0 : 1];
     }
-    int64_t m = c->conv.y.rank == 4 ? c->conv.y.dims[3] : -1;
+    int64_t m = c->conv.y.rank >= 3 ? c->conv.y.dims[c->conv.y.rank - 1] : -1;
     if (k >= 0 && m >= 0 && k != m)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
                             "Wfc expects %lld features but the conv has %lld channels",
                             (long long)k, (long long)m);
-    int64_t dims[2] = {c->conv.y.rank == 4 ? c->conv.y.dims[0] : -1, c->classes};
+    int64_t dims[2] = {c->conv.y.rank >= 3 ? c->conv.y.dims[0] : -1, c->classes};
     af_tensor_set_type(y, AF_DTYPE_FLOAT, 2, dims);
     if (c->b && (c->b->rank > 2 || (c->b->rank >= 1 && c->b->dims[c->b->rank - 1] != 1 &&
                                      c->b->dims[c->b->rank - 1] != c->classes)))
@@ -839,7 +837,7 @@ af_status fast_shape_conv_pool_fc(const af_node *n, const af_tensor *const *in, 
                           af_error *err) {
     cpf_cl c;
     af_status st = cpf_setup(n, in, &c, &out[0], err);
-    if (st == AF_OK && c.conv.y.rank == 4) st = af_epilogue_validate(n, in, &c.conv.y, err);
+    if (st == AF_OK && c.conv.y.rank >= 3) st = af_epilogue_validate(n, in, &c.conv.y, err);
     return st;
 }
 
@@ -856,7 +854,7 @@ af_status fast_conv_pool_fc(const af_node *n, const af_tensor *const *in, af_ten
     if (st == AF_OK) st = af_epilogue_parse(n, in, &c.conv.y, &ep, err);
     if (st != AF_OK) return st;
     const conv_cl *g = &c.conv;
-    int64_t rows = g->oh * g->ow;
+    int64_t rows = g->od * g->oh * g->ow;
     size_t conv_floats = (size_t)(g->n * rows * g->m), wfloats = c.packed ? 0 : af_gemm_packed_floats(g->m, c.classes);
     size_t cb = (conv_floats * sizeof(float) + 63) & ~(size_t)63, csb = conv_scratch_bytes(g, false, ex);
     size_t pb = ((size_t)(g->n * g->m) * sizeof(float) + 63) & ~(size_t)63;
