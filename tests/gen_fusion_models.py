@@ -244,7 +244,40 @@ def models():
     g.output("y")
     m["if_subgraph"] = g
 
+    g = G()  # count_include_pad average pooling as torch writes it: Pad + AveragePool
+    x = g.input("x", [1, 3, 8, 8])
+    pd = g.op("Pad", [x, g.ints([0, 0, 1, 1, 0, 0, 1, 1], "pads"), g.const([], "zero", value=0.0)])
+    g.output(g.op("AveragePool", [pd], name="avg_padded", kernel_shape=[3, 3]))
+    m["pad_avgpool"] = g
+
+    g = G()  # an asymmetric "SAME" 1-D conv: Pad + Conv + Relu
+    x = g.input("x", [2, 3, 10])
+    pd = g.op("Pad", [x, g.ints([0, 0, 2, 0, 0, 1], "pads")])
+    c = g.op("Conv", [pd, g.const([4, 3, 4]), g.const([4], "b")], name="conv_padded")
+    g.output(g.op("Relu", [c]))
+    m["pad_conv_1d"] = g
+
+    g = G()  # a 3-D max pooling padded with -inf
+    x = g.input("x", [1, 2, 4, 6, 6])
+    pd = g.op("Pad", [x, g.ints([0, 0, 0, 1, 1, 0, 0, 0, 1, 1], "pads"),
+                      g.const([], "ninf", value=-np.inf)])
+    g.output(g.op("MaxPool", [pd], name="max_padded", kernel_shape=[2, 3, 3], strides=[2, 2, 2]))
+    m["pad_maxpool_3d"] = g
+
     # ---- near misses ----
+    g = G()  # a reflect Pad is not a window op's padding
+    x = g.input("x", [1, 3, 8, 8])
+    pd = g.op("Pad", [x, g.ints([0, 0, 1, 1, 0, 0, 1, 1], "pads")], name="pad_reflect",
+              mode="reflect")
+    g.output(g.op("AveragePool", [pd], kernel_shape=[3, 3]))
+    m["nm_pad_reflect"] = g
+
+    g = G()  # a Pad of the channels
+    x = g.input("x", [1, 3, 8, 8])
+    pd = g.op("Pad", [x, g.ints([0, 1, 1, 1, 0, 0, 1, 1], "pads")], name="pad_channels")
+    g.output(conv(g, pd, 4, 2, pads=[0, 0, 0, 0]))
+    m["nm_pad_channels"] = g
+
     g = G()  # the conv output has a second consumer
     c = conv(g, g.input("x", [1, 3, 6, 6]), 3, 4, name="conv_shared")
     g.output(g.op("Relu", [g.bn(c, 4)]))

@@ -193,6 +193,10 @@ static const positive positives[] = {
     {"ew_extend_conv", AF_RULE_ELEMENTWISE, 1, 1, {{AF_OP_FUSED_CONV, 1}},
      "ConvBNReluFusionOp,ElementwiseFusionOp"},
     {"if_subgraph", AF_RULE_CONV_BN_RELU, 1, 3, {{AF_OP_FUSED_CONV, 1}, {AF_OP_CONV, 0}}, NULL},
+    {"pad_avgpool", AF_RULE_PAD_WINDOW, 1, 1, {{AF_OP_AVERAGE_POOL, 1}, {AF_OP_PAD, 0}},
+     "PadWindowFusionOp"},
+    {"pad_conv_1d", AF_RULE_PAD_WINDOW, 1, 1, {{AF_OP_FUSED_CONV, 1}, {AF_OP_PAD, 0}}, NULL},
+    {"pad_maxpool_3d", AF_RULE_PAD_WINDOW, 1, 1, {{AF_OP_MAX_POOL, 1}, {AF_OP_PAD, 0}}, NULL},
 };
 
 static void test_positive(void **state) {
@@ -221,7 +225,8 @@ static void test_positive(void **state) {
         assert_int_equal(rep.ops_after, p->nodes_after);
         const af_node *f = first_of(m->graph, p->ops[0].op);
         assert_non_null(f);
-        assert_string_equal(f->domain, "ai.autofusion");
+        /* A fused op is ours; PadWindow's result is the ONNX window op with grown pads. */
+        assert_string_equal(f->domain, af_op_is_ours(f->op) ? "ai.autofusion" : "");
         const af_attr *fn = af_node_attr(f, "fused_nodes");
         assert_non_null(fn);
         assert_true(fn->type == AF_ATTR_STRINGS && fn->n >= 2);
@@ -289,6 +294,10 @@ static const near_miss misses[] = {
      AF_OP_CONV_POOL_FC, true},
     {"nm_ew_broadcast", AF_RULE_ELEMENTWISE, "mul_bcast", "broadcast does not fit the output",
      AF_OP_FUSED_MATMUL, true},
+    {"nm_pad_reflect", AF_RULE_PAD_WINDOW, "pad_reflect", "Pad is not constant-mode",
+     AF_OP_FUSED_CONV, true},
+    {"nm_pad_channels", AF_RULE_PAD_WINDOW, "pad_channels", "Pad pads the batch or channels",
+     AF_OP_FUSED_CONV, false},
 };
 
 static void test_near_misses(void **state) {

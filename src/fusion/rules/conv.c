@@ -5,7 +5,10 @@
  *  ConvPoolFcFusionOp    Conv|FusedConv -> GlobalAveragePool -> Flatten|Reshape|Squeeze to
  *                        [N, C] -> Gemm|MatMul  ->  ConvPoolFc;
  *  SqueezeExciteFusionOp GlobalAveragePool -> 1x1 Conv -> act -> 1x1 Conv -> Sigmoid|HardSigmoid
- *                        -> Mul with the pooled tensor's input  ->  SqueezeExcite.
+ *                        -> Mul with the pooled tensor's input  ->  SqueezeExcite;
+ *  PadWindowFusionOp     Pad (constant, spatial dims only) -> Conv|AveragePool|MaxPool  ->  the
+ *                        window op with the Pad's pads added to its own (exporters write
+ *                        count_include_pad average pooling and "SAME" convs this way).
  *
  * Invariant: checks only read the graph; a check that accepts has verified every shape,
  * constant and attribute its apply reads, so apply only allocates and rewires. */
@@ -359,5 +362,108 @@ af_status rule_squeeze_excite_apply(af_fusion_ctx *cx, af_match *m, af_error *er
     if (input(c1, 2)) af_node_set_input(f, 2, c1->in[2]);
     af_node_set_input(f, 3, c2->in[1]);
     if (input(c2, 2)) af_node_set_input(f, 4, c2->in[2]);
+    return fuse_commit(cx, m, f, m->out[0], fuse_all(m), err);
+}
+
+/* ---- PadWindowFusionOp ---------------------------------------------------------------------- */
+
+/* Scratch use: m->ival[0..2r) = the Pad's spatial pads (begin..., end...) of the window op's
+ * rank r - 2 dims; m->ival[7] = r - 2. */
+
+/* The Pad's pads (begin..., end... over its rank) and its fill value; a reason when they are not
+ * constants this rule can read. */
+static const char *pad_consts(const af_node *pad, int rank, int64_t *pads, float *fill) {
+    if (strcmp(af_attr_str(pad, "mode", "constant"), "constant")) return "Pad is not constant-mode";
+    const int64_t *a = NULL;
+    int cnt;
+    *fill = 0.0f;
+    if (af_graph_opset(pad->graph) < 11) {
+        cnt = af_attr_ints(pad, "pads", &a);
+        *fill = af_attr_float(pad, "value", 0.0f);
+    } else {
+        const af_value *p = input(pad, 1), *v = input(pad, 2);
+        if (input(pad, 3)) return "Pad has axes";
+        if (!p || !af_value_is_const(p) || p->type.dtype != AF_DTYPE_INT64 || p->type.rank != 1)
+            return "pads are not constant";
+        a = p->type.data;
+        cnt = (int)p->type.dims[0];
+        if (v && (!af_value_is_const(v) || !af_value_is_f32(v) || af_tensor_numel(&v->type) != 1))
+            return "fill value is not a constant float32";
+        if (v) *fill = *(const float *)v->type.data;
+    }
+    if (cnt != 2 * rank) return "pads do not match the rank";
+    for (int i = 0; i < cnt; i++) {
+        if (a[i] < 0 || a[i] > (1 << 20)) return "pads are negative";
+        if ((i % rank) < 2 && a[i] != 0) return "Pad pads the batch or channels";
+        pads[i] = a[i];
+    }
+    return NULL;
+}
+
+/* Set n's INTS attribute (count >= 0) or INT attribute (count -1, v[0]), replacing one of that
+ * name. */
+static bool set_ints(af_node *n, const char *name, const int64_t *v, int count) {
+    for (int i = 0; i < n->nattrs; i++)
+        if (!strcmp(n->attrs[i].name, name)) {
+            n->nattrs--; /* drop it: attributes keep no order */
+            n->attrs[i] = n->attrs[n->nattrs];
+            break;
+        }
+    return count < 0 ? af_node_set_int(n, name, v[0]) : af_node_set_ints(n, name, v, count);
+}
+
+const char *rule_pad_window_check(af_fusion_ctx *cx, af_node *pad, af_match *m) {
+    (void)cx;
+    af_value *y = pad->nout == 1 ? pad->out[0] : NULL;
+    af_node *w = y && y->nuses == 1 ? y->uses[0].node : NULL;
+    if (!w || y->uses[0].slot != 0 ||
+        (w->op != AF_OP_CONV && w->op != AF_OP_AVERAGE_POOL && w->op != AF_OP_MAX_POOL))
+        return AF_NO_MATCH;
+    int rank = y->type.rank;
+    if (rank < 3 || rank > 5) return "rank is not 3 to 5";
+    const char *why = fuse_edge(y);
+    if (why) return why;
+    int64_t pads[10];
+    float fill;
+    if ((why = pad_consts(pad, rank, pads, &fill))) return why;
+    if (strcmp(af_attr_str(w, "auto_pad", "NOTSET"), "NOTSET")) return "window op has auto_pad";
+    if (w->op == AF_OP_MAX_POOL ? !(isinf(fill) && fill < 0) : fill != 0.0f)
+        return w->op == AF_OP_MAX_POOL ? "MaxPool after a Pad that is not -inf"
+                                       : "Pad fills with a value other than 0";
+    if (w->op == AF_OP_MAX_POOL && w->nout > 1 && w->out[1]) return "MaxPool returns indices";
+    const int64_t *wp = NULL;
+    int nwp = af_attr_ints(w, "pads", &wp);
+    bool padded = false;
+    for (int i = 0; i < nwp; i++) padded = padded || wp[i] != 0;
+    if (w->op == AF_OP_AVERAGE_POOL && padded && !af_attr_int(w, "count_include_pad", 0))
+        return "AveragePool pads without counting the padding";
+    int sp = rank - 2;
+    for (int i = 0; i < sp; i++) {
+        m->ival[i] = pads[2 + i];
+        m->ival[sp + i] = pads[rank + 2 + i];
+    }
+    m->ival[7] = sp;
+    fuse_match_add(m, pad);
+    fuse_match_add(m, w);
+    fuse_match_output(m, w->out[0]);
+    return NULL;
+}
+
+af_status rule_pad_window_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
+    af_node *pad = m->node[0], *w = m->node[1];
+    int sp = (int)m->ival[7];
+    int64_t pads[6] = {0};
+    const int64_t *wp = NULL;
+    int nwp = af_attr_ints(w, "pads", &wp);
+    for (int i = 0; i < 2 * sp; i++) pads[i] = m->ival[i] + (nwp == 2 * sp ? wp[i] : 0);
+    /* The window op again (ONNX's domain), its pads grown by the Pad's. */
+    af_node *f = af_node_new_ours(w->graph, w->op, w->name, w->nin);
+    if (!f || !fuse_copy_attrs(f, w) || !set_ints(f, "pads", pads, 2 * sp) ||
+        (w->op == AF_OP_AVERAGE_POOL && !set_ints(f, "count_include_pad", (int64_t[]){1}, -1)))
+        return af_node_fail(err, w, AF_ERR_NOMEM, "out of memory");
+    f->domain = w->domain;
+    af_node_set_input(f, 0, pad->in[0]);
+    for (int i = 1; i < w->nin; i++)
+        if (w->in[i]) af_node_set_input(f, i, w->in[i]);
     return fuse_commit(cx, m, f, m->out[0], fuse_all(m), err);
 }
