@@ -13,10 +13,12 @@
  * the next round; a bound keeps a pathological graph from looping long. */
 #define MAX_ROUNDS 16
 
-/* Dropout copies its input unless training_mode is set; its mask must be unused. */
+/* Dropout copies its input unless training_mode is set with a ratio above 0 (exporters write
+ * training_mode true with ratio 0: torchvision's Swin); its mask must be unused. */
 static bool dropout_is_copy(const pass_scope *s, const af_node *n) {
-    double training;
-    if (n->nin > 2 && n->in[2] && (!pass_scalar(n->in[2], &training) || training != 0))
+    double training, ratio;
+    bool no_drop = n->nin > 1 && n->in[1] && pass_scalar(n->in[1], &ratio) && ratio == 0;
+    if (n->nin > 2 && n->in[2] && (!pass_scalar(n->in[2], &training) || training != 0) && !no_drop)
         return false;
     const af_value *mask = n->nout > 1 ? n->out[1] : NULL;
     return !mask || (mask->nuses == 0 && !pass_pinned(s, mask));
