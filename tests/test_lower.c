@@ -416,6 +416,37 @@ static void b_reshape(af_graph *g, af_value *x, const void *arg) {
     mark_output(g, op2(g, "Reshape", y, s));
 }
 
+/* A constant int64 vector. */
+static af_value *i64s(af_graph *g, int64_t n, const int64_t *v) {
+    af_value *c = af_value_new_const(g, af_graph_unique_name(g, "ints"), AF_DTYPE_INT64, 1, &n);
+    assert_non_null(c);
+    memcpy(c->type.data, v, (size_t)n * sizeof(int64_t));
+    return c;
+}
+
+/* A ShuffleNet unit: a channel shuffle (Gather of the channels), a split by two Slices (the
+ * second with negative axes and steps given), a conv on one half, Concat: one region. */
+static void b_shuffle(af_graph *g, af_value *x, const void *arg) {
+    (void)arg;
+    static const conv pw = {8, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, true};
+    static const conv half = {4, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, NULL, true};
+    static const int64_t perm[8] = {0, 4, 1, 5, 2, 6, 3, 7}, z[1] = {0}, four[1] = {4},
+                         eight[1] = {8}, one[1] = {1}, minus3[1] = {-3};
+    af_value *y = op1(g, "Relu", conv2d(g, x, &pw));
+    af_node *ga = node(g, "Gather", 2, (af_value *[]){y, i64s(g, 8, perm)});
+    set_int(ga, "axis", 1);
+    infer(g);
+    af_value *s1 = node(g, "Slice", 4, (af_value *[]){ga->out[0], i64s(g, 1, z), i64s(g, 1, four),
+                                                     i64s(g, 1, one)})->out[0];
+    af_value *s2 = node(g, "Slice", 5, (af_value *[]){ga->out[0], i64s(g, 1, four), i64s(g, 1, eight),
+                                                     i64s(g, 1, minus3), i64s(g, 1, one)})->out[0];
+    infer(g);
+    af_node *cat = node(g, "Concat", 2, (af_value *[]){s1, op1(g, "Relu", conv2d(g, s2, &half))});
+    set_int(cat, "axis", 1);
+    infer(g);
+    mark_output(g, cat->out[0]);
+}
+
 static const conv geoms[] = {
     {16, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, true},     /* pointwise */
     {21, {1, 1}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 1, NULL, false},    /* strided pointwise */
@@ -557,6 +588,7 @@ static void test_regions(void **state) {
         {"head with a Winograd conv", {1, 32, 16, 16}, b_head, &head_wino, 2, 1},
         {"concat", {1, 6, 10, 10}, b_concat, NULL, 3, 2},
         {"reshape reader", {1, 4, 9, 9}, b_reshape, NULL, 3, 1},
+        {"channel shuffle and split", {2, 6, 9, 7}, b_shuffle, NULL, 2, 2},
     };
     for (size_t i = 0; i < AF_COUNT(cases); i++) check(&cases[i]);
 }

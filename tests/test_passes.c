@@ -758,6 +758,25 @@ static void test_transpose_of_unit_axes(void **state) {
     }
 }
 
+/* ShuffleNet's channel shuffle [1, 6, 4, 5] -> [1, 2, 3, 4, 5] -> swap axes 1, 2 -> [1, 6, 4, 5]
+ * becomes one Gather of the channels; a transpose of other axes stays. */
+static void test_channel_shuffle(void **state) {
+    (void)state;
+    static const int64_t d[] = {1, 6, 4, 5}, perm[] = {0, 2, 1, 3, 4}, other[] = {0, 1, 2, 4, 3};
+    static const double split[] = {1, 2, 3, 4, 5}, back[] = {1, 6, 4, 5};
+    for (int k = 0; k < 2; k++) {
+        tg t = tg_new(13);
+        af_value *x = op1(&t, "Relu", input(&t, "x", 4, d));
+        af_value *y = transpose(&t, op2(&t, "Reshape", x, ints(&t, 5, split)), 5, k ? other : perm);
+        output_in(t.g, op1(&t, "Neg", op2(&t, "Reshape", y, ints(&t, 4, back))));
+        finish_graph(t.g);
+        check_pass(t.g, af_pass_canonicalize);
+        assert_int_equal(count(t.g, "Gather"), k ? 0 : 1);
+        assert_int_equal(count(t.g, "Transpose"), k ? 1 : 0);
+        af_arena_free(t.a);
+    }
+}
+
 /* Gemm [5, 6] -> Reshape [5, 1, 6] -> Transpose [1, 5, 6] -> Add r [1, 5, 6] (the attention
  * output projection of torch's multi-head attention and its residual). */
 static af_value *projection_residual(tg *t, const int64_t *rdims, af_value **gemm_out) {
@@ -991,6 +1010,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_hardswish_hardsigmoid),
         cmocka_unit_test(test_hardswish_clip),
         cmocka_unit_test(test_transpose_of_unit_axes),
+        cmocka_unit_test(test_channel_shuffle),
         cmocka_unit_test(test_add_before_reshape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

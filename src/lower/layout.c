@@ -4,9 +4,9 @@
  * per-channel operand is a vector along the last dim. A region has one rank: its ops take
  * activations of the rank of the conv that started it.
  *
- * How: walking the nodes in order, a node that can run channels-last (a 2-D FusedConv always;
- * pooling, elementwise ops, Concat, SqueezeExcite and ConvPoolFc when one of their inputs is
- * already channels-last) gets its inputs in NHWC: the NHWC twin of a value when one exists, a
+ * How: walking the nodes in order, a node that can run channels-last (a FusedConv always;
+ * pooling, elementwise ops, Concat, constant Slices, a Gather of channels, SqueezeExcite and
+ * ConvPoolFc when one of their inputs is already channels-last) gets its inputs in NHWC: the NHWC twin of a value when one exists, a
  * Transpose to NHWC otherwise (one per value, shared), constants permuted at compile time. Each
  * of its 4-D outputs v becomes a new NHWC value v', and v itself is then computed by a
  * Transpose(v') back to NCHW right after it, for whoever still reads NCHW (a graph output, a
@@ -83,6 +83,30 @@ static bool pool_ok(const af_node *n) {
     return af_attr_int(n, "storage_order", 0) == 0;
 }
 
+/* A constant int64 vector of at most `max` values. */
+static bool const_ints(const af_value *v, int max) {
+    return v && af_value_is_const(v) && v->type.dtype == AF_DTYPE_INT64 && v->type.rank == 1 &&
+           v->type.dims[0] >= 1 && v->type.dims[0] <= max;
+}
+
+/* A Slice whose starts, ends, axes and steps are constants (opset 10 on): its axes are then
+ * remapped to the channels-last order. */
+static bool slice_ok(const af_node *n) {
+    if (af_graph_opset(n->graph) < 10 || n->nin < 4 || n->nout != 1 || !n->out[0]) return false;
+    int r = n->in[0]->type.rank;
+    for (int i = 1; i < n->nin; i++)
+        if (n->in[i] && !const_ints(n->in[i], r)) return false;
+    return n->in[1] && n->in[2] && n->in[3] && n->out[0]->type.rank == r;
+}
+
+/* A Gather of channels (axis 1) by a constant 1-D index (a channel shuffle, canonicalize.c). */
+static bool gather_ok(const af_node *n) {
+    int r = n->in[0]->type.rank;
+    int64_t axis = af_attr_int(n, "axis", 0);
+    return n->nin == 2 && n->nout == 1 && n->out[0] && (axis == 1 || axis == 1 - r) &&
+           const_ints(n->in[1], 1 << 24) && n->out[0]->type.rank == r;
+}
+
 /* Slot kind of input i of n, for a node that can run channels-last. */
 static slot_kind slot_of(const af_node *n, int i) {
     switch (n->op) {
@@ -91,6 +115,7 @@ static slot_kind slot_of(const af_node *n, int i) {
     case AF_OP_SQUEEZE_EXCITE: return i == 0 ? S_ACT : S_KEEP;
     case AF_OP_FUSED_ELEMENTWISE: return i == 0 ? S_ACT : S_OPERAND;
     case AF_OP_CONCAT: return S_ACT;
+    case AF_OP_SLICE: case AF_OP_GATHER: return i == 0 ? S_ACT : S_KEEP;
     case AF_OP_MAX_POOL: case AF_OP_AVERAGE_POOL: case AF_OP_GLOBAL_AVERAGE_POOL:
     case AF_OP_GLOBAL_MAX_POOL:
         return i == 0 ? S_ACT : S_KEEP;
@@ -121,6 +146,10 @@ static bool capable(const af_node *n) {
         return pool_ok(n);
     case AF_OP_CONCAT:
         return n->nout == 1 && spatial_rank(n->out[0]->type.rank);
+    case AF_OP_SLICE:
+        return slice_ok(n);
+    case AF_OP_GATHER:
+        return gather_ok(n);
     default:
         return false;
     }
@@ -274,14 +303,29 @@ static bool set_channels_last(af_node *n) {
     return af_node_set_int(n, "channels_last", 1);
 }
 
-/* Concat's axis in channels-last order (rank r): N stays, C moves last, the spatial dims move
- * up one. */
-static void remap_concat_axis(af_node *n, int r) {
+/* An axis in channels-last order (rank r): N stays, C moves last, the spatial dims move up
+ * one. */
+static int64_t remap_axis(int64_t ax, int r) {
+    if (ax < 0) ax += r;
+    return ax >= 0 && ax < r ? to_nchw[r][ax] : ax;
+}
+
+/* Concat's and Gather's axis attribute. */
+static void remap_axis_attr(af_node *n, int r) {
     for (int a = 0; a < n->nattrs; a++)
-        if (!strcmp(n->attrs[a].name, "axis")) {
-            int64_t ax = n->attrs[a].i < 0 ? n->attrs[a].i + r : n->attrs[a].i;
-            if (ax >= 0 && ax < r) n->attrs[a].i = to_nchw[r][ax];
-        }
+        if (!strcmp(n->attrs[a].name, "axis")) n->attrs[a].i = remap_axis(n->attrs[a].i, r);
+}
+
+/* A Slice's axes: a new constant (the old one may be shared). */
+static bool remap_slice_axes(layout *L, af_node *n, int r) {
+    const af_value *old = n->in[3];
+    int64_t k = old->type.dims[0];
+    af_value *ax = af_value_new_const(L->g, af_graph_unique_name(L->g, "nhwc_axes"), AF_DTYPE_INT64, 1, &k);
+    if (!ax) return false;
+    for (int64_t i = 0; i < k; i++)
+        ((int64_t *)ax->type.data)[i] = remap_axis(((const int64_t *)old->type.data)[i], r);
+    af_node_set_input(n, 3, ax);
+    return true;
 }
 
 static af_status convert(layout *L, af_node *n, af_error *err) {
@@ -300,7 +344,8 @@ static af_status convert(layout *L, af_node *n, af_error *err) {
         n->op == AF_OP_MAX_POOL || n->op == AF_OP_AVERAGE_POOL ||
         n->op == AF_OP_GLOBAL_AVERAGE_POOL || n->op == AF_OP_GLOBAL_MAX_POOL)
         ok = set_channels_last(n);
-    if (n->op == AF_OP_CONCAT) remap_concat_axis(n, rank);
+    if (n->op == AF_OP_CONCAT || n->op == AF_OP_GATHER) remap_axis_attr(n, rank);
+    if (n->op == AF_OP_SLICE) ok = ok && remap_slice_axes(L, n, rank);
     if (!ok) return af_fail(err, AF_ERR_NOMEM, "out of memory in the layout pass");
     /* Outputs of the region's rank get an NHWC twin, and the NCHW value a Transpose from it. */
     for (int o = 0; o < n->nout; o++) {

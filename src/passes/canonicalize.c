@@ -10,6 +10,9 @@
  *   HardSwish(x)  from  x*HardSigmoid(x; 1/6, 0.5)  and  x*Clip(x+3, 0, 6)/6;
  *   Reshape(x)  from  a Transpose that moves only axes of size 1 (the bytes keep their order:
  *       torch's multi-head attention swaps batch 1 and the sequence axis this way);
+ *   Gather(x, idx; axis=1)  from  the channel shuffle Reshape [N, g, C/g, ...] -> Transpose
+ *       swapping axes 1 and 2 -> Reshape [N, C, ...] (ShuffleNet): a permutation of the
+ *       channels, which the layout pass keeps channels-last;
  *   Reshape(Add(y, Reshape(r)))  from  Add(Reshape(...Reshape(y)), r) where y is a MatMul's or
  *       Gemm's output and r has the Add's shape: the Add moves next to the product, where the
  *       fuser takes it as the residual (ViT's attention output projection and its residual).
@@ -548,6 +551,45 @@ static af_status transpose_reshape(pass_scope *s, af_node *n, bool *hit, af_erro
     return AF_OK;
 }
 
+/* Reshape x [N, C, S...] to [N, g, C/g, S...], swap axes 1 and 2, Reshape back to [N, C, S...]:
+ * output channel a * g + b is input channel b * (C/g) + a, a Gather along axis 1. */
+static af_status channel_shuffle(pass_scope *s, af_node *tr, bool *hit, af_error *err) {
+    af_value *x5 = tr->in[0], *y5 = tr->out[0];
+    af_node *r1 = x5 ? feeding(s, x5, AF_OP_RESHAPE, tr) : NULL, *r2 = y5 ? next(s, y5, AF_OP_RESHAPE) : NULL;
+    if (!r1 || !r2 || tr->nout != 1 || !r1->in[0]) return AF_OK;
+    af_value *x = r1->in[0], *y = r2->out[0];
+    const af_tensor *xt = &x->type, *t5 = &x5->type;
+    int r = xt->rank;
+    const int64_t *perm;
+    if (r < 3 || r > AF_MAX_RANK - 1 || t5->rank != r + 1 || !af_same_shape(xt, &y->type) ||
+        af_attr_ints(tr, "perm", &perm) != r + 1)
+        return AF_OK;
+    for (int i = 1; i <= r; i++) /* the batch may be symbolic, the rest is known */
+        if (t5->dims[i] < 1 || (i < r && xt->dims[i] < 1)) return AF_OK;
+    int64_t c = xt->dims[1], g = t5->dims[1];
+    bool ok = t5->dims[0] == xt->dims[0] && g * t5->dims[2] == c && perm[0] == 0 && perm[1] == 2 &&
+              perm[2] == 1;
+    for (int i = 2; ok && i < r; i++) ok = t5->dims[i + 1] == xt->dims[i] && perm[i + 1] == i + 1;
+    if (!ok) return AF_OK;
+    const char *name = af_graph_unique_name(s->g, "shuffle");
+    af_value *idx = name ? af_value_new_const(s->g, name, AF_DTYPE_INT64, 1, &c) : NULL;
+    af_node *gn = idx ? pass_node_new(s, AF_OP_GATHER, tr, 2, 1) : NULL;
+    match m = {{r1, tr, r2}, 3};
+    if (!gn || !provenance(gn, &m) || !af_node_set_int(gn, "axis", 1))
+        return af_node_fail(err, tr, AF_ERR_NOMEM, "out of memory canonicalizing");
+    int64_t *d = idx->type.data, per = c / g;
+    for (int64_t a = 0; a < per; a++)
+        for (int64_t b = 0; b < g; b++) d[a * g + b] = b * per + a;
+    af_status st = AF_OK;
+    for (int i = 0; i < m.n && !st; i++) st = pass_kill(s, m.nodes[i], err);
+    if (st) return st;
+    af_node_set_input(gn, 0, x);
+    af_node_set_input(gn, 1, idx);
+    af_node_set_output(gn, 0, y);
+    *hit = true;
+    return AF_OK;
+}
+
 /* Add(Reshape(...Reshape(y)), r), y a MatMul's or Gemm's output read only by the chain, r of
  * the Add's dims: Reshape(Add(y, Reshape(r))). */
 static af_status add_before_reshape(pass_scope *s, af_node *add, bool *hit, af_error *err) {
@@ -595,7 +637,12 @@ static af_status rewrite_at(pass_scope *s, af_node *n, bool *hit, af_error *err)
     case AF_OP_HARD_SIGMOID: return hardswish_hs(s, n, hit, err);
     case AF_OP_CLIP: return hardswish_clip(s, n, hit, err);
     case AF_OP_LAYER_NORMALIZATION: layernorm_axis(n); return AF_OK;
-    case AF_OP_TRANSPOSE: return transpose_reshape(s, n, hit, err);
+    case AF_OP_TRANSPOSE: {
+        bool shuffled = false;
+        af_status st = channel_shuffle(s, n, &shuffled, err);
+        *hit = *hit || shuffled;
+        return st || shuffled ? st : transpose_reshape(s, n, hit, err);
+    }
     case AF_OP_ADD: return add_before_reshape(s, n, hit, err);
     default: return AF_OK;
     }
