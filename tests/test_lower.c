@@ -447,6 +447,35 @@ static void b_shuffle(af_graph *g, af_value *x, const void *arg) {
     mark_output(g, cat->out[0]);
 }
 
+/* DenseNet's layer: Concat, then BN + Relu (no conv before them to fold into), then a conv. */
+static void b_dense(af_graph *g, af_value *x, const void *arg) {
+    (void)arg;
+    static const conv c3 = {4, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, NULL, false};
+    af_node *cat = node(g, "Concat", 2, (af_value *[]){x, conv2d(g, x, &c3)});
+    set_int(cat, "axis", 1);
+    infer(g);
+    mark_output(g, conv2d(g, op1(g, "Relu", batchnorm(g, cat->out[0])), &c3));
+}
+
+/* The BN and its Relu become one FusedElementwise, inside the channels-last region. */
+static void test_bn_activation(void **state) {
+    (void)state;
+    lcase c = {"dense layer", {1, 6, 9, 8}, b_dense, NULL, 2, 2};
+    check(&c);
+    af_arena *a = af_arena_new();
+    af_graph *g = build(a, &c, 7);
+    af_error err;
+    assert_int_equal(af_lower(g, NULL, &err), AF_OK);
+    int relu = 0, ew = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        relu += g->nodes[i]->op == AF_OP_RELU;
+        ew += g->nodes[i]->op == AF_OP_FUSED_ELEMENTWISE;
+    }
+    assert_int_equal(relu, 0);
+    assert_int_equal(ew, 1);
+    af_arena_free(a);
+}
+
 static const conv geoms[] = {
     {16, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, true},     /* pointwise */
     {21, {1, 1}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 1, NULL, false},    /* strided pointwise */
@@ -793,6 +822,7 @@ int main(void) {
         cmocka_unit_test(test_steady_state),
         cmocka_unit_test(test_conv_geometries),
         cmocka_unit_test(test_conv_1d_3d),
+        cmocka_unit_test(test_bn_activation),
         cmocka_unit_test(test_depthwise),
         cmocka_unit_test(test_expand_depthwise),
         cmocka_unit_test(test_winograd),

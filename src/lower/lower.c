@@ -56,8 +56,21 @@ static af_status lower_core(af_graph *g, af_node *n, af_error *err) {
     return AF_OK;
 }
 
-/* BatchNormalization(X, scale, B, mean, var) -> FusedElementwise(X, s, t): y = x * s + t with
- * s = scale / sqrt(var + eps), t = B - mean * s, shaped [C, 1, ...] to broadcast over X. */
+/* The activation that alone reads BN's output y (not a graph output), to join its program. */
+static af_node *bn_activation(const af_graph *g, const af_value *y) {
+    af_node *r = y && y->nuses == 1 && !y->is_output ? y->uses[0].node : NULL;
+    int64_t op;
+    float p0, p1;
+    return r && r->graph == g && r->nout == 1 && r->out[0] && r->in[0] == y &&
+                   r->out[0]->type.dtype == AF_DTYPE_FLOAT && fuse_act_op(r, &op, &p0, &p1)
+               ? r
+               : NULL;
+}
+
+/* BatchNormalization(X, scale, B, mean, var) [-> activation] -> FusedElementwise(X, s, t):
+ * y = act(x * s + t) with s = scale / sqrt(var + eps), t = B - mean * s, shaped [C, 1, ...] to
+ * broadcast over X. A BN that follows a conv was folded into it by the fuser; the ones left
+ * read something else (DenseNet's pre-activation BN + Relu after each Concat). */
 static af_status lower_batchnorm(af_graph *g, af_node *n, af_error *err) {
     if (n->nin != 5 || n->nout != 1 || !all_f32(n) || af_attr_int(n, "training_mode", 0)) return AF_OK;
     const af_value *x = n->in[0];
@@ -91,9 +104,17 @@ static af_status lower_batchnorm(af_graph *g, af_node *n, af_error *err) {
     e.op[1] = AF_EP_ADD;
     e.operand[1] = t;
     e.n = 2;
+    af_node *act = bn_activation(g, n->out[0]);
+    if (act && fuse_epi_append(&e, act, n->out[0], &act->out[0]->type)) act = NULL;
     af_status st = fuse_epi_emit(f, &e, 1, err);
     if (st) return st;
     take_place(g, f, n);
+    if (act) {
+        af_value *z = act->out[0];
+        af_node_remove(act);
+        af_node_set_output(f, 0, z);
+        af_graph_renumber(g);
+    }
     return AF_OK;
 }
 
