@@ -572,20 +572,33 @@ def conditioning(model, args, ref):
         return None
 
 
-def export_model(name, builder, opset, out_dir, family="", check64=True, log=print):
-    """Build, randomize, export NAME to OUT_DIR/NAME.onnx with its input and output files.
-    Returns its manifest entry. Raises on failure."""
-    t0 = time.time()
+def build(builder, **kw):
+    """builder(**kw) with the zoo's seed and randomize(): (model, inputs, input names, output
+    names, dynamic axes)."""
     torch.manual_seed(SEED)
-    model, args, in_names, out_names, axes = builder()
+    model, args, in_names, out_names, axes = builder(**kw)
     randomize(model, SEED)
-    path = os.path.join(out_dir, name + ".onnx")
+    return model, args, in_names, out_names, axes
+
+
+def export(model, args, path, in_names, out_names, axes, opset):
+    """torch.onnx.export with its defaults (eval mode: BatchNorm folded, constant folding)."""
+    model.eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # Not under torch.no_grad(): without autograd nn.MultiheadAttention (ViT) takes its fused
         # fast path, which has no ONNX export.
         torch.onnx.export(model, args, path, opset_version=opset, input_names=in_names,
                           output_names=out_names, dynamic_axes=axes, do_constant_folding=True)
+
+
+def export_model(name, builder, opset, out_dir, family="", check64=True, log=print):
+    """Build, randomize, export NAME to OUT_DIR/NAME.onnx with its input and output files.
+    Returns its manifest entry. Raises on failure."""
+    t0 = time.time()
+    model, args, in_names, out_names, axes = build(builder)
+    path = os.path.join(out_dir, name + ".onnx")
+    export(model, args, path, in_names, out_names, axes, opset)
     with torch.no_grad():
         ref = flat_outputs(model(*args))
     if len(ref) != len(out_names):
