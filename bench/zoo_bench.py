@@ -259,6 +259,9 @@ def table(doc):
         else:
             corr = (f"yes ({c['max_err']:.1e})" if c["correct"]
                     else "**no**: " + "; ".join(c.get("problems", [])))
+            f64 = r.get("torch_fp32_vs_fp64")
+            if not c["correct"] and f64 is not None and f64 > doc.get("tol", 1e-4):
+                corr += f" (torch float32 itself differs from float64 by {f64:.1e})"
         cells = []
         for t in th:
             cell = r.get("latency", {}).get(str(t))
@@ -299,7 +302,8 @@ def write(doc, path):
 
 def bench_model(args, zoo, entry):
     name = entry["name"]
-    res = {"name": name, "family": entry.get("family", ""), "file": entry["file"]}
+    res = {"name": name, "family": entry.get("family", ""), "file": entry["file"],
+           "torch_fp32_vs_fp64": entry.get("fp32_vs_fp64")}
     onnx_path = os.path.join(zoo, entry["file"])
     afm_stem = os.path.join(args.work, name)
     inputs = []
@@ -364,6 +368,12 @@ def main():
     args = ap.parse_args()
     if args.table:
         doc = json.load(open(args.table))
+        try:  # runs before the figure was stored: take it from the zoo's manifest
+            man = {e["name"]: e for e in json.load(open(os.path.join(doc["zoo"], "manifest.json")))["models"]}
+            for r in doc["results"]:
+                r.setdefault("torch_fp32_vs_fp64", man.get(r["name"], {}).get("fp32_vs_fp64"))
+        except (OSError, KeyError, ValueError):
+            pass
         summarize(doc)
         print(table(doc) + "\n" + profile_table(doc), end="")
         return 0
