@@ -19,8 +19,8 @@ from xml.sax.saxutils import escape
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]
-LABEL_W, PLOT_W, RIGHT = 250, 560, 70
-ROW_H, TOP, BOTTOM = 22, 92, 56
+LABEL_W, PLOT_W, RIGHT = 350, 560, 60
+ROW_H, FAM_H, TOP, BOTTOM = 22, 18, 82, 56
 
 
 def main():
@@ -37,7 +37,14 @@ def main():
     llo, lhi = math.log10(lo), math.log10(hi)
     X = lambda v: LABEL_W + (math.log10(v) - llo) / (lhi - llo) * PLOT_W  # noqa: E731
     W = LABEL_W + PLOT_W + RIGHT
-    H = TOP + len(rows) * ROW_H + BOTTOM
+    ys, y, family = [], TOP, object()
+    for r in rows:  # a header line before each family's rows
+        if r.get("family") != family:
+            family = r.get("family")
+            y += FAM_H
+        ys.append(y)
+        y += ROW_H
+    H = y + BOTTOM
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
            'font-family="DejaVu Sans, Arial, sans-serif" font-size="12">',
            f'<rect width="{W}" height="{H}" fill="white"/>']
@@ -55,7 +62,7 @@ def main():
         out.append(f'<rect x="{lx}" y="52" width="14" height="10" fill="{COLORS[i % len(COLORS)]}"/>')
         out.append(f'<text x="{lx + 20}" y="61">{t} thread{"s" if t != "1" else ""}</text>')
         lx += 100
-    y_end = TOP + len(rows) * ROW_H
+    y_end = ys[-1] + ROW_H if ys else TOP
     ticks = [v for e in range(math.floor(llo), math.ceil(lhi) + 1)
              for v in (10 ** e, 2 * 10 ** e, 5 * 10 ** e) if lo <= v <= hi]
     for v in ticks:
@@ -64,16 +71,16 @@ def main():
         out.append(f'<text x="{x:.1f}" y="{y_end + 16}" text-anchor="middle">{v:g}</text>')
     out.append(f'<text x="{LABEL_W + PLOT_W / 2}" y="{y_end + 36}" text-anchor="middle">'
                'ours / ONNX Runtime (log scale; left of 1.0 we are faster)</text>')
-    family = None
+    family = object()
     for ri, r in enumerate(rows):
-        y0 = TOP + ri * ROW_H
+        y0 = ys[ri]
         if r.get("family") != family:
             family = r.get("family")
-            out.append(f'<line x1="8" y1="{y0}" x2="{W - 8}" y2="{y0}" stroke="#bbb"/>')
-            out.append(f'<text x="8" y="{y0 + 12}" fill="#888" font-size="10">{escape(family or "")}</text>')
+            out.append(f'<line x1="8" y1="{y0 - FAM_H + 2}" x2="{W - 8}" y2="{y0 - FAM_H + 2}" stroke="#bbb"/>')
+            out.append(f'<text x="8" y="{y0 - 3}" fill="#666" font-weight="bold">{escape(family or "")}</text>')
         c = r.get("correctness") or {}
         bad = r.get("error") or (c and not c.get("correct"))
-        name = r["name"] + (" (wrong output)" if c and not c.get("correct") else "")
+        name = r["name"] + (" (output differs)" if c and not c.get("correct") else "")
         out.append(f'<text x="{LABEL_W - 8}" y="{y0 + 15}" text-anchor="end"'
                    + (' fill="#c00"' if bad else "") + f'>{escape(name)}</text>')
         if r.get("error"):
