@@ -6,7 +6,9 @@
 // gives the random input NAME that shape instead (for a dynamic export); --input=NAME=FILE.npy
 // (repeatable) feeds NAME from a NumPy file (little-endian float32, int64 or int32, C order) as
 // `autofusion bench --input` does. Prints one JSON object with the latency statistics in the
-// shape `autofusion bench --json` uses (--samples: every run too).
+// shape `autofusion bench --json` uses (--samples: every run too). --output_dir=DIR also writes
+// the last run's outputs as DIR/<name>.npy (characters outside [A-Za-z0-9_.-] become '_', as
+// `autofusion run --output_dir` names them).
 'use strict';
 const path = require('path');
 const ortDir = process.env.ORT_NODE_DIR || path.join(__dirname, '..', 'node_modules', 'onnxruntime-node');
@@ -48,6 +50,27 @@ function readNpy(file) {
   const ab = new ArrayBuffer(bytes);  // a copy: the file's data need not be aligned
   new Uint8Array(ab).set(buf.subarray(start, start + bytes));
   return { type: kind[0], dims, data: new kind[1](ab) };
+}
+
+// Writes a tensor as a .npy file (format 1.0, C order, little-endian).
+function writeNpy(file, t) {
+  const fs = require('fs');
+  const kinds = { float32: '<f4', float64: '<f8', int64: '<i8', int32: '<i4', int8: '|i1',
+                  uint8: '|u1', bool: '|b1' };
+  const descr = kinds[t.type];
+  if (!descr) throw new Error(`${file}: output type ${t.type} not supported here`);
+  const shape = t.dims.length === 1 ? `(${t.dims[0]},)` : `(${t.dims.join(', ')})`;
+  let header = `{'descr': '${descr}', 'fortran_order': False, 'shape': ${shape}, }`;
+  header += ' '.repeat(63 - ((10 + header.length) % 64)) + '\n';
+  const head = Buffer.alloc(10);
+  head.writeUInt8(0x93, 0);
+  head.write('NUMPY', 1, 'latin1');
+  head.writeUInt8(1, 6);
+  head.writeUInt8(0, 7);
+  head.writeUInt16LE(header.length, 8);
+  const data = t.type === 'bool' ? Buffer.from(Uint8Array.from(t.data, (b) => (b ? 1 : 0)))
+    : Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength);
+  fs.writeFileSync(file, Buffer.concat([head, Buffer.from(header, 'latin1'), data]));
 }
 
 function rng(seed) {
@@ -119,10 +142,18 @@ async function main() {
   }
   for (let i = 0; i < warmup; i++) await sess.run(feeds);
   const ms = [];
+  let last = null;
   for (let i = 0; i < iterations; i++) {
     const t0 = process.hrtime.bigint();
-    await sess.run(feeds);
+    last = await sess.run(feeds);
     ms.push(Number(process.hrtime.bigint() - t0) / 1e6);
+  }
+  const outDir = arg('output_dir', '');
+  if (outDir && last) {
+    require('fs').mkdirSync(outDir, { recursive: true });
+    for (const [name, t] of Object.entries(last)) {
+      writeNpy(path.join(outDir, name.replace(/[^A-Za-z0-9_.-]/g, '_') + '.npy'), t);
+    }
   }
   const out = { model, runtime: `onnxruntime-node ${require(path.join(ortDir, 'package.json')).version}`,
                 opt, threads, ...stats(ms) };

@@ -12,7 +12,10 @@ For each model of ZOO_DIR/manifest.json:
    model's result ("compile error: ..."), printed and kept in the JSON.
 2. `autofusion run` the .afm on the saved inputs; every output is compared with torch eager's:
    err = max |ours - torch| / (max(torch) - min(torch)) (integer outputs: exact), and the model
-   is correct when every err <= --tol (1e-4) and the shapes agree.
+   is correct when every err <= --tol (1e-4) and the shapes agree. ONNX Runtime's outputs
+   (`ort_bench.js --output_dir`) get the same figure, in the JSON and the table, and the table
+   adds torch's own float32-vs-float64 figure (from the manifest) to a failed model: where
+   those are large too (detection with random weights: tied scores), the check is moot.
 3. Latency of the .afm (`autofusion bench --json`) and of the .onnx in ONNX Runtime
    (`node bench/ort_bench.js --samples`, all graph optimizations), both on the saved inputs, at
    each thread count: --rounds rounds, each one process per runtime, the order alternating
@@ -95,13 +98,40 @@ def compare(ref, ours):
     return float(np.abs(o - r).max()) / span
 
 
-def correctness(args, entry, zoo, afm, inputs):
-    out_dir = os.path.join(args.work, entry["name"] + "_out")
-    os.makedirs(out_dir, exist_ok=True)
+def node_env():
+    env = dict(os.environ)
+    if "ORT_NODE_DIR" not in env and not os.path.isdir(os.path.join(ROOT, "node_modules", "onnxruntime-node")):
+        env["ORT_NODE_DIR"] = "/work/main/node_modules/onnxruntime-node"
+    return env
+
+
+def fresh_dir(path, entry):
+    os.makedirs(path, exist_ok=True)
     for o in entry["outputs"]:
-        p = os.path.join(out_dir, safe(o["name"]) + ".npy")
+        p = os.path.join(path, safe(o["name"]) + ".npy")
         if os.path.exists(p):
             os.remove(p)
+    return path
+
+
+def ort_errors(args, entry, zoo, inputs):
+    """ONNX Runtime's own error against torch (the same figure), to tell a wrong output of ours
+    from a model whose outputs torch itself does not pin down (ties in NMS/TopK)."""
+    out_dir = fresh_dir(os.path.join(args.work, entry["name"] + "_ort"), entry)
+    ort_in = [f"--input={inputs[i + 1]}" for i in range(0, len(inputs), 2)]
+    run_cmd(["node", os.path.join(HERE, "ort_bench.js"), os.path.join(zoo, entry["file"]),
+             "--iterations=1", "--warmup=0", f"--threads={max(args.threads)}",
+             f"--output_dir={out_dir}"] + ort_in, env=node_env())
+    errs = {}
+    for o in entry["outputs"]:
+        ref = np.load(os.path.join(zoo, o["file"]))
+        p = os.path.join(out_dir, safe(o["name"]) + ".npy")
+        errs[o["name"]] = compare(ref, np.load(p)) if os.path.exists(p) else None
+    return errs
+
+
+def correctness(args, entry, zoo, afm, inputs):
+    out_dir = fresh_dir(os.path.join(args.work, entry["name"] + "_out"), entry)
     t0 = time.monotonic()
     run_cmd([args.bin, "run", afm, "--output_dir", out_dir, f"--threads={max(args.threads)}"] + inputs)
     wall = time.monotonic() - t0
@@ -126,6 +156,13 @@ def correctness(args, entry, zoo, afm, inputs):
             problems.append(f"{o['name']}: err {err:.2e}")
     res["max_err"] = worst
     res["correct"] = not problems
+    try:
+        ort = ort_errors(args, entry, zoo, inputs)
+        res["ort_outputs"] = ort
+        known = [e for e in ort.values() if e is not None]
+        res["ort_max_err"] = max(known) if len(known) == len(ort) else None
+    except RuntimeError as e:
+        res["ort_error"] = str(e)
     if problems:
         res["problems"] = problems
     return res
@@ -143,9 +180,7 @@ def stats(v):
 def bench_cell(args, afm, onnx_path, inputs, threads, est_s):
     """Interleaved rounds of ours and ORT at one thread count."""
     node = os.path.join(HERE, "ort_bench.js")
-    env = dict(os.environ)
-    if "ORT_NODE_DIR" not in env and not os.path.isdir(os.path.join(ROOT, "node_modules", "onnxruntime-node")):
-        env["ORT_NODE_DIR"] = "/work/main/node_modules/onnxruntime-node"
+    env = node_env()
     ort_in = [f"--input={inputs[i + 1]}" for i in range(0, len(inputs), 2)]
     cmds = {"ours": [args.bin, "bench", afm, "--json", f"--threads={threads}"] + inputs,
             "ort": ["node", node, onnx_path, f"--threads={threads}", "--samples", "--opt=all"] + ort_in}
@@ -257,8 +292,10 @@ def table(doc):
         elif c is None:
             corr = "-"
         else:
-            corr = (f"yes ({c['max_err']:.1e})" if c["correct"]
-                    else "**no**: " + "; ".join(c.get("problems", [])))
+            ort = c.get("ort_max_err")
+            ort = "" if ort is None else (f"; ORT {ort:.1e}" if math.isfinite(ort) else "; ORT labels differ")
+            corr = (f"yes ({c['max_err']:.1e}{ort})" if c["correct"]
+                    else "**no**: " + "; ".join(c.get("problems", [])) + (f" ({ort[2:]})" if ort else ""))
             f64 = r.get("torch_fp32_vs_fp64")
             if not c["correct"] and f64 is not None and f64 > doc.get("tol", 1e-4):
                 corr += f" (torch float32 itself differs from float64 by {f64:.1e})"
@@ -363,7 +400,8 @@ def main():
     ap.add_argument("--work", default="/tmp/af-zoo-bench", help="compiled models and outputs")
     ap.add_argument("--resume", action="store_true", help="skip models already in --json")
     ap.add_argument("--profile", action="store_true", help="profile each model (time per op type)")
-    ap.add_argument("--no-bench", action="store_true", help="compile and check only")
+    ap.add_argument("--no-bench", action="store_true",
+                    help="compile and check only, keeping the timings and profiles --json has")
     ap.add_argument("--table", metavar="JSON", help="only print the table of an earlier run")
     args = ap.parse_args()
     if args.table:
@@ -391,13 +429,20 @@ def main():
     rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                          capture_output=True, text=True).stdout.strip()
     doc = {"results": []}
-    if (only or args.resume) and os.path.exists(args.json):
+    if (only or args.resume or args.no_bench) and os.path.exists(args.json):
         doc = json.load(open(args.json))
-    doc.update({"command": " ".join([sys.executable] + sys.argv), "bin": args.bin,
-                "autofusion": version, "git": rev, "machine": machine_info(), "zoo": args.zoo,
-                "torch": manifest.get("torch"), "torchvision": manifest.get("torchvision"),
-                "threads": args.threads, "tol": args.tol,
-                "started": time.strftime("%Y-%m-%d %H:%M:%S"), "loadavg_start": os.getloadavg()})
+    old = {r["name"]: r for r in doc["results"]}
+    if args.no_bench:
+        doc["checked"] = {"command": " ".join([sys.executable] + sys.argv), "git": rev,
+                          "at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    else:
+        doc.update({"command": " ".join([sys.executable] + sys.argv), "bin": args.bin,
+                    "autofusion": version, "git": rev, "machine": machine_info(),
+                    "threads": args.threads, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                    "loadavg_start": os.getloadavg()})
+    doc.setdefault("threads", args.threads)
+    doc.update({"zoo": args.zoo, "torch": manifest.get("torch"), "torchvision": manifest.get("torchvision"),
+                "tol": args.tol})
     doc["export_failed"] = manifest.get("failed", [])
     done = {r["name"] for r in doc["results"]}
     for e in manifest.get("failed", []):
@@ -411,14 +456,20 @@ def main():
         print(f"{name}", flush=True)
         t0 = time.monotonic()
         res = bench_model(args, args.zoo, entry)
-        res["wall_s"] = round(time.monotonic() - t0, 1)
+        if args.no_bench:  # keep the timings of the last timed run
+            for k in ("latency", "profile", "profile_error", "wall_s"):
+                if k in old.get(name, {}):
+                    res[k] = old[name][k]
+        else:
+            res["wall_s"] = round(time.monotonic() - t0, 1)
         if res.get("error"):
             print(f"  {name}: {res['error']}", flush=True)
         doc["results"] = [r for r in doc["results"] if r["name"] != name] + [res]
         order = {n: i for i, n in enumerate(names)}
         doc["results"].sort(key=lambda r: order.get(r["name"], len(order)))
-        doc["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
-        doc["loadavg_end"] = os.getloadavg()
+        if not args.no_bench:
+            doc["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+            doc["loadavg_end"] = os.getloadavg()
         write(doc, args.json)
     print()
     print(table(doc) + "\n" + profile_table(doc), end="")
