@@ -26,7 +26,8 @@ For each model of ZOO_DIR/manifest.json:
    the median of the per-round ratios. A model's score is its worse thread count; the summary
    gives the geomean of the scores over the models that ran on both.
 4. With --profile, `autofusion bench --profile` at the first thread count, and the time per op
-   type (fused ops by their type, e.g. FusedConv) in the JSON and the printed table.
+   type (fused ops by their type, e.g. FusedConv) and the 8 slowest nodes in the JSON, the
+   time per op type in the printed table.
 
 The JSON is written after every model. --only reruns the named models and keeps the other
 entries of an existing --json; --resume skips models already in it. Failures of any kind are
@@ -229,8 +230,13 @@ def profile(args, afm, inputs, threads, est_s, name):
     iters = max(1, min(10, int(2.0 / max(est_s, 1e-3))))
     run_cmd([args.bin, "bench", afm, f"--threads={threads}", f"--iterations={iters}", "--warmup=1",
              f"--profile={path}"] + inputs)
+    return summarize_trace(path, threads)
+
+
+def summarize_trace(path, threads, top_nodes=8):
+    """Time per op type and the slowest nodes of a `bench --profile` trace, per run."""
     trace = json.load(open(path))
-    per_op, total = {}, 0.0
+    per_op, per_node, total = {}, {}, 0.0
     runs = 0
     for ev in trace:
         if ev.get("cat") == "Session":
@@ -240,12 +246,16 @@ def profile(args, afm, inputs, threads, est_s, name):
             continue
         op = ev.get("args", {}).get("op_name", "?")
         per_op[op] = per_op.get(op, 0.0) + ev["dur"]
+        node = (ev["name"].replace("_kernel_time", ""), op)
+        per_node[node] = per_node.get(node, 0.0) + ev["dur"]
         total += ev["dur"]
     runs = max(runs, 1)
     top = sorted(per_op.items(), key=lambda kv: -kv[1])
+    nodes = sorted(per_node.items(), key=lambda kv: -kv[1])[:top_nodes]
     return {"threads": threads, "runs": runs, "node_ms_per_run": total / runs / 1000.0,
             "ops": [{"op": op, "ms": us / runs / 1000.0, "share": us / total if total else 0.0}
-                    for op, us in top]}
+                    for op, us in top],
+            "nodes": [{"node": n, "op": op, "ms": us / runs / 1000.0} for (n, op), us in nodes]}
 
 
 def fmt_ratio(cell):
