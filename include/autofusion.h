@@ -90,7 +90,9 @@ typedef struct af_options {
     int threads;             /* 0: all cores */
     const char *input_shape; /* "name:1,3,224,224;name2:..." fixes symbolic dims */
     int log_level;           /* 0 error .. 4 debug */
-    int no_fusion;           /* 1: run the graph as imported (same kernels, no passes) */
+    int no_fusion;           /* 1: run the graph unfused: the same simplification (constant
+                                folding, Identity and dead-node removal) and the same kernels,
+                                without the fusion passes (canonicalize, the fusion rules) */
     const char *disable_fusion;     /* "A,B": fusion rules to switch off ("ALL" for every one) */
     const char *fusion_switch_file; /* ATC switch file: lines "Name:off", or JSON
                                        {"Switch":{"GraphFusion":{"ALL":"off","X":"on"}}} */
@@ -179,10 +181,24 @@ const char *af_session_precision(const af_session *s);
 
 /* Per-node profiling, written as a Chrome trace (the JSON that ONNX Runtime's profiler writes;
  * open it in Perfetto or chrome://tracing): after af_session_profile_start every run records
- * each node (op, the original nodes a fused op replaced, its time) and the whole run;
- * af_session_profile_end writes what was recorded to `path` and stops. */
+ * each node (op, the kind of kernel that ran it in args.kernel: "fast", "reference" or
+ * "direct", the original nodes a fused op replaced, its time) and the whole run;
+ * af_session_profile_end writes what was recorded to `path` (NULL: writes nothing) and stops. */
 af_status af_session_profile_start(af_session *s, af_error *err);
 af_status af_session_profile_end(af_session *s, const char *path, af_error *err);
+
+/* The slow paths of the runs recorded since af_session_profile_start: nodes that ran on a
+ * reference kernel because the op, its dtype or its case has no fast kernel. Ops whose reference
+ * kernel is all they need (Reshape, Shape, Identity, If, Loop... : "direct") do not count. */
+typedef struct af_reference_stats {
+    int nodes;           /* distinct nodes that ran on a reference kernel at least once */
+    double reference_ms; /* their time, summed over the recorded runs */
+    double run_ms;       /* the recorded runs' time */
+    char ops[256];       /* their op types by count, most first: "Resize x3, Pad x3" ("..." when
+                            cut) */
+} af_reference_stats;
+/* Fill *out from the profile being recorded (error when profiling was not started). */
+af_status af_session_reference_stats(af_session *s, af_reference_stats *out, af_error *err);
 
 #ifdef __cplusplus
 }

@@ -9,7 +9,10 @@ forms the fusion stage sees (LayerNormalization, and Gelu/Silu of the ai.autofus
     MatMul/Gemm + bias + act, 2-D and batched; LayerNorm feeding two MatMuls and a residual;
     ConvPoolFc over Flatten/Gemm and Reshape/MatMul; SqueezeExcite; elementwise chains);
   - near misses: an intermediate with a second consumer, an intermediate that is a graph output,
-    weights that are graph inputs, an operand whose broadcast does not fit, float64.
+    weights that are graph inputs, an operand whose broadcast does not fit, float64;
+  - bn_identity: Conv + BatchNorm + Relu blocks whose BN parameters (and one conv weight) come
+    through Identity nodes, as torch writes initializers it deduplicated (a freshly initialised
+    torchvision model): the unfused graph (--no_fusion) must fold them and run on fast kernels.
 
 Invariant: deterministic (fixed seed); shapes fully known; only float32 except the dtype case.
 """
@@ -341,6 +344,19 @@ def models():
     g.output(g.op("Mul", [x, s]))
     g.output(s)
     m["nm_se_gate_output"] = g
+
+    g = G()  # BN parameters shared through Identity nodes, as torch deduplicates equal ones
+    x = g.input("x", [1, 4, 7, 7])
+    shared = [g.op("Identity", [g.const([4], hint, positive=hint in ("gamma", "var"))])
+              for hint in ("gamma", "beta", "mean", "var")]
+    w = g.op("Identity", [g.const([4, 4, 3, 3])])
+    for block in range(3):
+        c = g.op("Conv", [x, w if block == 1 else g.const([4, 4, 3, 3])], pads=[1, 1, 1, 1])
+        bn = g.op("BatchNormalization", [c] + [g.op("Identity", [s]) for s in shared],
+                  name=f"bn_identity{block}", epsilon=1e-5)
+        x = g.op("Relu", [bn])
+    g.output(x)
+    m["bn_identity"] = g
 
     g = G()  # LayerNorm over a middle axis
     ln = g.op("LayerNormalization", [g.input("x", [2, 4, 16]),

@@ -7,7 +7,9 @@
  * weights that are not constant, a broadcast that does not fit, float64) where the rule must not
  * fire and the report must name the node and the reason.
  * Switches: both switch-file forms, the environment lists, unknown names and bad values.
- * Report: text and JSON content. Cost model: calibration, cache file, re-measure when corrupt. */
+ * Report: text and JSON content. Cost model: calibration, cache file, re-measure when corrupt.
+ * The unfused baseline (no_fusion): simplified as the fused graph is, so BatchNorms whose
+ * parameters come through Identity nodes still run on fast kernels (the dispatcher's query). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,7 +17,9 @@
 
 #include "test_util.h"
 
+#include "driver/compile.h"
 #include "fusion/fusion.h"
+#include "kernels/fast/dispatch.h"
 #include "runtime/machine.h"
 #include "kernels/simd/cpu.h"
 #include "onnx/onnx.h"
@@ -624,6 +628,89 @@ static void test_machine(void **state) {
     assert_true(af_cost_time(&a, 1.0, 1e9) > af_cost_time(&a, 1.0, 1.0));
 }
 
+/* Nodes of g (and its bodies) the dispatcher leaves on a reference kernel; the first in *first. */
+static int reference_nodes(const af_graph *g, const af_node **first) {
+    int c = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const af_node *n = g->nodes[i];
+        if (af_kernel_choice(n, NULL) == AF_KERNEL_REFERENCE && !c++ && first && !*first) *first = n;
+        for (int a = 0; a < n->nattrs; a++)
+            if (n->attrs[a].g) c += reference_nodes(n->attrs[a].g, first);
+    }
+    return c;
+}
+
+/* --no_fusion runs the simplification too: the Identity nodes through which torch passes
+ * deduplicated BatchNorm parameters fold away, the BatchNorms are lowered (scale and shift) and
+ * no node is left on a reference kernel; nothing is fused; outputs as the imported graph's. */
+static void test_no_fusion_simplifies(void **state) {
+    (void)state;
+    af_model *ref = load("bn_identity"), *m = load("bn_identity");
+    assert_int_equal(count_op(m->graph, AF_OP_IDENTITY), 17);
+    assert_int_equal(reference_nodes(m->graph, NULL), 6); /* 3 Conv, 3 BatchNormalization */
+    af_options opt;
+    af_options_init(&opt);
+    opt.no_fusion = 1;
+    af_compiled c;
+    af_error err;
+    if (af_compile(m->graph, "bn_identity", &opt, &c, &err)) fail_msg("%s", err.message);
+    assert_false(c.fused);
+    assert_int_equal(count_op(m->graph, AF_OP_IDENTITY), 0);
+    if (af_isa_get() != AF_ISA_REFERENCE) {
+        const af_node *slow = NULL;
+        int n = reference_nodes(m->graph, &slow);
+        if (n) fail_msg("%d nodes on reference kernels, e.g. %s (%s)", n, slow->name, slow->op_type);
+        assert_int_equal(count_op(m->graph, AF_OP_BATCH_NORMALIZATION), 0);
+        assert_int_equal(count_op(m->graph, AF_OP_FUSED_CONV), 3);
+        assert_int_equal(count_op(m->graph, AF_OP_RELU), 3); /* not fused into the convs */
+        assert_int_equal(count_fused(m->graph), 6);         /* 3 convs, 3 scale-and-shifts */
+    }
+    same_outputs("bn_identity", ref->graph, m->graph);
+    af_compiled_free(&c);
+    af_model_free(m);
+    af_model_free(ref);
+}
+
+/* The dispatcher's kinds: a fast row, an op without one, an op that needs none, another dtype. */
+static void test_kernel_choice(void **state) {
+    (void)state;
+    af_model *m = load("bn_identity");
+    const af_node *relu = first_of(m->graph, AF_OP_RELU), *bn = first_of(m->graph, AF_OP_BATCH_NORMALIZATION),
+                  *id = first_of(m->graph, AF_OP_IDENTITY);
+    bool fast = af_isa_get() != AF_ISA_REFERENCE;
+    assert_int_equal(af_kernel_choice(relu, NULL), fast ? AF_KERNEL_FAST : AF_KERNEL_REFERENCE);
+    assert_int_equal(af_kernel_choice(bn, NULL), AF_KERNEL_REFERENCE);
+    assert_int_equal(af_kernel_choice(id, NULL), AF_KERNEL_DIRECT);
+    af_tensor i64 = {.dtype = AF_DTYPE_INT64, .rank = 1, .dims = {4}};
+    const af_tensor *types[1] = {&i64};
+    assert_int_equal(af_kernel_choice(relu, types), AF_KERNEL_REFERENCE);
+    assert_string_equal(af_kernel_kind_name(AF_KERNEL_FAST), "fast");
+    assert_string_equal(af_kernel_kind_name(AF_KERNEL_REFERENCE), "reference");
+    assert_string_equal(af_kernel_kind_name(AF_KERNEL_DIRECT), "direct");
+    /* what ran: the Relu's fast kernel, or the reference one when it declines (int64 data) */
+    int64_t dims[1] = {4};
+    af_tensor *x = af_tensor_new(AF_DTYPE_FLOAT, 1, dims), *xi = af_tensor_new(AF_DTYPE_INT64, 1, dims);
+    af_tensor out = {0};
+    af_kernel_kind ran = AF_KERNEL_DIRECT;
+    af_error err;
+    const af_tensor *in[1] = {x};
+    assert_int_equal(af_kernel_shape(relu, in, &out, &err), AF_OK);
+    assert_int_equal(af_tensor_alloc(&out, &err), AF_OK);
+    assert_int_equal(af_kernel_run_kind(relu, in, &out, NULL, &ran, &err), AF_OK);
+    assert_int_equal(ran, fast ? AF_KERNEL_FAST : AF_KERNEL_REFERENCE);
+    af_tensor_release(&out);
+    in[0] = xi;
+    memset(&out, 0, sizeof out);
+    assert_int_equal(af_kernel_shape(relu, in, &out, &err), AF_OK);
+    assert_int_equal(af_tensor_alloc(&out, &err), AF_OK);
+    assert_int_equal(af_kernel_run_kind(relu, in, &out, NULL, &ran, &err), AF_OK);
+    assert_int_equal(ran, AF_KERNEL_REFERENCE);
+    af_tensor_release(&out);
+    af_tensor_free(x);
+    af_tensor_free(xi);
+    af_model_free(m);
+}
+
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)st;
     (void)flag;
@@ -645,6 +732,7 @@ int main(void) {
         cmocka_unit_test(test_switch_env),      cmocka_unit_test(test_disabled),
         cmocka_unit_test(test_report_text),     cmocka_unit_test(test_report_json),
         cmocka_unit_test(test_list),            cmocka_unit_test(test_machine),
+        cmocka_unit_test(test_no_fusion_simplifies), cmocka_unit_test(test_kernel_choice),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     nftw(tmpdir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);

@@ -376,9 +376,11 @@ static double percentile(const double *v, long n, double p) {
 
 /* Time c->iterations runs of each of the ns sessions after c->warmup runs each, interleaved
  * (run i of every session before run i + 1 of any), so that a machine whose speed drifts
- * affects them alike; profile[k] (NULL: none) gets the trace of session k's timed runs. */
+ * affects them alike; profile[k] (NULL: none) gets the trace of session k's timed runs. ref[k]
+ * gets the nodes of session k that ran on reference kernels, from its profiled timed runs, or,
+ * without a trace, from one profiled run after them (the timed runs stay unprofiled). */
 static int time_sessions(const cli *c, af_session **s, int ns, const inputs *in,
-                         const char *const *profile, stats *st) {
+                         const char *const *profile, stats *st, af_reference_stats *ref) {
     int rc = 1, nout[2] = {0, 0};
     af_tensor **out[2] = {NULL, NULL};
     double *ms[2] = {NULL, NULL}, sum[2] = {0, 0};
@@ -407,11 +409,21 @@ static int time_sessions(const cli *c, af_session **s, int ns, const inputs *in,
             sum[k] += ms[k][i];
             outputs_free(out[k], nout[k]);
         }
-    for (int k = 0; k < ns; k++)
-        if (profile[k] && af_session_profile_end(s[k], profile[k], &err)) {
+    for (int k = 0; k < ns; k++) {
+        if (!profile[k]) {
+            if (af_session_profile_start(s[k], &err)) {
+                fprintf(stderr, "autofusion: %s\n", err.message);
+                goto done;
+            }
+            if (run_once(s[k], in, out[k])) goto done;
+            outputs_free(out[k], nout[k]);
+        }
+        if (af_session_reference_stats(s[k], &ref[k], &err) ||
+            af_session_profile_end(s[k], profile[k], &err)) {
             fprintf(stderr, "autofusion: %s\n", err.message);
             goto done;
         }
+    }
     long n = c->iterations;
     for (int k = 0; k < ns; k++) {
         double *v = ms[k];
@@ -437,12 +449,43 @@ static void print_stats(const char *label, const stats *s) {
            label, s->min, s->median, s->mean, s->p90, s->p99, s->max, s->throughput);
 }
 
-static void json_stats(const char *key, const stats *s) {
+/* The share of the run time that nodes on reference kernels took, in percent. */
+static double reference_share(const af_reference_stats *r) {
+    return r->run_ms > 0 ? 100.0 * r->reference_ms / r->run_ms : 0.0;
+}
+
+/* s as a JSON string (a model's op types may hold anything). */
+static void json_string_out(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') printf("\\%c", ch);
+        else if (ch < 0x20) printf("\\u%04x", ch);
+        else putchar(ch);
+    }
+    putchar('"');
+}
+
+static void json_stats(const char *key, const stats *s, const af_reference_stats *r) {
     printf("\"%s\": {\"min_ms\": %.6f, \"median_ms\": %.6f, \"mean_ms\": %.6f, \"p90_ms\": %.6f, "
            "\"p99_ms\": %.6f, \"max_ms\": %.6f, \"throughput\": %.6f, \"samples_ms\": [",
            key, s->min, s->median, s->mean, s->p90, s->p99, s->max, s->throughput);
     for (long i = 0; i < s->n; i++) printf("%s%.4f", i ? ", " : "", s->samples[i]);
-    printf("]}");
+    printf("], \"reference_nodes\": %d, \"reference_share\": %.4f, \"reference_ops\": ",
+           r->nodes, reference_share(r) / 100.0);
+    json_string_out(r->ops);
+    printf("}");
+}
+
+/* One line on stderr when nodes of a session ran on reference kernels (a slow path): how many,
+ * their ops and their share of the run time. */
+static void warn_reference(const char *what, const af_reference_stats *r) {
+    if (r->nodes <= 0) return;
+    fprintf(stderr, "warning: %s%d node%s ran on reference kernels (", what, r->nodes,
+            r->nodes == 1 ? "" : "s");
+    for (const char *p = r->ops; *p; p++) /* control characters of hostile names as '?' */
+        fputc((unsigned char)*p < 0x20 || *p == 0x7f ? '?' : *p, stderr);
+    fprintf(stderr, "): %.0f%% of the run time\n", reference_share(r));
 }
 
 /* Where --compare writes the unfused session's trace: F.json -> F.unfused.json (malloc'd). */
@@ -465,7 +508,9 @@ static int cmd_bench(const cli *c) {
     }
     inputs in = {0};
     stats st[2];
+    af_reference_stats ref[2];
     memset(st, 0, sizeof st);
+    memset(ref, 0, sizeof ref);
     int rc = 1;
     char *utrace = NULL; /* the unfused trace's path */
     double t0 = now_ms();
@@ -478,15 +523,15 @@ static int cmd_bench(const cli *c) {
     /* With --compare the unfused runs are traced too, node by node beside the fused ones. */
     if (c->compare && c->profile && !(utrace = unfused_trace_path(c->profile))) goto done;
     const char *traces[2] = {c->profile, utrace};
-    if (time_sessions(c, both, c->compare ? 2 : 1, &in, traces, st)) goto done;
+    if (time_sessions(c, both, c->compare ? 2 : 1, &in, traces, st, ref)) goto done;
     const stats fused = st[0], unfused = st[1];
     if (c->json) {
         printf("{\"model\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"load_ms\": %.3f, ",
                c->model, af_session_threads(s), af_session_isa(s), load_ms);
-        json_stats("fused", &fused);
+        json_stats("fused", &fused, &ref[0]);
         if (c->compare) {
             printf(", ");
-            json_stats("unfused", &unfused);
+            json_stats("unfused", &unfused, &ref[1]);
             printf(", \"speedup\": %.4f", unfused.median / fused.median);
             const af_fusion_report *r = af_session_fusion_report(s);
             if (r && r->t_after > 0) printf(", \"estimated_speedup\": %.4f", r->t_before / r->t_after);
@@ -504,6 +549,9 @@ static int cmd_bench(const cli *c) {
                 printf("estimated speedup (cost model): %.3fx\n", r->t_before / r->t_after);
         }
     }
+    fflush(stdout);
+    warn_reference("", &ref[0]);
+    if (c->compare) warn_reference("unfused graph: ", &ref[1]);
     rc = 0;
 done:
     free(st[0].samples);

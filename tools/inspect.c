@@ -2,17 +2,21 @@
  * (format/afm.h): header, writer version and command line, metadata, graph inputs and outputs,
  * the op histogram, every fused op with its provenance (attributes "fusion_rule" and
  * "fused_nodes") and precision (attribute "precision"), the weights size (bytes of every
- * constant) and the arena: "arena: N bytes (lower bound M, ratio R), ..." from the stored plan,
- * or "not planned". */
+ * constant), the nodes that run on a reference kernel on this machine (the dispatcher's choice,
+ * kernels/fast/dispatch.h: a slow path where the op or its case has no fast kernel) and the
+ * arena: "arena: N bytes (lower bound M, ratio R), ..." from the stored plan, or "not
+ * planned". */
 #include "cli.h"
 #include "format/afm.h"
+#include "kernels/fast/dispatch.h"
+#include "kernels/simd/cpu.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct stats {
-    int nodes, fused, nconst;
+    int nodes, fused, nconst, slow; /* slow: nodes on a reference kernel */
     uint64_t weight_bytes;
     const char **ops; /* distinct op names, with their counts */
     int *counts, nops, cap;
@@ -48,6 +52,7 @@ static bool gather(stats *s, const af_graph *g) {
         const af_node *n = g->nodes[i];
         s->nodes++;
         s->fused += af_node_attr(n, "fusion_rule") != NULL;
+        s->slow += af_kernel_choice(n, NULL) == AF_KERNEL_REFERENCE;
         if (!count_op(s, n->op_type)) return false;
         for (int a = 0; a < n->nattrs; a++) {
             const af_attr *at = &n->attrs[a];
@@ -97,6 +102,26 @@ static void print_fused(FILE *out, const af_graph *g) {
             if (at->type == AF_ATTR_GRAPH) print_fused(out, at->g);
             for (int k = 0; at->type == AF_ATTR_GRAPHS && k < at->n; k++)
                 print_fused(out, at->graphs[k]);
+        }
+    }
+}
+
+/* Every node of g and its bodies that runs on a reference kernel: name (op). */
+static void print_slow(FILE *out, const af_graph *g) {
+    for (int i = 0; i < g->nnodes; i++) {
+        const af_node *n = g->nodes[i];
+        if (af_kernel_choice(n, NULL) == AF_KERNEL_REFERENCE) {
+            fputs("    ", out);
+            put_text(out, n->name);
+            fputs(" (", out);
+            put_text(out, n->op_type);
+            fputs(")\n", out);
+        }
+        for (int a = 0; a < n->nattrs; a++) {
+            const af_attr *at = &n->attrs[a];
+            if (at->type == AF_ATTR_GRAPH) print_slow(out, at->g);
+            for (int k = 0; at->type == AF_ATTR_GRAPHS && k < at->n; k++)
+                print_slow(out, at->graphs[k]);
         }
     }
 }
@@ -188,6 +213,13 @@ af_status cli_inspect(const char *path, FILE *out, af_error *err) {
     }
     fprintf(out, "fused ops with provenance:%s\n", s.fused ? "" : " none");
     print_fused(out, g);
+    if (s.slow) {
+        fprintf(out, "reference kernels: %d node%s, a slow path (no fast kernel for the op or its "
+                "case on %s):\n", s.slow, s.slow == 1 ? "" : "s", af_isa_name(af_isa_get()));
+        print_slow(out, g);
+    } else {
+        fprintf(out, "reference kernels: none (every node runs on a fast kernel or needs none)\n");
+    }
     fprintf(out, "weights: %llu bytes (%.1f MiB) in %d constants\n",
             (unsigned long long)s.weight_bytes, (double)s.weight_bytes / (1024.0 * 1024.0),
             s.nconst);

@@ -8,9 +8,13 @@
 
 #include <string.h>
 
-/* Where a stage belongs: the optimisation (skipped with no_fusion), the lowering (skipped with
- * no_lower and under AUTOFUSION_ISA=reference), or always. */
-typedef enum stage_group { ALWAYS, OPTIMIZE, LOWER } stage_group;
+/* Where a stage belongs: the simplification (fused or not: the unfused baseline of --no_fusion
+ * and `bench --compare` folds and drops copies as the fused graph does, so that the two differ
+ * by fusion alone), the fusion (skipped with no_fusion), the lowering (skipped with no_lower and
+ * under AUTOFUSION_ISA=reference), or always. Canonicalize belongs to the fusion: it turns
+ * several nodes into one op (a LayerNorm from seven), which is what a fusion does; the nodes it
+ * replaces each run on a fast kernel (docs/design.md, section 3). */
+typedef enum stage_group { ALWAYS, SIMPLIFY, FUSE, LOWER } stage_group;
 
 typedef struct stage_ctx {
     const af_fusion_config *fusion;
@@ -65,10 +69,10 @@ static af_status pack(af_graph *g, const stage_ctx *c, af_error *err) {
 /* THE order. The plan of the final graph comes last (af_compile). */
 static const stage stages[] = {
     {"shapes", ALWAYS, shapes},             /* types of every value, from the model's inputs */
-    {"simplify", OPTIMIZE, simplify},       /* folding (shape subgraphs too), Identity, dead code */
-    {"canonicalize", OPTIMIZE, canonicalize}, /* LayerNorm, Gelu, Silu, HardSwish in one form each */
-    {"fuse", OPTIMIZE, fuse},               /* the rule table (fusion/rules.def) */
-    {"simplify", OPTIMIZE, simplify},       /* what fusion left dead */
+    {"simplify", SIMPLIFY, simplify},       /* folding (shape subgraphs too), Identity, dead code */
+    {"canonicalize", FUSE, canonicalize},   /* LayerNorm, Gelu, Silu, HardSwish in one form each */
+    {"fuse", FUSE, fuse},                   /* the rule table (fusion/rules.def) */
+    {"simplify", FUSE, simplify},           /* what fusion left dead */
     {"lower", LOWER, lower},                /* Conv/MatMul/Gemm cores, BatchNorm scale-and-shift */
     {"layout", LOWER, layout},              /* channels-last convolution regions */
     {"simplify", LOWER, simplify},          /* the reorders nobody reads */
@@ -88,10 +92,10 @@ static int count_nodes(const af_graph *g) {
     return n;
 }
 
-/* Run the stages of `group` in table order. */
-static af_status run_group(af_graph *g, stage_group group, const stage_ctx *c, af_error *err) {
+/* Run the stages of the groups in `groups` (a mask of 1 << group) in table order. */
+static af_status run_groups(af_graph *g, unsigned groups, const stage_ctx *c, af_error *err) {
     for (size_t i = 0; i < AF_COUNT(stages); i++) {
-        if (stages[i].group != group) continue;
+        if (!(groups >> stages[i].group & 1)) continue;
         af_status st = stages[i].run(g, c, err);
 #ifndef NDEBUG
         if (!st) st = af_graph_verify(g, err);
@@ -105,15 +109,20 @@ af_status af_optimize(af_graph *g, const af_fusion_config *cfg, af_fusion_report
                       af_error *err) {
     stage_ctx c = {cfg, rep, NULL};
     if (rep && !rep->ops_before) rep->ops_before = count_nodes(g);
-    af_status st = run_group(g, OPTIMIZE, &c, err);
+    af_status st = run_groups(g, 1u << SIMPLIFY | 1u << FUSE, &c, err);
     if (!st && rep) rep->ops_after = count_nodes(g);
     return st;
+}
+
+af_status af_simplify(af_graph *g, af_error *err) {
+    stage_ctx c = {NULL, NULL, NULL};
+    return run_groups(g, 1u << SIMPLIFY, &c, err);
 }
 
 af_status af_lower(af_graph *g, const af_precision_cfg *prec, af_error *err) {
     stage_ctx c = {NULL, NULL, prec};
     if (af_isa_get() == AF_ISA_REFERENCE) return AF_OK;
-    return run_group(g, LOWER, &c, err);
+    return run_groups(g, 1u << LOWER, &c, err);
 }
 
 static af_value *find_input(const af_graph *g, const char *name) {
@@ -246,6 +255,8 @@ af_status af_compile(af_graph *g, const char *file, const af_options *opt, af_co
         af_fusion_report_init(&out->report, file, af_machine_get());
         out->fused = true;
         st = af_optimize(g, &cfg, &out->report, err);
+    } else if (!st) {
+        st = af_simplify(g, err); /* the unfused baseline: everything but the fusion */
     }
     /* Fused or not, the graph then runs on the fast kernels. */
     if (!st && !opt->no_lower) st = precision_config(opt, file, &pc, err);

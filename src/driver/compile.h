@@ -2,9 +2,12 @@
  * executor runs, in one function, af_compile. The session (session.c) calls it for an ONNX
  * model and runs the result; `autofusion compile` writes the result as an .afm file.
  *
- *   shapes  ->  simplify, canonicalize, fuse, simplify  ->  lower, layout, simplify, precision,
- *   pack  ->  plan
- *   (passes/)   (passes/, fusion/)                          (lower/)                (runtime/)
+ *   shapes  ->  simplify  ->  canonicalize, fuse, simplify  ->  lower, layout, simplify,
+ *   precision, pack  ->  plan
+ *   (passes/)   (passes/)     (passes/, fusion/)                 (lower/)          (runtime/)
+ *
+ * The unfused graph (no_fusion: the baseline of `bench --compare` and of verify) runs every
+ * stage but the fusion ones (canonicalize, fuse and the simplify after them).
  *
  * Ownership: an af_compiled owns its report (when fused) and its plan.
  *
@@ -28,8 +31,8 @@ typedef struct af_compiled {
 
 /* Compile g (imported from `file`) in place with the options of the session API: input shapes,
  * the fusion switches (--fusion_switch_file, then the environment, then --disable_fusion), the
- * precision mode; no_fusion skips the optimisation and no_lower the lowering. On error nothing
- * is left to free in out. */
+ * precision mode; no_fusion skips the fusion stages (not the first simplify) and no_lower the
+ * lowering. On error nothing is left to free in out. */
 af_status af_compile(af_graph *g, const char *file, const af_options *opt, af_compiled *out,
                      af_error *err);
 void af_compiled_free(af_compiled *c);
@@ -40,6 +43,8 @@ void af_compiled_free(af_compiled *c);
  * under AUTOFUSION_ISA=reference. Both need shapes inferred first (af_graph_infer_shapes). */
 af_status af_optimize(af_graph *g, const af_fusion_config *cfg, af_fusion_report *rep,
                       af_error *err);
+/* The optimisation without the fusion: what the unfused graph gets (folding, copies, dead code). */
+af_status af_simplify(af_graph *g, af_error *err);
 af_status af_lower(af_graph *g, const af_precision_cfg *prec, af_error *err);
 
 /* Fix the declared dims of g's inputs from "name:1,3,224,224;name2:4,5" (--input_shape) and

@@ -501,7 +501,7 @@ static af_status run_planned(af_session *s, const af_tensor *const *bound, af_te
     af_profile *prof = af_runtime_profile_get(s->rt);
     double t0 = prof ? af_profile_now(prof) : 0;
     if (!st) st = af_exec_graph_planned(s->model->graph, plan, *arena, s->rt, bound, res, err);
-    if (prof && !st) af_profile_add(prof, NULL, "model_run", t0, af_profile_now(prof) - t0);
+    if (prof && !st) af_profile_add(prof, NULL, "model_run", -1, t0, af_profile_now(prof) - t0);
     atomic_store(&s->running, 0);
     return st;
 }
@@ -561,9 +561,18 @@ af_status af_session_profile_start(af_session *s, af_error *err) {
 af_status af_session_profile_end(af_session *s, const char *path, af_error *err) {
     af_profile *p = af_runtime_profile_get(s->rt);
     if (!p) return af_fail(err, AF_ERR_INVALID_ARG, "%s: profiling was not started", s->model->path);
-    af_status st = af_profile_write(p, path, s->model->path, af_isa_name(af_isa_get()), err);
+    af_status st = path ? af_profile_write(p, path, s->model->path, af_isa_name(af_isa_get()), err)
+                        : AF_OK;
     af_runtime_profile(s->rt, false, NULL);
     return st;
+}
+
+af_status af_session_reference_stats(af_session *s, af_reference_stats *out, af_error *err) {
+    af_profile *p = af_runtime_profile_get(s->rt);
+    memset(out, 0, sizeof *out);
+    if (!p) return af_fail(err, AF_ERR_INVALID_ARG, "%s: profiling was not started", s->model->path);
+    af_profile_reference(p, out);
+    return AF_OK;
 }
 
 int af_session_threads(const af_session *s) { return af_runtime_threads(s->rt); }

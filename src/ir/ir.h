@@ -80,6 +80,9 @@ typedef struct af_op_info {
     bool writes_all;       /* every kernel of the op writes every output element, so the
                               planner need not zero its arena slot */
     af_layout_kind layout; /* channels-last without a kernel of its own */
+    bool direct;           /* the reference kernel is all the op needs (a view, metadata,
+                              control flow, a plugin's kernel): no fast kernel is missing when
+                              it runs there (kernels/fast/dispatch.h: AF_KERNEL_DIRECT) */
 } af_op_info;
 
 extern const af_op_info af_ops[AF_OP_COUNT];

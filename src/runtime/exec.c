@@ -263,9 +263,11 @@ static af_status run_node(run *r, frame *f, const af_node *n, af_error *err) {
     af_profile *prof = r->rt ? r->rt->prof : NULL;
     double t0 = prof ? af_profile_now(prof) : 0;
     r->x.prepared = prepared;
-    if (!st && !done_in_place) st = af_kernel_run(n, in, out, &r->x, err);
+    /* which kernel ran, for the profile (a view done in place ran none: its op is direct) */
+    af_kernel_kind ran = AF_KERNEL_DIRECT;
+    if (!st && !done_in_place) st = af_kernel_run_kind(n, in, out, &r->x, &ran, err);
     r->x.prepared = NULL;
-    if (prof && !st) af_profile_add(prof, n, NULL, t0, af_profile_now(prof) - t0);
+    if (prof && !st) af_profile_add(prof, n, NULL, (int)ran, t0, af_profile_now(prof) - t0);
     for (int o = 0; o < n->nout && !st; o++)
         if (n->out[o] && !out[o].data)
             st = af_node_fail(err, n, AF_ERR_INTERNAL, "kernel left output %d unset", o);

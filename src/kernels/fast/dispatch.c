@@ -14,6 +14,12 @@
  * by the executor and handed back on every run whose inputs have those types, so that the run
  * only binds its data.
  *
+ * No silent slow path: af_kernel_choice tells without running which kind of kernel a node gets
+ * (inspect lists the nodes left on a reference kernel), af_kernel_run_kind which kind actually
+ * ran (the profile names it per node event, bench warns with the share of the time). Ops whose
+ * reference kernel is all they need (views, metadata, control flow) are marked .direct in the
+ * op table and never count as slow.
+ *
  * Invariant: the choice depends on the node and the ISA only, never on the data, so a node
  * computes the same bits on every run, prepared or not. */
 #include "kernels/fast/dispatch.h"
@@ -87,14 +93,44 @@ static bool runs_fast(const af_node *n, const fast_row *r) {
     return r && ((!r->only_lowered && af_isa_get() != AF_ISA_REFERENCE) || lowered(n, r));
 }
 
-af_status af_kernel_run(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
-                        af_error *err) {
+/* The reference kernel's kind for n: slow unless the op needs no other. */
+static af_kernel_kind ref_kind(const af_node *n) {
+    return n->op < AF_OP_COUNT && af_ops[n->op].direct ? AF_KERNEL_DIRECT : AF_KERNEL_REFERENCE;
+}
+
+const char *af_kernel_kind_name(af_kernel_kind k) {
+    return k == AF_KERNEL_FAST ? "fast" : k == AF_KERNEL_DIRECT ? "direct" : "reference";
+}
+
+/* The fast kernels compute float32 data: a node whose input 0 is known to hold another dtype
+ * (int64 shape arithmetic, a quantized tensor) is declined. A row whose kernel takes other
+ * dtypes would say so here. */
+static bool takes_types(const af_node *n, const af_tensor *const *types) {
+    const af_tensor *t = types ? types[0] : n->in[0] ? &n->in[0]->type : NULL;
+    return !t || t->dtype == AF_DTYPE_UNDEFINED || t->dtype == AF_DTYPE_FLOAT;
+}
+
+af_kernel_kind af_kernel_choice(const af_node *n, const af_tensor *const *types) {
+    const fast_row *r = fast_of(n->op);
+    if (runs_fast(n, r) && (n->nin < 1 || takes_types(n, types))) return AF_KERNEL_FAST;
+    return ref_kind(n);
+}
+
+af_status af_kernel_run_kind(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                             af_exec *x, af_kernel_kind *ran, af_error *err) {
     const fast_row *r = fast_of(n->op);
     if (runs_fast(n, r)) {
         af_status st = r->kernel(n, in, out, x, err);
+        if (ran) *ran = AF_KERNEL_FAST;
         if (st != AF_DECLINED) return st;
     }
+    if (ran) *ran = ref_kind(n);
     return af_ref_ops[n->op].kernel(n, in, out, x, err);
+}
+
+af_status af_kernel_run(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                        af_error *err) {
+    return af_kernel_run_kind(n, in, out, x, NULL, err);
 }
 
 void *af_kernel_prepare(const af_node *n, const af_tensor *const *types) {
