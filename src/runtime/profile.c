@@ -62,8 +62,8 @@ static int cmp_ptr(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* "Resize x3, Pad x1" from the op types of the distinct nodes in[0..n) (sorted), most first,
- * cut with "..." where buf ends. */
+/* "Resize x3, Pad x1" from the op types of the distinct nodes in[0..n), most first (ties by
+ * name), cut with "..." where buf ends. */
 static void op_counts(const af_node **in, size_t n, char *buf, size_t len) {
     const char *ops[64];
     int counts[64], nops = 0;
@@ -83,7 +83,8 @@ static void op_counts(const af_node **in, size_t n, char *buf, size_t len) {
     for (int done = 0; done < nops; done++) {
         int best = done;
         for (int k = done + 1; k < nops; k++)
-            if (counts[k] > counts[best]) best = k;
+            if (counts[k] > counts[best] || (counts[k] == counts[best] && strcmp(ops[k], ops[best]) < 0))
+                best = k;
         const char *op = ops[best];
         int c = counts[best];
         ops[best] = ops[done], counts[best] = counts[done];
