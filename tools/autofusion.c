@@ -39,7 +39,7 @@ static const struct opt {
     {"keep_fp32", STR, offsetof(cli, keep_fp32), LOADS, "A,B  fusion rules, node names or op types kept in fp32"},
     {"disable_fusion", STR, offsetof(cli, disable_fusion), LOADS, "A,B  switch fusion rules off"},
     {"fusion_switch_file", STR, offsetof(cli, fusion_switch_file), LOADS, "F  ATC switch file (Name:off lines or JSON)"},
-    {"no_fusion", FLAG, offsetof(cli, no_fusion), RUN | BENCH, "run the unfused graph (same kernels)"},
+    {"no_fusion", FLAG, offsetof(cli, no_fusion), RUN | BENCH, "run the unfused graph (same simplification and kernels)"},
     {"report", STR, offsetof(cli, report), COMPILE, "F.json  write the fusion report as JSON"},
     {"log", STR, offsetof(cli, log), COMPILE, "error|warning|info|debug  info prints the report"},
     {"export_onnx", STR, offsetof(cli, export_onnx), COMPILE, "F.onnx  write the fused graph as ONNX (Netron)"},
@@ -63,7 +63,7 @@ static const struct command {
     {"run", RUN, "MODEL", "run once (.onnx or .afm), print/write the outputs"},
     {"bench", BENCH, "MODEL", "latency statistics (trtexec style), --compare: fused vs unfused"},
     {"report", REPORT, "MODEL.onnx", "the fusion report without writing a model"},
-    {"inspect", INSPECT, "MODEL.afm", "header, command line, ops, fused ops, sizes"},
+    {"inspect", INSPECT, "MODEL.afm", "header, command line, ops, fused ops, slow nodes, sizes"},
     {"verify", VERIFY, "MODEL.onnx", "fused / low precision vs unfused fp32; names the culprits when over tolerance"},
 };
 
