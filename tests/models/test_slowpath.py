@@ -204,3 +204,27 @@ def test_unfused_baseline_simplified(af_bin, models):
            f"--output_dir={d}", *(["--no_fusion"] if mode == "unfused" else []))
         outs[mode] = np.load(d / "r2.npy")
     np.testing.assert_allclose(outs["unfused"], outs["fused"], rtol=1e-4, atol=1e-5)
+
+
+def test_warning_lists_many_ops_cut(af_bin, models):
+    """27 float64 unary nodes of 26 ops (Identity is direct): the op list ends with "..." where
+    the C API's 256-byte field ends, the count stays exact."""
+    ops = ["Abs", "Neg", "Exp", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Atan", "Sinh",
+           "Cosh", "Asinh", "Tanh", "Relu", "Sigmoid", "Softplus", "Softsign", "Erf", "Celu",
+           "Elu", "Selu", "HardSigmoid", "Identity", "Abs", "ThresholdedRelu", "LeakyRelu",
+           "Shrink"]
+    nodes, x = [], "x"
+    for i, op in enumerate(ops):
+        nodes.append(helper.make_node(op, [x], [f"t{i}"], name=f"n{i}"))
+        x = f"t{i}"
+    path = save(str(models["dir"] / "many.onnx"), nodes,
+                [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [4])],
+                [helper.make_tensor_value_info(x, TensorProto.DOUBLE, [4])], [])
+    p = bench(af_bin, path, "--json")
+    r = json.loads(p.stdout)["fused"]
+    assert r["reference_nodes"] == 27
+    assert r["reference_ops"].startswith("Abs x2, Asinh x1, ") and r["reference_ops"].endswith("...")
+    assert len(r["reference_ops"]) <= 255
+    warnings = [l for l in p.stderr.splitlines() if l.startswith("warning")]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: 27 nodes ran on reference "
+                                                         "kernels (Abs x2, "), p.stderr
