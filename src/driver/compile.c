@@ -13,7 +13,7 @@
  * by fusion alone), the fusion (skipped with no_fusion), the lowering (skipped with no_lower and
  * under AUTOFUSION_ISA=reference), or always. Canonicalize belongs to the fusion: it turns
  * several nodes into one op (a LayerNorm from seven), which is what a fusion does; the nodes it
- * replaces each run on a fast kernel (docs/design.md, section 3). */
+ * replaces each run on a fast kernel (docs/design.md, section 7). */
 typedef enum stage_group { ALWAYS, SIMPLIFY, FUSE, LOWER } stage_group;
 
 typedef struct stage_ctx {
