@@ -267,6 +267,14 @@ def models():
     g.output(g.op("MaxPool", [pd], name="max_padded", kernel_shape=[2, 3, 3], strides=[2, 2, 2]))
     m["pad_maxpool_3d"] = g
 
+    g = G()  # a BatchNorm that no conv produces, then Relu (DenseNet's pre-activation)
+    x = g.input("x", [2, 4, 5, 5])
+    g.output(g.op("Relu", [g.op("BatchNormalization", [x, g.const([4], "gamma", positive=True),
+                                                       g.const([4], "beta"), g.const([4], "mean"),
+                                                       g.const([4], "var", positive=True)],
+                                name="bn_alone", epsilon=1e-3)]))
+    m["bn_relu"] = g
+
     # ---- near misses ----
     g = G()  # a reflect Pad is not a window op's padding
     x = g.input("x", [1, 3, 8, 8])

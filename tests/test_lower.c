@@ -457,7 +457,8 @@ static void b_dense(af_graph *g, af_value *x, const void *arg) {
     mark_output(g, conv2d(g, op1(g, "Relu", batchnorm(g, cat->out[0])), &c3));
 }
 
-/* The BN and its Relu become one FusedElementwise, inside the channels-last region. */
+/* Fused, the BN and its Relu are one FusedElementwise (BatchNormActFusionOp), inside the
+ * channels-last region. */
 static void test_bn_activation(void **state) {
     (void)state;
     lcase c = {"dense layer", {1, 6, 9, 8}, b_dense, NULL, 2, 2};
@@ -465,6 +466,7 @@ static void test_bn_activation(void **state) {
     af_arena *a = af_arena_new();
     af_graph *g = build(a, &c, 7);
     af_error err;
+    assert_int_equal(af_optimize(g, NULL, NULL, &err), AF_OK);
     assert_int_equal(af_lower(g, NULL, &err), AF_OK);
     int relu = 0, ew = 0;
     for (int i = 0; i < g->nnodes; i++) {

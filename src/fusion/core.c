@@ -8,6 +8,8 @@
  * (a scaled C) was checked possible by fuse_core_init. */
 #include "fusion/rule.h"
 
+#include <math.h>
+
 #include <string.h>
 
 bool fuse_core_op(af_op op) {
@@ -137,4 +139,68 @@ af_node *fuse_core_build(fuse_core *c, const char *name, af_error *err) {
     }
     if (fuse_epi_emit(n, &c->epi, c->nfixed, err) != AF_OK) return NULL;
     return n;
+}
+
+/* ---- BatchNormalization as a scale and shift ------------------------------------------------- */
+
+bool fuse_bn_inference(const af_node *bn) {
+    if (bn->op != AF_OP_BATCH_NORMALIZATION || bn->nin != 5 || bn->nout < 1 || !bn->out[0] ||
+        af_attr_int(bn, "training_mode", 0) || af_attr_int(bn, "spatial", 1) != 1)
+        return false;
+    for (int o = 1; o < bn->nout; o++)
+        if (bn->out[o] && (bn->out[o]->nuses > 0 || bn->out[o]->is_output)) return false;
+    const af_value *x = bn->in[0];
+    if (!x || x->type.dtype != AF_DTYPE_FLOAT || bn->out[0]->type.dtype != AF_DTYPE_FLOAT ||
+        x->type.rank < 2 || x->type.dims[1] < 1)
+        return false;
+    int64_t c = x->type.dims[1];
+    for (int i = 1; i < 5; i++)
+        if (!bn->in[i] || !af_value_is_const(bn->in[i]) || !af_value_is_f32(bn->in[i]) ||
+            bn->in[i]->type.rank != 1 || bn->in[i]->type.dims[0] != c)
+            return false;
+    return true;
+}
+
+af_node *fuse_bn_node(af_node *bn, fuse_epi *e, af_error *err) {
+    af_graph *g = bn->graph;
+    const af_value *x = bn->in[0];
+    int64_t c = x->type.dims[1], dims[AF_MAX_RANK] = {c};
+    int rank = x->type.rank - 1;
+    for (int i = 1; i < rank; i++) dims[i] = 1;
+    af_value *s = af_value_new_f32(g, "bn_scale", rank, dims), *t = af_value_new_f32(g, "bn_shift", rank, dims);
+    if (!s || !t || e->n + 2 > AF_EP_MAX_STEPS) {
+        af_node_fail(err, bn, AF_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    const float *sc = bn->in[1]->type.data, *bi = bn->in[2]->type.data;
+    const float *mean = bn->in[3]->type.data, *var = bn->in[4]->type.data;
+    double eps = af_attr_float(bn, "epsilon", 1e-5f);
+    float *sd = s->type.data, *td = t->type.data;
+    for (int64_t i = 0; i < c; i++) {
+        double k = sc[i] / sqrt((double)var[i] + eps);
+        sd[i] = (float)k;
+        td[i] = (float)(bi[i] - mean[i] * k);
+    }
+    /* the scale and shift go first, before the steps e already holds */
+    memmove(&e->op[2], &e->op[0], sizeof e->op[0] * (size_t)e->n);
+    memmove(&e->flags[2], &e->flags[0], sizeof e->flags[0] * (size_t)e->n);
+    memmove(&e->p0[2], &e->p0[0], sizeof e->p0[0] * (size_t)e->n);
+    memmove(&e->p1[2], &e->p1[0], sizeof e->p1[0] * (size_t)e->n);
+    memmove(&e->operand[2], &e->operand[0], sizeof e->operand[0] * (size_t)e->n);
+    memmove(&e->custom[2], &e->custom[0], sizeof e->custom[0] * (size_t)e->n);
+    for (int k = 0; k < 2; k++) {
+        e->op[k] = k ? AF_EP_ADD : AF_EP_MUL;
+        e->flags[k] = 0;
+        e->p0[k] = e->p1[k] = 0.0f;
+        e->operand[k] = k ? t : s;
+        e->custom[k] = NULL;
+    }
+    e->n += 2;
+    af_node *f = af_node_new_ours(g, AF_OP_FUSED_ELEMENTWISE, bn->name, 1 + fuse_epi_operands(e));
+    if (!f) {
+        af_node_fail(err, bn, AF_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    af_node_set_input(f, 0, bn->in[0]);
+    return fuse_epi_emit(f, e, 1, err) == AF_OK ? f : NULL;
 }

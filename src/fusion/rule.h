@@ -155,6 +155,15 @@ bool fuse_declined(const af_fusion_ctx *cx);
  * LayerNorm whose readers all became fused). */
 void fuse_remove_if_dead(af_fusion_ctx *cx, af_node *n);
 /* Every bit of a match of n nodes. */
+/* BatchNormalization in inference mode with constant float32 parameters [C] over X's dim 1 and
+ * unused statistics outputs: what fuse_bn_node takes. */
+bool fuse_bn_inference(const af_node *bn);
+/* The FusedElementwise(X, s, t, operands of e...) computing e's steps after y = x * s + t, with
+ * s = scale / sqrt(var + eps), t = B - mean * s as new constants [C, 1, ...] (appended to bn's
+ * graph, output slot empty). e holds the steps that follow the BN (none: a plain BN); NULL when
+ * out of memory. */
+af_node *fuse_bn_node(af_node *bn, fuse_epi *e, af_error *err);
+
 static inline uint64_t fuse_all(const af_match *m) {
     return m->n >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << m->n) - 1);
 }

@@ -56,65 +56,16 @@ static af_status lower_core(af_graph *g, af_node *n, af_error *err) {
     return AF_OK;
 }
 
-/* The activation that alone reads BN's output y (not a graph output), to join its program. */
-static af_node *bn_activation(const af_graph *g, const af_value *y) {
-    af_node *r = y && y->nuses == 1 && !y->is_output ? y->uses[0].node : NULL;
-    int64_t op;
-    float p0, p1;
-    return r && r->graph == g && r->nout == 1 && r->out[0] && r->in[0] == y &&
-                   r->out[0]->type.dtype == AF_DTYPE_FLOAT && fuse_act_op(r, &op, &p0, &p1)
-               ? r
-               : NULL;
-}
-
-/* BatchNormalization(X, scale, B, mean, var) [-> activation] -> FusedElementwise(X, s, t):
- * y = act(x * s + t) with s = scale / sqrt(var + eps), t = B - mean * s, shaped [C, 1, ...] to
- * broadcast over X. A BN that follows a conv was folded into it by the fuser; the ones left
- * read something else (DenseNet's pre-activation BN + Relu after each Concat). */
+/* BatchNormalization(X, scale, B, mean, var) -> FusedElementwise(X, s, t): y = x * s + t
+ * (fuse_bn_node). A BN that follows a conv was folded into it by the fuser, one followed by an
+ * activation was fused with it (BatchNormActFusionOp); the ones left read something else. */
 static af_status lower_batchnorm(af_graph *g, af_node *n, af_error *err) {
-    if (n->nin != 5 || n->nout != 1 || !all_f32(n) || af_attr_int(n, "training_mode", 0)) return AF_OK;
-    const af_value *x = n->in[0];
-    if (x->type.rank < 2 || x->type.dims[1] < 1) return AF_OK;
-    int64_t c = x->type.dims[1];
-    for (int i = 1; i < 5; i++)
-        if (!af_value_is_const(n->in[i]) || n->in[i]->type.rank != 1 || n->in[i]->type.dims[0] != c)
-            return AF_OK;
-    int64_t dims[AF_MAX_RANK] = {c};
-    int rank = x->type.rank - 1;
-    for (int i = 1; i < rank; i++) dims[i] = 1;
-    af_value *s = af_value_new_f32(g, "bn_scale", rank, dims), *t = af_value_new_f32(g, "bn_shift", rank, dims);
-    af_node *f = s && t ? af_node_new_ours(g, AF_OP_FUSED_ELEMENTWISE, n->name, 3) : NULL;
-    if (!f) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
-    const float *sc = n->in[1]->type.data, *bi = n->in[2]->type.data;
-    const float *mean = n->in[3]->type.data, *var = n->in[4]->type.data;
-    double eps = af_attr_float(n, "epsilon", 1e-5f);
-    float *sd = s->type.data, *td = t->type.data;
-    for (int64_t i = 0; i < c; i++) {
-        double k = sc[i] / sqrt((double)var[i] + eps);
-        sd[i] = (float)k;
-        td[i] = (float)(bi[i] - mean[i] * k);
-    }
-    af_node_set_input(f, 0, n->in[0]);
-    af_node_set_input(f, 1, s);
-    af_node_set_input(f, 2, t);
+    if (!fuse_bn_inference(n)) return AF_OK;
     fuse_epi e;
     fuse_epi_init(&e);
-    e.op[0] = AF_EP_MUL;
-    e.operand[0] = s;
-    e.op[1] = AF_EP_ADD;
-    e.operand[1] = t;
-    e.n = 2;
-    af_node *act = bn_activation(g, n->out[0]);
-    if (act && fuse_epi_append(&e, act, n->out[0], &act->out[0]->type)) act = NULL;
-    af_status st = fuse_epi_emit(f, &e, 1, err);
-    if (st) return st;
+    af_node *f = fuse_bn_node(n, &e, err);
+    if (!f) return err ? err->code : AF_ERR_NOMEM;
     take_place(g, f, n);
-    if (act) {
-        af_value *z = act->out[0];
-        af_node_remove(act);
-        af_node_set_output(f, 0, z);
-        af_graph_renumber(g);
-    }
     return AF_OK;
 }
 

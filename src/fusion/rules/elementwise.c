@@ -2,6 +2,8 @@
  * (Add, Sub, Mul, Div with an operand that broadcasts to the output; the activations of
  * fuse_act_op; a plugin's ELEMWISE and BROADCAST ops that give their per-element function) joins the epilogue of the Conv, MatMul, Gemm or fused op that produces its first
  * input; a chain of two or more such ops with no such producer becomes one FusedElementwise.
+ * BatchNormActFusionOp (here too, for the chain it shares): a BatchNormalization no conv took,
+ * with the activation chain after it, becomes one FusedElementwise that scales and shifts first.
  *
  * Invariant: the anchor is the first op of the chain; the chain grows only through values with a
  * single reader that are not graph outputs, so nothing outside reads what disappears. */
@@ -101,4 +103,32 @@ af_status rule_elementwise_apply(af_fusion_ctx *cx, af_match *m, af_error *err) 
         if (st != AF_OK) return st;
     }
     return fuse_commit(cx, m, f, m->out[0], fuse_all(m), err);
+}
+
+/* ---- BatchNormActFusionOp ---------------------------------------------------------------- */
+
+/* A BatchNormalization that no conv took (ConvBNRelu runs first), and the chain of epilogue ops
+ * after it (an activation at least; DenseNet's pre-activation BN + Relu before each conv):
+ * one FusedElementwise computing act(x * s + t). */
+const char *rule_bn_act_check(af_fusion_ctx *cx, af_node *bn, af_match *m) {
+    (void)cx;
+    if (!fuse_bn_inference(bn)) return AF_NO_MATCH;
+    af_value *y = bn->out[0];
+    af_node *act = af_value_sole_reader(y);
+    int64_t op;
+    float p0, p1;
+    if (!act || !fuse_act_op(act, &op, &p0, &p1)) return AF_NO_MATCH;
+    const char *why = fuse_edge(y);
+    if (why) return why;
+    fuse_epi_init(&m->epi);
+    fuse_match_add(m, bn);
+    af_value *last = extend(m, y, &y->type);
+    if (m->n < 2) return AF_NO_MATCH;
+    fuse_match_output(m, last);
+    return NULL;
+}
+
+af_status rule_bn_act_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
+    af_node *f = fuse_bn_node(m->node[0], &m->epi, err);
+    return f ? fuse_commit(cx, m, f, m->out[0], fuse_all(m), err) : (err ? err->code : AF_ERR_NOMEM);
 }
