@@ -67,6 +67,14 @@ bool af_node_set_ints(af_node *n, const char *name, const int64_t *v, int count)
     return true;
 }
 
+void af_node_drop_attr(af_node *n, const char *name) {
+    for (int i = 0; i < n->nattrs; i++)
+        if (!strcmp(n->attrs[i].name, name)) {
+            n->attrs[i] = n->attrs[--n->nattrs];
+            return;
+        }
+}
+
 bool af_node_set_floats(af_node *n, const char *name, const float *v, int count) {
     float *copy = af_arena_calloc(n->graph->arena, (size_t)count + 1, sizeof(float));
     af_attr *a = copy ? af_node_add_attr(n, name, AF_ATTR_FLOATS) : NULL;

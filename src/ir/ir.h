@@ -258,6 +258,8 @@ bool af_node_set_float(af_node *n, const char *name, float v);
 bool af_node_set_str(af_node *n, const char *name, const char *v);
 bool af_node_set_ints(af_node *n, const char *name, const int64_t *v, int count);
 bool af_node_set_floats(af_node *n, const char *name, const float *v, int count);
+/* Remove n's attribute of that name, if any (attributes keep no order). */
+void af_node_drop_attr(af_node *n, const char *name);
 
 /* Attribute lookup; NULL when absent. */
 const af_attr *af_node_attr(const af_node *n, const char *name);

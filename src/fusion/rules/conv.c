@@ -400,18 +400,6 @@ static const char *pad_consts(const af_node *pad, int rank, int64_t *pads, float
     return NULL;
 }
 
-/* Set n's INTS attribute (count >= 0) or INT attribute (count -1, v[0]), replacing one of that
- * name. */
-static bool set_ints(af_node *n, const char *name, const int64_t *v, int count) {
-    for (int i = 0; i < n->nattrs; i++)
-        if (!strcmp(n->attrs[i].name, name)) {
-            n->nattrs--; /* drop it: attributes keep no order */
-            n->attrs[i] = n->attrs[n->nattrs];
-            break;
-        }
-    return count < 0 ? af_node_set_int(n, name, v[0]) : af_node_set_ints(n, name, v, count);
-}
-
 const char *rule_pad_window_check(af_fusion_ctx *cx, af_node *pad, af_match *m) {
     (void)cx;
     af_value *y = pad->nout == 1 ? pad->out[0] : NULL;
@@ -458,9 +446,14 @@ af_status rule_pad_window_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
     for (int i = 0; i < 2 * sp; i++) pads[i] = m->ival[i] + (nwp == 2 * sp ? wp[i] : 0);
     /* The window op again (ONNX's domain), its pads grown by the Pad's. */
     af_node *f = af_node_new_ours(w->graph, w->op, w->name, w->nin);
-    if (!f || !fuse_copy_attrs(f, w) || !set_ints(f, "pads", pads, 2 * sp) ||
-        (w->op == AF_OP_AVERAGE_POOL && !set_ints(f, "count_include_pad", (int64_t[]){1}, -1)))
-        return af_node_fail(err, w, AF_ERR_NOMEM, "out of memory");
+    bool ok = f && fuse_copy_attrs(f, w);
+    if (ok) {
+        af_node_drop_attr(f, "pads");
+        af_node_drop_attr(f, "count_include_pad");
+        ok = af_node_set_ints(f, "pads", pads, 2 * sp) &&
+             (w->op != AF_OP_AVERAGE_POOL || af_node_set_int(f, "count_include_pad", 1));
+    }
+    if (!ok) return af_node_fail(err, w, AF_ERR_NOMEM, "out of memory");
     f->domain = w->domain;
     af_node_set_input(f, 0, pad->in[0]);
     for (int i = 1; i < w->nin; i++)
