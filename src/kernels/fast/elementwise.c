@@ -1,7 +1,7 @@
 /* The fast float32 elementwise and row kernels: unary activations and math, Clip, Add / Sub /
  * Mul / Div (and Pow by a constant 2 or 0.5) whose operands broadcast as the vector epilogue
  * can read them (same shape, per last-dim vector, per row, scalar), the row-wise
- * LayerNormalization and Softmax over the last axis, sums and means of rows, and the Transposes
+ * LayerNormalization and Softmax over the last axis, and the Transposes
  * that move whole rows (the layout pass's NCHW <-> NHWC reorders), in blocks. The elementwise
  * ones run through the vector epilogue of vec.h, in parallel, in cache-sized pieces: one copy of
  * the operand that has the output's shape, then the step applied in place.
@@ -202,34 +202,6 @@ static bool run_softmax(const af_tensor *x, int64_t rows, int64_t len, af_tensor
     return true;
 }
 
-typedef struct sum_job {
-    const float *x;
-    float *y;
-    int64_t len;
-    bool mean;
-} sum_job;
-
-static void sum_rows(void *ctx, int slot, int64_t begin, int64_t end) {
-    (void)slot;
-    const sum_job *j = ctx;
-    const af_vec_ops *v = af_vec();
-    for (int64_t r = begin; r < end; r++) {
-        float s = v->row_sum(j->x + r * j->len, j->len);
-        j->y[r] = j->mean ? s / (float)j->len : s;
-    }
-}
-
-static bool run_row_sums(const af_tensor *x, int64_t rows, int64_t len, bool mean, af_tensor *y,
-                      af_exec *ex) {
-    if (x->dtype != AF_DTYPE_FLOAT || y->dtype != AF_DTYPE_FLOAT ||
-        len < 1 || af_tensor_numel(y) != rows)
-        return false;
-    sum_job j = {x->data, y->data, len, mean};
-    af_exec_parallel(ex, rows, af_exec_work_ns(ex, (double)(rows * len), 4.0 * (double)(rows * len)),
-                     sum_rows, &j);
-    return true;
-}
-
 /* ---- Transpose ------------------------------------------------------------------------------ */
 
 typedef struct tr_job {
@@ -388,21 +360,6 @@ af_status fast_softmax(const af_node *n, const af_tensor *const *in, af_tensor *
         inner != 1)
         return AF_DECLINED;
     return taken(run_softmax(in[0], outer, len, &out[0], x));
-}
-
-/* ReduceSum and ReduceMean over the last axis only. */
-af_status fast_reduce(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
-                      af_error *err) {
-    (void)err;
-    bool red[AF_MAX_RANK], noop, known;
-    const af_tensor *t = in[0];
-    if (n->nin < 1 || !f32_ready(t) || !f32_ready(&out[0]) || t->rank < 1 ||
-        tn_reduce_axes(n, in, t, red, &noop, &known, NULL) || !known || noop)
-        return AF_DECLINED;
-    bool last_only = red[t->rank - 1];
-    for (int a = 0; a + 1 < t->rank; a++) last_only = last_only && !red[a];
-    return taken(last_only && run_row_sums(t, af_tensor_numel(&out[0]), t->dims[t->rank - 1],
-                                               n->op == AF_OP_REDUCE_MEAN, &out[0], x));
 }
 
 af_status fast_transpose(const af_node *n, const af_tensor *const *in, af_tensor *out,

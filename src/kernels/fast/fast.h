@@ -23,8 +23,11 @@ AF_FAST_KERNEL(fast_clip);
 AF_FAST_KERNEL(fast_binary);
 AF_FAST_KERNEL(fast_layernorm);
 AF_FAST_KERNEL(fast_softmax);
-AF_FAST_KERNEL(fast_reduce);
 AF_FAST_KERNEL(fast_transpose);
+/* reduce.c: Reduce* over any axes, ArgMax / ArgMin; InstanceNormalization. */
+AF_FAST_KERNEL(fast_reduce);
+AF_FAST_KERNEL(fast_arg);
+AF_FAST_KERNEL(fast_instancenorm);
 /* pool.c: channels-last pooling. */
 AF_FAST_KERNEL(fast_maxpool);
 AF_FAST_KERNEL(fast_avgpool);

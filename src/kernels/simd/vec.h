@@ -136,6 +136,18 @@ typedef struct af_pool_row {
     float *y; /* [ow][c] */
 } af_pool_row;
 
+/* What reduce_run and reduce_acc fold: the combination of f(x) over the elements. Max and Min
+ * keep a NaN once they see one (the reference reductions do); EXP sums e^(x - shift). */
+typedef enum af_vred {
+    AF_VRED_SUM = 0, /* + x */
+    AF_VRED_ABS,     /* + |x| */
+    AF_VRED_SQ,      /* + x * x */
+    AF_VRED_EXP,     /* + e^(x - shift) */
+    AF_VRED_PROD,    /* * x */
+    AF_VRED_MAX,
+    AF_VRED_MIN
+} af_vred;
+
 typedef struct af_vec_ops {
     const char *name;
     int vw;    /* floats per vector */
@@ -179,6 +191,15 @@ typedef struct af_vec_ops {
     float (*row_sum)(const float *x, int64_t n);
     /* out[j] = sum (or max) over r < rows of x[r * cols + j], rows >= 1. */
     void (*reduce_rows)(const float *x, int64_t rows, int64_t cols, int max, float *out);
+    /* The af_vred fold of x[0..n), n >= 1, started from its identity (0, 1, -inf, +inf), in
+     * vector lanes, the lanes combined last. shift: EXP's (finite). */
+    float (*reduce_run)(int kind, const float *x, int64_t n, float shift);
+    /* acc[j] = acc[j] (fold) x[j] for j < n; EXP adds e^(x[j] - shift[j]) (shift NULL for the
+     * others). */
+    void (*reduce_acc)(int kind, const float *x, int64_t n, float *acc, const float *shift);
+    /* One InstanceNormalization plane: y = (x - mean) / sqrt(var + eps) * scale + bias, mean
+     * and biased variance over x[0..n), n >= 1 (two passes over x, then the write); y may be x. */
+    void (*norm_plane)(const float *x, float *y, int64_t n, float eps, float scale, float bias);
     /* y[r * cols + j] = x[r * cols + j] * s[r] for r < rows, j < cols (y may be x). */
     void (*scale_rows)(const float *x, const float *s, int64_t rows, int64_t cols, float *y);
 } af_vec_ops;

@@ -901,6 +901,131 @@ static void scale_rows(const float *x, const float *s, int64_t rows, int64_t col
     }
 }
 
+/* ---- reductions ----------------------------------------------------------------------------------- */
+
+static inline float red_identity(int kind) {
+    switch (kind) {
+    case AF_VRED_PROD: return 1.0f;
+    case AF_VRED_MAX: return -INFINITY;
+    case AF_VRED_MIN: return INFINITY;
+    default: return 0.0f;
+    }
+}
+
+/* acc (fold) v; a NaN already in acc stays (vm_max / vm_min give their second operand, v, when
+ * either is NaN, so a NaN in v is taken). */
+static inline __attribute__((always_inline)) vf red_step(const int kind, vf acc, vf v, vf shift) {
+    switch (kind) {
+    case AF_VRED_ABS: return acc + vm_abs(v);
+    case AF_VRED_SQ: return acc + v * v;
+    case AF_VRED_EXP: return acc + vm_exp(v - shift);
+    case AF_VRED_PROD: return acc * v;
+    case AF_VRED_MAX: return vm_select(acc != acc, acc, vm_max(acc, v));
+    case AF_VRED_MIN: return vm_select(acc != acc, acc, vm_min(acc, v));
+    default: return acc + v;
+    }
+}
+
+/* How the lanes (or accumulators) of a fold combine: sums add, the others fold again. */
+static inline __attribute__((always_inline)) vf red_join(const int kind, vf a, vf b) {
+    switch (kind) {
+    case AF_VRED_PROD: return a * b;
+    case AF_VRED_MAX: return red_step(AF_VRED_MAX, a, b, b);
+    case AF_VRED_MIN: return red_step(AF_VRED_MIN, a, b, b);
+    default: return a + b;
+    }
+}
+
+/* The kind is a constant in each instance (one per case of reduce_run's switch), so the loop
+ * holds no branch on it. Four accumulators: a sum's add latency is not the bound. */
+static inline __attribute__((always_inline)) float red_run_k(const int kind, const float *x,
+                                                             int64_t n, float shift) {
+    const vf id = vsplat(red_identity(kind)), sh = vsplat(shift);
+    vf a0 = id, a1 = id, a2 = id, a3 = id;
+    int64_t i = 0;
+    for (; i + 4 * VW <= n; i += 4 * VW) {
+        a0 = red_step(kind, a0, vload(x + i), sh);
+        a1 = red_step(kind, a1, vload(x + i + VW), sh);
+        a2 = red_step(kind, a2, vload(x + i + 2 * VW), sh);
+        a3 = red_step(kind, a3, vload(x + i + 3 * VW), sh);
+    }
+    for (; i + VW <= n; i += VW) a0 = red_step(kind, a0, vload(x + i), sh);
+    if (i < n) { /* the padding lanes hold the identity (EXP: -inf, e^-inf = 0) */
+        vi lane;
+        for (int l = 0; l < VW; l++) lane[l] = l;
+        vf pad = kind == AF_VRED_EXP ? vsplat(-INFINITY) : id;
+        a1 = red_step(kind, a1, vm_select(lane < (int32_t)(n - i), vload_part(x + i, n - i), pad), sh);
+    }
+    vf a = red_join(kind, red_join(kind, a0, a1), red_join(kind, a2, a3));
+    float r = a[0];
+    for (int l = 1; l < VW; l++) r = red_join(kind, vsplat(r), vsplat(a[l]))[0];
+    return r;
+}
+
+static float reduce_run(int kind, const float *x, int64_t n, float shift) {
+    switch (kind) {
+    case AF_VRED_ABS: return red_run_k(AF_VRED_ABS, x, n, shift);
+    case AF_VRED_SQ: return red_run_k(AF_VRED_SQ, x, n, shift);
+    case AF_VRED_EXP: return red_run_k(AF_VRED_EXP, x, n, shift);
+    case AF_VRED_PROD: return red_run_k(AF_VRED_PROD, x, n, shift);
+    case AF_VRED_MAX: return red_run_k(AF_VRED_MAX, x, n, shift);
+    case AF_VRED_MIN: return red_run_k(AF_VRED_MIN, x, n, shift);
+    default: return red_run_k(AF_VRED_SUM, x, n, shift);
+    }
+}
+
+static inline __attribute__((always_inline)) void red_acc_k(const int kind, const float *x,
+                                                            int64_t n, float *acc,
+                                                            const float *shift) {
+    int64_t j = 0;
+    vf sh = {0};
+    for (; j + VW <= n; j += VW) {
+        if (kind == AF_VRED_EXP) sh = vload(shift + j);
+        vstore(acc + j, red_step(kind, vload(acc + j), vload(x + j), sh));
+    }
+    if (j < n) { /* lanes past n are computed on zeros and not stored */
+        if (kind == AF_VRED_EXP) sh = vload_part(shift + j, n - j);
+        vstore_part(acc + j, red_step(kind, vload_part(acc + j, n - j), vload_part(x + j, n - j), sh),
+                    n - j);
+    }
+}
+
+static void reduce_acc(int kind, const float *x, int64_t n, float *acc, const float *shift) {
+    switch (kind) {
+    case AF_VRED_ABS: red_acc_k(AF_VRED_ABS, x, n, acc, shift); break;
+    case AF_VRED_SQ: red_acc_k(AF_VRED_SQ, x, n, acc, shift); break;
+    case AF_VRED_EXP: red_acc_k(AF_VRED_EXP, x, n, acc, shift); break;
+    case AF_VRED_PROD: red_acc_k(AF_VRED_PROD, x, n, acc, shift); break;
+    case AF_VRED_MAX: red_acc_k(AF_VRED_MAX, x, n, acc, shift); break;
+    case AF_VRED_MIN: red_acc_k(AF_VRED_MIN, x, n, acc, shift); break;
+    default: red_acc_k(AF_VRED_SUM, x, n, acc, shift); break;
+    }
+}
+
+/* Mean, then the squared deviations from it (not E[x^2] - mean^2, which cancels), then y. */
+static void norm_plane(const float *x, float *y, int64_t n, float eps, float scale, float bias) {
+    float mean = red_run_k(AF_VRED_SUM, x, n, 0.0f) / (float)n;
+    vf m = vsplat(mean), a0 = {0}, a1 = {0};
+    int64_t i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        vf d0 = vload(x + i) - m, d1 = vload(x + i + VW) - m;
+        a0 += d0 * d0;
+        a1 += d1 * d1;
+    }
+    for (; i + VW <= n; i += VW) {
+        vf d = vload(x + i) - m;
+        a0 += d * d;
+    }
+    float q = vsum(a0 + a1);
+    for (; i < n; i++) q += (x[i] - mean) * (x[i] - mean);
+    /* (x - mean) k + bias, not x k + (bias - mean k): that one loses the digits of a plane
+     * whose mean is large against its spread */
+    float k = scale / sqrtf(q / (float)n + eps);
+    vf kv = vsplat(k), bv = vsplat(bias);
+    for (i = 0; i + VW <= n; i += VW) vstore(y + i, (vload(x + i) - m) * kv + bv);
+    if (i < n) vstore_part(y + i, (vload_part(x + i, n - i) - m) * kv + bv, n - i);
+}
+
 /* ---- softmax --------------------------------------------------------------------------------------- */
 
 /* Lane max (NaN-free v), as a tree. */
@@ -963,4 +1088,7 @@ const af_vec_ops VEC_TABLE = {
     .row_sum = row_sum,
     .reduce_rows = reduce_rows,
     .scale_rows = scale_rows,
+    .reduce_run = reduce_run,
+    .reduce_acc = reduce_acc,
+    .norm_plane = norm_plane,
 };

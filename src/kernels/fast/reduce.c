@@ -1,0 +1,360 @@
+/* The fast float32 reductions: Reduce{Sum,Mean,Max,Min,Prod,L1,L2,SumSquare,LogSum,LogSumExp}
+ * over any set of axes, ArgMax / ArgMin along one axis, and InstanceNormalization (one vector
+ * pass per (n, c) plane for its mean, one for the variance, one to write).
+ *
+ * A reduction first drops the dims of 1 and merges neighbouring axes that are both reduced or
+ * both kept, so X becomes runs of alternating kind (at most rank of them). Two forms follow
+ * from the last run:
+ *   reduced ("rows"): each output element folds contiguous runs of L elements (vec reduce_run),
+ *     one per combination of the other reduced runs; the outputs are the parallel items;
+ *   kept ("columns"): each output row of L elements accumulates rows of X (vec reduce_acc), one
+ *     per combination of the reduced runs; the items are (output row, block of columns), so a
+ *     reduction to one row still runs in parallel.
+ * Both visit X's elements in memory order for each output, as the reference does (the
+ * reference adds in double, these in float lanes: results agree within float rounding).
+ *
+ * Invariant: every tensor read or written is float32 (int64 for Arg*) and holds its elements;
+ * anything else (other dtypes, empty tensors, axes not known, noop_with_empty_axes) is
+ * AF_DECLINED before anything is written, and the reference kernel runs it. */
+#include "kernels/fast/fast.h"
+#include "kernels/ref/tensor_util.h"
+#include "kernels/simd/vec.h"
+
+#include <math.h>
+#include <string.h>
+
+/* A float32 (or other dtype dt) tensor whose data holds all its elements. */
+static bool ready(const af_tensor *t, af_dtype dt) {
+    int64_t count = t ? af_tensor_numel(t) : -1;
+    return count >= 0 && t->dtype == dt &&
+           (count == 0 || (t->data && (uint64_t)count <= (uint64_t)t->nbytes / af_dtype_size(dt)));
+}
+
+/* ---- Reduce* ---------------------------------------------------------------------------------- */
+
+/* What the op folds (af_vred) and how the fold becomes the output. */
+typedef enum post { P_NONE, P_MEAN, P_SQRT, P_LOG, P_LSE } post;
+
+static void reduce_kind(af_op op, int *fold, post *p) {
+    *p = P_NONE;
+    switch (op) {
+    case AF_OP_REDUCE_MEAN: *fold = AF_VRED_SUM; *p = P_MEAN; break;
+    case AF_OP_REDUCE_MAX: *fold = AF_VRED_MAX; break;
+    case AF_OP_REDUCE_MIN: *fold = AF_VRED_MIN; break;
+    case AF_OP_REDUCE_PROD: *fold = AF_VRED_PROD; break;
+    case AF_OP_REDUCE_L1: *fold = AF_VRED_ABS; break;
+    case AF_OP_REDUCE_L2: *fold = AF_VRED_SQ; *p = P_SQRT; break;
+    case AF_OP_REDUCE_SUM_SQUARE: *fold = AF_VRED_SQ; break;
+    case AF_OP_REDUCE_LOG_SUM: *fold = AF_VRED_SUM; *p = P_LOG; break;
+    case AF_OP_REDUCE_LOG_SUM_EXP: *fold = AF_VRED_MAX; *p = P_LSE; break; /* then EXP */
+    default: *fold = AF_VRED_SUM; break;
+    }
+}
+
+typedef struct red_job {
+    const float *x;
+    float *y, *sum; /* sum: LogSumExp's sums in the column form (y holds the maxima) */
+    int fold;
+    post post;
+    float count; /* elements per output */
+    /* runs: size and stride in X; red[i]: reduced */
+    int nruns;
+    int64_t size[AF_MAX_RANK], stride[AF_MAX_RANK];
+    bool red[AF_MAX_RANK];
+    int64_t len;         /* the last run's size */
+    int64_t combos;      /* combinations of the reduced runs that are iterated */
+    int64_t blocks, blk; /* column form: blocks of blk columns per output row */
+} red_job;
+
+/* Offset in X of the kept runs' coordinates for output element (rows form) or output row
+ * (columns form) o: the kept runs other than the last one in the columns form. */
+static int64_t kept_base(const red_job *j, int64_t o, int upto) {
+    int64_t off = 0;
+    for (int r = upto - 1; r >= 0; r--) {
+        if (j->red[r]) continue;
+        off += o % j->size[r] * j->stride[r];
+        o /= j->size[r];
+    }
+    return off;
+}
+
+/* Offset of combination c of the reduced runs before run `upto`, in memory order. */
+static int64_t red_off(const red_job *j, int64_t c, int upto) {
+    int64_t off = 0;
+    for (int r = upto - 1; r >= 0; r--) {
+        if (!j->red[r]) continue;
+        off += c % j->size[r] * j->stride[r];
+        c /= j->size[r];
+    }
+    return off;
+}
+
+static float finish(const red_job *j, float v, float m) {
+    switch (j->post) {
+    case P_MEAN: return v / j->count;
+    case P_SQRT: return sqrtf(v);
+    case P_LOG: return logf(v);
+    case P_LSE: return isfinite(m) ? m + logf(v) : m;
+    default: return v;
+    }
+}
+
+static float fold_join(int fold, float a, float b) {
+    switch (fold) {
+    case AF_VRED_PROD: return a * b;
+    case AF_VRED_MAX: return a != a ? a : (b > a || b != b ? b : a);
+    case AF_VRED_MIN: return a != a ? a : (b < a || b != b ? b : a);
+    default: return a + b;
+    }
+}
+
+/* The fold of output o's runs (rows form); shift: EXP's. */
+static float fold_rows(const red_job *j, const af_vec_ops *v, int fold, int64_t base, float shift) {
+    int last = j->nruns - 1;
+    float acc = v->reduce_run(fold, j->x + base + red_off(j, 0, last), j->len, shift);
+    for (int64_t c = 1; c < j->combos; c++)
+        acc = fold_join(fold, acc, v->reduce_run(fold, j->x + base + red_off(j, c, last), j->len, shift));
+    return acc;
+}
+
+static void rows_range(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const red_job *j = ctx;
+    const af_vec_ops *v = af_vec();
+    for (int64_t o = begin; o < end; o++) {
+        int64_t base = kept_base(j, o, j->nruns - 1);
+        float m = fold_rows(j, v, j->fold, base, 0.0f), s = m;
+        if (j->post == P_LSE && isfinite(m)) s = fold_rows(j, v, AF_VRED_EXP, base, m);
+        j->y[o] = finish(j, s, m);
+    }
+}
+
+static void fill(float *p, int64_t n, float v) {
+    for (int64_t i = 0; i < n; i++) p[i] = v;
+}
+
+static void cols_range(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const red_job *j = ctx;
+    const af_vec_ops *v = af_vec();
+    int last = j->nruns - 1;
+    for (int64_t it = begin; it < end; it++) {
+        int64_t row = it / j->blocks, c0 = it % j->blocks * j->blk;
+        int64_t nc = j->len - c0 < j->blk ? j->len - c0 : j->blk;
+        int64_t base = kept_base(j, row, last) + c0;
+        float *y = j->y + row * j->len + c0;
+        fill(y, nc, j->fold == AF_VRED_MAX ? -INFINITY : j->fold == AF_VRED_MIN ? INFINITY
+                    : j->fold == AF_VRED_PROD ? 1.0f : 0.0f);
+        for (int64_t c = 0; c < j->combos; c++)
+            v->reduce_acc(j->fold, j->x + base + red_off(j, c, last), nc, y, NULL);
+        if (j->post == P_LSE) {
+            /* sums of e^(x - max) where the max is finite (the others keep the max) */
+            float *s = j->sum + row * j->len + c0;
+            fill(s, nc, 0.0f);
+            for (int64_t c = 0; c < j->combos; c++)
+                v->reduce_acc(AF_VRED_EXP, j->x + base + red_off(j, c, last), nc, s, y);
+            for (int64_t i = 0; i < nc; i++) y[i] = finish(j, s[i], y[i]);
+        } else if (j->post != P_NONE) {
+            for (int64_t i = 0; i < nc; i++) y[i] = finish(j, y[i], 0.0f);
+        }
+    }
+}
+
+/* Runs of X after dropping dims of 1 and merging neighbours of the same kind; at least one
+ * run, and the last one kept when no dim is left or nothing is reduced. */
+static void make_runs(const af_tensor *x, const bool *red, red_job *j) {
+    j->nruns = 0;
+    for (int a = 0; a < x->rank; a++) {
+        if (x->dims[a] == 1) continue;
+        if (j->nruns > 0 && j->red[j->nruns - 1] == red[a]) {
+            j->size[j->nruns - 1] *= x->dims[a];
+            continue;
+        }
+        j->red[j->nruns] = red[a];
+        j->size[j->nruns++] = x->dims[a];
+    }
+    if (j->nruns == 0) {
+        j->red[0] = false;
+        j->size[j->nruns++] = 1;
+    }
+    int64_t s = 1;
+    for (int r = j->nruns - 1; r >= 0; r--) {
+        j->stride[r] = s;
+        s *= j->size[r];
+    }
+}
+
+af_status fast_reduce(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                      af_error *err) {
+    (void)err;
+    bool red[AF_MAX_RANK], noop, known;
+    const af_tensor *t = in[0];
+    if (n->nin < 1 || n->nout != 1 || !ready(t, AF_DTYPE_FLOAT) ||
+        !ready(&out[0], AF_DTYPE_FLOAT) || t->rank < 0 || t->rank > AF_MAX_RANK ||
+        tn_reduce_axes(n, in, t, red, &noop, &known, NULL) || !known || noop)
+        return AF_DECLINED;
+    int64_t total = af_tensor_numel(t), m = af_tensor_numel(&out[0]);
+    red_job j;
+    memset(&j, 0, sizeof j);
+    make_runs(t, red, &j);
+    int64_t kept = 1;
+    for (int r = 0; r < j.nruns; r++) kept *= j.red[r] ? 1 : j.size[r];
+    if (total <= 0 || m != kept) return AF_DECLINED; /* empty reductions: the reference's */
+    j.x = t->data;
+    j.y = out[0].data;
+    reduce_kind(n->op, &j.fold, &j.post);
+    j.count = (float)(total / m);
+    j.len = j.size[j.nruns - 1];
+    bool rows = j.red[j.nruns - 1];
+    j.combos = total / m / (rows ? j.len : 1);
+    double flops = (j.post == P_LSE ? 20.0 : 1.0) * (double)total;
+    double ns = af_exec_work_ns(x, flops, 4.0 * (double)total);
+    if (rows) {
+        af_exec_parallel(x, m, ns, rows_range, &j);
+        return AF_OK;
+    }
+    /* Columns: blocks of at most 4096 floats, smaller when there are few output rows, so that
+     * two threads have several items each. */
+    int64_t outrows = m / j.len, nb = (j.len + 4095) / 4096;
+    if (outrows * nb < 16) {
+        int64_t want = (16 + outrows - 1) / outrows, most = (j.len + 63) / 64;
+        nb = want < most ? want : most;
+    }
+    j.blk = ((j.len + nb - 1) / nb + 15) / 16 * 16;
+    j.blocks = (j.len + j.blk - 1) / j.blk;
+    if (j.post == P_LSE) {
+        j.sum = af_exec_scratch(x, (size_t)m * sizeof(float));
+        if (!j.sum) return AF_DECLINED;
+    }
+    af_exec_parallel(x, outrows * j.blocks, ns, cols_range, &j);
+    return AF_OK;
+}
+
+/* ---- ArgMax / ArgMin ------------------------------------------------------------------------ */
+
+/* The reference's order (tn_cmp): NaN above everything, NaNs equal to each other. */
+static inline int cmp_nan_high(float a, float b) {
+    bool na = a != a, nb = b != b;
+    if (na || nb) return (int)na - (int)nb;
+    return (a > b) - (a < b);
+}
+
+typedef struct arg_job {
+    const float *x;
+    int64_t *y;
+    int64_t dim, inner, iblocks;
+    int want; /* the sign of cmp(candidate, best) that replaces best */
+    bool last;
+} arg_job;
+
+enum { ARG_BLOCK = 256 };
+
+/* One row along the axis (inner == 1): the extreme by a vector fold, then its first (or last)
+ * index by comparison; rows holding a NaN take the exact scalar loop. */
+static int64_t arg_row(const arg_job *j, const float *x, const af_vec_ops *v) {
+    float e = v->reduce_run(j->want > 0 ? AF_VRED_MAX : AF_VRED_MIN, x, j->dim, 0.0f);
+    if (e == e) {
+        if (j->last) {
+            for (int64_t i = j->dim - 1; i > 0; i--)
+                if (x[i] == e) return i;
+            return 0;
+        }
+        for (int64_t i = 0; i < j->dim; i++)
+            if (x[i] == e) return i;
+        return 0;
+    }
+    int64_t best = 0;
+    for (int64_t i = 1; i < j->dim; i++) {
+        int c = cmp_nan_high(x[i], x[best]);
+        if (c == j->want || (j->last && c == 0)) best = i;
+    }
+    return best;
+}
+
+static void arg_range(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const arg_job *j = ctx;
+    const af_vec_ops *v = af_vec();
+    float best[ARG_BLOCK];
+    for (int64_t it = begin; it < end; it++) {
+        int64_t a = it / j->iblocks, i0 = it % j->iblocks * ARG_BLOCK;
+        if (j->inner == 1) {
+            j->y[a] = arg_row(j, j->x + a * j->dim, v);
+            continue;
+        }
+        int64_t ni = j->inner - i0 < ARG_BLOCK ? j->inner - i0 : ARG_BLOCK;
+        const float *x = j->x + a * j->dim * j->inner + i0;
+        int64_t *y = j->y + a * j->inner + i0;
+        memcpy(best, x, (size_t)ni * sizeof(float));
+        for (int64_t i = 0; i < ni; i++) y[i] = 0;
+        for (int64_t d = 1; d < j->dim; d++) {
+            const float *row = x + d * j->inner;
+            for (int64_t i = 0; i < ni; i++) {
+                int c = cmp_nan_high(row[i], best[i]);
+                if (c == j->want || (j->last && c == 0)) {
+                    best[i] = row[i];
+                    y[i] = d;
+                }
+            }
+        }
+    }
+}
+
+af_status fast_arg(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                   af_error *err) {
+    (void)err;
+    const af_tensor *t = n->nin == 1 ? in[0] : NULL;
+    int axis;
+    if (!t || n->nout != 1 || !ready(t, AF_DTYPE_FLOAT) || !ready(&out[0], AF_DTYPE_INT64) ||
+        t->rank < 1 || !af_axis(af_attr_int(n, "axis", 0), t->rank, &axis))
+        return AF_DECLINED;
+    arg_job j = {t->data, out[0].data, t->dims[axis], tn_prod(t->dims, axis + 1, t->rank), 0,
+                 n->op == AF_OP_ARGMIN ? -1 : 1, af_attr_int(n, "select_last_index", 0) != 0};
+    int64_t outer = tn_prod(t->dims, 0, axis);
+    if (j.dim < 1 || outer * j.inner < 1 || af_tensor_numel(&out[0]) != outer * j.inner)
+        return AF_DECLINED;
+    j.iblocks = (j.inner + ARG_BLOCK - 1) / ARG_BLOCK;
+    int64_t total = af_tensor_numel(t);
+    af_exec_parallel(x, outer * j.iblocks, af_exec_work_ns(x, 2.0 * (double)total, 4.0 * (double)total),
+                     arg_range, &j);
+    return AF_OK;
+}
+
+/* ---- InstanceNormalization --------------------------------------------------------------------- */
+
+typedef struct in_job {
+    const float *x, *scale, *bias;
+    float *y;
+    int64_t c, inner;
+    float eps;
+} in_job;
+
+static void in_range(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const in_job *j = ctx;
+    const af_vec_ops *v = af_vec();
+    for (int64_t p = begin; p < end; p++)
+        v->norm_plane(j->x + p * j->inner, j->y + p * j->inner, j->inner, j->eps,
+                      j->scale[p % j->c], j->bias[p % j->c]);
+}
+
+/* X [N, C, ...] float32 with C-element float32 scale and B: one vec norm_plane per (n, c)
+ * plane, the planes in parallel. */
+af_status fast_instancenorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                            af_exec *x, af_error *err) {
+    (void)err;
+    if (n->nin != 3 || n->nout != 1 || !ready(in[0], AF_DTYPE_FLOAT) ||
+        !ready(in[1], AF_DTYPE_FLOAT) || !ready(in[2], AF_DTYPE_FLOAT) ||
+        !ready(&out[0], AF_DTYPE_FLOAT) || in[0]->rank < 2)
+        return AF_DECLINED;
+    const af_tensor *t = in[0];
+    in_job j = {t->data, in[1]->data, in[2]->data, out[0].data, t->dims[1],
+                tn_prod(t->dims, 2, t->rank), af_attr_float(n, "epsilon", 1e-5f)};
+    int64_t planes = t->dims[0] * j.c, total = af_tensor_numel(t);
+    if (planes < 1 || j.inner < 1 || af_tensor_numel(&out[0]) != total ||
+        af_tensor_numel(in[1]) != j.c || af_tensor_numel(in[2]) != j.c)
+        return AF_DECLINED;
+    af_exec_parallel(x, planes, af_exec_work_ns(x, 5.0 * (double)total, 12.0 * (double)total),
+                     in_range, &j);
+    return AF_OK;
+}

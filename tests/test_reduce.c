@@ -1,0 +1,308 @@
+/* The fast reduction kernels (src/kernels/fast/reduce.c) against the reference kernels: every
+ * Reduce op over axes sets that give both of its forms (the last run reduced or kept), with
+ * keepdims, noop_with_empty_axes, axes as attribute or input, dims of 1, odd sizes, NaN and
+ * infinities; ArgMax / ArgMin with ties and select_last_index; InstanceNormalization of rank 3
+ * to 5. Each case runs on the reference ISA (the oracle), then on every vector ISA the CPU has
+ * (and the one AUTOFUSION_ISA allows) at 1 and 2 threads; floats must agree within float
+ * rounding, indices exactly. The fast kernel is also called directly, so a case it was meant to
+ * take cannot pass by being declined; bad inputs must give the reference's error. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "kernels/kernel.h"
+#include "test_util.h"
+
+#include "kernels/fast/fast.h"
+#include "kernels/simd/cpu.h"
+
+/* ---- the cases ------------------------------------------------------------------------------- */
+
+enum { FILL_RAND, FILL_TIES, FILL_NAN, FILL_POS, FILL_BIG };
+
+typedef struct rcase {
+    const char *op;
+    const char *attrs; /* "name=value ..." (lists: 1,2,3) */
+    int opset;
+    int rank;
+    int64_t dims[5];
+    int naxes; /* >= 0: an int64 axes input of these values; -1: no second input */
+    int64_t axes[5];
+    int fill;
+    bool fast; /* the fast kernel must take it (false: it must decline, e.g. a bad model) */
+} rcase;
+
+#define NOAX -1, {0}
+
+static const rcase cases[] = {
+    /* rows form: the last run reduced */
+    {"ReduceMean", "axes=2,3", 13, 4, {1, 256, 56, 56}, NOAX, FILL_RAND, true},
+    {"ReduceMean", "axes=-1 keepdims=0", 13, 3, {3, 7, 61}, NOAX, FILL_RAND, true},
+    {"ReduceSum", "", 13, 3, {2, 5, 33}, 1, {2}, FILL_RAND, true},
+    {"ReduceMax", "axes=1,3", 13, 4, {2, 3, 5, 17}, NOAX, FILL_RAND, true}, /* [k, r, k, r] */
+    {"ReduceMin", "axes=0,2 keepdims=0", 13, 3, {4, 6, 9}, NOAX, FILL_RAND, true},
+    {"ReduceProd", "axes=2", 13, 3, {3, 4, 21}, NOAX, FILL_POS, true},
+    {"ReduceL1", "axes=1,2", 13, 3, {5, 7, 19}, NOAX, FILL_RAND, true},
+    {"ReduceL2", "axes=2", 13, 3, {5, 7, 100}, NOAX, FILL_RAND, true},
+    {"ReduceSumSquare", "axes=2", 13, 3, {5, 7, 3}, NOAX, FILL_RAND, true},
+    {"ReduceLogSum", "axes=1,2", 13, 3, {4, 9, 13}, NOAX, FILL_POS, true},
+    {"ReduceLogSumExp", "axes=2", 13, 3, {4, 9, 67}, NOAX, FILL_BIG, true},
+    {"ReduceMax", "axes=2", 13, 3, {4, 3, 40}, NOAX, FILL_NAN, true},
+    {"ReduceMin", "axes=2", 13, 3, {4, 3, 40}, NOAX, FILL_NAN, true},
+    {"ReduceLogSumExp", "axes=2", 13, 3, {4, 3, 40}, NOAX, FILL_NAN, true},
+    {"ReduceMean", "keepdims=0", 13, 3, {3, 50, 41}, NOAX, FILL_RAND, true}, /* every axis */
+    /* columns form: the last run kept */
+    {"ReduceMean", "axes=1", 13, 4, {1, 256, 28, 28}, NOAX, FILL_RAND, true},
+    {"ReduceSum", "", 13, 3, {6, 5, 300}, 1, {1}, FILL_RAND, true},
+    {"ReduceSum", "keepdims=0", 13, 2, {70, 9}, 1, {0}, FILL_RAND, true},
+    {"ReduceMax", "axes=0,2", 13, 4, {3, 4, 5, 37}, NOAX, FILL_RAND, true}, /* [r, k, r, k] */
+    {"ReduceMin", "axes=1", 13, 3, {2, 9, 1000}, NOAX, FILL_RAND, true},
+    {"ReduceProd", "axes=0", 13, 2, {5, 45}, NOAX, FILL_POS, true},
+    {"ReduceL1", "axes=0", 13, 3, {7, 3, 5}, NOAX, FILL_RAND, true},
+    {"ReduceL2", "axes=1", 13, 3, {2, 7, 19}, NOAX, FILL_RAND, true},
+    {"ReduceSumSquare", "axes=0,1", 13, 3, {3, 7, 23}, NOAX, FILL_RAND, true},
+    {"ReduceLogSum", "axes=0", 13, 2, {9, 33}, NOAX, FILL_POS, true},
+    {"ReduceLogSumExp", "axes=1", 13, 3, {2, 11, 50}, NOAX, FILL_BIG, true},
+    {"ReduceLogSumExp", "axes=1", 13, 3, {2, 11, 50}, NOAX, FILL_NAN, true},
+    {"ReduceMax", "axes=0", 13, 2, {9, 50}, NOAX, FILL_NAN, true},
+    {"ReduceMin", "axes=0", 13, 2, {9, 50}, NOAX, FILL_NAN, true},
+    /* dims of 1, opset 18 axes inputs, noop */
+    {"ReduceMean", "", 18, 5, {1, 3, 1, 5, 7}, 2, {1, 4}, FILL_RAND, true},
+    {"ReduceL2", "", 18, 3, {4, 1, 6}, 1, {1}, FILL_RAND, true},  /* reduces only a 1: a map */
+    {"ReduceLogSumExp", "keepdims=0", 18, 3, {1, 1, 1}, 0, {0}, FILL_RAND, true},
+    {"ReduceMax", "", 18, 3, {2, 3, 4}, 0, {0}, FILL_RAND, true},  /* empty axes: all */
+    {"ReduceSum", "noop_with_empty_axes=1", 13, 3, {2, 3, 4}, 0, {0}, FILL_RAND, false},
+    {"ReduceMean", "axes=-3,-1", 18, 3, {5, 4, 3}, NOAX, FILL_RAND, true}, /* opset 18 attr: ignored */
+    /* bad: an axis out of range, a repeated axis */
+    {"ReduceSum", "", 13, 3, {2, 3, 4}, 1, {3}, FILL_RAND, false},
+    {"ReduceMax", "axes=1,1", 13, 3, {2, 3, 4}, NOAX, FILL_RAND, false},
+    /* ArgMax / ArgMin: inner 1 (the vector fold) and inner > 1 */
+    {"ArgMax", "axis=-1", 13, 3, {3, 5, 77}, NOAX, FILL_RAND, true},
+    {"ArgMin", "axis=2 keepdims=0", 13, 3, {3, 5, 77}, NOAX, FILL_TIES, true},
+    {"ArgMax", "axis=2 select_last_index=1", 13, 3, {3, 5, 77}, NOAX, FILL_TIES, true},
+    {"ArgMin", "axis=2 select_last_index=1", 13, 3, {3, 5, 77}, NOAX, FILL_TIES, true},
+    {"ArgMax", "axis=1", 13, 3, {3, 40, 300}, NOAX, FILL_TIES, true},
+    {"ArgMin", "axis=0 select_last_index=1", 13, 3, {7, 5, 9}, NOAX, FILL_TIES, true},
+    {"ArgMax", "axis=1 keepdims=0", 13, 3, {2, 30, 9}, NOAX, FILL_NAN, true},
+    {"ArgMin", "axis=1", 13, 3, {2, 30, 9}, NOAX, FILL_NAN, true},
+    {"ArgMax", "axis=-1", 13, 2, {5, 30}, NOAX, FILL_NAN, true},
+    {"ArgMin", "axis=-1 select_last_index=1", 13, 2, {5, 30}, NOAX, FILL_NAN, true},
+    {"ArgMax", "axis=3", 13, 3, {2, 3, 4}, NOAX, FILL_RAND, false},
+    /* InstanceNormalization: inputs 1 and 2 are [C] (added by the test) */
+    {"InstanceNormalization", "", 6, 3, {1, 64, 3199}, NOAX, FILL_RAND, true},
+    {"InstanceNormalization", "epsilon=0.01", 6, 4, {2, 3, 7, 9}, NOAX, FILL_BIG, true},
+    {"InstanceNormalization", "", 6, 5, {1, 5, 3, 4, 5}, NOAX, FILL_RAND, true},
+    {"InstanceNormalization", "", 6, 3, {3, 4, 1}, NOAX, FILL_RAND, true},
+};
+
+/* ---- helpers ------------------------------------------------------------------------------- */
+
+static void parse_attr(af_arena *a, af_attr *at, const char *val) {
+    bool list = strchr(val, ',') != NULL;
+    bool axes_like = !strcmp(at->name, "axes");
+    if (list || axes_like) {
+        at->type = AF_ATTR_INTS;
+        at->ints = af_arena_calloc(a, 16, sizeof(int64_t));
+        for (const char *p = val; *p && at->n < 16; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
+            at->ints[at->n++] = strtoll(p, NULL, 10);
+        return;
+    }
+    tu_parse_scalar(a, at, val);
+}
+
+static void fill(af_tensor *t, int mode) {
+    float *p = t->data;
+    for (int64_t i = 0; i < af_tensor_numel(t); i++) {
+        double r = tu_rnd();
+        switch (mode) {
+        case FILL_TIES: p[i] = (float)floor(r * 3.0); break; /* -3..2: many equal values */
+        case FILL_POS: p[i] = (float)(1.0 + 0.3 * r); break;
+        case FILL_BIG: p[i] = (float)(80.0 * r + 20.0); break;
+        case FILL_NAN: {
+            int64_t k = (int64_t)((r + 1.0) * 20.0);
+            p[i] = k == 0 ? NAN : k == 1 ? INFINITY : k == 2 ? -INFINITY : (float)floor(r * 4.0);
+            break;
+        }
+        default: p[i] = (float)r; break;
+        }
+    }
+}
+
+static af_kernel_fn fast_fn(af_op op) {
+    if (op == AF_OP_ARGMAX || op == AF_OP_ARGMIN) return fast_arg;
+    if (op == AF_OP_INSTANCE_NORMALIZATION) return fast_instancenorm;
+    return fast_reduce;
+}
+
+static bool same_value(double g, double w, bool exact) {
+    if (w != w) return g != g;
+    if (exact || isinf(w)) return g == w;
+    return fabs(g - w) <= 1e-4 * fmax(1.0, fabs(w));
+}
+
+static void expect_same(const char *what, const af_tensor *got, const af_tensor *want) {
+    if (got->dtype != want->dtype || got->rank != want->rank)
+        fail_msg("%s: dtype/rank differ", what);
+    for (int d = 0; d < want->rank; d++)
+        if (got->dims[d] != want->dims[d]) fail_msg("%s: dim %d differs", what, d);
+    bool exact = want->dtype != AF_DTYPE_FLOAT;
+    for (int64_t i = 0; i < af_tensor_numel(want); i++) {
+        double g = tens_get(got, i), w = tens_get(want, i);
+        if (!same_value(g, w, exact))
+            fail_msg("%s: element %lld is %.9g, the reference %.9g", what, (long long)i, g, w);
+    }
+}
+
+/* Shape, allocation and kernel for out[0..nout): the dispatcher's choice (fast_direct false) or
+ * the fast kernel itself. */
+static af_status run(const af_node *n, const af_tensor *const *in, af_tensor *out, int nout,
+                     af_runtime *rt, bool fast_direct, af_error *err) {
+    for (int o = 0; o < nout; o++) {
+        memset(&out[o], 0, sizeof out[o]);
+        out[o].rank = -1;
+    }
+    af_status st = af_kernel_shape(n, in, out, err);
+    for (int o = 0; o < nout && st == AF_OK; o++) st = af_tensor_alloc(&out[o], err);
+    if (st != AF_OK) return st;
+    if (!fast_direct) return af_runtime_kernel(rt, n, in, out, err);
+    af_exec x;
+    af_exec_init(&x, NULL, NULL);
+    st = fast_fn(n->op)(n, in, out, &x, err);
+    af_exec_release(&x);
+    return st;
+}
+
+static void release(af_tensor *out, int nout) {
+    for (int o = 0; o < nout; o++) af_tensor_release(&out[o]);
+}
+
+/* ---- the test ------------------------------------------------------------------------------- */
+
+static void test_fast_vs_reference(void **state) {
+    (void)state;
+    af_runtime *rt = NULL;
+    af_error err;
+    assert_int_equal(af_runtime_new(2, &rt, &err), AF_OK);
+    af_isa best = af_isa_get();
+    for (size_t c = 0; c < AF_COUNT(cases); c++) {
+        const rcase *rc = &cases[c];
+        char what[160];
+        snprintf(what, sizeof what, "case %zu: %s %s on %d-D", c, rc->op, rc->attrs, rc->rank);
+        af_arena *a = af_arena_new();
+        af_op op = af_op_lookup("", rc->op);
+        bool inorm = op == AF_OP_INSTANCE_NORMALIZATION;
+        int nin = inorm ? 3 : rc->naxes >= 0 ? 2 : 1;
+        af_node *n = tu_node(a, op, rc->opset, nin, 1, 8);
+        tu_attrs(a, n, rc->attrs, 8, parse_attr);
+        af_tensor *owned[3] = {NULL};
+        owned[0] = af_tensor_new(AF_DTYPE_FLOAT, rc->rank, rc->dims);
+        assert_non_null(owned[0]);
+        fill(owned[0], rc->fill);
+        if (inorm) {
+            int64_t cd[1] = {rc->dims[1]};
+            owned[1] = af_tensor_new(AF_DTYPE_FLOAT, 1, cd);
+            owned[2] = af_tensor_new(AF_DTYPE_FLOAT, 1, cd);
+            assert_true(owned[1] && owned[2]);
+            fill(owned[1], FILL_POS);
+            fill(owned[2], FILL_RAND);
+        } else if (rc->naxes >= 0) {
+            int64_t ad[1] = {rc->naxes};
+            owned[1] = af_tensor_new(AF_DTYPE_INT64, 1, ad);
+            assert_non_null(owned[1]);
+            if (rc->naxes) memcpy(owned[1]->data, rc->axes, sizeof(int64_t) * (size_t)rc->naxes);
+        }
+        const af_tensor *in[3] = {owned[0], owned[1], owned[2]};
+        af_tensor want, got;
+        af_isa_set(AF_ISA_REFERENCE);
+        af_status ref = run(n, in, &want, 1, NULL, false, &err);
+        if (!rc->fast) {
+            /* the fast kernel declines, the dispatcher's answer is the reference's */
+            af_isa_set(best);
+            af_status st = run(n, in, &got, 1, NULL, true, &err);
+            if (st == AF_OK || (st != AF_DECLINED && st != ref))
+                fail_msg("%s: the fast kernel gave %d", what, st);
+            release(&got, 1);
+            if (ref == AF_OK) { /* a valid case the fast kernel leaves (noop) */
+                assert_int_equal(run(n, in, &got, 1, NULL, false, &err), AF_OK);
+                expect_same(what, &got, &want);
+                release(&got, 1);
+            } else {
+                assert_int_equal(run(n, in, &got, 1, rt, false, &err), ref);
+                assert_non_null(strstr(err.message, "n0")); /* the error names the node */
+            }
+        } else {
+            if (ref != AF_OK) fail_msg("%s: reference status %d (%s)", what, ref, err.message);
+            for (int isa = AF_ISA_GENERIC; isa <= (int)best; isa++) {
+                af_isa_set((af_isa)isa);
+                for (int threads = 1; threads <= 2; threads++) {
+                    char w2[200];
+                    snprintf(w2, sizeof w2, "%s, %s, %d thread(s)", what,
+                             af_isa_name(af_isa_get()), threads);
+                    af_status st = run(n, in, &got, 1, threads == 2 ? rt : NULL, false, &err);
+                    if (st != AF_OK) fail_msg("%s: status %d (%s)", w2, st, err.message);
+                    expect_same(w2, &got, &want);
+                    release(&got, 1);
+                }
+                af_status st = run(n, in, &got, 1, NULL, true, &err);
+                if (st != AF_OK) fail_msg("%s: the fast kernel declined (%d)", what, st);
+                expect_same(what, &got, &want);
+                release(&got, 1);
+            }
+        }
+        af_isa_set(best);
+        release(&want, 1);
+        for (int k = 0; k < 3; k++) af_tensor_free(owned[k]);
+        af_arena_free(a);
+    }
+    af_runtime_free(rt);
+}
+
+/* Buffers that do not hold their elements, or other dtypes, are declined before anything is
+ * written (the reference kernel then reports or computes them). */
+static void test_declines(void **state) {
+    (void)state;
+    af_arena *a = af_arena_new();
+    af_error err;
+    af_node *n = tu_node(a, AF_OP_REDUCE_SUM, 13, 1, 1, 4);
+    int64_t d[2] = {4, 8}, od[2] = {4, 1};
+    af_tensor *x = af_tensor_new(AF_DTYPE_FLOAT, 2, d);
+    af_tensor *y = af_tensor_new(AF_DTYPE_FLOAT, 2, od);
+    assert_true(x && y);
+    fill(x, FILL_RAND);
+    const af_tensor *in[1] = {x};
+    af_exec ex;
+    af_exec_init(&ex, NULL, NULL);
+    /* every axis reduced gives 1 element, the output holds 4 */
+    assert_int_equal(fast_reduce(n, in, y, &ex, &err), AF_DECLINED);
+    size_t keep = x->nbytes;
+    x->nbytes = 4; /* the input's buffer is short */
+    y->dims[0] = 1;
+    y->rank = 2;
+    assert_int_equal(fast_reduce(n, in, y, &ex, &err), AF_DECLINED);
+    x->nbytes = keep;
+    x->dtype = AF_DTYPE_INT32;
+    assert_int_equal(fast_reduce(n, in, y, &ex, &err), AF_DECLINED);
+    x->dtype = AF_DTYPE_FLOAT;
+    af_node *g = tu_node(a, AF_OP_ARGMAX, 13, 1, 1, 4);
+    assert_int_equal(fast_arg(g, in, y, &ex, &err), AF_DECLINED); /* a float output */
+    af_node *in3 = tu_node(a, AF_OP_INSTANCE_NORMALIZATION, 6, 3, 1, 4);
+    const af_tensor *iin[3] = {x, y, y}; /* C = 8, scale and B hold 1 element */
+    af_tensor *z = af_tensor_new(AF_DTYPE_FLOAT, 2, d);
+    assert_non_null(z);
+    assert_int_equal(fast_instancenorm(in3, iin, z, &ex, &err), AF_DECLINED);
+    af_exec_release(&ex);
+    af_tensor_free(x);
+    af_tensor_free(y);
+    af_tensor_free(z);
+    af_arena_free(a);
+}
+
+int main(void) {
+    tu_rng = 4242;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fast_vs_reference),
+        cmocka_unit_test(test_declines),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
