@@ -31,6 +31,7 @@ typedef struct rcase {
     int64_t axes[5];
     int fill;
     bool fast; /* the fast kernel must take it (false: it must decline, e.g. a bad model) */
+    int nout;  /* 0: 1 */
 } rcase;
 
 #define NOAX -1, {0}
@@ -94,13 +95,40 @@ static const rcase cases[] = {
     {"InstanceNormalization", "epsilon=0.01", 6, 4, {2, 3, 7, 9}, NOAX, FILL_BIG, true},
     {"InstanceNormalization", "", 6, 5, {1, 5, 3, 4, 5}, NOAX, FILL_RAND, true},
     {"InstanceNormalization", "", 6, 3, {3, 4, 1}, NOAX, FILL_RAND, true},
+    /* NCHW pooling: one pass per spatial axis (rows of the inner axes, then lines) */
+    {"MaxPool", "kernel_shape=3,3,3 strides=2,2,2 pads=1,1,1,1,1,1", 13, 5, {1, 4, 8, 20, 21}, NOAX, FILL_RAND, true},
+    {"MaxPool", "kernel_shape=3,3 strides=2,2 pads=1,1,1,1", 13, 4, {2, 3, 45, 47}, NOAX, FILL_RAND, true},
+    {"MaxPool", "kernel_shape=2,2 strides=2,2", 13, 4, {1, 3, 64, 66}, NOAX, FILL_TIES, true},
+    {"MaxPool", "kernel_shape=3 strides=1 pads=1,1", 13, 3, {2, 5, 70}, NOAX, FILL_RAND, true},
+    {"MaxPool", "kernel_shape=3,2 strides=3,1 dilations=2,3 pads=2,0,1,2", 13, 4, {1, 2, 19, 40}, NOAX, FILL_RAND, true},
+    {"MaxPool", "kernel_shape=3,3 strides=2,2 ceil_mode=1", 13, 4, {1, 2, 10, 37}, NOAX, FILL_RAND, true},
+    {"MaxPool", "kernel_shape=2 strides=2 pads=0,1 ceil_mode=1", 10, 3, {1, 3, 9}, NOAX, FILL_NAN, true},
+    {"MaxPool", "kernel_shape=2,2 auto_pad=SAME_UPPER", 13, 4, {1, 2, 7, 9}, NOAX, FILL_RAND, true},
+    {"MaxPool", "kernel_shape=1,1", 13, 4, {1, 2, 7, 9}, NOAX, FILL_RAND, true}, /* no pass: a copy */
+    {"MaxPool", "kernel_shape=3,3 strides=2,2", 13, 4, {1, 2, 9, 9}, NOAX, FILL_RAND, false, 2}, /* Indices */
+    {"AveragePool", "kernel_shape=3 strides=2 pads=1,1", 13, 3, {1, 8, 3199}, NOAX, FILL_RAND, true},
+    {"AveragePool", "kernel_shape=3,3 strides=2,2 pads=1,1,1,1 count_include_pad=1", 13, 4, {1, 3, 33, 34}, NOAX, FILL_RAND, true},
+    {"AveragePool", "kernel_shape=2,3,3 strides=1,2,2 pads=0,1,1,1,1,2", 13, 5, {1, 3, 5, 17, 18}, NOAX, FILL_RAND, true},
+    {"AveragePool", "kernel_shape=2,3,3 strides=1,2,2 pads=0,1,1,1,1,2 count_include_pad=1", 13, 5, {1, 3, 5, 17, 18}, NOAX, FILL_RAND, true},
+    {"AveragePool", "kernel_shape=3,3 strides=2,2 ceil_mode=1 count_include_pad=1 pads=1,1,1,1", 13, 4, {1, 2, 10, 11}, NOAX, FILL_RAND, true},
+    {"AveragePool", "kernel_shape=5 strides=3 dilations=2 pads=2,2", 19, 3, {2, 3, 50}, NOAX, FILL_RAND, true},
+    {"LpPool", "kernel_shape=3,3 strides=2,2 pads=1,1,1,1 p=2", 18, 4, {1, 3, 20, 21}, NOAX, FILL_RAND, true},
+    {"LpPool", "kernel_shape=3 p=1", 18, 3, {2, 3, 30}, NOAX, FILL_RAND, true},
+    {"LpPool", "kernel_shape=3 p=3", 18, 3, {2, 3, 30}, NOAX, FILL_RAND, false}, /* taken by the reference */
+    {"GlobalAveragePool", "", 13, 5, {1, 16, 4, 7, 7}, NOAX, FILL_RAND, true},
+    {"GlobalMaxPool", "", 13, 3, {2, 16, 101}, NOAX, FILL_RAND, true},
+    {"GlobalLpPool", "p=2", 13, 4, {2, 5, 9, 11}, NOAX, FILL_RAND, true},
+    {"GlobalLpPool", "p=1", 13, 4, {2, 5, 9, 11}, NOAX, FILL_RAND, true},
+    {"MaxPool", "kernel_shape=3,3", 13, 4, {1, 2, 2, 9}, NOAX, FILL_RAND, false}, /* kernel past the input */
 };
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
 static void parse_attr(af_arena *a, af_attr *at, const char *val) {
     bool list = strchr(val, ',') != NULL;
-    bool axes_like = !strcmp(at->name, "axes");
+    static const char *lists[] = {"axes", "kernel_shape", "strides", "pads", "dilations"};
+    bool axes_like = false;
+    for (size_t i = 0; i < AF_COUNT(lists); i++) axes_like |= !strcmp(at->name, lists[i]);
     if (list || axes_like) {
         at->type = AF_ATTR_INTS;
         at->ints = af_arena_calloc(a, 16, sizeof(int64_t));
@@ -130,9 +158,17 @@ static void fill(af_tensor *t, int mode) {
 }
 
 static af_kernel_fn fast_fn(af_op op) {
-    if (op == AF_OP_ARGMAX || op == AF_OP_ARGMIN) return fast_arg;
-    if (op == AF_OP_INSTANCE_NORMALIZATION) return fast_instancenorm;
-    return fast_reduce;
+    switch (op) {
+    case AF_OP_ARGMAX: case AF_OP_ARGMIN: return fast_arg;
+    case AF_OP_INSTANCE_NORMALIZATION: return fast_instancenorm;
+    case AF_OP_MAX_POOL: return fast_maxpool_any;
+    case AF_OP_AVERAGE_POOL: return fast_avgpool_any;
+    case AF_OP_LP_POOL: return fast_lppool;
+    case AF_OP_GLOBAL_MAX_POOL: return fast_global_maxpool_any;
+    case AF_OP_GLOBAL_AVERAGE_POOL: return fast_global_avgpool_any;
+    case AF_OP_GLOBAL_LP_POOL: return fast_global_lppool;
+    default: return fast_reduce;
+    }
 }
 
 static bool same_value(double g, double w, bool exact) {
@@ -193,7 +229,10 @@ static void test_fast_vs_reference(void **state) {
         af_op op = af_op_lookup("", rc->op);
         bool inorm = op == AF_OP_INSTANCE_NORMALIZATION;
         int nin = inorm ? 3 : rc->naxes >= 0 ? 2 : 1;
-        af_node *n = tu_node(a, op, rc->opset, nin, 1, 8);
+        int nout = rc->nout ? rc->nout : 1;
+        af_node *n = tu_node(a, op, rc->opset, nin, nout, 8);
+        for (int o = 0; o < nout; o++) /* outputs present (MaxPool's Indices is read) */
+            af_node_set_output(n, o, af_value_new(n->graph, o ? "y1" : "y0"));
         tu_attrs(a, n, rc->attrs, 8, parse_attr);
         af_tensor *owned[3] = {NULL};
         owned[0] = af_tensor_new(AF_DTYPE_FLOAT, rc->rank, rc->dims);
@@ -213,22 +252,22 @@ static void test_fast_vs_reference(void **state) {
             if (rc->naxes) memcpy(owned[1]->data, rc->axes, sizeof(int64_t) * (size_t)rc->naxes);
         }
         const af_tensor *in[3] = {owned[0], owned[1], owned[2]};
-        af_tensor want, got;
+        af_tensor want[2], got[2];
         af_isa_set(AF_ISA_REFERENCE);
-        af_status ref = run(n, in, &want, 1, NULL, false, &err);
+        af_status ref = run(n, in, want, nout, NULL, false, &err);
         if (!rc->fast) {
             /* the fast kernel declines, the dispatcher's answer is the reference's */
             af_isa_set(best);
-            af_status st = run(n, in, &got, 1, NULL, true, &err);
+            af_status st = run(n, in, got, nout, NULL, true, &err);
             if (st == AF_OK || (st != AF_DECLINED && st != ref))
                 fail_msg("%s: the fast kernel gave %d", what, st);
-            release(&got, 1);
+            release(got, nout);
             if (ref == AF_OK) { /* a valid case the fast kernel leaves (noop) */
-                assert_int_equal(run(n, in, &got, 1, NULL, false, &err), AF_OK);
-                expect_same(what, &got, &want);
-                release(&got, 1);
+                assert_int_equal(run(n, in, got, nout, NULL, false, &err), AF_OK);
+                expect_same(what, got, want);
+                release(got, nout);
             } else {
-                assert_int_equal(run(n, in, &got, 1, rt, false, &err), ref);
+                assert_int_equal(run(n, in, got, nout, rt, false, &err), ref);
                 assert_non_null(strstr(err.message, "n0")); /* the error names the node */
             }
         } else {
@@ -239,19 +278,19 @@ static void test_fast_vs_reference(void **state) {
                     char w2[200];
                     snprintf(w2, sizeof w2, "%s, %s, %d thread(s)", what,
                              af_isa_name(af_isa_get()), threads);
-                    af_status st = run(n, in, &got, 1, threads == 2 ? rt : NULL, false, &err);
+                    af_status st = run(n, in, got, nout, threads == 2 ? rt : NULL, false, &err);
                     if (st != AF_OK) fail_msg("%s: status %d (%s)", w2, st, err.message);
-                    expect_same(w2, &got, &want);
-                    release(&got, 1);
+                    expect_same(w2, got, want);
+                    release(got, nout);
                 }
-                af_status st = run(n, in, &got, 1, NULL, true, &err);
+                af_status st = run(n, in, got, nout, NULL, true, &err);
                 if (st != AF_OK) fail_msg("%s: the fast kernel declined (%d)", what, st);
-                expect_same(what, &got, &want);
-                release(&got, 1);
+                expect_same(what, got, want);
+                release(got, nout);
             }
         }
         af_isa_set(best);
-        release(&want, 1);
+        release(want, nout);
         for (int k = 0; k < 3; k++) af_tensor_free(owned[k]);
         af_arena_free(a);
     }

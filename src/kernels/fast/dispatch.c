@@ -39,6 +39,9 @@ typedef struct fast_row {
 /* A kernel that takes only the channels-last form the layout pass makes. */
 #define CHANNELS_LAST(k, s) {.kernel = k, .shape = s, .lowered = "channels_last", .only_lowered = true}
 
+/* A kernel that takes the channels-last form and the plain one (it looks at the attribute). */
+#define EITHER_LAYOUT(k, s) {.kernel = k, .shape = s, .lowered = "channels_last"}
+
 /* Ops whose rows of the op table have a unary epilogue step or a vector function run on
  * fast_unary without a row here (fast_of). */
 static const fast_row rows[AF_OP_COUNT] = {
@@ -64,10 +67,12 @@ static const fast_row rows[AF_OP_COUNT] = {
     [AF_OP_ARGMIN] = {.kernel = fast_arg},
     [AF_OP_INSTANCE_NORMALIZATION] = {.kernel = fast_instancenorm},
     [AF_OP_TRANSPOSE] = {.kernel = fast_transpose},
-    [AF_OP_MAX_POOL] = CHANNELS_LAST(fast_maxpool, fast_shape_maxpool),
-    [AF_OP_AVERAGE_POOL] = CHANNELS_LAST(fast_avgpool, fast_shape_avgpool),
-    [AF_OP_GLOBAL_MAX_POOL] = CHANNELS_LAST(fast_global_maxpool, fast_shape_global_maxpool),
-    [AF_OP_GLOBAL_AVERAGE_POOL] = CHANNELS_LAST(fast_global_avgpool, fast_shape_global_avgpool),
+    [AF_OP_MAX_POOL] = EITHER_LAYOUT(fast_maxpool_any, fast_shape_maxpool),
+    [AF_OP_AVERAGE_POOL] = EITHER_LAYOUT(fast_avgpool_any, fast_shape_avgpool),
+    [AF_OP_GLOBAL_MAX_POOL] = EITHER_LAYOUT(fast_global_maxpool_any, fast_shape_global_maxpool),
+    [AF_OP_GLOBAL_AVERAGE_POOL] = EITHER_LAYOUT(fast_global_avgpool_any, fast_shape_global_avgpool),
+    [AF_OP_LP_POOL] = {.kernel = fast_lppool},
+    [AF_OP_GLOBAL_LP_POOL] = {.kernel = fast_global_lppool},
     [AF_OP_FUSED_CONV] = {.kernel = fast_fused_conv, .shape = fast_shape_fused_conv,
                           .lowered = "channels_last", .only_lowered = true,
                           .prepare = fast_prepare_fused_conv},

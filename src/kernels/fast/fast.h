@@ -33,6 +33,14 @@ AF_FAST_KERNEL(fast_maxpool);
 AF_FAST_KERNEL(fast_avgpool);
 AF_FAST_KERNEL(fast_global_maxpool);
 AF_FAST_KERNEL(fast_global_avgpool);
+/* pool_nchw.c: the plain (NCHW) form of every rank, and the entries of the pooling rows (the
+ * channels-last form goes to the kernels above). */
+AF_FAST_KERNEL(fast_maxpool_any);
+AF_FAST_KERNEL(fast_avgpool_any);
+AF_FAST_KERNEL(fast_lppool);
+AF_FAST_KERNEL(fast_global_maxpool_any);
+AF_FAST_KERNEL(fast_global_avgpool_any);
+AF_FAST_KERNEL(fast_global_lppool);
 AF_FAST_SHAPE(fast_shape_maxpool);
 AF_FAST_SHAPE(fast_shape_avgpool);
 AF_FAST_SHAPE(fast_shape_global_maxpool);

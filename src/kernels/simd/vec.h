@@ -200,6 +200,12 @@ typedef struct af_vec_ops {
     /* One InstanceNormalization plane: y = (x - mean) / sqrt(var + eps) * scale + bias, mean
      * and biased variance over x[0..n), n >= 1 (two passes over x, then the write); y may be x. */
     void (*norm_plane)(const float *x, float *y, int64_t n, float eps, float scale, float bias);
+    /* One line of 1-D pooling along a contiguous axis, for o < m: y[o] = the max (max != 0)
+     * or the sum of x[o * s - pb + t * d] over the taps t < k that fall inside x[0..n), times
+     * scale[o] when scale is not NULL; an empty window gives -inf (max) or 0. The max is
+     * `v > acc ? v : acc` from the first tap inside, as the reference's. */
+    void (*pool_line)(const float *x, int64_t n, float *y, int64_t m, int64_t k, int64_t s,
+                      int64_t d, int64_t pb, int max, const float *scale);
     /* y[r * cols + j] = x[r * cols + j] * s[r] for r < rows, j < cols (y may be x). */
     void (*scale_rows)(const float *x, const float *s, int64_t rows, int64_t cols, float *y);
 } af_vec_ops;

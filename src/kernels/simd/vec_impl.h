@@ -1002,6 +1002,63 @@ static void reduce_acc(int kind, const float *x, int64_t n, float *acc, const fl
     }
 }
 
+/* Lanes 0, 2, 4, ... of the 2 * VW floats at p: a stride-2 gather from two plain loads. */
+static inline vf vload_even(const float *p) {
+    vf a = vload(p), b = vload(p + VW);
+#if VW == 16
+    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+#elif VW == 8
+    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
+#else
+    return __builtin_shufflevector(a, b, 0, 2, 4, 6);
+#endif
+}
+
+/* One output of pool_line, every tap tested (the borders, strides above 2). */
+static inline float pool_one(const float *x, int64_t n, int64_t o, int64_t k, int64_t s,
+                             int64_t d, int64_t pb, int max) {
+    float acc = max ? -INFINITY : 0.0f;
+    bool first = true;
+    for (int64_t t = 0; t < k; t++) {
+        int64_t i = o * s - pb + t * d;
+        if (i < 0 || i >= n) continue;
+        float v = x[i];
+        if (!max) acc += v;
+        else if (first || v > acc) acc = v;
+        first = false;
+    }
+    return acc;
+}
+
+static void pool_line(const float *x, int64_t n, float *y, int64_t m, int64_t k, int64_t s,
+                      int64_t d, int64_t pb, int max, const float *scale) {
+    /* [lo, hi): the outputs whose every tap is inside x */
+    int64_t lo = (pb + s - 1) / s, last = n - 1 - (k - 1) * d + pb;
+    int64_t hi = last < 0 ? 0 : last / s + 1;
+    hi = hi < m ? hi : m;
+    lo = lo < hi ? lo : hi;
+    int64_t o = 0;
+    for (; o < lo; o++) y[o] = pool_one(x, n, o, k, s, d, pb, max);
+    /* whole vectors of outputs; stride 2 loads 2 VW floats per tap, so its last vector stops
+     * where that would pass the end of x */
+    if (s <= 2)
+        for (; o + VW <= hi && (s == 1 || o * 2 - pb + (k - 1) * d + 2 * VW <= n); o += VW) {
+            const float *q = x + o * s - pb;
+            vf acc = s == 1 ? vload(q) : vload_even(q);
+            for (int64_t t = 1; t < k; t++) {
+                vf v = s == 1 ? vload(q + t * d) : vload_even(q + t * d);
+                acc = max ? vm_max(v, acc) : acc + v;
+            }
+            vstore(y + o, acc);
+        }
+    for (; o < m; o++) y[o] = pool_one(x, n, o, k, s, d, pb, max);
+    if (scale) {
+        int64_t i = 0;
+        for (; i + VW <= m; i += VW) vstore(y + i, vload(y + i) * vload(scale + i));
+        for (; i < m; i++) y[i] *= scale[i];
+    }
+}
+
 /* Mean, then the squared deviations from it (not E[x^2] - mean^2, which cancels), then y. */
 static void norm_plane(const float *x, float *y, int64_t n, float eps, float scale, float bias) {
     float mean = red_run_k(AF_VRED_SUM, x, n, 0.0f) / (float)n;
@@ -1091,4 +1148,5 @@ const af_vec_ops VEC_TABLE = {
     .reduce_run = reduce_run,
     .reduce_acc = reduce_acc,
     .norm_plane = norm_plane,
+    .pool_line = pool_line,
 };
