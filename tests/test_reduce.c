@@ -120,6 +120,23 @@ static const rcase cases[] = {
     {"GlobalLpPool", "p=2", 13, 4, {2, 5, 9, 11}, NOAX, FILL_RAND, true},
     {"GlobalLpPool", "p=1", 13, 4, {2, 5, 9, 11}, NOAX, FILL_RAND, true},
     {"MaxPool", "kernel_shape=3,3", 13, 4, {1, 2, 2, 9}, NOAX, FILL_RAND, false}, /* kernel past the input */
+    /* TopK: the second input is K (int64 [1], from axes[0]) */
+    {"TopK", "", 11, 2, {1, 20000}, 1, {100}, FILL_RAND, true, 2},
+    {"TopK", "largest=0", 11, 2, {3, 500}, 1, {17}, FILL_TIES, true, 2},
+    {"TopK", "axis=1", 11, 3, {2, 40, 7}, 1, {5}, FILL_TIES, true, 2},
+    {"TopK", "axis=0 largest=0 sorted=0", 11, 3, {40, 2, 7}, 1, {40}, FILL_NAN, true, 2},
+    {"TopK", "", 11, 2, {4, 60}, 1, {60}, FILL_NAN, true, 2},
+    {"TopK", "", 11, 2, {4, 60}, 1, {1}, FILL_TIES, true, 2},
+    {"TopK", "k=3 axis=0", 1, 2, {9, 4}, NOAX, FILL_TIES, true, 2},
+    {"TopK", "", 11, 2, {4, 6}, 1, {7}, FILL_RAND, false, 2}, /* K above the axis */
+    /* CumSum: the second input is the axis (int64 [1]) */
+    {"CumSum", "", 14, 2, {8, 4096}, 1, {1}, FILL_RAND, true},
+    {"CumSum", "exclusive=1 reverse=1", 14, 2, {8, 333}, 1, {-1}, FILL_RAND, true},
+    {"CumSum", "", 14, 3, {3, 50, 37}, 1, {1}, FILL_RAND, true},
+    {"CumSum", "exclusive=1", 14, 3, {3, 50, 37}, 1, {1}, FILL_RAND, true},
+    {"CumSum", "reverse=1", 14, 3, {60, 5, 3}, 1, {0}, FILL_RAND, true},
+    {"CumSum", "exclusive=1 reverse=1", 14, 3, {6, 50, 3}, 1, {-2}, FILL_RAND, true},
+    {"CumSum", "", 14, 2, {6, 5}, 1, {2}, FILL_RAND, false}, /* axis out of range */
 };
 
 /* ---- helpers ------------------------------------------------------------------------------- */
@@ -167,6 +184,8 @@ static af_kernel_fn fast_fn(af_op op) {
     case AF_OP_GLOBAL_MAX_POOL: return fast_global_maxpool_any;
     case AF_OP_GLOBAL_AVERAGE_POOL: return fast_global_avgpool_any;
     case AF_OP_GLOBAL_LP_POOL: return fast_global_lppool;
+    case AF_OP_TOPK: return fast_topk;
+    case AF_OP_CUMSUM: return fast_cumsum;
     default: return fast_reduce;
     }
 }
@@ -188,6 +207,10 @@ static void expect_same(const char *what, const af_tensor *got, const af_tensor 
         if (!same_value(g, w, exact))
             fail_msg("%s: element %lld is %.9g, the reference %.9g", what, (long long)i, g, w);
     }
+}
+
+static void expect_all(const char *what, const af_tensor *got, const af_tensor *want, int nout) {
+    for (int o = 0; o < nout; o++) expect_same(what, &got[o], &want[o]);
 }
 
 /* Shape, allocation and kernel for out[0..nout): the dispatcher's choice (fast_direct false) or
@@ -264,7 +287,7 @@ static void test_fast_vs_reference(void **state) {
             release(got, nout);
             if (ref == AF_OK) { /* a valid case the fast kernel leaves (noop) */
                 assert_int_equal(run(n, in, got, nout, NULL, false, &err), AF_OK);
-                expect_same(what, got, want);
+                expect_all(what, got, want, nout);
                 release(got, nout);
             } else {
                 assert_int_equal(run(n, in, got, nout, rt, false, &err), ref);
@@ -280,12 +303,12 @@ static void test_fast_vs_reference(void **state) {
                              af_isa_name(af_isa_get()), threads);
                     af_status st = run(n, in, got, nout, threads == 2 ? rt : NULL, false, &err);
                     if (st != AF_OK) fail_msg("%s: status %d (%s)", w2, st, err.message);
-                    expect_same(w2, got, want);
+                    expect_all(w2, got, want, nout);
                     release(got, nout);
                 }
                 af_status st = run(n, in, got, nout, NULL, true, &err);
                 if (st != AF_OK) fail_msg("%s: the fast kernel declined (%d)", what, st);
-                expect_same(what, got, want);
+                expect_all(what, got, want, nout);
                 release(got, nout);
             }
         }

@@ -66,6 +66,8 @@ static const fast_row rows[AF_OP_COUNT] = {
     [AF_OP_ARGMAX] = {.kernel = fast_arg},
     [AF_OP_ARGMIN] = {.kernel = fast_arg},
     [AF_OP_INSTANCE_NORMALIZATION] = {.kernel = fast_instancenorm},
+    [AF_OP_TOPK] = {.kernel = fast_topk},
+    [AF_OP_CUMSUM] = {.kernel = fast_cumsum},
     [AF_OP_TRANSPOSE] = {.kernel = fast_transpose},
     [AF_OP_MAX_POOL] = EITHER_LAYOUT(fast_maxpool_any, fast_shape_maxpool),
     [AF_OP_AVERAGE_POOL] = EITHER_LAYOUT(fast_avgpool_any, fast_shape_avgpool),

@@ -28,6 +28,9 @@ AF_FAST_KERNEL(fast_transpose);
 AF_FAST_KERNEL(fast_reduce);
 AF_FAST_KERNEL(fast_arg);
 AF_FAST_KERNEL(fast_instancenorm);
+/* index.c: TopK (partial selection), CumSum. */
+AF_FAST_KERNEL(fast_topk);
+AF_FAST_KERNEL(fast_cumsum);
 /* pool.c: channels-last pooling. */
 AF_FAST_KERNEL(fast_maxpool);
 AF_FAST_KERNEL(fast_avgpool);
