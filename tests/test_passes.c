@@ -564,6 +564,82 @@ static void test_layernorm_more_near_misses(void **state) {
     }
 }
 
+/* ---- canonicalize: GroupNorm --------------------------------------------------------------- */
+
+typedef struct gn_opts {
+    bool gamma, beta;
+    bool gamma_4d;      /* gamma [1, C, 1, 1] instead of [C, 1, 1] */
+    bool gamma_flat;    /* gamma [6]: broadcasts along the last axis, not the channels */
+    bool scale_not_one; /* the InstanceNormalization's scale is 2 */
+    bool escapes;       /* the first Reshape's output is also a graph output */
+} gn_opts;
+
+static const gn_opts GN_PLAIN = {true, true, false, false, false, false};
+
+/* torch.nn.GroupNorm(4, 8) as torch 1.13 exports it, x [2, 8, 5, 6]. */
+static af_graph *build_gn(tg *t, gn_opts o) {
+    const int64_t xd[] = {2, 8, 5, 6}, g4 = 4, c3[] = {8, 1, 1}, c4[] = {1, 8, 1, 1}, c1 = 6;
+    af_value *x = input(t, "x", 4, xd);
+    af_value *r = op2(t, "Reshape", x, ints(t, 3, (double[]){2, 4, -1}));
+    double ones[4] = {o.scale_not_one ? 2 : 1, 1, 1, 1}, zeros[4] = {0};
+    af_node *in = mk_in(t->g, "InstanceNormalization", 3,
+                        (af_value *[]){r, cst_in(t->g, AF_DTYPE_FLOAT, 1, &g4, ones),
+                                       cst_in(t->g, AF_DTYPE_FLOAT, 1, &g4, zeros)}, 1);
+    attr_float(in, "epsilon", 1e-5f);
+    af_value *y = op2(t, "Reshape", in->out[0], ints(t, 4, (double[]){2, 8, 5, 6}));
+    double gv[8], bv[8];
+    for (int i = 0; i < 8; i++) gv[i] = 0.5 + 0.1 * i, bv[i] = 0.05 * i - 0.2;
+    int grank = o.gamma_4d ? 4 : o.gamma_flat ? 1 : 3;
+    const int64_t *gd = o.gamma_4d ? c4 : o.gamma_flat ? &c1 : c3;
+    if (o.gamma) y = op2(t, "Mul", y, cst_in(t->g, AF_DTYPE_FLOAT, grank, gd, gv));
+    if (o.beta) y = op2(t, "Add", cst_in(t->g, AF_DTYPE_FLOAT, 3, c3, bv), y);
+    output_in(t->g, y);
+    if (o.escapes) output_in(t->g, r);
+    finish_graph(t->g);
+    return t->g;
+}
+
+static void gn_case(gn_opts o, int want_gn, int want_nodes) {
+    tg t = tg_new(13);
+    af_graph *g = build_gn(&t, o);
+    check_pass(g, af_pass_canonicalize);
+    assert_int_equal(count(g, "GroupNorm"), want_gn);
+    assert_int_equal(g->nnodes, want_nodes);
+    if (want_gn == 1 && want_nodes == 1) {
+        const af_node *n = g->nodes[0];
+        assert_int_equal(af_attr_int(n, "num_groups", 0), 4);
+        assert_float_equal(af_attr_float(n, "epsilon", 0), 1e-5f, 1e-12);
+        assert_int_equal(n->nin, 3);
+        assert_int_equal(n->in[1]->type.rank, 1);
+        assert_int_equal(n->in[1]->type.dims[0], 8);
+    }
+    af_arena_free(t.a);
+}
+
+static void test_groupnorm(void **state) {
+    (void)state;
+    gn_case(GN_PLAIN, 1, 1);
+    gn_opts o = GN_PLAIN;
+    o.gamma = o.beta = false; /* affine=False: unit scale, zero bias */
+    gn_case(o, 1, 1);
+    o = GN_PLAIN;
+    o.gamma_4d = true;
+    gn_case(o, 1, 1);
+    o = GN_PLAIN;
+    o.gamma_flat = true; /* not per channel: GN without it, then the Mul and the Add stay */
+    gn_case(o, 1, 3);
+}
+
+static void test_groupnorm_near_misses(void **state) {
+    (void)state;
+    gn_opts o = GN_PLAIN;
+    o.scale_not_one = true;
+    gn_case(o, 0, 5);
+    o = GN_PLAIN;
+    o.escapes = true;
+    gn_case(o, 0, 5);
+}
+
 /* ---- canonicalize: GELU, SiLU, HardSwish ---------------------------------------------------- */
 
 typedef enum { GELU_TORCH, GELU_HF, GELU_HALF_FIRST } gelu_order;
@@ -1004,6 +1080,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_layernorm_near_misses),
         cmocka_unit_test(test_layernorm_more_near_misses),
+        cmocka_unit_test(test_groupnorm),
+        cmocka_unit_test(test_groupnorm_near_misses),
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_gelu_near_misses),
         cmocka_unit_test(test_silu),

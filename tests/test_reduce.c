@@ -14,6 +14,7 @@
 #include "kernels/kernel.h"
 #include "test_util.h"
 
+#include "ir/epilogue.h"
 #include "kernels/fast/fast.h"
 #include "kernels/simd/cpu.h"
 
@@ -185,6 +186,7 @@ static af_kernel_fn fast_fn(af_op op) {
     case AF_OP_GLOBAL_AVERAGE_POOL: return fast_global_avgpool_any;
     case AF_OP_GLOBAL_LP_POOL: return fast_global_lppool;
     case AF_OP_TOPK: return fast_topk;
+    case AF_OP_GROUP_NORM: return fast_group_norm;
     case AF_OP_CUMSUM: return fast_cumsum;
     default: return fast_reduce;
     }
@@ -360,10 +362,99 @@ static void test_declines(void **state) {
     af_arena_free(a);
 }
 
+/* GroupNorm (the canonical form, with the epilogue the fuser gives it): every ISA, 1 and 2
+ * threads, against the reference kernel; epilogues with a per-channel operand, a residual of
+ * the output's shape, and an operand that only the generic (reference) path reads. */
+static void test_group_norm(void **state) {
+    (void)state;
+    static const struct {
+        int rank;
+        int64_t dims[5], groups;
+        int steps; /* 0: no epilogue; 1: Gelu, Mul per channel, Add residual; 2: Sigmoid, Add [1, 1, H, 1] */
+    } cases[] = {
+        {3, {1, 64, 3199}, 64, 1},
+        {4, {2, 8, 5, 6}, 4, 0},
+        {4, {2, 8, 5, 6}, 2, 1},
+        {4, {2, 8, 5, 6}, 8, 2},
+        {5, {1, 6, 3, 4, 5}, 3, 1},
+        {4, {1, 32, 7, 7}, 1, 0},
+    };
+    af_runtime *rt = NULL;
+    af_error err;
+    assert_int_equal(af_runtime_new(2, &rt, &err), AF_OK);
+    af_isa best = af_isa_get();
+    for (size_t c = 0; c < AF_COUNT(cases); c++) {
+        af_arena *a = af_arena_new();
+        int nin = cases[c].steps ? 5 : 3;
+        if (cases[c].steps == 2) nin = 4;
+        af_node *n = tu_node(a, AF_OP_GROUP_NORM, 17, nin, 1, 8);
+        af_node_add_attr(n, "num_groups", AF_ATTR_INT)->i = cases[c].groups;
+        af_node_add_attr(n, "epsilon", AF_ATTR_FLOAT)->f = 1e-3f;
+        int rank = cases[c].rank;
+        int64_t ch = cases[c].dims[1], cd[5] = {ch, 1, 1, 1, 1}, hd[5] = {1, 1, 1, 1, 1};
+        hd[2] = cases[c].dims[2];
+        af_tensor *t[5] = {NULL};
+        t[0] = af_tensor_new(AF_DTYPE_FLOAT, rank, cases[c].dims);
+        t[1] = af_tensor_new(AF_DTYPE_FLOAT, 1, &ch);
+        t[2] = af_tensor_new(AF_DTYPE_FLOAT, 1, &ch);
+        if (cases[c].steps == 1) {
+            t[3] = af_tensor_new(AF_DTYPE_FLOAT, rank - 1, cd);
+            t[4] = af_tensor_new(AF_DTYPE_FLOAT, rank, cases[c].dims);
+        } else if (cases[c].steps == 2) {
+            t[3] = af_tensor_new(AF_DTYPE_FLOAT, rank, hd);
+        }
+        for (int i = 0; i < nin; i++) {
+            assert_non_null(t[i]);
+            fill(t[i], i == 1 ? FILL_POS : i == 0 ? FILL_BIG : FILL_RAND);
+        }
+        if (cases[c].steps) {
+            /* fill each attribute before adding the next (adding may move them) */
+            int64_t one[9] = {AF_EP_GELU, -1, 0, AF_EP_MUL, 3, 0, AF_EP_ADD, 4, 0};
+            int64_t two[6] = {AF_EP_SIGMOID, -1, 0, AF_EP_ADD, 3, 0};
+            int ni = cases[c].steps == 1 ? 9 : 6;
+            af_attr *e = af_node_add_attr(n, "epilogue", AF_ATTR_INTS);
+            e->ints = af_arena_calloc(a, 9, sizeof(int64_t));
+            e->n = ni;
+            memcpy(e->ints, cases[c].steps == 1 ? one : two, sizeof(int64_t) * (size_t)ni);
+            af_attr *p = af_node_add_attr(n, "epilogue_params", AF_ATTR_FLOATS);
+            p->floats = af_arena_calloc(a, 6, sizeof(float));
+            p->n = ni / 3 * 2;
+        }
+        const af_tensor *in[5] = {t[0], t[1], t[2], t[3], t[4]};
+        char what[96];
+        snprintf(what, sizeof what, "GroupNorm case %zu", c);
+        af_tensor want[1], got[1];
+        af_isa_set(AF_ISA_REFERENCE);
+        if (run(n, in, want, 1, NULL, false, &err)) fail_msg("%s: %s", what, err.message);
+        for (int isa = AF_ISA_GENERIC; isa <= (int)best; isa++) {
+            af_isa_set((af_isa)isa);
+            for (int threads = 1; threads <= 2; threads++) {
+                if (run(n, in, got, 1, threads == 2 ? rt : NULL, false, &err))
+                    fail_msg("%s: %s", what, err.message);
+                expect_all(what, got, want, 1);
+                release(got, 1);
+            }
+            assert_int_equal(run(n, in, got, 1, NULL, true, &err), AF_OK);
+            expect_all(what, got, want, 1);
+            release(got, 1);
+        }
+        af_isa_set(best);
+        release(want, 1);
+        /* bad: groups that do not divide the channels, refused by both with the node's name */
+        n->attrs[0].i = ch + 1; /* num_groups */
+        assert_int_equal(run(n, in, got, 1, NULL, false, &err), AF_ERR_INVALID_MODEL);
+        assert_non_null(strstr(err.message, "n0"));
+        for (int i = 0; i < 5; i++) af_tensor_free(t[i]);
+        af_arena_free(a);
+    }
+    af_runtime_free(rt);
+}
+
 int main(void) {
     tu_rng = 4242;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fast_vs_reference),
+        cmocka_unit_test(test_group_norm),
         cmocka_unit_test(test_declines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

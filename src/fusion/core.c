@@ -1,6 +1,6 @@
 /* Fused cores: how a Conv, MatMul, Gemm or an existing fused node becomes the core of a
  * FusedConv / FusedMatMul / FusedElementwise that the rules then extend with epilogue steps and
- * a LayerNorm prologue. Gemm's C becomes the 1-D bias input when it is [N], else the first
+ * a LayerNorm prologue; a GroupNorm (canonical form) takes epilogue steps itself. Gemm's C becomes the 1-D bias input when it is [N], else the first
  * epilogue step (an Add of C, which broadcasts to [M, N]); beta other than 1 is folded into a new
  * constant.
  *
@@ -14,7 +14,8 @@
 
 bool fuse_core_op(af_op op) {
     return op == AF_OP_CONV || op == AF_OP_MATMUL || op == AF_OP_GEMM ||
-           op == AF_OP_FUSED_CONV || op == AF_OP_FUSED_MATMUL || op == AF_OP_FUSED_ELEMENTWISE;
+           op == AF_OP_FUSED_CONV || op == AF_OP_FUSED_MATMUL || op == AF_OP_FUSED_ELEMENTWISE ||
+           op == AF_OP_GROUP_NORM;
 }
 
 static af_value *input(const af_node *n, int i) {
@@ -81,6 +82,11 @@ const char *fuse_core_init(fuse_core *c, af_node *src) {
         c->ln = c->in[3] != NULL;
         c->ln_epsilon = af_attr_float(src, "ln_epsilon", 1e-5f);
         return c->in[0] && c->in[1] ? fuse_epi_load(&c->epi, src, 5) : AF_NO_MATCH;
+    case AF_OP_GROUP_NORM: /* the canonical form; its kernels run the epilogue per group */
+        c->op = AF_OP_GROUP_NORM;
+        c->nfixed = 3;
+        for (int i = 0; i < 3; i++) c->in[i] = input(src, i);
+        return c->in[0] && c->in[1] && c->in[2] ? fuse_epi_load(&c->epi, src, 3) : AF_NO_MATCH;
     default: /* AF_OP_FUSED_ELEMENTWISE */
         c->op = AF_OP_FUSED_ELEMENTWISE;
         c->nfixed = 1;

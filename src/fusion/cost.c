@@ -77,7 +77,8 @@ double af_cost_flops(const af_node *n) {
         return 2.0 * out * k + out * steps(n);
     }
     case AF_OP_BATCH_NORMALIZATION: return 2.0 * out;
-    case AF_OP_LAYER_NORMALIZATION: return 8.0 * out;
+    case AF_OP_LAYER_NORMALIZATION:
+    case AF_OP_GROUP_NORM: return 8.0 * out;
     case AF_OP_SOFTMAX:
     case AF_OP_LOG_SOFTMAX: return 5.0 * out;
     case AF_OP_MAX_POOL:

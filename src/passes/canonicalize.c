@@ -16,6 +16,9 @@
  *   Reshape(Add(y, Reshape(r)))  from  Add(Reshape(...Reshape(y)), r) where y is a MatMul's or
  *       Gemm's output and r has the Add's shape: the Add moves next to the product, where the
  *       fuser takes it as the residual (ViT's attention output projection and its residual).
+ *   GroupNorm(x, gamma, beta; num_groups, epsilon)  from  torch's GroupNorm export: Reshape to
+ *       [N, G, K], InstanceNormalization with constant scale 1 and bias 0, Reshape back to x's
+ *       shape, [Mul gamma], [Add beta] with gamma/beta constants per channel ([C, 1, ...]);
  * Existing LayerNormalization nodes get axis -1 when they normalise the last axis.
  *
  * Invariant: a rewrite fires only when every shape, constant, attribute and consumer it relies
@@ -626,6 +629,111 @@ static af_status add_before_reshape(pass_scope *s, af_node *add, bool *hit, af_e
     return AF_OK;
 }
 
+/* ---- GroupNorm ----------------------------------------------------------------------------- */
+
+typedef struct gn_match {
+    match m;
+    af_value *x, *gamma, *beta, *y;
+    int64_t groups, c;
+} gn_match;
+
+/* v is a float32 constant of `count` elements, each equal to want. */
+static bool const_fill(const af_value *v, int64_t count, float want) {
+    if (!v || !af_value_is_const(v) || !af_value_is_f32(v) || af_tensor_numel(&v->type) != count)
+        return false;
+    for (int64_t i = 0; i < count; i++)
+        if (((const float *)v->type.data)[i] != want) return false;
+    return true;
+}
+
+/* p is a float32 constant of C elements laid along x's channel axis (dim 1) when broadcast
+ * onto x: [C, 1, ...] of rank x - 1, or [1, C, 1, ...] of rank x (torch's weight[:, None, ...]). */
+static bool per_channel(const af_value *p, const gn_match *g, int rank) {
+    if (!p || !af_value_is_const(p) || !af_value_is_f32(p) || p->type.rank > rank ||
+        p->type.rank < rank - 1)
+        return false;
+    int off = rank - p->type.rank; /* x axis of p's axis 0 */
+    for (int i = 0; i < p->type.rank; i++)
+        if (p->type.dims[i] != (i + off == 1 ? g->c : 1)) return false;
+    return true;
+}
+
+/* The sole consumer of v when it is a binary `op` with a per-channel constant: the constant. */
+static af_value *channel_step(const pass_scope *s, const af_value *v, af_op op, const gn_match *g,
+                              af_node **node) {
+    af_node *b = next(s, v, op);
+    af_value *p = b ? other_input(b, v) : NULL;
+    if (!per_channel(p, g, g->x->type.rank)) return NULL;
+    *node = b;
+    return p;
+}
+
+/* Reshape(x, [N, G, -1]) -> InstanceNormalization(1, 0) -> Reshape(x's shape), anchored at the
+ * InstanceNormalization; then [Mul gamma] [Add beta] per channel. */
+static bool gn_match_at(const pass_scope *s, af_node *in, gn_match *g) {
+    if (in->nin != 3 || in->nout != 1 || !in->in[0] || !in->out[0]) return false;
+    af_node *r1 = feeding(s, in->in[0], AF_OP_RESHAPE, in);
+    af_value *x = r1 ? r1->in[0] : NULL;
+    if (!x || x->type.dtype != AF_DTYPE_FLOAT || !dims_whole(&x->type) || x->type.rank < 3 ||
+        pass_pinned(s, in->in[0]))
+        return false;
+    const af_tensor *v = &in->in[0]->type;
+    if (!dims_whole(v) || v->rank != 3 || v->dims[0] != x->type.dims[0]) return false;
+    g->x = x;
+    g->c = x->type.dims[1];
+    g->groups = v->dims[1];
+    if (g->c % g->groups || af_tensor_numel(v) != af_tensor_numel(&x->type) ||
+        !const_fill(in->in[1], g->groups, 1.0f) || !const_fill(in->in[2], g->groups, 0.0f))
+        return false;
+    af_node *r2 = next(s, in->out[0], AF_OP_RESHAPE);
+    if (!r2 || r2->in[0] != in->out[0] || !af_same_shape(&r2->out[0]->type, &x->type)) return false;
+    take(&g->m, r1);
+    take(&g->m, in);
+    take(&g->m, r2);
+    g->y = r2->out[0];
+    af_node *b;
+    if ((g->gamma = channel_step(s, g->y, AF_OP_MUL, g, &b))) {
+        take(&g->m, b);
+        g->y = b->out[0];
+    }
+    if ((g->beta = channel_step(s, g->y, AF_OP_ADD, g, &b))) {
+        take(&g->m, b);
+        g->y = b->out[0];
+    }
+    return true;
+}
+
+/* A float32 [C] constant: p's values, or v everywhere when p is NULL. */
+static af_value *gn_param(pass_scope *s, const gn_match *g, const af_value *p, const char *hint,
+                          float v) {
+    af_value *c = af_value_new_f32(s->g, hint, 1, &g->c);
+    if (!c) return NULL;
+    for (int64_t i = 0; i < g->c; i++)
+        ((float *)c->type.data)[i] = p ? ((const float *)p->type.data)[i] : v;
+    return c;
+}
+
+static af_status groupnorm(pass_scope *s, af_node *in, bool *hit, af_error *err) {
+    gn_match g = {0};
+    if (!gn_match_at(s, in, &g)) return AF_OK;
+    af_value *gamma = gn_param(s, &g, g.gamma, "groupnorm_scale", 1.0f);
+    af_value *beta = gn_param(s, &g, g.beta, "groupnorm_bias", 0.0f);
+    af_node *r = pass_node_new(s, AF_OP_GROUP_NORM, in, 3, 1);
+    if (!gamma || !beta || !r || !af_node_set_int(r, "num_groups", g.groups) ||
+        !af_node_set_float(r, "epsilon", af_attr_float(in, "epsilon", 1e-5f)) ||
+        !provenance(r, &g.m))
+        return af_node_fail(err, in, AF_ERR_NOMEM, "out of memory canonicalizing");
+    af_status st = AF_OK;
+    for (int i = 0; i < g.m.n && !st; i++) st = pass_kill(s, g.m.nodes[i], err);
+    if (st) return st;
+    af_node_set_input(r, 0, g.x);
+    af_node_set_input(r, 1, gamma);
+    af_node_set_input(r, 2, beta);
+    af_node_set_output(r, 0, g.y);
+    *hit = true;
+    return AF_OK;
+}
+
 /* ---- the walk ------------------------------------------------------------------------------ */
 
 static af_status rewrite_at(pass_scope *s, af_node *n, bool *hit, af_error *err) {
@@ -637,6 +745,7 @@ static af_status rewrite_at(pass_scope *s, af_node *n, bool *hit, af_error *err)
     case AF_OP_HARD_SIGMOID: return hardswish_hs(s, n, hit, err);
     case AF_OP_CLIP: return hardswish_clip(s, n, hit, err);
     case AF_OP_LAYER_NORMALIZATION: layernorm_axis(n); return AF_OK;
+    case AF_OP_INSTANCE_NORMALIZATION: return groupnorm(s, n, hit, err);
     case AF_OP_TRANSPOSE: {
         bool shuffled = false;
         af_status st = channel_shuffle(s, n, &shuffled, err);

@@ -66,6 +66,7 @@ static const fast_row rows[AF_OP_COUNT] = {
     [AF_OP_ARGMAX] = {.kernel = fast_arg},
     [AF_OP_ARGMIN] = {.kernel = fast_arg},
     [AF_OP_INSTANCE_NORMALIZATION] = {.kernel = fast_instancenorm},
+    [AF_OP_GROUP_NORM] = {.kernel = fast_group_norm},
     [AF_OP_TOPK] = {.kernel = fast_topk},
     [AF_OP_CUMSUM] = {.kernel = fast_cumsum},
     [AF_OP_TRANSPOSE] = {.kernel = fast_transpose},

@@ -24,10 +24,11 @@ AF_FAST_KERNEL(fast_binary);
 AF_FAST_KERNEL(fast_layernorm);
 AF_FAST_KERNEL(fast_softmax);
 AF_FAST_KERNEL(fast_transpose);
-/* reduce.c: Reduce* over any axes, ArgMax / ArgMin; InstanceNormalization. */
+/* reduce.c: Reduce* over any axes, ArgMax / ArgMin; InstanceNormalization and GroupNorm. */
 AF_FAST_KERNEL(fast_reduce);
 AF_FAST_KERNEL(fast_arg);
 AF_FAST_KERNEL(fast_instancenorm);
+AF_FAST_KERNEL(fast_group_norm);
 /* index.c: TopK (partial selection), CumSum. */
 AF_FAST_KERNEL(fast_topk);
 AF_FAST_KERNEL(fast_cumsum);

@@ -19,6 +19,7 @@
 #include "kernels/fast/fast.h"
 #include "kernels/ref/tensor_util.h"
 #include "kernels/simd/vec.h"
+#include "ir/epilogue.h"
 
 #include <math.h>
 #include <string.h>
@@ -333,13 +334,16 @@ static void in_range(void *ctx, int slot, int64_t begin, int64_t end) {
     (void)slot;
     const in_job *j = ctx;
     const af_vec_ops *v = af_vec();
-    for (int64_t p = begin; p < end; p++)
-        v->norm_plane(j->x + p * j->inner, j->y + p * j->inner, j->inner, j->eps,
-                      j->scale[p % j->c], j->bias[p % j->c]);
+    for (int64_t p = begin; p < end; p++) {
+        float mean, var;
+        v->moments(j->x + p * j->inner, j->inner, &mean, &var);
+        v->norm_affine(j->x + p * j->inner, j->y + p * j->inner, j->inner, mean,
+                       j->scale[p % j->c] / sqrtf(var + j->eps), j->bias[p % j->c]);
+    }
 }
 
-/* X [N, C, ...] float32 with C-element float32 scale and B: one vec norm_plane per (n, c)
- * plane, the planes in parallel. */
+/* X [N, C, ...] float32 with C-element float32 scale and B: vec moments and norm_affine per
+ * (n, c) plane, the planes in parallel. */
 af_status fast_instancenorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
                             af_exec *x, af_error *err) {
     (void)err;
@@ -356,5 +360,68 @@ af_status fast_instancenorm(const af_node *n, const af_tensor *const *in, af_ten
         return AF_DECLINED;
     af_exec_parallel(x, planes, af_exec_work_ns(x, 5.0 * (double)total, 12.0 * (double)total),
                      in_range, &j);
+    return AF_OK;
+}
+
+/* ---- GroupNorm (ours: kernels/ref/nn.c) ------------------------------------------------------ */
+
+typedef struct gn_job {
+    const float *x, *scale, *bias;
+    float *y;
+    int64_t groups, cpg, inner, cols;
+    float eps;
+    const af_vep *v;
+} gn_job;
+
+/* Items are (n, group): the group's channels are contiguous, so its moments are one run; then
+ * each channel's write with its scale and bias, then the epilogue while the group is in cache
+ * (a group is whole rows of the output's last dim). */
+static void gn_range(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const gn_job *j = ctx;
+    const af_vec_ops *v = af_vec();
+    int64_t count = j->cpg * j->inner;
+    for (int64_t g = begin; g < end; g++) {
+        const float *x = j->x + g * count;
+        float *y = j->y + g * count;
+        float mean, var;
+        v->moments(x, count, &mean, &var);
+        float inv = 1.0f / sqrtf(var + j->eps);
+        for (int64_t c = 0; c < j->cpg; c++) {
+            int64_t ch = g % j->groups * j->cpg + c;
+            v->norm_affine(x + c * j->inner, y + c * j->inner, j->inner, mean, inv * j->scale[ch],
+                           j->bias[ch]);
+        }
+        if (j->v->nsteps || j->v->generic)
+            v->ep_tile(j->v, y, j->cols, g * count / j->cols, 0, count / j->cols, j->cols);
+    }
+}
+
+af_status fast_group_norm(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                          af_exec *x, af_error *err) {
+    (void)err;
+    if (n->nin < 3 || n->nout != 1 || !ready(in[0], AF_DTYPE_FLOAT) ||
+        !ready(in[1], AF_DTYPE_FLOAT) || !ready(in[2], AF_DTYPE_FLOAT) ||
+        !ready(&out[0], AF_DTYPE_FLOAT) || in[0]->rank < 3 ||
+        af_tensor_numel(&out[0]) != af_tensor_numel(in[0]))
+        return AF_DECLINED;
+    const af_tensor *t = in[0];
+    int64_t groups = af_attr_int(n, "num_groups", 0), c = t->dims[1];
+    if (groups < 1 || c < 1 || c % groups || af_tensor_numel(in[1]) != c ||
+        af_tensor_numel(in[2]) != c || t->dims[0] < 1)
+        return AF_DECLINED;
+    af_epilogue ep;
+    af_error scratch;
+    if (af_epilogue_parse(n, in, &out[0], &ep, &scratch) != AF_OK) return AF_DECLINED;
+    af_vep v;
+    gn_job j = {t->data, in[1]->data, in[2]->data, out[0].data, groups, c / groups,
+                tn_prod(t->dims, 2, t->rank), t->dims[t->rank - 1],
+                af_attr_float(n, "epsilon", 1e-5f), &v};
+    if (j.inner < 1) return AF_DECLINED;
+    af_vep_build(&ep, out[0].data, j.cols, &v);
+    int64_t total = af_tensor_numel(t);
+    af_exec_parallel(x, t->dims[0] * groups,
+                     af_exec_work_ns(x, (5.0 + 10.0 * ep.nsteps) * (double)total, 12.0 * (double)total),
+                     gn_range, &j);
     return AF_OK;
 }

@@ -8,6 +8,7 @@
  * wrap-around arithmetic. Each matrix-product output element is written once, through mm_emit
  * (the per-element epilogue a fused kernel will replace). Shape functions and kernels share one
  * "setup" per op, so the kernel indexes only within what the checks allowed. */
+#include "kernels/ref/epilogue.h"
 #include "kernels/ref/nn_common.h"
 
 #include <stdlib.h>
@@ -798,6 +799,72 @@ af_status ref_instancenorm(const af_node *n, const af_tensor *const *in, af_tens
         double k = af_tensor_get_double(in[1], p % c) / sqrt(var + eps), b = af_tensor_get_double(in[2], p % c);
         for (int64_t i = 0; i < inner; i++)
             nn_put(&out[0], p * inner + i, (af_tensor_get_double(x, p * inner + i) - mean) * k + b);
+    }
+    return AF_OK;
+}
+
+/* GroupNorm (ours, the canonical form of torch's GroupNorm export: Reshape to [N, G, -1],
+ * InstanceNormalization with unit scale and zero bias, Reshape back, Mul gamma, Add beta):
+ * X [N, C, ...] in num_groups groups of C / G channels, each normalised by its own mean and
+ * variance, then scale[c] and B[c] per channel, then the epilogue program (activations the
+ * fuser joined). */
+static af_status gn_prepare(const af_node *n, const af_tensor *const *in, int64_t *groups,
+                            af_error *err) {
+    const af_tensor *x = nn_in(n, in, 0);
+    *groups = af_attr_int(n, "num_groups", 0);
+    if (!x)
+        return nn_missing(n, "input", err);
+    if (x->dtype != AF_DTYPE_FLOAT)
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "GroupNorm on %s (float32 only)",
+                            af_dtype_name(x->dtype));
+    if (x->rank >= 0 && x->rank < 3)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input rank %d < 3", x->rank);
+    int64_t c = x->rank >= 2 ? x->dims[1] : -1;
+    if (*groups < 1 || (c >= 0 && c % *groups != 0))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "num_groups %lld does not divide %lld channels",
+                            (long long)*groups, (long long)c);
+    af_status st = norm_param(n, nn_in(n, in, 1), "scale", c, c, err);
+    if (st == AF_OK)
+        st = norm_param(n, nn_in(n, in, 2), "B", c, c, err);
+    return st;
+}
+
+af_status shape_group_norm(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                           af_error *err) {
+    int64_t groups;
+    af_status st = gn_prepare(n, in, &groups, err);
+    if (st == AF_OK)
+        st = norm_shape_like_x(n, in, out, 3, err);
+    return st == AF_OK ? af_epilogue_validate(n, in, &out[0], err) : st;
+}
+
+af_status ref_group_norm(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                         af_exec *ex, af_error *err) {
+    (void)ex;
+    int64_t groups = 1;
+    af_epilogue ep;
+    af_status st = gn_prepare(n, in, &groups, err);
+    if (st == AF_OK)
+        st = norm_ready(n, in, out, err);
+    if (st == AF_OK)
+        st = af_epilogue_parse(n, in, &out[0], &ep, err);
+    if (st != AF_OK)
+        return st;
+    const af_tensor *x = in[0];
+    double eps = af_attr_float(n, "epsilon", 1e-5f);
+    int64_t c = x->dims[1], cpg = c / groups, inner = nn_prod(x, 2, x->rank);
+    int64_t count = cpg * inner, total = x->dims[0] * groups;
+    float *y = out[0].data;
+    for (int64_t g = 0; g < total; g++) {
+        double mean, var;
+        norm_moments(x, g * count, count, 1, &mean, &var);
+        double inv = 1.0 / sqrt(var + eps);
+        for (int64_t i = 0; i < count; i++) {
+            int64_t ch = g % groups * cpg + i / inner;
+            double v = (af_tensor_get_double(x, g * count + i) - mean) * inv;
+            y[g * count + i] = (float)(v * af_tensor_get_double(in[1], ch) + af_tensor_get_double(in[2], ch));
+        }
+        af_epilogue_apply_at(&ep, y, g * count, count);
     }
     return AF_OK;
 }

@@ -197,9 +197,11 @@ typedef struct af_vec_ops {
     /* acc[j] = acc[j] (fold) x[j] for j < n; EXP adds e^(x[j] - shift[j]) (shift NULL for the
      * others). */
     void (*reduce_acc)(int kind, const float *x, int64_t n, float *acc, const float *shift);
-    /* One InstanceNormalization plane: y = (x - mean) / sqrt(var + eps) * scale + bias, mean
-     * and biased variance over x[0..n), n >= 1 (two passes over x, then the write); y may be x. */
-    void (*norm_plane)(const float *x, float *y, int64_t n, float eps, float scale, float bias);
+    /* Mean and biased variance of x[0..n), n >= 1: two passes (the squared deviations from
+     * the mean, not E[x^2] - mean^2). */
+    void (*moments)(const float *x, int64_t n, float *mean, float *var);
+    /* y[i] = (x[i] - mean) * k + bias for i < n (y may be x): a normalisation's write. */
+    void (*norm_affine)(const float *x, float *y, int64_t n, float mean, float k, float bias);
     /* One line of 1-D pooling along a contiguous axis, for o < m: y[o] = the max (max != 0)
      * or the sum of x[o * s - pb + t * d] over the taps t < k that fall inside x[0..n), times
      * scale[o] when scale is not NULL; an empty window gives -inf (max) or 0. The max is

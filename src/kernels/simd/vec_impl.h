@@ -1059,27 +1059,32 @@ static void pool_line(const float *x, int64_t n, float *y, int64_t m, int64_t k,
     }
 }
 
-/* Mean, then the squared deviations from it (not E[x^2] - mean^2, which cancels), then y. */
-static void norm_plane(const float *x, float *y, int64_t n, float eps, float scale, float bias) {
-    float mean = red_run_k(AF_VRED_SUM, x, n, 0.0f) / (float)n;
-    vf m = vsplat(mean), a0 = {0}, a1 = {0};
+/* Mean, then the squared deviations from it (not E[x^2] - mean^2, which cancels). */
+static void moments(const float *x, int64_t n, float *mean, float *var) {
+    float m = red_run_k(AF_VRED_SUM, x, n, 0.0f) / (float)n;
+    vf mv = vsplat(m), a0 = {0}, a1 = {0};
     int64_t i = 0;
     for (; i + 2 * VW <= n; i += 2 * VW) {
-        vf d0 = vload(x + i) - m, d1 = vload(x + i + VW) - m;
+        vf d0 = vload(x + i) - mv, d1 = vload(x + i + VW) - mv;
         a0 += d0 * d0;
         a1 += d1 * d1;
     }
     for (; i + VW <= n; i += VW) {
-        vf d = vload(x + i) - m;
+        vf d = vload(x + i) - mv;
         a0 += d * d;
     }
     float q = vsum(a0 + a1);
-    for (; i < n; i++) q += (x[i] - mean) * (x[i] - mean);
-    /* (x - mean) k + bias, not x k + (bias - mean k): that one loses the digits of a plane
-     * whose mean is large against its spread */
-    float k = scale / sqrtf(q / (float)n + eps);
-    vf kv = vsplat(k), bv = vsplat(bias);
-    for (i = 0; i + VW <= n; i += VW) vstore(y + i, (vload(x + i) - m) * kv + bv);
+    for (; i < n; i++) q += (x[i] - m) * (x[i] - m);
+    *mean = m;
+    *var = q / (float)n;
+}
+
+/* (x - mean) k + bias, not x k + (bias - mean k): that one loses the digits of a plane whose
+ * mean is large against its spread. */
+static void norm_affine(const float *x, float *y, int64_t n, float mean, float k, float bias) {
+    vf m = vsplat(mean), kv = vsplat(k), bv = vsplat(bias);
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) vstore(y + i, (vload(x + i) - m) * kv + bv);
     if (i < n) vstore_part(y + i, (vload_part(x + i, n - i) - m) * kv + bv, n - i);
 }
 
@@ -1147,6 +1152,7 @@ const af_vec_ops VEC_TABLE = {
     .scale_rows = scale_rows,
     .reduce_run = reduce_run,
     .reduce_acc = reduce_acc,
-    .norm_plane = norm_plane,
+    .moments = moments,
+    .norm_affine = norm_affine,
     .pool_line = pool_line,
 };
