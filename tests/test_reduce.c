@@ -127,6 +127,9 @@ static const rcase cases[] = {
     {"TopK", "axis=1", 11, 3, {2, 40, 7}, 1, {5}, FILL_TIES, true, 2},
     {"TopK", "axis=0 largest=0 sorted=0", 11, 3, {40, 2, 7}, 1, {40}, FILL_NAN, true, 2},
     {"TopK", "", 11, 2, {4, 60}, 1, {60}, FILL_NAN, true, 2},
+    {"TopK", "", 11, 2, {3, 400}, 1, {10}, FILL_NAN, true, 2},       /* blocks skipped past NaN */
+    {"TopK", "largest=0", 11, 2, {3, 400}, 1, {10}, FILL_NAN, true, 2},
+    {"TopK", "largest=0", 11, 2, {2, 3000}, 1, {7}, FILL_TIES, true, 2},
     {"TopK", "", 11, 2, {4, 60}, 1, {1}, FILL_TIES, true, 2},
     {"TopK", "k=3 axis=0", 1, 2, {9, 4}, NOAX, FILL_TIES, true, 2},
     {"TopK", "", 11, 2, {4, 6}, 1, {7}, FILL_RAND, false, 2}, /* K above the axis */

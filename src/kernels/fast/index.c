@@ -28,6 +28,8 @@ static bool ready(const af_tensor *t, af_dtype dt) {
 
 /* ---- TopK ---------------------------------------------------------------------------------- */
 
+enum { TOPK_BLOCK = 32 }; /* a power of 2 */
+
 typedef struct entry {
     float v;
     int64_t i;
@@ -69,6 +71,21 @@ static void topk_line(const topk_job *j, entry *h, const float *x, float *vals, 
     for (int64_t i = 0; i < k; i++) h[i] = (entry){x[i * st], i};
     for (int64_t p = k / 2 - 1; p >= 0; p--) sift_down(j, h, k, p);
     for (int64_t i = k; i < j->dim; i++) {
+        /* Contiguous lines skip blocks that hold nothing above (below) the worst kept, while
+         * that is a number: ties lose to it (their index is higher), and a NaN in the block
+         * fails the comparison and is looked at. */
+        float t = h[0].v;
+        if (st == 1 && t == t && (i & (TOPK_BLOCK - 1)) == 0 && i + TOPK_BLOCK <= j->dim) {
+            int beaten = 0;
+            if (j->largest)
+                for (int b = 0; b < TOPK_BLOCK; b++) beaten |= !(x[i + b] <= t);
+            else
+                for (int b = 0; b < TOPK_BLOCK; b++) beaten |= !(x[i + b] >= t);
+            if (!beaten) {
+                i += TOPK_BLOCK - 1;
+                continue;
+            }
+        }
         float v = x[i * st];
         if (!before(j, v, i, h[0].v, h[0].i)) continue;
         h[0] = (entry){v, i};
