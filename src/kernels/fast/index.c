@@ -4,7 +4,8 @@
  * it), then by index, lower first: a strict total order, so the k first of it are exactly the
  * reference's stable sort's k first, whatever the algorithm. Each line along the axis streams
  * through a heap of its k best so far (the worst on top: most elements are turned away by one
- * comparison with it), which is then sorted. The output is in that order whether or not
+ * comparison with it, whole blocks of a contiguous line by a vectorisable test), which is then
+ * sorted; an element's rank is one 64-bit key (rank_key). The output is in that order whether or not
  * `sorted` is set (the reference's too).
  *
  * CumSum along the last axis keeps a double running sum per line, as the reference does;
@@ -30,54 +31,56 @@ static bool ready(const af_tensor *t, af_dtype dt) {
 
 enum { TOPK_BLOCK = 32 }; /* a power of 2 */
 
-typedef struct entry {
-    float v;
-    int64_t i;
-} entry;
-
 typedef struct topk_job {
     const float *x;
     float *vals;
     int64_t *idx;
     int64_t dim, inner, k;
     bool largest;
-    entry *heaps; /* k per slot */
+    uint64_t *heaps; /* k keys per slot */
 } topk_job;
 
-/* a ranks before b. */
-static inline bool before(const topk_job *j, float av, int64_t ai, float bv, int64_t bi) {
-    bool an = av != av, bn = bv != bv;
-    int c = an || bn ? (int)an - (int)bn : (av > bv) - (av < bv);
-    if (!j->largest) c = -c;
-    return c > 0 || (c == 0 && ai < bi);
+/* The rank of (v, i) as one integer, higher ranking first: the value's bits made monotone
+ * (-0 as +0, every NaN one value above +inf) in the high word, flipped for the smallest, and
+ * the index flipped in the low word (the lower index wins a tie). One integer comparison
+ * instead of the branches of NaN and ties. */
+static inline uint64_t rank_key(float v, int64_t i, bool largest) {
+    uint32_t u;
+    if (v == 0.0f) v = 0.0f;
+    memcpy(&u, &v, sizeof u);
+    if (v != v) u = 0xFFFFFFFFu;
+    else u = u & 0x80000000u ? ~u : u | 0x80000000u;
+    if (!largest) u = ~u;
+    return (uint64_t)u << 32 | (uint32_t)~(uint32_t)i;
 }
 
-/* Restore the heap (worst on top) below position p of h[0..n). */
-static void sift_down(const topk_job *j, entry *h, int64_t n, int64_t p) {
+/* Restore the min-heap (the worst kept on top) below position p of h[0..n). */
+static void sift_down(uint64_t *h, int64_t n, int64_t p) {
+    uint64_t top = h[p];
     for (;;) {
         int64_t c = 2 * p + 1;
-        if (c >= n) return;
-        if (c + 1 < n && before(j, h[c].v, h[c].i, h[c + 1].v, h[c + 1].i)) c++;
-        if (!before(j, h[p].v, h[p].i, h[c].v, h[c].i)) return;
-        entry t = h[p];
+        if (c >= n) break;
+        if (c + 1 < n && h[c + 1] < h[c]) c++;
+        if (top <= h[c]) break;
         h[p] = h[c];
-        h[c] = t;
         p = c;
     }
+    h[p] = top;
 }
 
-static void topk_line(const topk_job *j, entry *h, const float *x, float *vals, int64_t *idx) {
+static void topk_line(const topk_job *j, uint64_t *h, const float *x, float *vals, int64_t *idx) {
     const int64_t k = j->k, st = j->inner;
-    for (int64_t i = 0; i < k; i++) h[i] = (entry){x[i * st], i};
-    for (int64_t p = k / 2 - 1; p >= 0; p--) sift_down(j, h, k, p);
+    const bool lg = j->largest;
+    for (int64_t i = 0; i < k; i++) h[i] = rank_key(x[i * st], i, lg);
+    for (int64_t p = k / 2 - 1; p >= 0; p--) sift_down(h, k, p);
+    /* The worst kept value t turns away, while it is a number, every v not above (below) it:
+     * ties lose to it, their index being higher, and a NaN fails the comparison and is ranked.
+     * Contiguous lines test whole blocks first (a loop the compiler vectorises). */
+    float t = x[(int64_t)(uint32_t)~(uint32_t)h[0] * st];
     for (int64_t i = k; i < j->dim; i++) {
-        /* Contiguous lines skip blocks that hold nothing above (below) the worst kept, while
-         * that is a number: ties lose to it (their index is higher), and a NaN in the block
-         * fails the comparison and is looked at. */
-        float t = h[0].v;
         if (st == 1 && t == t && (i & (TOPK_BLOCK - 1)) == 0 && i + TOPK_BLOCK <= j->dim) {
             int beaten = 0;
-            if (j->largest)
+            if (lg)
                 for (int b = 0; b < TOPK_BLOCK; b++) beaten |= !(x[i + b] <= t);
             else
                 for (int b = 0; b < TOPK_BLOCK; b++) beaten |= !(x[i + b] >= t);
@@ -87,26 +90,30 @@ static void topk_line(const topk_job *j, entry *h, const float *x, float *vals, 
             }
         }
         float v = x[i * st];
-        if (!before(j, v, i, h[0].v, h[0].i)) continue;
-        h[0] = (entry){v, i};
-        sift_down(j, h, k, 0);
+        if (t == t && (lg ? v <= t : v >= t)) continue;
+        uint64_t key = rank_key(v, i, lg);
+        if (key <= h[0]) continue;
+        h[0] = key;
+        sift_down(h, k, 0);
+        t = x[(int64_t)(uint32_t)~(uint32_t)h[0] * st];
     }
     /* heap sort: the worst goes last */
     for (int64_t n = k; n > 1; n--) {
-        entry t = h[0];
+        uint64_t t = h[0];
         h[0] = h[n - 1];
         h[n - 1] = t;
-        sift_down(j, h, n - 1, 0);
+        sift_down(h, n - 1, 0);
     }
     for (int64_t r = 0; r < k; r++) {
-        vals[r * st] = h[r].v;
-        idx[r * st] = h[r].i;
+        int64_t i = (uint32_t)~(uint32_t)h[r];
+        vals[r * st] = x[i * st];
+        idx[r * st] = i;
     }
 }
 
 static void topk_range(void *ctx, int slot, int64_t begin, int64_t end) {
     const topk_job *j = ctx;
-    entry *h = j->heaps + (int64_t)slot * j->k;
+    uint64_t *h = j->heaps + (int64_t)slot * j->k;
     for (int64_t it = begin; it < end; it++) {
         int64_t a = it / j->inner, i = it % j->inner;
         topk_line(j, h, j->x + a * j->dim * j->inner + i, j->vals + a * j->k * j->inner + i,
@@ -135,11 +142,11 @@ af_status fast_topk(const af_node *n, const af_tensor *const *in, af_tensor *out
     topk_job j = {t->data, out[0].data, out[1].data, t->dims[axis],
                   tn_prod(t->dims, axis + 1, t->rank), k, af_attr_int(n, "largest", 1) != 0, NULL};
     int64_t outer = tn_prod(t->dims, 0, axis);
-    if (k < 1 || k > j.dim || af_tensor_numel(&out[0]) != outer * k * j.inner ||
+    if (k < 1 || k > j.dim || j.dim > (int64_t)UINT32_MAX || af_tensor_numel(&out[0]) != outer * k * j.inner ||
         af_tensor_numel(&out[1]) != outer * k * j.inner)
         return AF_DECLINED;
     int slots = af_exec_threads(x) < AF_EXEC_MAX_SLOTS ? af_exec_threads(x) : AF_EXEC_MAX_SLOTS;
-    j.heaps = af_exec_scratch(x, (size_t)slots * (size_t)k * sizeof(entry));
+    j.heaps = af_exec_scratch(x, (size_t)slots * (size_t)k * sizeof(uint64_t));
     if (!j.heaps) return AF_DECLINED;
     int64_t total = af_tensor_numel(t);
     af_exec_parallel(x, outer * j.inner, af_exec_work_ns(x, 2.0 * (double)total, 4.0 * (double)total),
