@@ -133,6 +133,17 @@ static const rcase cases[] = {
     {"TopK", "", 11, 2, {4, 60}, 1, {1}, FILL_TIES, true, 2},
     {"TopK", "k=3 axis=0", 1, 2, {9, 4}, NOAX, FILL_TIES, true, 2},
     {"TopK", "", 11, 2, {4, 6}, 1, {7}, FILL_RAND, false, 2}, /* K above the axis */
+    /* Softmax / LogSoftmax over a middle axis (columns), the last axis, opset 11's flattening */
+    {"Softmax", "axis=1", 13, 4, {2, 19, 5, 9}, NOAX, FILL_BIG, true},
+    {"Softmax", "axis=0", 13, 3, {7, 3, 300}, NOAX, FILL_RAND, true},
+    {"Softmax", "axis=1", 13, 3, {2, 6, 17}, NOAX, FILL_NAN, true},
+    {"Softmax", "axis=1", 11, 4, {2, 3, 5, 9}, NOAX, FILL_RAND, true},
+    {"LogSoftmax", "axis=-1", 13, 3, {2, 6, 1000}, NOAX, FILL_BIG, true},
+    {"LogSoftmax", "axis=1", 13, 4, {2, 19, 5, 9}, NOAX, FILL_RAND, true},
+    {"LogSoftmax", "axis=-1", 13, 2, {5, 40}, NOAX, FILL_NAN, true},
+    {"LogSoftmax", "axis=0", 13, 2, {5, 40}, NOAX, FILL_NAN, true},
+    {"LogSoftmax", "axis=1", 11, 3, {2, 6, 7}, NOAX, FILL_RAND, true},
+    {"Softmax", "axis=3", 13, 3, {2, 6, 7}, NOAX, FILL_RAND, false}, /* axis out of range */
     /* CumSum: the second input is the axis (int64 [1]) */
     {"CumSum", "", 14, 2, {8, 4096}, 1, {1}, FILL_RAND, true},
     {"CumSum", "exclusive=1 reverse=1", 14, 2, {8, 333}, 1, {-1}, FILL_RAND, true},
@@ -189,6 +200,8 @@ static af_kernel_fn fast_fn(af_op op) {
     case AF_OP_GLOBAL_AVERAGE_POOL: return fast_global_avgpool_any;
     case AF_OP_GLOBAL_LP_POOL: return fast_global_lppool;
     case AF_OP_TOPK: return fast_topk;
+    case AF_OP_SOFTMAX: return fast_softmax;
+    case AF_OP_LOG_SOFTMAX: return fast_log_softmax;
     case AF_OP_GROUP_NORM: return fast_group_norm;
     case AF_OP_CUMSUM: return fast_cumsum;
     default: return fast_reduce;

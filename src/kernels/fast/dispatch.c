@@ -53,6 +53,7 @@ static const fast_row rows[AF_OP_COUNT] = {
     [AF_OP_POW] = {.kernel = fast_binary},
     [AF_OP_LAYER_NORMALIZATION] = {.kernel = fast_layernorm},
     [AF_OP_SOFTMAX] = {.kernel = fast_softmax},
+    [AF_OP_LOG_SOFTMAX] = {.kernel = fast_log_softmax},
     [AF_OP_REDUCE_SUM] = {.kernel = fast_reduce},
     [AF_OP_REDUCE_MEAN] = {.kernel = fast_reduce},
     [AF_OP_REDUCE_MAX] = {.kernel = fast_reduce},

@@ -1,7 +1,7 @@
 /* The fast float32 elementwise and row kernels: unary activations and math, Clip, Add / Sub /
  * Mul / Div (and Pow by a constant 2 or 0.5) whose operands broadcast as the vector epilogue
  * can read them (same shape, per last-dim vector, per row, scalar), the row-wise
- * LayerNormalization and Softmax over the last axis, and the Transposes
+ * LayerNormalization over the last axes, Softmax and LogSoftmax over any axis, and the Transposes
  * that move whole rows (the layout pass's NCHW <-> NHWC reorders), in blocks. The elementwise
  * ones run through the vector epilogue of vec.h, in parallel, in cache-sized pieces: one copy of
  * the operand that has the output's shape, then the step applied in place.
@@ -14,6 +14,7 @@
 #include "kernels/ref/nn_common.h"
 #include "kernels/ref/tensor_util.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Floats per piece: a piece is copied and then finished while it is in L1/L2. */
@@ -351,15 +352,67 @@ af_status fast_layernorm(const af_node *n, const af_tensor *const *in, af_tensor
                                    &out[0], x));
 }
 
-/* Along a last axis of contiguous rows. */
+typedef struct cols_job {
+    const float *x;
+    float *y;
+    int64_t len, inner, blocks, blk;
+    int log;
+} cols_job;
+
+/* Items are (outer slab, block of columns); LogSoftmax along the last axis (inner 1) runs its
+ * rows as columns of one: the reduction is then per row. */
+static void smax_cols(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const cols_job *j = ctx;
+    const af_vec_ops *v = af_vec();
+    for (int64_t it = begin; it < end; it++) {
+        int64_t o = it / j->blocks, c0 = it % j->blocks * j->blk;
+        int64_t nc = j->inner - c0 < j->blk ? j->inner - c0 : j->blk;
+        int64_t off = o * j->len * j->inner + c0;
+        if (j->inner == 1) { /* a row: its max, its sum of exps, then x - (max + ln sum) */
+            const float *x = j->x + off;
+            float m = v->reduce_run(AF_VRED_MAX, x, j->len, 0.0f);
+            float s = isfinite(m) ? v->reduce_run(AF_VRED_EXP, x, j->len, m) : NAN;
+            v->norm_affine(x, j->y + off, j->len, m + logf(s), 1.0f, 0.0f);
+            continue;
+        }
+        v->softmax_cols(j->x + off, j->y + off, j->len, j->inner, nc, j->log);
+    }
+}
+
+static bool run_cols(const af_tensor *x, int64_t outer, int64_t len, int64_t inner, int log,
+                     af_tensor *y, af_exec *ex) {
+    if (len < 1 || inner < 1 || outer < 1) return false;
+    cols_job j = {x->data, y->data, len, inner, 1, inner, log};
+    if (inner > 1) { /* blocks of 256 columns, fewer when that leaves too few items */
+        j.blk = 256;
+        if (outer * ((inner + 255) / 256) < 8) j.blk = 64;
+        j.blocks = (inner + j.blk - 1) / j.blk;
+    }
+    int64_t total = outer * len * inner;
+    af_exec_parallel(ex, outer * j.blocks, af_exec_work_ns(ex, 20.0 * (double)total, 12.0 * (double)total),
+                     smax_cols, &j);
+    return true;
+}
+
+/* Along a last axis of contiguous rows, or along another axis by blocks of columns. */
 af_status fast_softmax(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
                        af_error *err) {
     (void)err;
     int64_t outer, len, inner;
-    if (!same_ready(n, in, out) || nn_softmax_geom(n, in[0], &outer, &len, &inner, NULL) ||
-        inner != 1)
+    if (!same_ready(n, in, out) || nn_softmax_geom(n, in[0], &outer, &len, &inner, NULL))
         return AF_DECLINED;
+    if (inner != 1) return taken(run_cols(in[0], outer, len, inner, 0, &out[0], x));
     return taken(run_softmax(in[0], outer, len, &out[0], x));
+}
+
+af_status fast_log_softmax(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                           af_exec *x, af_error *err) {
+    (void)err;
+    int64_t outer, len, inner;
+    if (!same_ready(n, in, out) || nn_softmax_geom(n, in[0], &outer, &len, &inner, NULL))
+        return AF_DECLINED;
+    return taken(run_cols(in[0], outer, len, inner, 1, &out[0], x));
 }
 
 af_status fast_transpose(const af_node *n, const af_tensor *const *in, af_tensor *out,

@@ -23,6 +23,7 @@ AF_FAST_KERNEL(fast_clip);
 AF_FAST_KERNEL(fast_binary);
 AF_FAST_KERNEL(fast_layernorm);
 AF_FAST_KERNEL(fast_softmax);
+AF_FAST_KERNEL(fast_log_softmax);
 AF_FAST_KERNEL(fast_transpose);
 /* reduce.c: Reduce* over any axes, ArgMax / ArgMin; InstanceNormalization and GroupNorm. */
 AF_FAST_KERNEL(fast_reduce);

@@ -176,6 +176,11 @@ typedef struct af_vec_ops {
     /* x[0..n) = softmax(x): exp(x - max) / sum, n >= 1 (a row of -inf gives NaN, as the
      * reference Softmax does). */
     void (*softmax_row)(float *x, int64_t n);
+    /* Softmax (log 0) or LogSoftmax (log 1, y = (x - max) - ln sum) along the middle axis of
+     * x [len][cols] whose rows are `stride` floats apart, for each of the cols columns, into y
+     * laid out alike; len >= 1 (a column of -inf gives NaN, as the reference does). */
+    void (*softmax_cols)(const float *x, float *y, int64_t len, int64_t stride, int64_t cols,
+                         int log);
     /* x[i] = e^(scale (x[i] - max x)) for scale > 0, unnormalised; returns their sum (the
      * attention kernel folds 1 / sum into its P V product). */
     float (*softmax_exp)(float *x, int64_t n, float scale);

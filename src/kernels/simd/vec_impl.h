@@ -1130,6 +1130,38 @@ static void softmax_row(float *x, int64_t n) {
     for (; i < n; i++) x[i] *= inv[0];
 }
 
+/* A block of at most VW columns at a time, its rows read three times while in cache. */
+static void softmax_cols(const float *x, float *y, int64_t len, int64_t stride, int64_t cols,
+                         int log) {
+    for (int64_t j = 0; j < cols; j += VW) {
+        int64_t nc = cols - j < VW ? cols - j : VW;
+#define SC_LD(p) (nc == VW ? vload(p) : vload_part(p, nc))
+#define SC_ST(p, v) (nc == VW ? vstore(p, v) : vstore_part(p, v, nc))
+        vf m = SC_LD(x + j);
+        for (int64_t r = 1; r < len; r++) {
+            vf v = SC_LD(x + r * stride + j);
+            m = vm_select(v > m, v, m); /* the reference's `v > max`: a NaN first stays */
+        }
+        vf s = {0};
+        for (int64_t r = 0; r < len; r++) {
+            vf e = vm_exp(SC_LD(x + r * stride + j) - m);
+            s += e;
+            if (!log) SC_ST(y + r * stride + j, e);
+        }
+        if (!log) {
+            vf inv = vsplat(1.0f) / s;
+            for (int64_t r = 0; r < len; r++) SC_ST(y + r * stride + j, SC_LD(y + r * stride + j) * inv);
+        } else {
+            vf ls;
+            for (int l = 0; l < VW; l++) ls[l] = logf(s[l]);
+            for (int64_t r = 0; r < len; r++)
+                SC_ST(y + r * stride + j, (SC_LD(x + r * stride + j) - m) - ls);
+        }
+#undef SC_LD
+#undef SC_ST
+    }
+}
+
 const af_vec_ops VEC_TABLE = {
     .name = VEC_NAME,
     .vw = VW,
@@ -1155,4 +1187,5 @@ const af_vec_ops VEC_TABLE = {
     .moments = moments,
     .norm_affine = norm_affine,
     .pool_line = pool_line,
+    .softmax_cols = softmax_cols,
 };
