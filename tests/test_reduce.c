@@ -54,6 +54,12 @@ static const rcase cases[] = {
     {"ReduceMin", "axes=2", 13, 3, {4, 3, 40}, NOAX, FILL_NAN, true},
     {"ReduceLogSumExp", "axes=2", 13, 3, {4, 3, 40}, NOAX, FILL_NAN, true},
     {"ReduceMean", "keepdims=0", 13, 3, {3, 50, 41}, NOAX, FILL_RAND, true}, /* every axis */
+    /* few outputs of many elements: partial folds over fixed chunks, joined in order */
+    {"ReduceMean", "keepdims=0", 13, 4, {1, 4, 200, 200}, NOAX, FILL_RAND, true},
+    {"ReduceLogSumExp", "axes=1,2", 13, 3, {2, 400, 400}, NOAX, FILL_BIG, true},
+    {"ReduceMax", "axes=0,2", 13, 3, {300, 3, 500}, NOAX, FILL_RAND, true},
+    {"ReduceMax", "axes=1", 13, 2, {2, 140000}, NOAX, FILL_NAN, true},
+    {"ReduceL2", "axes=1", 13, 2, {3, 140001}, NOAX, FILL_RAND, true},
     /* columns form: the last run kept */
     {"ReduceMean", "axes=1", 13, 4, {1, 256, 28, 28}, NOAX, FILL_RAND, true},
     {"ReduceSum", "", 13, 3, {6, 5, 300}, 1, {1}, FILL_RAND, true},

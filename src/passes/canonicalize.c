@@ -682,7 +682,7 @@ static bool gn_match_at(const pass_scope *s, af_node *in, gn_match *g) {
     g->x = x;
     g->c = x->type.dims[1];
     g->groups = v->dims[1];
-    if (g->c % g->groups || af_tensor_numel(v) != af_tensor_numel(&x->type) ||
+    if (g->c > LN_MAX_WIDTH || g->c % g->groups || af_tensor_numel(v) != af_tensor_numel(&x->type) ||
         !const_fill(in->in[1], g->groups, 1.0f) || !const_fill(in->in[2], g->groups, 0.0f))
         return false;
     af_node *r2 = next(s, in->out[0], AF_OP_RESHAPE);

@@ -130,6 +130,68 @@ static void rows_range(void *ctx, int slot, int64_t begin, int64_t end) {
     }
 }
 
+/* Few outputs over many elements (a reduction to a scalar): each output's elements, in memory
+ * order, cut into chunks of CHUNK whatever the thread count, a partial fold per (output,
+ * chunk) in parallel, the partials joined in order: the same bits at any thread count. */
+enum { CHUNK = 65536 };
+
+typedef struct part_job {
+    const red_job *j;
+    int fold;
+    const float *shift; /* EXP: per output */
+    float *part;        /* [m][nq] */
+    int64_t nq;
+} part_job;
+
+static void part_range(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const part_job *p = ctx;
+    const red_job *j = p->j;
+    const af_vec_ops *v = af_vec();
+    int last = j->nruns - 1;
+    int64_t total = j->combos * j->len;
+    for (int64_t it = begin; it < end; it++) {
+        int64_t o = it / p->nq, r = it % p->nq * CHUNK, stop = r + CHUNK < total ? r + CHUNK : total;
+        int64_t base = kept_base(j, o, last);
+        float sh = p->shift ? p->shift[o] : 0.0f, acc = 0.0f;
+        for (bool first = true; r < stop; first = false) {
+            int64_t c = r / j->len, i = r % j->len, len = j->len - i < stop - r ? j->len - i : stop - r;
+            float f = v->reduce_run(p->fold, j->x + base + red_off(j, c, last) + i, len, sh);
+            acc = first ? f : fold_join(p->fold, acc, f);
+            r += len;
+        }
+        p->part[it] = acc;
+    }
+}
+
+/* partial folds of every output into p->part, then joined into out[o] */
+static void partials(af_exec *x, double ns, part_job *p, int64_t m, float *out) {
+    af_exec_parallel(x, m * p->nq, ns, part_range, p);
+    for (int64_t o = 0; o < m; o++) {
+        float acc = p->part[o * p->nq];
+        for (int64_t q = 1; q < p->nq; q++) acc = fold_join(p->fold, acc, p->part[o * p->nq + q]);
+        out[o] = acc;
+    }
+}
+
+static af_status rows_split(red_job *j, int64_t m, double ns, af_exec *x) {
+    int64_t nq = (j->combos * j->len + CHUNK - 1) / CHUNK;
+    float *mem = af_exec_scratch(x, (size_t)(m * nq + 2 * m) * sizeof(float));
+    if (!mem) return AF_DECLINED;
+    float *mx = mem + m * nq, *sum = mx + m;
+    part_job p = {j, j->fold, NULL, mem, nq};
+    partials(x, ns, &p, m, mx);
+    if (j->post == P_LSE) { /* (a sum under a maximum that is not finite is not used) */
+        p.fold = AF_VRED_EXP;
+        p.shift = mx;
+        partials(x, ns, &p, m, sum);
+        for (int64_t o = 0; o < m; o++) j->y[o] = finish(j, sum[o], mx[o]);
+        return AF_OK;
+    }
+    for (int64_t o = 0; o < m; o++) j->y[o] = finish(j, mx[o], mx[o]);
+    return AF_OK;
+}
+
 static void fill(float *p, int64_t n, float v) {
     for (int64_t i = 0; i < n; i++) p[i] = v;
 }
@@ -210,6 +272,7 @@ af_status fast_reduce(const af_node *n, const af_tensor *const *in, af_tensor *o
     j.combos = total / m / (rows ? j.len : 1);
     double flops = (j.post == P_LSE ? 20.0 : 1.0) * (double)total;
     double ns = af_exec_work_ns(x, flops, 4.0 * (double)total);
+    if (rows && m < 16 && j.combos * j.len >= 2 * CHUNK) return rows_split(&j, m, ns, x);
     if (rows) {
         af_exec_parallel(x, m, ns, rows_range, &j);
         return AF_OK;
