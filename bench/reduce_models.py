@@ -17,6 +17,8 @@
     gap3d           GlobalAveragePool of 1x512x8x7x7
     topk            TopK k = 100 of 1x20000 (a detector's score selection)
     cumsum          CumSum along the last axis of 8x4096
+    softmax1        Softmax over the channels (axis 1) of 1x21x128x128 (a segmentation head's)
+    reduceall       ReduceMean of every element of 1x256x56x56 (one output)
 
     /usr/bin/python3 bench/reduce_models.py OUT_DIR
 """
@@ -83,6 +85,8 @@ def main():
     one_op(p("topk"), "TopK", [1, 20000], [1, 100], extra=[("k", np.array([100], np.int64))],
            outputs=[("y", TensorProto.FLOAT, [1, 100]), ("i", TensorProto.INT64, [1, 100])])
     one_op(p("cumsum"), "CumSum", [8, 4096], [8, 4096], extra=[("axis", np.array(1, np.int64))])
+    one_op(p("softmax1"), "Softmax", [1, 21, 128, 128], [1, 21, 128, 128], {"axis": 1})
+    one_op(p("reduceall"), "ReduceMean", [1, 256, 56, 56], [], {"keepdims": 0})
 
 
 if __name__ == "__main__":
