@@ -150,6 +150,9 @@ static const rcase cases[] = {
     {"LogSoftmax", "axis=0", 13, 2, {5, 40}, NOAX, FILL_NAN, true},
     {"LogSoftmax", "axis=1", 11, 3, {2, 6, 7}, NOAX, FILL_RAND, true},
     {"Softmax", "axis=3", 13, 3, {2, 6, 7}, NOAX, FILL_RAND, false}, /* axis out of range */
+    /* LayerNormalization over the last axes (torch's normalized_shape of 2 and 3 dims) */
+    {"LayerNormalization", "axis=-2", 17, 4, {2, 5, 6, 7}, NOAX, FILL_BIG, true},
+    {"LayerNormalization", "axis=1 epsilon=0.001", 17, 4, {3, 4, 5, 6}, NOAX, FILL_RAND, true},
     /* CumSum: the second input is the axis (int64 [1]) */
     {"CumSum", "", 14, 2, {8, 4096}, 1, {1}, FILL_RAND, true},
     {"CumSum", "exclusive=1 reverse=1", 14, 2, {8, 333}, 1, {-1}, FILL_RAND, true},
@@ -207,6 +210,7 @@ static af_kernel_fn fast_fn(af_op op) {
     case AF_OP_GLOBAL_LP_POOL: return fast_global_lppool;
     case AF_OP_TOPK: return fast_topk;
     case AF_OP_SOFTMAX: return fast_softmax;
+    case AF_OP_LAYER_NORMALIZATION: return fast_layernorm;
     case AF_OP_LOG_SOFTMAX: return fast_log_softmax;
     case AF_OP_GROUP_NORM: return fast_group_norm;
     case AF_OP_CUMSUM: return fast_cumsum;
@@ -274,8 +278,8 @@ static void test_fast_vs_reference(void **state) {
         snprintf(what, sizeof what, "case %zu: %s %s on %d-D", c, rc->op, rc->attrs, rc->rank);
         af_arena *a = af_arena_new();
         af_op op = af_op_lookup("", rc->op);
-        bool inorm = op == AF_OP_INSTANCE_NORMALIZATION;
-        int nin = inorm ? 3 : rc->naxes >= 0 ? 2 : 1;
+        bool inorm = op == AF_OP_INSTANCE_NORMALIZATION, lnorm = op == AF_OP_LAYER_NORMALIZATION;
+        int nin = inorm || lnorm ? 3 : rc->naxes >= 0 ? 2 : 1;
         int nout = rc->nout ? rc->nout : 1;
         af_node *n = tu_node(a, op, rc->opset, nin, nout, 8);
         for (int o = 0; o < nout; o++) /* outputs present (MaxPool's Indices is read) */
@@ -285,7 +289,15 @@ static void test_fast_vs_reference(void **state) {
         owned[0] = af_tensor_new(AF_DTYPE_FLOAT, rc->rank, rc->dims);
         assert_non_null(owned[0]);
         fill(owned[0], rc->fill);
-        if (inorm) {
+        if (lnorm) { /* Scale and B of the normalised dims [axis, rank) */
+            int64_t ax = af_attr_int(n, "axis", -1);
+            ax = ax < 0 ? ax + rc->rank : ax;
+            owned[1] = af_tensor_new(AF_DTYPE_FLOAT, rc->rank - (int)ax, rc->dims + ax);
+            owned[2] = af_tensor_new(AF_DTYPE_FLOAT, rc->rank - (int)ax, rc->dims + ax);
+            assert_true(owned[1] && owned[2]);
+            fill(owned[1], FILL_POS);
+            fill(owned[2], FILL_RAND);
+        } else if (inorm) {
             int64_t cd[1] = {rc->dims[1]};
             owned[1] = af_tensor_new(AF_DTYPE_FLOAT, 1, cd);
             owned[2] = af_tensor_new(AF_DTYPE_FLOAT, 1, cd);

@@ -1,6 +1,7 @@
 /* The fast float32 reductions: Reduce{Sum,Mean,Max,Min,Prod,L1,L2,SumSquare,LogSum,LogSumExp}
- * over any set of axes, ArgMax / ArgMin along one axis, and InstanceNormalization (one vector
- * pass per (n, c) plane for its mean, one for the variance, one to write).
+ * over any set of axes, ArgMax / ArgMin along one axis, and the normalisations by planes:
+ * InstanceNormalization and our GroupNorm (one vector pass per plane or group for its mean, one
+ * for the variance, one to write; GroupNorm then runs its epilogue on the group in cache).
  *
  * A reduction first drops the dims of 1 and merges neighbouring axes that are both reduced or
  * both kept, so X becomes runs of alternating kind (at most rank of them). Two forms follow
@@ -10,6 +11,8 @@
  *   kept ("columns"): each output row of L elements accumulates rows of X (vec reduce_acc), one
  *     per combination of the reduced runs; the items are (output row, block of columns), so a
  *     reduction to one row still runs in parallel.
+ * A rows form with few outputs of many elements each (a reduction to a scalar) folds fixed
+ * chunks of each output's elements in parallel and joins the partials in order.
  * Both visit X's elements in memory order for each output, as the reference does (the
  * reference adds in double, these in float lanes: results agree within float rounding).
  *
