@@ -19,6 +19,7 @@
  *   GroupNorm(x, gamma, beta; num_groups, epsilon)  from  torch's GroupNorm export: Reshape to
  *       [N, G, K], InstanceNormalization with constant scale 1 and bias 0, Reshape back to x's
  *       shape, [Mul gamma], [Add beta] with gamma/beta constants per channel ([C, 1, ...]);
+ *       and from any other float32 InstanceNormalization with [C] scale and B (C groups);
  * Existing LayerNormalization nodes get axis -1 when they normalise the last axis.
  *
  * Invariant: a rewrite fires only when every shape, constant, attribute and consumer it relies
@@ -713,9 +714,46 @@ static af_value *gn_param(pass_scope *s, const gn_match *g, const af_value *p, c
     return c;
 }
 
+/* A plain InstanceNormalization of float32 x [N, C, ...] with float32 [C] scale and B is a
+ * GroupNorm of C groups: one form for the fuser (activations after it join its epilogue). */
+static bool in_as_groupnorm(const af_node *in, gn_match *g) {
+    af_value *x = in->nin == 3 ? in->in[0] : NULL, *sc = x ? in->in[1] : NULL, *b = x ? in->in[2] : NULL;
+    if (!x || !sc || !b || in->nout != 1 || !in->out[0] || x->type.dtype != AF_DTYPE_FLOAT ||
+        x->type.rank < 3 || x->type.rank > AF_MAX_RANK || x->type.dims[1] < 1)
+        return false;
+    int64_t c = x->type.dims[1];
+    for (int i = 1; i < 3; i++) {
+        const af_tensor *t = &in->in[i]->type;
+        if (t->dtype != AF_DTYPE_FLOAT || t->rank != 1 || t->dims[0] != c) return false;
+    }
+    g->x = x;
+    g->c = g->groups = c;
+    g->y = in->out[0];
+    take(&g->m, (af_node *)in);
+    return true;
+}
+
 static af_status groupnorm(pass_scope *s, af_node *in, bool *hit, af_error *err) {
     gn_match g = {0};
-    if (!gn_match_at(s, in, &g)) return AF_OK;
+    if (!gn_match_at(s, in, &g)) {
+        memset(&g, 0, sizeof g);
+        if (!in_as_groupnorm(in, &g)) return AF_OK;
+        /* scale and B as they are (they need not be constants) */
+        af_node *r = pass_node_new(s, AF_OP_GROUP_NORM, in, 3, 1);
+        if (!r || !af_node_set_int(r, "num_groups", g.groups) ||
+            !af_node_set_float(r, "epsilon", af_attr_float(in, "epsilon", 1e-5f)) ||
+            !provenance(r, &g.m))
+            return af_node_fail(err, in, AF_ERR_NOMEM, "out of memory canonicalizing");
+        af_value *sc = in->in[1], *b = in->in[2];
+        af_status st = pass_kill(s, in, err);
+        if (st) return st;
+        af_node_set_input(r, 0, g.x);
+        af_node_set_input(r, 1, sc);
+        af_node_set_input(r, 2, b);
+        af_node_set_output(r, 0, g.y);
+        *hit = true;
+        return AF_OK;
+    }
     af_value *gamma = gn_param(s, &g, g.gamma, "groupnorm_scale", 1.0f);
     af_value *beta = gn_param(s, &g, g.beta, "groupnorm_bias", 0.0f);
     af_node *r = pass_node_new(s, AF_OP_GROUP_NORM, in, 3, 1);
