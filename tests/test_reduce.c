@@ -121,6 +121,10 @@ static const rcase cases[] = {
     {"AveragePool", "kernel_shape=5 strides=3 dilations=2 pads=2,2", 19, 3, {2, 3, 50}, NOAX, FILL_RAND, true},
     {"LpPool", "kernel_shape=3,3 strides=2,2 pads=1,1,1,1 p=2", 18, 4, {1, 3, 20, 21}, NOAX, FILL_RAND, true},
     {"LpPool", "kernel_shape=3 p=1", 18, 3, {2, 3, 30}, NOAX, FILL_RAND, true},
+    /* planes enough for 2 threads: a plane at a time in the slot's buffers */
+    {"AveragePool", "kernel_shape=3,2,3 strides=2,1,2 pads=1,0,1,1,1,1 count_include_pad=1", 13, 5, {2, 8, 5, 9, 10}, NOAX, FILL_RAND, true},
+    {"LpPool", "kernel_shape=2,3 strides=2,2 p=2", 18, 4, {2, 8, 11, 12}, NOAX, FILL_RAND, true},
+    {"MaxPool", "kernel_shape=3,3 strides=1,1 pads=1,1,1,1", 13, 4, {1, 16, 9, 40}, NOAX, FILL_TIES, true},
     {"LpPool", "kernel_shape=3 p=3", 18, 3, {2, 3, 30}, NOAX, FILL_RAND, false}, /* taken by the reference */
     {"GlobalAveragePool", "", 13, 5, {1, 16, 4, 7, 7}, NOAX, FILL_RAND, true},
     {"GlobalMaxPool", "", 13, 3, {2, 16, 101}, NOAX, FILL_RAND, true},

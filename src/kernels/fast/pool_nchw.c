@@ -7,7 +7,9 @@
  * then over w, and so is AveragePool's divisor, the product of the taps counted on each axis
  * (inside X, or inside the padded X with count_include_pad; an axis with none gives 0, as the
  * reference's empty window does). So the kernel runs one 1-D pass per spatial axis, outer
- * axes first (each shrinks what the next reads): along an outer axis a pass folds whole
+ * axes first (each shrinks what the next reads), a plane (n, c) at a time with its
+ * intermediates in cache when there are planes enough for the threads, else each pass over the
+ * whole tensor in parallel: along an outer axis a pass folds whole
  * contiguous rows of the inner axes (vec reduce_acc), along the last axis it pools each line
  * (vec pool_line: vectors of outputs at strides 1 and 2). LpPool raises |x| to p before the
  * passes and takes the p-th root after them. Sums add in another order than the reference's
@@ -125,54 +127,107 @@ static int64_t size_after(const pool_plan *pp, int done) {
     return s;
 }
 
+/* The passes over `planes` planes from x to y through buf[0], buf[1] (and lp, LpPool's |x|^p
+ * of the planes): each pass parallel on ex, or, with ex NULL, all on the caller. scales[q]:
+ * pass q's AveragePool divisors. */
+typedef struct passes {
+    const pool_plan *pp;
+    int todo[NN_MAXSP], npass;
+    const float *scales[NN_MAXSP];
+} passes;
+
+static void run_planes(const passes *ps, const float *x, float *y, int64_t planes, float *buf0,
+                       float *buf1, float *lp, af_exec *ex) {
+    const pool_plan *pp = ps->pp;
+    const nn_window *w = &pp->w;
+    int64_t in_count = planes * (size_after(pp, 0) / pp->planes);
+    int64_t out_count = planes * (size_after(pp, pp->nsp) / pp->planes);
+    float *buf[2] = {buf0, buf1};
+    const float *src = x;
+    if (pp->kind == PK_LP) {
+        elementwise_p(x, ps->npass ? lp : y, in_count, pp->p);
+        src = lp;
+    } else if (!ps->npass) {
+        memcpy(y, x, (size_t)in_count * sizeof(float));
+    }
+    for (int q = 0; q < ps->npass; q++) {
+        int a = ps->todo[q], i = pp->first + a;
+        pass_job j = {src, q == ps->npass - 1 ? y : buf[q & 1], planes, w->in[i], w->out[i], 1,
+                      w->k[i], w->s[i], w->d[i], w->pb[i], pp->max, ps->scales[q]};
+        for (int b = 0; b < a; b++) j.outer *= w->out[pp->first + b];
+        for (int b = a + 1; b < pp->nsp; b++) j.inner *= w->in[pp->first + b];
+        int64_t items = j.inner == 1 ? j.outer : j.outer * j.len_out;
+        af_range_fn fn = j.inner == 1 ? lines_range : rows_range;
+        if (ex) {
+            int64_t moved = j.outer * (j.len_in + j.len_out) * j.inner;
+            double ns = af_exec_work_ns(ex, (double)(j.outer * j.len_out * j.inner * j.k), 4.0 * (double)moved);
+            af_exec_parallel(ex, items, ns, fn, &j);
+        } else {
+            fn(&j, 0, 0, items);
+        }
+        src = j.y;
+    }
+    if (pp->kind == PK_LP && pp->p == 2) af_vec()->unary(AF_VUN_SQRT, 0.0f, 0.0f, y, y, out_count);
+}
+
+typedef struct plane_job {
+    const passes *ps;
+    const float *x;
+    float *y, *scratch;
+    int64_t in_plane, out_plane, per_slot, big;
+} plane_job;
+
+/* Items are planes: every pass of a plane while it is in cache, in the slot's buffers. */
+static void planes_range(void *ctx, int slot, int64_t begin, int64_t end) {
+    const plane_job *j = ctx;
+    float *mine = j->scratch + (int64_t)slot * j->per_slot;
+    for (int64_t p = begin; p < end; p++)
+        run_planes(j->ps, j->x + p * j->in_plane, j->y + p * j->out_plane, 1, mine, mine + j->big,
+                   mine + 2 * j->big, NULL);
+}
+
 static af_status run_passes(const pool_plan *pp, const float *x, float *y, af_exec *ex) {
     const nn_window *w = &pp->w;
-    int todo[NN_MAXSP], npass = 0;
+    passes ps = {pp, {0}, 0, {NULL}};
     for (int a = 0; a < pp->nsp; a++)
-        if (!identity_axis(w, pp->first + a)) todo[npass++] = a;
+        if (!identity_axis(w, pp->first + a)) ps.todo[ps.npass++] = a;
     int64_t in_count = size_after(pp, 0), out_count = size_after(pp, pp->nsp), big = 0;
     for (int a = 0; a <= pp->nsp; a++) big = size_after(pp, a) > big ? size_after(pp, a) : big;
     /* An intermediate far above X and Y (one axis padded much wider while another shrinks):
      * the separable form does not pay, the reference's window walk runs it. */
     if (big > 4 * (in_count + out_count)) return AF_DECLINED;
-    /* scratch: two intermediates (ping-pong), LpPool's |x|^p, and the passes' divisors */
-    int64_t maxlen = 1;
-    for (int a = 0; a < pp->nsp; a++) maxlen = w->out[pp->first + a] > maxlen ? w->out[pp->first + a] : maxlen;
-    size_t floats = (size_t)(2 * big + (pp->kind == PK_LP ? in_count : 0) + maxlen);
+    /* Enough planes for every thread: a plane at a time, its intermediates in the slot's
+     * buffers (in cache); else each pass over the whole tensor, in parallel. */
+    int64_t slots = af_exec_threads(ex) < AF_EXEC_MAX_SLOTS ? af_exec_threads(ex) : AF_EXEC_MAX_SLOTS;
+    bool by_plane = pp->planes >= 4 * slots;
+    int64_t bigp = big / pp->planes, inp = in_count / pp->planes;
+    int64_t per_slot = 2 * bigp + (pp->kind == PK_LP ? inp : 0);
+    int64_t whole = 2 * big + (pp->kind == PK_LP ? in_count : 0), divisors = 0;
+    for (int q = 0; q < ps.npass; q++) divisors += w->out[pp->first + ps.todo[q]];
+    size_t floats = (size_t)((by_plane ? slots * per_slot : whole) + divisors);
     float *scratch = af_exec_scratch(ex, floats * sizeof(float));
     if (!scratch) return AF_DECLINED; /* nothing written: the reference needs no scratch */
-    float *buf[2] = {scratch, scratch + big}, *scale = scratch + 2 * big;
-    const float *src = x;
-    if (pp->kind == PK_LP) {
-        float *t = scratch + 2 * big + maxlen;
-        elementwise_p(x, npass ? t : y, in_count, pp->p);
-        src = t;
-    } else if (!npass) {
-        memcpy(y, x, (size_t)in_count * sizeof(float));
-    }
-    for (int q = 0; q < npass; q++) {
-        int a = todo[q], i = pp->first + a;
-        pass_job j = {src, q == npass - 1 ? y : buf[q & 1], pp->planes, w->in[i], w->out[i], 1,
-                      w->k[i], w->s[i], w->d[i], w->pb[i], pp->max, NULL};
-        for (int b = 0; b < a; b++) j.outer *= w->out[pp->first + b];
-        for (int b = a + 1; b < pp->nsp; b++) j.inner *= w->in[pp->first + b];
-        if (pp->kind == PK_AVG) {
-            int64_t lo = pp->include_pad ? -w->pb[i] : 0, hi = w->in[i] + (pp->include_pad ? w->pe[i] : 0);
-            for (int64_t o = 0; o < w->out[i]; o++) {
-                int64_t c = taps_in(w, i, o, lo, hi);
-                scale[o] = c > 0 ? 1.0f / (float)c : 0.0f;
-            }
-            j.scale = scale;
+    float *scale = scratch + (by_plane ? slots * per_slot : whole);
+    for (int q = 0; q < ps.npass && pp->kind == PK_AVG; q++) {
+        int i = pp->first + ps.todo[q];
+        int64_t lo = pp->include_pad ? -w->pb[i] : 0, hi = w->in[i] + (pp->include_pad ? w->pe[i] : 0);
+        for (int64_t o = 0; o < w->out[i]; o++) {
+            int64_t c = taps_in(w, i, o, lo, hi);
+            scale[o] = c > 0 ? 1.0f / (float)c : 0.0f;
         }
-        int64_t moved = j.outer * (j.len_in + j.len_out) * j.inner;
-        double ns = af_exec_work_ns(ex, (double)(j.outer * j.len_out * j.inner * j.k), 4.0 * (double)moved);
-        if (j.inner == 1) af_exec_parallel(ex, j.outer, ns, lines_range, &j);
-        else af_exec_parallel(ex, j.outer * j.len_out, ns, rows_range, &j);
-        src = j.y;
+        ps.scales[q] = scale;
+        scale += w->out[i];
     }
-    if (pp->kind == PK_LP) {
-        if (pp->p == 2) af_vec()->unary(AF_VUN_SQRT, 0.0f, 0.0f, y, y, out_count);
+    if (!by_plane) {
+        run_planes(&ps, x, y, pp->planes, scratch, scratch + big, scratch + 2 * big, ex);
+        return AF_OK;
     }
+    plane_job j = {&ps, x, y, scratch, inp, out_count / pp->planes, per_slot, bigp};
+    int64_t taps = 1;
+    for (int a = 0; a < pp->nsp; a++) taps += w->k[pp->first + a];
+    af_exec_parallel(ex, pp->planes,
+                     af_exec_work_ns(ex, (double)(out_count * taps), 8.0 * (double)(in_count + out_count)),
+                     planes_range, &j);
     return AF_OK;
 }
 

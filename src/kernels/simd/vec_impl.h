@@ -1051,6 +1051,32 @@ static void pool_line(const float *x, int64_t n, float *y, int64_t m, int64_t k,
             }
             vstore(y + o, acc);
         }
+    /* the rest of the inside outputs, fewer than a vector: masked loads of the taps' elements
+     * (every one inside x), stride 2 gathering even lanes from two of them */
+    if (s <= 2 && o < hi) {
+        int64_t nc = hi - o, span = s * (nc - 1) + 1;
+        const float *q = x + o * s - pb;
+        vf acc = {0};
+        for (int64_t t = 0; t < k; t++) {
+            const float *r = q + t * d;
+            vf v;
+            if (s == 1) {
+                v = vload_part(r, nc);
+            } else {
+                vf a = vload_part(r, span < VW ? span : VW), b = vload_part(r + VW, span > VW ? span - VW : 0);
+#if VW == 16
+                v = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+#elif VW == 8
+                v = __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
+#else
+                v = __builtin_shufflevector(a, b, 0, 2, 4, 6);
+#endif
+            }
+            acc = t == 0 ? v : max ? vm_max(v, acc) : acc + v;
+        }
+        vstore_part(y + o, acc, nc);
+        o = hi;
+    }
     for (; o < m; o++) y[o] = pool_one(x, n, o, k, s, d, pb, max);
     if (scale) {
         int64_t i = 0;
