@@ -5,8 +5,8 @@
  * reference's stable sort's k first, whatever the algorithm. Each line along the axis streams
  * through a heap of its k best so far (the worst on top: most elements are turned away by one
  * comparison with it, whole blocks of a contiguous line by a vectorisable test), which is then
- * sorted; an element's rank is one 64-bit key (rank_key). The output is in that order whether or not
- * `sorted` is set (the reference's too).
+ * sorted; an element's rank is one 64-bit key (rank_key). The output is in that order whether
+ * or not `sorted` is set (the reference's too).
  *
  * CumSum along the last axis keeps a double running sum per line, as the reference does;
  * along another axis it adds whole rows of the inner axes (vec reduce_acc, float lanes: within
