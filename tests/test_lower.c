@@ -712,6 +712,34 @@ static void test_conv_1d_3d(void **state) {
     check_prec(&b1, AF_PREC_FP16);
 }
 
+/* Dilations past the feature map (an ASPP branch): only the centre tap reads data, the conv
+ * is cut down to it (1x1, no padding) and computes the same; a 1-D conv loses its two end taps,
+ * one where only one end is dead keeps the rest. */
+static void test_dead_taps(void **state) {
+    (void)state;
+    static const conv aspp = {8, {3, 3}, {1, 1}, {6, 6}, {6, 6, 6, 6}, 1, NULL, true};
+    static const conv edge = {5, {3, 3}, {1, 1}, {2, 1}, {3, 1, 0, 1}, 1, NULL, true};
+    static const convn one = {1, 6, {3}, {1}, {8}, {8, 8}, 1, true};
+    const lcase cases[] = {{"dead taps", {2, 6, 5, 4}, b_conv, &aspp, 2, 1},
+                           {"dead taps at one end", {1, 3, 4, 6}, b_conv, &edge, 2, 1},
+                           {"dead taps 1-D", {1, 4, 7}, b_convn, &one, 2, 1}};
+    static const int64_t want[3][2] = {{1, 1}, {2, 3}, {1, 0}};
+    for (int c = 0; c < 3; c++) {
+        check(&cases[c]);
+        af_arena *a = af_arena_new();
+        af_graph *g = build(a, &cases[c], 7);
+        af_error err;
+        assert_int_equal(af_lower(g, NULL, &err), AF_OK);
+        const int64_t *ks = NULL;
+        for (int i = 0; i < g->nnodes; i++)
+            if (g->nodes[i]->op == AF_OP_FUSED_CONV) af_attr_ints(g->nodes[i], "kernel_shape", &ks);
+        assert_non_null(ks);
+        assert_int_equal(ks[0], want[c][0]);
+        if (want[c][1]) assert_int_equal(ks[1], want[c][1]);
+        af_arena_free(a);
+    }
+}
+
 /* ---- MatMul and Gemm --------------------------------------------------------------------------------- */
 
 typedef struct mm_case {
@@ -825,6 +853,7 @@ int main(void) {
         cmocka_unit_test(test_conv_geometries),
         cmocka_unit_test(test_conv_1d_3d),
         cmocka_unit_test(test_bn_activation),
+        cmocka_unit_test(test_dead_taps),
         cmocka_unit_test(test_depthwise),
         cmocka_unit_test(test_expand_depthwise),
         cmocka_unit_test(test_winograd),

@@ -20,6 +20,7 @@
 #include "fusion/rule.h"
 #include "kernels/simd/cpu.h"
 #include "kernels/fast/gemm.h"
+#include "kernels/ref/nn_common.h"
 #include "lower/lower.h"
 #include "passes/rewrite.h"
 
@@ -69,6 +70,69 @@ static af_status lower_batchnorm(af_graph *g, af_node *n, af_error *err) {
     return AF_OK;
 }
 
+/* ---- dead taps ----------------------------------------------------------------------------- */
+
+/* Kernel positions whose window never touches X, for any output position, only multiply
+ * padding: a conv dilated past its feature map (DeepLabV3's ASPP at rates 24 and 36 on a 14x14
+ * map is a 3x3 conv of which only the centre tap reads data). In each spatial dim the dead taps
+ * at the kernel's two ends are cut off and the pads shrunk so that every output stays where it
+ * was; a dim whose pads would go negative keeps its kernel. */
+static af_status trim_dead_taps(af_graph *g, af_node *n, af_error *err) {
+    af_value *x = n->in[0], *w = n->nin > 1 ? n->in[1] : NULL;
+    int r = w ? w->type.rank : 0, nsp = r - 2;
+    if (!x || !w || !af_value_is_const(w) || !af_value_is_f32(w) || r < 3 || r > 5 ||
+        x->type.rank != r || strcmp(af_attr_str(n, "auto_pad", "NOTSET"), "NOTSET"))
+        return AF_OK;
+    int64_t k[3], first[3], nk[3], pads[6];
+    for (int i = 0; i < nsp; i++) {
+        k[i] = w->type.dims[2 + i];
+        if (x->type.dims[2 + i] < 1 || k[i] < 1) return AF_OK;
+    }
+    af_tensor xt = x->type;
+    xt.data = NULL;
+    nn_window win;
+    if (nn_window_init(n, &xt, k, nsp, false, &win, NULL) != AF_OK) return AF_OK;
+    bool any = false;
+    for (int i = 0; i < nsp; i++) {
+        int j = NN_MAXSP - nsp + i;
+        int64_t lo = -1, hi = -1;
+        for (int64_t t = 0; t < k[i]; t++) {
+            int64_t a, b;
+            nn_window_range(&win, j, t, &a, &b);
+            if (a < b) hi = t, lo = lo < 0 ? t : lo;
+        }
+        if (lo < 0) return AF_OK; /* every tap dead: the output is the bias, leave it */
+        int64_t kk = hi - lo + 1, pb = win.pb[j] - lo * win.d[j];
+        int64_t pe = (win.out[j] - 1) * win.s[j] + (kk - 1) * win.d[j] + 1 - win.in[j] - pb;
+        if (pb < 0 || pe < 0) lo = 0, kk = k[i], pb = win.pb[j], pe = win.pe[j];
+        first[i] = lo;
+        nk[i] = kk;
+        pads[i] = pb;
+        pads[nsp + i] = pe;
+        any = any || kk != k[i];
+    }
+    if (!any) return AF_OK;
+    int64_t nd[5] = {w->type.dims[0], w->type.dims[1]}, outer = nd[0] * nd[1];
+    for (int i = 0; i < nsp; i++) nd[2 + i] = nk[i];
+    af_value *nw = af_value_new_f32(g, "trimmed_w", r, nd);
+    if (!nw) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+    const float *src = w->type.data;
+    float *dst = nw->type.data;
+    int64_t k3[3] = {1, 1, 1}, f3[3] = {0, 0, 0}, n3[3] = {1, 1, 1}; /* as (D, H, W) */
+    for (int i = 0; i < nsp; i++) k3[3 - nsp + i] = k[i], f3[3 - nsp + i] = first[i], n3[3 - nsp + i] = nk[i];
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t a = 0; a < n3[0]; a++)
+            for (int64_t b = 0; b < n3[1]; b++)
+                for (int64_t c = 0; c < n3[2]; c++)
+                    *dst++ = src[((o * k3[0] + a + f3[0]) * k3[1] + b + f3[1]) * k3[2] + c + f3[2]];
+    af_node_set_input(n, 1, nw);
+    af_node_drop_attr(n, "kernel_shape");
+    af_node_drop_attr(n, "pads");
+    if (!af_node_set_ints(n, "kernel_shape", nk, nsp) || !af_node_set_ints(n, "pads", pads, 2 * nsp))
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+    return AF_OK;
+}
+
 /* Lower the bodies of g's control-flow nodes first: each is a graph of its own, whose nodes
  * may read g's values (captures), which lowering reads like inputs and never rewrites. */
 static af_status lower_bodies(af_graph *g, af_status (*pass)(af_graph *, af_error *),
@@ -89,6 +153,7 @@ af_status af_pass_lower(af_graph *g, af_error *err) {
             st = lower_core(g, n, err);
         else if (n->op == AF_OP_BATCH_NORMALIZATION)
             st = lower_batchnorm(g, n, err);
+        if (!st && g->nodes[i]->op == AF_OP_FUSED_CONV) st = trim_dead_taps(g, g->nodes[i], err);
     }
     /* Bodies are inferred from their enclosing graph's types: once, from the top. */
     return st || g->parent ? st : af_graph_infer_shapes(g, err);
