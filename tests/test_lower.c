@@ -740,6 +740,32 @@ static void test_dead_taps(void **state) {
     }
 }
 
+/* GroupNorm between convs (a wav2vec2 feature extractor's first layer; a 2-D one): one
+ * channels-last region, the GroupNorm's statistics taken over positions of NHWC rows. */
+static void b_groupnorm(af_graph *g, af_value *x, const void *arg) {
+    const convn *c = arg;
+    af_value *y = convnd(g, x, c);
+    af_node *gn = af_node_new(g, AF_OP_GROUP_NORM, NULL, 3, 1);
+    assert_non_null(gn);
+    af_node_set_input(gn, 0, y);
+    af_node_set_input(gn, 1, vec(g, c->m, 0.5, 1.5));
+    af_node_set_input(gn, 2, vec(g, c->m, -0.5, 0.5));
+    af_node_set_output(gn, 0, af_value_new(g, af_graph_unique_name(g, "t")));
+    set_int(gn, "num_groups", c->m / 2);
+    infer(g);
+    mark_output(g, convnd(g, op1(g, "Relu", gn->out[0]), c));
+}
+
+static void test_groupnorm_channels_last(void **state) {
+    (void)state;
+    static const convn c1 = {1, 8, {3}, {1}, {1}, {1, 1}, 1, true};
+    static const convn c3 = {3, 6, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1, 0, 1, 1}, 1, false};
+    lcase a = {"groupnorm 1-D", {2, 8, 37}, b_groupnorm, &c1, 2, 3};
+    lcase b = {"groupnorm 3-D", {1, 6, 3, 7, 5}, b_groupnorm, &c3, 2, 3};
+    check(&a);
+    check(&b);
+}
+
 /* ---- MatMul and Gemm --------------------------------------------------------------------------------- */
 
 typedef struct mm_case {
@@ -854,6 +880,7 @@ int main(void) {
         cmocka_unit_test(test_conv_1d_3d),
         cmocka_unit_test(test_bn_activation),
         cmocka_unit_test(test_dead_taps),
+        cmocka_unit_test(test_groupnorm_channels_last),
         cmocka_unit_test(test_depthwise),
         cmocka_unit_test(test_expand_depthwise),
         cmocka_unit_test(test_winograd),

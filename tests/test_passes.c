@@ -343,6 +343,20 @@ static void test_identity_and_dropout_removed(void **state) {
     af_arena_free(t.a);
 }
 
+/* A Reshape to the shape it reads is a copy; one that changes the shape is not. */
+static void test_same_shape_reshape_removed(void **state) {
+    (void)state;
+    static const double same[] = {0, -1}, other[] = {3, 2};
+    tg t = tg_new(17);
+    af_value *x = op1(&t, "Relu", input(&t, "x", 2, D23));
+    af_value *r = op2(&t, "Reshape", op2(&t, "Reshape", x, ints(&t, 2, same)), ints(&t, 2, other));
+    output_in(t.g, op1(&t, "Neg", r));
+    finish_graph(t.g);
+    check_pass(t.g, af_pass_simplify);
+    assert_int_equal(count(t.g, "Reshape"), 1);
+    af_arena_free(t.a);
+}
+
 /* Cast float->float is a copy; Cast float->int64 is not. */
 static void test_same_type_cast_removed(void **state) {
     (void)state;
@@ -1103,6 +1117,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_shape_symbolic_sum_stays),
         cmocka_unit_test(test_overridable_default_not_folded),
         cmocka_unit_test(test_identity_and_dropout_removed),
+        cmocka_unit_test(test_same_shape_reshape_removed),
         cmocka_unit_test(test_same_type_cast_removed),
         cmocka_unit_test(test_identity_output_renamed),
         cmocka_unit_test(test_copies_that_stay),

@@ -5,8 +5,8 @@
  * activations of the rank of the conv that started it.
  *
  * How: walking the nodes in order, a node that can run channels-last (a FusedConv always;
- * pooling, elementwise ops, Concat, constant Slices, a Gather of channels, SqueezeExcite and
- * ConvPoolFc when one of their inputs is already channels-last) gets its inputs in NHWC: the NHWC twin of a value when one exists, a
+ * pooling, elementwise ops, Concat, constant Slices, a Gather of channels, GroupNorm,
+ * SqueezeExcite and ConvPoolFc when one of their inputs is already channels-last) gets its inputs in NHWC: the NHWC twin of a value when one exists, a
  * Transpose to NHWC otherwise (one per value, shared), constants permuted at compile time. Each
  * of its 4-D outputs v becomes a new NHWC value v', and v itself is then computed by a
  * Transpose(v') back to NCHW right after it, for whoever still reads NCHW (a graph output, a
@@ -116,6 +116,7 @@ static slot_kind slot_of(const af_node *n, int i) {
     case AF_OP_FUSED_ELEMENTWISE: return i == 0 ? S_ACT : S_OPERAND;
     case AF_OP_CONCAT: return S_ACT;
     case AF_OP_SLICE: case AF_OP_GATHER: return i == 0 ? S_ACT : S_KEEP;
+    case AF_OP_GROUP_NORM: return i == 0 ? S_ACT : i >= 3 ? S_OPERAND : S_KEEP;
     case AF_OP_MAX_POOL: case AF_OP_AVERAGE_POOL: case AF_OP_GLOBAL_AVERAGE_POOL:
     case AF_OP_GLOBAL_MAX_POOL:
         return i == 0 ? S_ACT : S_KEEP;
@@ -140,6 +141,7 @@ static bool capable(const af_node *n) {
     case AF_OP_GLOBAL_MAX_POOL:
         return rank4_f32(n->in[0]) && n->nout == 1;
     case AF_OP_FUSED_ELEMENTWISE:
+    case AF_OP_GROUP_NORM:
         return n->nout == 1;
     case AF_OP_MAX_POOL:
     case AF_OP_AVERAGE_POOL:
@@ -342,7 +344,8 @@ static af_status convert(layout *L, af_node *n, af_error *err) {
     bool ok = true;
     if (n->op == AF_OP_FUSED_CONV || n->op == AF_OP_CONV_POOL_FC || n->op == AF_OP_SQUEEZE_EXCITE ||
         n->op == AF_OP_MAX_POOL || n->op == AF_OP_AVERAGE_POOL ||
-        n->op == AF_OP_GLOBAL_AVERAGE_POOL || n->op == AF_OP_GLOBAL_MAX_POOL)
+        n->op == AF_OP_GLOBAL_AVERAGE_POOL || n->op == AF_OP_GLOBAL_MAX_POOL ||
+        n->op == AF_OP_GROUP_NORM)
         ok = set_channels_last(n);
     if (n->op == AF_OP_CONCAT || n->op == AF_OP_GATHER) remap_axis_attr(n, rank);
     if (n->op == AF_OP_SLICE) ok = ok && remap_slice_axes(L, n, rank);

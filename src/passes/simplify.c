@@ -1,6 +1,6 @@
 /* Simplify: constant folding (fold.c); an If with a known condition replaced by its branch
- * (fold_if.c); removal of copies (Identity, inference-mode Dropout, Cast to the type its input
- * already has); dead-node removal; repeated until nothing changes, in every graph and subgraph.
+ * (fold_if.c); removal of copies (Identity, a Reshape to its input's shape, inference-mode
+ * Dropout, Cast to the type its input already has); dead-node removal; repeated until nothing changes, in every graph and subgraph.
  *
  * Invariant: graph outputs keep their names and order. A removed Identity whose output is a
  * graph output hands that name to the value it copied (its producer writes the output value
@@ -62,7 +62,11 @@ static af_status remove_copies(pass_scope *s, bool *changed, af_error *err) {
     for (int i = 0; i < s->g->nnodes && !st; i++) {
         af_node *n = s->g->nodes[i];
         if (pass_dead(s, n) || n->nin < 1 || !n->in[0] || n->nout < 1 || !n->out[0]) continue;
+        /* a Reshape to the shape it reads (symbols equal: torch's GroupNorm export reshapes
+         * [N, C, L] to [N, C, -1] when the groups are the channels) */
         bool copy = n->op == AF_OP_IDENTITY ||
+                    (n->op == AF_OP_RESHAPE && n->nout == 1 &&
+                     af_same_shape(&n->in[0]->type, &n->out[0]->type)) ||
                     (n->op == AF_OP_DROPOUT && dropout_is_copy(s, n)) ||
                     ((n->op == AF_OP_CAST || n->op == AF_OP_CAST_LIKE) && cast_is_copy(n));
         if (copy) st = bypass(s, n, changed, err);

@@ -30,6 +30,7 @@ AF_FAST_KERNEL(fast_reduce);
 AF_FAST_KERNEL(fast_arg);
 AF_FAST_KERNEL(fast_instancenorm);
 AF_FAST_KERNEL(fast_group_norm);
+AF_FAST_SHAPE(fast_shape_group_norm); /* the channels-last form: X [N, ..., C] */
 /* index.c: TopK (partial selection), CumSum. */
 AF_FAST_KERNEL(fast_topk);
 AF_FAST_KERNEL(fast_cumsum);

@@ -463,9 +463,144 @@ static void gn_range(void *ctx, int slot, int64_t begin, int64_t end) {
     }
 }
 
+/* ---- GroupNorm channels-last (the layout pass's form: X [N, positions..., C]) ------------------ */
+
+enum { GNCL_CBLOCK = 64, GNCL_ROWS = 64 };
+
+typedef struct gncl_job {
+    const float *x, *scale, *bias;
+    float *y;
+    int64_t pos, c, groups, cpg, cblocks, rblocks;
+    float eps;
+    double *mean, *var; /* per (n, channel): sums, then per group in the group's first channel */
+    float *a, *b;       /* per (n, channel): y = x * a + b */
+    const af_vep *v;
+} gncl_job;
+
+/* Items (n, block of channels): each channel's sum over positions (pass 0), or its sum of
+ * squared deviations from its group's mean (pass 1). Rows are read a block at a time. */
+static void gncl_sums(const gncl_job *j, int64_t begin, int64_t end, int pass) {
+    for (int64_t it = begin; it < end; it++) {
+        int64_t b = it / j->cblocks, c0 = it % j->cblocks * GNCL_CBLOCK;
+        int64_t nc = j->c - c0 < GNCL_CBLOCK ? j->c - c0 : GNCL_CBLOCK;
+        double acc[GNCL_CBLOCK] = {0}, mu[GNCL_CBLOCK] = {0};
+        for (int64_t k = 0; pass && k < nc; k++) mu[k] = j->mean[b * j->c + (c0 + k) / j->cpg * j->cpg];
+        const float *x = j->x + b * j->pos * j->c + c0;
+        for (int64_t p = 0; p < j->pos; p++, x += j->c)
+            for (int64_t k = 0; k < nc; k++) {
+                double d = (double)x[k] - mu[k];
+                acc[k] += pass ? d * d : d;
+            }
+        memcpy((pass ? j->var : j->mean) + b * j->c + c0, acc, (size_t)nc * sizeof(double));
+    }
+}
+
+static void gncl_mean(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    gncl_sums(ctx, begin, end, 0);
+}
+
+static void gncl_var(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    gncl_sums(ctx, begin, end, 1);
+}
+
+/* Per (n, group): the channels' sums joined in channel order and divided by the group's
+ * count, kept in the group's first channel (the mean after pass 0, the variance after 1). */
+static void gncl_join(const gncl_job *j, int64_t n, double *s) {
+    double count = (double)(j->cpg * j->pos);
+    for (int64_t g = 0; g < n * j->groups; g++) {
+        double t = 0;
+        for (int64_t k = 0; k < j->cpg; k++) t += s[g * j->cpg + k];
+        s[g * j->cpg] = t / count;
+    }
+}
+
+/* Items (n, block of rows): y = x * a + b per channel, then the epilogue on those rows. */
+static void gncl_write(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const gncl_job *j = ctx;
+    const af_vec_ops *v = af_vec();
+    for (int64_t it = begin; it < end; it++) {
+        int64_t b = it / j->rblocks, p0 = it % j->rblocks * GNCL_ROWS;
+        int64_t rows = j->pos - p0 < GNCL_ROWS ? j->pos - p0 : GNCL_ROWS;
+        const float *a = j->a + b * j->c, *sh = j->b + b * j->c;
+        int64_t row0 = b * j->pos + p0;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *x = j->x + (row0 + r) * j->c;
+            float *y = j->y + (row0 + r) * j->c;
+            for (int64_t k = 0; k < j->c; k++) y[k] = x[k] * a[k] + sh[k];
+        }
+        if (j->v->nsteps || j->v->generic)
+            v->ep_tile(j->v, j->y + row0 * j->c, j->c, row0, 0, rows, j->c);
+    }
+}
+
+/* Checks of the channels-last form; errors rather than declines, since the reference kernel
+ * reads only the NCHW form. */
+static af_status gncl_check(const af_node *n, const af_tensor *const *in, af_error *err) {
+    const af_tensor *t = in[0];
+    int64_t groups = af_attr_int(n, "num_groups", 0), c = t && t->rank >= 3 ? t->dims[t->rank - 1] : -1;
+    if (n->nin < 3 || n->nout != 1 || !t || t->dtype != AF_DTYPE_FLOAT || t->rank < 3 || groups < 1 ||
+        c < 1 || c % groups || !in[1] || !in[2] || in[1]->dtype != AF_DTYPE_FLOAT ||
+        in[2]->dtype != AF_DTYPE_FLOAT || af_tensor_numel(in[1]) != c || af_tensor_numel(in[2]) != c)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "channels-last GroupNorm needs float32 X [N, ..., C], num_groups "
+                            "dividing C, scale and bias of C");
+    return AF_OK;
+}
+
+af_status fast_shape_group_norm(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                                af_error *err) {
+    af_status st = gncl_check(n, in, err);
+    if (st != AF_OK) return st;
+    af_tensor_set_type(&out[0], AF_DTYPE_FLOAT, in[0]->rank, in[0]->dims);
+    return af_epilogue_validate(n, in, &out[0], err);
+}
+
+static af_status group_norm_cl(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                               af_exec *x, af_error *err) {
+    af_status st = gncl_check(n, in, err);
+    const af_tensor *t = in[0];
+    if (st == AF_OK && (!ready(t, AF_DTYPE_FLOAT) || !ready(in[1], AF_DTYPE_FLOAT) ||
+                        !ready(in[2], AF_DTYPE_FLOAT) || !ready(&out[0], AF_DTYPE_FLOAT) ||
+                        af_tensor_numel(&out[0]) != af_tensor_numel(t)))
+        st = af_node_fail(err, n, AF_ERR_INTERNAL, "input data missing at run time");
+    af_epilogue ep;
+    if (st == AF_OK) st = af_epilogue_parse(n, in, &out[0], &ep, err);
+    if (st != AF_OK) return st;
+    int64_t nb = t->dims[0], c = t->dims[t->rank - 1], total = af_tensor_numel(t);
+    if (total == 0) return AF_OK;
+    size_t per = (size_t)(nb * c);
+    unsigned char *mem = af_exec_scratch(x, per * (2 * sizeof(double) + 2 * sizeof(float)));
+    if (!mem) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory for GroupNorm scratch");
+    af_vep v;
+    af_vep_build(&ep, out[0].data, c, &v);
+    int64_t groups = af_attr_int(n, "num_groups", 0), pos = total / (nb * c);
+    gncl_job j = {t->data, in[1]->data, in[2]->data, out[0].data, pos, c, groups, c / groups,
+                  (c + GNCL_CBLOCK - 1) / GNCL_CBLOCK, (pos + GNCL_ROWS - 1) / GNCL_ROWS,
+                  af_attr_float(n, "epsilon", 1e-5f), (double *)mem, (double *)mem + per,
+                  (float *)((double *)mem + 2 * per), (float *)((double *)mem + 2 * per) + per, &v};
+    double read_ns = af_exec_work_ns(x, 2.0 * (double)total, 4.0 * (double)total);
+    af_exec_parallel(x, nb * j.cblocks, read_ns, gncl_mean, &j);
+    gncl_join(&j, nb, j.mean);
+    af_exec_parallel(x, nb * j.cblocks, read_ns, gncl_var, &j);
+    gncl_join(&j, nb, j.var);
+    for (int64_t i = 0; i < nb * c; i++) {
+        int64_t first = i / j.cpg * j.cpg, ch = i % c;
+        float inv = (float)(1.0 / sqrt(j.var[first] + j.eps)), mean = (float)j.mean[first];
+        j.a[i] = inv * j.scale[ch];
+        j.b[i] = j.bias[ch] - mean * j.a[i];
+    }
+    af_exec_parallel(x, nb * j.rblocks,
+                     af_exec_work_ns(x, (2.0 + 10.0 * ep.nsteps) * (double)total, 8.0 * (double)total),
+                     gncl_write, &j);
+    return AF_OK;
+}
+
 af_status fast_group_norm(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_exec *x, af_error *err) {
-    (void)err;
+    if (af_attr_int(n, "channels_last", 0)) return group_norm_cl(n, in, out, x, err);
     if (n->nin < 3 || n->nout != 1 || !ready(in[0], AF_DTYPE_FLOAT) ||
         !ready(in[1], AF_DTYPE_FLOAT) || !ready(in[2], AF_DTYPE_FLOAT) ||
         !ready(&out[0], AF_DTYPE_FLOAT) || in[0]->rank < 3 ||
