@@ -7,7 +7,10 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "kernels/fast/fast.h"
 #include "kernels/ref/ref.h"
+#include "kernels/simd/cpu.h"
+#include "runtime/exec.h"
 
 #define TENS_MAXV 24
 #include "test_util.h"
@@ -405,12 +408,195 @@ static void test_kernel_rejects_bad_buffers(void **state) {
     af_arena_free(a);
 }
 
+/* ---- the fast broadcast kernels against the reference ------------------------------------- */
+
+typedef struct bc_shape {
+    af_dtype t;
+    int rank;
+    int64_t dims[4];
+} bc_shape;
+
+typedef struct bc_case {
+    const char *op, *attrs;
+    int nin;
+    bc_shape in[3];
+    af_kernel_fn fast; /* must take the case (not AF_DECLINED) */
+} bc_case;
+
+/* Random values with repeats (so comparisons see equal operands), NaN, and -0; bools 0, 1, 2. */
+static void bc_fill(af_tensor *t, bool positive) {
+    for (int64_t i = 0; i < af_tensor_numel(t); i++) {
+        double r = tu_rnd();
+        if (t->dtype == AF_DTYPE_BOOL) {
+            ((uint8_t *)t->data)[i] = (uint8_t)((r + 1.0) * 1.5);
+            continue;
+        }
+        double v = i % 5 == 1 ? (double)(int)(r * 3.0) : r * 4.0;
+        if (i % 23 == 7) v = NAN;
+        if (i % 29 == 3) v = -0.0;
+        if (positive && v < 0) v = -v;
+        tens_set(t, i, v);
+    }
+}
+
+/* Run node n on the fast kernel (directly, one thread: it must take the case) and through the
+ * dispatcher on 1 and 2 threads, on every ISA; each output must equal the reference's bytes. */
+static void bc_check(const bc_case *c, af_runtime *rt) {
+    af_arena *a = af_arena_new();
+    af_node *n = make_node(a, c->op, c->attrs, 17, c->nin, 1);
+    af_tensor *x[3] = {NULL, NULL, NULL};
+    const af_tensor *in[3];
+    for (int k = 0; k < c->nin; k++) {
+        in[k] = x[k] = af_tensor_new(c->in[k].t, c->in[k].rank, c->in[k].dims);
+        assert_non_null(x[k]);
+        bc_fill(x[k], strcmp(c->op, "Pow") == 0 && k == 0);
+    }
+    af_error err = {0};
+    af_tensor want, got;
+    memset(&want, 0, sizeof want);
+    af_isa best = af_isa_best();
+    af_isa_set(AF_ISA_REFERENCE);
+    if (tu_run(n, in, &want, 1, &err) != AF_OK) fail_msg("%s: reference: %s", c->op, err.message);
+    size_t bytes = (size_t)af_tensor_numel(&want) * af_dtype_size(want.dtype);
+    for (int isa = AF_ISA_GENERIC; isa <= (int)best; isa++)
+        for (int way = 0; way < 3; way++) {
+            af_isa_set((af_isa)isa);
+            memset(&got, 0, sizeof got);
+            af_status st = af_kernel_shape(n, in, &got, &err);
+            if (st == AF_OK) st = af_tensor_alloc(&got, &err);
+            if (st == AF_OK && way == 0) {
+                af_exec ex;
+                af_exec_init(&ex, NULL, NULL);
+                st = c->fast(n, in, &got, &ex, &err);
+                af_exec_release(&ex);
+            } else if (st == AF_OK) {
+                st = af_runtime_kernel(way == 2 ? rt : NULL, n, in, &got, &err);
+            }
+            if (st != AF_OK) fail_msg("%s (%s) on %s: status %d", c->op, c->attrs,
+                                      af_isa_name(af_isa_get()), st);
+            assert_int_equal(got.dtype, want.dtype);
+            assert_int_equal(got.rank, want.rank);
+            if (memcmp(got.data, want.data, bytes)) {
+                for (size_t b = 0; b < bytes; b++)
+                    if (((uint8_t *)got.data)[b] != ((uint8_t *)want.data)[b]) {
+                        print_error("element %zu: %g, expected %g\n", b / af_dtype_size(want.dtype),
+                                    tens_get(&got, (int64_t)(b / af_dtype_size(want.dtype))),
+                                    tens_get(&want, (int64_t)(b / af_dtype_size(want.dtype))));
+                        break;
+                    }
+                fail_msg("%s (%s) on %s, %s: differs from the reference", c->op, c->attrs,
+                         af_isa_name(af_isa_get()), way == 0 ? "fast kernel" : way == 1 ? "1 thread" : "2 threads");
+            }
+            af_tensor_release(&got);
+        }
+    af_isa_set(best);
+    af_tensor_release(&want);
+    for (int k = 0; k < c->nin; k++) af_tensor_free(x[k]);
+    af_arena_free(a);
+}
+
+#define S0(t) {t, 0, {0}}
+#define S1(t, a) {t, 1, {a}}
+#define S2(t, a, b) {t, 2, {a, b}}
+#define S3(t, a, b, c) {t, 3, {a, b, c}}
+#define S4(t, a, b, c, d) {t, 4, {a, b, c, d}}
+
+static void test_broadcast_fast(void **state) {
+    (void)state;
+    static const bc_case cases[] = {
+        /* the audio CNN's Max(x, constant), threaded */
+        {"Max", "", 2, {S4(F32, 1, 32, 40, 100), S0(F32)}, fast_variadic},
+        {"Max", "", 2, {S0(F32), S4(F32, 2, 3, 5, 7)}, fast_variadic},       /* scalar first */
+        {"Min", "", 2, {S4(F32, 2, 3, 5, 7), S3(F32, 3, 1, 1)}, fast_variadic}, /* per channel */
+        {"Max", "", 2, {S3(F32, 5, 1, 7), S2(F32, 3, 1)}, fast_variadic},    /* both broadcast */
+        {"Min", "", 2, {S2(F32, 6, 1), S2(F32, 1, 13)}, fast_variadic},      /* outer product */
+        {"Max", "", 3, {S3(F32, 2, 3, 9), S1(F32, 9), S3(F32, 2, 1, 1)}, fast_variadic},
+        {"Min", "", 1, {S2(F32, 3, 17)}, fast_variadic},
+        {"Sum", "", 3, {S2(F32, 4, 33), S2(F32, 4, 1), S0(F32)}, fast_variadic},
+        {"Mean", "", 3, {S2(F32, 4, 33), S1(F32, 33), S2(F32, 4, 33)}, fast_variadic},
+        {"Mean", "", 2, {S1(F32, 70000), S1(F32, 70000)}, fast_variadic}, /* rows cut in pieces */
+        {"Max", "", 2, {S3(F32, 3, 1, 40000), S3(F32, 1, 2, 1)}, fast_variadic},
+        /* broadcasts the vector epilogue cannot read, Pow, Mod */
+        {"Add", "", 2, {S3(F32, 4, 1, 9), S2(F32, 6, 1)}, fast_binary},
+        {"Sub", "", 2, {S2(F32, 7, 1), S3(F32, 2, 1, 33)}, fast_binary},
+        {"Div", "", 2, {S3(F32, 3, 1, 5), S3(F32, 3, 4, 5)}, fast_binary},
+        {"Mul", "", 2, {S4(F32, 2, 1, 3, 1), S4(F32, 1, 5, 1, 6)}, fast_binary},
+        {"Pow", "", 2, {S2(F32, 3, 17), S1(F32, 17)}, fast_binary},
+        {"Pow", "", 2, {S2(F32, 3, 17), S0(F32)}, fast_binary},
+        {"Mod", "fmod=1", 2, {S2(F32, 5, 11), S2(F32, 5, 1)}, fast_binary},
+        /* comparisons into bool */
+        {"Equal", "", 2, {S3(F32, 2, 3, 19), S1(F32, 19)}, fast_compare},
+        {"Less", "", 2, {S3(F32, 2, 3, 19), S0(F32)}, fast_compare},
+        {"Greater", "", 2, {S2(F32, 3, 1), S2(F32, 1, 21)}, fast_compare},
+        {"LessOrEqual", "", 2, {S2(F32, 4, 37), S2(F32, 4, 37)}, fast_compare},
+        {"GreaterOrEqual", "", 2, {S0(F32), S3(F32, 3, 2, 11)}, fast_compare},
+        /* bool ops: operands 0, 1, 2 (true when nonzero) */
+        {"And", "", 2, {S2(BOOL, 5, 13), S1(BOOL, 13)}, fast_logical},
+        {"Or", "", 2, {S2(BOOL, 5, 1), S2(BOOL, 1, 13)}, fast_logical},
+        {"Xor", "", 2, {S3(BOOL, 2, 5, 13), S0(BOOL)}, fast_logical},
+        {"Not", "", 1, {S3(BOOL, 2, 5, 13)}, fast_not},
+        /* Where of 4-, 8-, 1- and 2-byte elements */
+        {"Where", "", 3, {S3(BOOL, 2, 1, 9), S2(F32, 3, 9), S0(F32)}, fast_where},
+        {"Where", "", 3, {S2(BOOL, 4, 1), S2(I64, 1, 7), S2(I64, 4, 7)}, fast_where},
+        {"Where", "", 3, {S1(BOOL, 31), S1(BOOL, 31), S1(BOOL, 1)}, fast_where},
+        {"Where", "", 3, {S2(BOOL, 3, 5), S2(F16, 3, 5), S1(F16, 5)}, fast_where},
+    };
+    af_runtime *rt = NULL;
+    af_error err;
+    assert_int_equal(af_runtime_new(2, &rt, &err), AF_OK);
+    tu_rng = 16;
+    for (size_t c = 0; c < AF_COUNT(cases); c++) bc_check(&cases[c], rt);
+    af_runtime_free(rt);
+}
+
+/* What the fast broadcast kernels do not take they leave to the reference, which reports it:
+ * shapes that do not broadcast, a short buffer, legacy broadcasting, an int Max. */
+static void test_broadcast_fast_declines(void **state) {
+    (void)state;
+    af_arena *a = af_arena_new();
+    af_error err;
+    tens xs = T1(F32, 4, 1, 2, 3, 4), ys = T1(F32, 3, 1, 2, 3), is = T1(I64, 2, 1, 2);
+    af_tensor *x = tens_make(&xs), *y = tens_make(&ys), *iv = tens_make(&is);
+    af_tensor out[1];
+    memset(out, 0, sizeof out);
+    int64_t dims[1] = {4};
+    af_tensor_set_type(&out[0], AF_DTYPE_FLOAT, 1, dims);
+    assert_int_equal(af_tensor_alloc(&out[0], &err), AF_OK);
+    af_exec ex;
+    af_exec_init(&ex, NULL, NULL);
+    af_node *mx = make_node(a, "Max", "", 13, 2, 1);
+    const af_tensor *in[2] = {x, y};
+    assert_int_equal(fast_variadic(mx, in, out, &ex, &err), AF_DECLINED);
+    assert_int_equal(af_runtime_kernel(NULL, mx, in, out, &err), AF_ERR_RUNTIME);
+    af_node *pw = make_node(a, "Pow", "", 13, 2, 1);
+    assert_int_equal(fast_binary(pw, in, out, &ex, &err), AF_DECLINED);
+    x->nbytes = 8; /* claims 4 floats, holds 2 */
+    const af_tensor *in2[2] = {x, x};
+    assert_int_equal(fast_variadic(mx, in2, out, &ex, &err), AF_DECLINED);
+    assert_int_equal(fast_binary(pw, in2, out, &ex, &err), AF_DECLINED);
+    x->nbytes = 16;
+    af_node *old = make_node(a, "Max", "", 6, 2, 1);
+    assert_int_equal(fast_variadic(old, in2, out, &ex, &err), AF_DECLINED);
+    const af_tensor *in3[2] = {iv, iv};
+    assert_int_equal(fast_variadic(mx, in3, out, &ex, &err), AF_DECLINED);
+    af_node *eq = make_node(a, "Equal", "", 13, 2, 1);
+    assert_int_equal(fast_compare(eq, in2, out, &ex, &err), AF_DECLINED); /* output not bool */
+    af_exec_release(&ex);
+    af_tensor_release(&out[0]);
+    af_tensor_free(x);
+    af_tensor_free(y);
+    af_tensor_free(iv);
+    af_arena_free(a);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_shapes_unknown),
         cmocka_unit_test(test_legacy_broadcast),
         cmocka_unit_test(test_kernel_rejects_bad_buffers),
+        cmocka_unit_test(test_broadcast_fast),
+        cmocka_unit_test(test_broadcast_fast_declines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

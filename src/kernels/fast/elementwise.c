@@ -148,7 +148,7 @@ static bool run_binary(const af_node *n, const af_tensor *a, const af_tensor *b,
     af_broadcast_strides(o, y, ep.steps[0].strides);
     af_vep v;
     af_vep_build(&ep, y->data, y->dims[y->rank - 1], &v);
-    if (v.generic) return false; /* the reference kernel's broadcast iterator is as good */
+    if (v.generic) return false; /* fast_broadcast_binary walks it as rows */
     fast_ep_run(ex, &v, x->data, y->data, count);
     return true;
 }
@@ -332,7 +332,8 @@ af_status fast_binary(const af_node *n, const af_tensor *const *in, af_tensor *o
     if (n->nin != 2 || af_graph_opset(n->graph) < 7 || !f32_ready(in[0]) || !f32_ready(in[1]) ||
         !f32_ready(&out[0]) || !broadcasts_to(in[0], &out[0]) || !broadcasts_to(in[1], &out[0]))
         return AF_DECLINED;
-    return taken(run_binary(n, in[0], in[1], &out[0], x));
+    if (run_binary(n, in[0], in[1], &out[0], x)) return AF_OK;
+    return fast_broadcast_binary(n, in, out, x); /* the other broadcasts, Pow, Mod */
 }
 
 /* Over the last axes, Scale and B as whole rows; no Mean / InvStdDev outputs. */

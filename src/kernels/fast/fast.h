@@ -34,6 +34,15 @@ AF_FAST_SHAPE(fast_shape_group_norm); /* the channels-last form: X [N, ..., C] *
 /* index.c: TopK (partial selection), CumSum. */
 AF_FAST_KERNEL(fast_topk);
 AF_FAST_KERNEL(fast_cumsum);
+/* broadcast.c: ops whose inputs broadcast, walked as rows. fast_broadcast_binary takes the
+ * float32 Add / Sub / Mul / Div / Pow / Mod that fast_binary's vector epilogue does not. */
+af_status fast_broadcast_binary(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                                af_exec *x);
+AF_FAST_KERNEL(fast_variadic);
+AF_FAST_KERNEL(fast_compare);
+AF_FAST_KERNEL(fast_logical);
+AF_FAST_KERNEL(fast_not);
+AF_FAST_KERNEL(fast_where);
 /* pool.c: channels-last pooling. */
 AF_FAST_KERNEL(fast_maxpool);
 AF_FAST_KERNEL(fast_avgpool);

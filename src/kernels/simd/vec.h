@@ -147,6 +147,21 @@ typedef enum af_vred {
     AF_VRED_MAX,
     AF_VRED_MIN
 } af_vred;
+/* Ops of the broadcast row functions (binary_row, compare_row). MAX and MIN propagate NaN (the
+ * first NaN operand), as the reference kernel's numpy semantics. */
+typedef enum af_vbin_op {
+    AF_VBIN_ADD = 1,
+    AF_VBIN_SUB,
+    AF_VBIN_MUL,
+    AF_VBIN_DIV,
+    AF_VBIN_MAX,
+    AF_VBIN_MIN,
+    AF_VBIN_EQ, /* the comparisons: compare_row only */
+    AF_VBIN_LT,
+    AF_VBIN_GT,
+    AF_VBIN_LE,
+    AF_VBIN_GE
+} af_vbin_op;
 
 typedef struct af_vec_ops {
     const char *name;
@@ -215,6 +230,13 @@ typedef struct af_vec_ops {
                       int64_t d, int64_t pb, int max, const float *scale);
     /* y[r * cols + j] = x[r * cols + j] * s[r] for r < rows, j < cols (y may be x). */
     void (*scale_rows)(const float *x, const float *s, int64_t rows, int64_t cols, float *y);
+    /* y[i] = a[i * sa] (op) b[i * sb] for i < n, sa and sb 0 (a broadcast scalar) or 1, op
+     * ADD..MIN of af_vbin_op; y may be a or b. */
+    void (*binary_row)(int op, const float *a, int64_t sa, const float *b, int64_t sb, float *y,
+                       int64_t n);
+    /* y[i] = a[i * sa] (op) b[i * sb] as 0 / 1 bytes, op EQ..GE of af_vbin_op. */
+    void (*compare_row)(int op, const float *a, int64_t sa, const float *b, int64_t sb,
+                        uint8_t *y, int64_t n);
 } af_vec_ops;
 
 /* af_vec_avx512bf16 is af_vec_avx512 with its BF16 micro-kernels on the AVX512_BF16 dot product

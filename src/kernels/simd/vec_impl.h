@@ -1114,6 +1114,107 @@ static void norm_affine(const float *x, float *y, int64_t n, float mean, float k
     if (i < n) vstore_part(y + i, (vload_part(x + i, n - i) - m) * kv + bv, n - i);
 }
 
+/* ---- broadcast rows --------------------------------------------------------------------------- */
+
+/* a (op) b as the reference kernel computes it (in double, rounded: the same bits for these
+ * ops); MAX and MIN return the first NaN operand (maxps(a, b) already returns b when either
+ * is NaN). */
+static inline __attribute__((always_inline)) vf vbin(int op, vf a, vf b) {
+    switch (op) {
+    case AF_VBIN_ADD: return a + b;
+    case AF_VBIN_SUB: return a - b;
+    case AF_VBIN_MUL: return a * b;
+    case AF_VBIN_DIV: return a / b;
+    case AF_VBIN_MAX: return vm_select(a != a, a, vm_max(a, b));
+    case AF_VBIN_MIN: return vm_select(a != a, a, vm_min(a, b));
+    default: return a;
+    }
+}
+
+static inline __attribute__((always_inline)) vi vcmp(int op, vf a, vf b) {
+    switch (op) {
+    case AF_VBIN_EQ: return a == b;
+    case AF_VBIN_LT: return a < b;
+    case AF_VBIN_GT: return a > b;
+    case AF_VBIN_LE: return a <= b;
+    default: return a >= b;
+    }
+}
+
+/* s in every lane, -0 kept (vsplat adds it to +0, which makes -0 +0). */
+static inline vf vbcast(float s) {
+    vf v;
+    for (int l = 0; l < VW; l++) v[l] = s;
+    return v;
+}
+
+/* Operand p at lane offset i: a vector of s = 1 or the splat of s = 0. */
+static inline __attribute__((always_inline)) vf vld_s(const float *p, int64_t s, int64_t i,
+                                                      int64_t n) {
+    if (!s) return vbcast(p[0]);
+    return n == VW ? vload(p + i) : vload_part(p + i, n);
+}
+
+/* One loop per (op, strides) so that neither is decided inside it. */
+#define BIN_LOOP(OP, SA, SB)                                                                     \
+    do {                                                                                         \
+        int64_t i = 0;                                                                           \
+        for (; i + VW <= n; i += VW) vstore(y + i, vbin(OP, vld_s(a, SA, i, VW), vld_s(b, SB, i, VW))); \
+        if (i < n)                                                                               \
+            vstore_part(y + i, vbin(OP, vld_s(a, SA, i, n - i), vld_s(b, SB, i, n - i)), n - i); \
+    } while (0)
+#define BIN_STRIDES(OP)                                                                          \
+    case OP:                                                                                     \
+        if (sa && sb) BIN_LOOP(OP, 1, 1);                                                        \
+        else if (sa) BIN_LOOP(OP, 1, 0);                                                         \
+        else if (sb) BIN_LOOP(OP, 0, 1);                                                         \
+        else BIN_LOOP(OP, 0, 0);                                                                 \
+        break
+
+static void binary_row(int op, const float *a, int64_t sa, const float *b, int64_t sb, float *y,
+                       int64_t n) {
+    switch (op) {
+        BIN_STRIDES(AF_VBIN_ADD);
+        BIN_STRIDES(AF_VBIN_SUB);
+        BIN_STRIDES(AF_VBIN_MUL);
+        BIN_STRIDES(AF_VBIN_DIV);
+        BIN_STRIDES(AF_VBIN_MAX);
+        BIN_STRIDES(AF_VBIN_MIN);
+    default: break;
+    }
+}
+
+static inline void store_mask(uint8_t *y, vi m, int64_t n) {
+    for (int64_t l = 0; l < n; l++) y[l] = (uint8_t)(m[l] & 1);
+}
+
+#define CMP_LOOP(OP, SA, SB)                                                                     \
+    do {                                                                                         \
+        int64_t i = 0;                                                                           \
+        for (; i + VW <= n; i += VW) store_mask(y + i, vcmp(OP, vld_s(a, SA, i, VW), vld_s(b, SB, i, VW)), VW); \
+        if (i < n)                                                                               \
+            store_mask(y + i, vcmp(OP, vld_s(a, SA, i, n - i), vld_s(b, SB, i, n - i)), n - i); \
+    } while (0)
+#define CMP_STRIDES(OP)                                                                          \
+    case OP:                                                                                     \
+        if (sa && sb) CMP_LOOP(OP, 1, 1);                                                        \
+        else if (sa) CMP_LOOP(OP, 1, 0);                                                         \
+        else if (sb) CMP_LOOP(OP, 0, 1);                                                         \
+        else CMP_LOOP(OP, 0, 0);                                                                 \
+        break
+
+static void compare_row(int op, const float *a, int64_t sa, const float *b, int64_t sb,
+                        uint8_t *y, int64_t n) {
+    switch (op) {
+        CMP_STRIDES(AF_VBIN_EQ);
+        CMP_STRIDES(AF_VBIN_LT);
+        CMP_STRIDES(AF_VBIN_GT);
+        CMP_STRIDES(AF_VBIN_LE);
+        CMP_STRIDES(AF_VBIN_GE);
+    default: break;
+    }
+}
+
 /* ---- softmax --------------------------------------------------------------------------------------- */
 
 /* Lane max (NaN-free v), as a tree. */
@@ -1214,4 +1315,6 @@ const af_vec_ops VEC_TABLE = {
     .norm_affine = norm_affine,
     .pool_line = pool_line,
     .softmax_cols = softmax_cols,
+    .binary_row = binary_row,
+    .compare_row = compare_row,
 };
