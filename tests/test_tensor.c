@@ -13,6 +13,7 @@
 
 #include "kernels/simd/cpu.h"
 #include "kernels/fast/dispatch.h"
+#include "kernels/fast/fast.h"
 #include "kernels/ref/ref.h"
 #include "runtime/exec.h"
 
@@ -20,6 +21,7 @@
 #include "test_util.h"
 
 #define EMPTY(t) {t, 1, {0}, {0}}
+#define U8 AF_DTYPE_UINT8
 #define BIG 1e18 /* "to the end" without INT64_MAX, which a double cannot hold */
 
 /* x = 0..11 as [2, 3, 2] and [3, 4]; a 2x2 image; a 1x4 row. */
@@ -309,11 +311,186 @@ static void test_transpose_fast(void **state) {
     af_runtime_free(rt);
 }
 
+/* ---- fast kernels against the reference ---------------------------------------------------- */
+
+/* A tensor of dtype t and dims with values from tu_rnd (integers: small ones, some negative). */
+static af_tensor *rnd_tensor(af_dtype t, int rank, const int64_t *dims) {
+    af_tensor *x = af_tensor_new(t, rank, dims);
+    assert_non_null(x);
+    for (int64_t i = 0; i < af_tensor_numel(x); i++) {
+        double v = tu_rnd() * 8.0;
+        tens_set(x, i, t == AF_DTYPE_FLOAT ? v : (double)(int64_t)v);
+    }
+    return x;
+}
+
+/* Run n on the fast kernel fast directly (one thread: it must take the case) and through the
+ * dispatcher on 1 and 2 threads, on every ISA; compare with the reference kernel's output:
+ * bit for bit when exact, else within 1e-5 of the reference's largest magnitude. */
+static void fast_vs_ref(const char *name, const af_node *n, const af_tensor *const *in,
+                        af_kernel_fn fast, bool exact, af_runtime *rt) {
+    af_error err = {0};
+    af_tensor want, got;
+    memset(&want, 0, sizeof want);
+    af_isa best = af_isa_best();
+    af_isa_set(AF_ISA_REFERENCE);
+    if (tu_run(n, in, &want, 1, &err) != AF_OK) fail_msg("%s: reference: %s", name, err.message);
+    int64_t count = af_tensor_numel(&want);
+    double range = 1.0;
+    for (int64_t i = 0; !exact && i < count; i++)
+        range = fmax(range, fabs(tens_get(&want, i)));
+    for (int isa = AF_ISA_GENERIC; isa <= (int)best; isa++)
+        for (int way = 0; way < 3; way++) {
+            af_isa_set((af_isa)isa);
+            memset(&got, 0, sizeof got);
+            af_status st = af_kernel_shape(n, in, &got, &err);
+            if (st == AF_OK) st = af_tensor_alloc(&got, &err);
+            if (st == AF_OK && way == 0) {
+                af_exec ex;
+                af_exec_init(&ex, NULL, NULL);
+                st = fast(n, in, &got, &ex, &err);
+                af_exec_release(&ex);
+            } else if (st == AF_OK) {
+                st = af_runtime_kernel(way == 2 ? rt : NULL, n, in, &got, &err);
+            }
+            const char *how = way == 0 ? "fast kernel" : way == 1 ? "1 thread" : "2 threads";
+            if (st != AF_OK)
+                fail_msg("%s on %s, %s: status %d", name, af_isa_name(af_isa_get()), how, st);
+            assert_int_equal(got.dtype, want.dtype);
+            assert_int_equal(got.rank, want.rank);
+            for (int d = 0; d < want.rank; d++) assert_int_equal(got.dims[d], want.dims[d]);
+            for (int64_t i = 0; i < count; i++) {
+                bool ok;
+                if (exact) {
+                    size_t es = af_dtype_size(want.dtype);
+                    ok = !memcmp((char *)got.data + i * es, (char *)want.data + i * es, es);
+                } else {
+                    ok = fabs(tens_get(&got, i) - tens_get(&want, i)) <= 1e-5 * range;
+                }
+                if (!ok)
+                    fail_msg("%s on %s, %s: element %lld is %.9g, expected %.9g", name,
+                             af_isa_name(af_isa_get()), how, (long long)i, tens_get(&got, i),
+                             tens_get(&want, i));
+            }
+            af_tensor_release(&got);
+        }
+    af_isa_set(best);
+    af_tensor_release(&want);
+}
+
+/* Resize: every mode, coordinate transformation and nearest_mode, scales and sizes, resized
+ * axes anywhere (first, middle, all, none), ranks 1 to 5, several dtypes for nearest. */
+static void test_resize_fast(void **state) {
+    (void)state;
+    static const struct {
+        const char *attrs;
+        int opset;
+        af_dtype t;
+        int rank;
+        int64_t dims[5];
+        double scales[5]; /* all 0: sizes */
+        int64_t sizes[5];
+        double roi[10]; /* tf_crop_and_resize */
+    } cases[] = {
+        {"mode=linear", 13, F32, 4, {1, 8, 30, 40}, {1, 1, 2, 2}}, /* threaded */
+        {"mode=linear", 13, F32, 4, {2, 3, 7, 9}, {1, 1, 0.5, 0.7}},
+        {"mode=linear coordinate_transformation_mode=align_corners", 13, F32, 4, {2, 3, 5, 6},
+         {0}, {2, 3, 9, 4}},
+        {"mode=linear coordinate_transformation_mode=pytorch_half_pixel", 13, F32, 4,
+         {1, 2, 3, 7}, {0}, {1, 2, 1, 13}},
+        {"mode=linear coordinate_transformation_mode=asymmetric", 13, F32, 3, {2, 5, 7},
+         {1, 1.5, 0.6}},
+        {"mode=linear coordinate_transformation_mode=half_pixel", 11, F32, 5, {1, 2, 3, 4, 5},
+         {1, 1, 2, 2, 2}},
+        {"mode=linear", 13, F32, 3, {3, 2, 4}, {2, 1, 1}},   /* the first axis resized */
+        {"mode=linear", 13, F32, 4, {2, 5, 3, 4}, {1, 2, 1, 1}}, /* a middle axis alone */
+        {"mode=linear", 13, F32, 1, {11}, {1.9}},
+        {"mode=linear", 13, F32, 3, {2, 3, 4}, {1, 1, 1}},   /* nothing resized: a copy */
+        {"mode=cubic", 13, F32, 4, {1, 2, 6, 8}, {1, 1, 1.7, 2.3}},
+        {"mode=cubic cubic_coeff_a=-0.5 exclude_outside=1", 13, F32, 4, {1, 1, 9, 5}, {0},
+         {1, 1, 4, 11}},
+        {"mode=cubic coordinate_transformation_mode=align_corners", 13, F32, 4, {1, 3, 4, 4},
+         {1, 1, 2, 2}},
+        {"mode=nearest", 13, F32, 4, {1, 3, 5, 7}, {1, 1, 2, 3}},
+        {"mode=nearest nearest_mode=ceil coordinate_transformation_mode=asymmetric", 13, F32, 4,
+         {2, 2, 5, 7}, {1, 1, 1.5, 0.5}},
+        {"mode=nearest nearest_mode=floor coordinate_transformation_mode=align_corners", 13, I64,
+         3, {3, 5, 7}, {0}, {3, 9, 4}},
+        {"mode=nearest nearest_mode=round_prefer_ceil "
+         "coordinate_transformation_mode=tf_half_pixel_for_nn", 13, U8, 5, {1, 2, 3, 4, 5},
+         {1, 1, 2, 1.5, 0.8}},
+        {"mode=nearest coordinate_transformation_mode=pytorch_half_pixel", 13, I32, 4,
+         {2, 3, 4, 5}, {1, 3, 2, 2}},
+        {"mode=linear coordinate_transformation_mode=tf_crop_and_resize extrapolation_value=-7.5",
+         13, F32, 4, {1, 2, 5, 6}, {0}, {1, 2, 7, 9}, {0, 0, 0.2, -0.1, 1, 1, 0.9, 1.3}},
+        {"mode=nearest coordinate_transformation_mode=tf_crop_and_resize", 13, F32, 4,
+         {1, 2, 5, 6}, {0}, {1, 2, 4, 8}, {0, 0, -0.3, 0.1, 1, 1, 0.8, 1.2}},
+        {"mode=linear", 10, F32, 4, {1, 2, 3, 5}, {1, 1, 2, 2}}, /* opset 10: X, scales */
+        {"mode=nearest", 9, F32, 4, {1, 2, 3, 5}, {1, 1, 2, 3}}, /* Upsample */
+    };
+    af_runtime *rt = NULL;
+    af_error err;
+    assert_int_equal(af_runtime_new(2, &rt, &err), AF_OK);
+    for (size_t c = 0; c < AF_COUNT(cases); c++) {
+        af_arena *a = af_arena_new();
+        int r = cases[c].rank, opset = cases[c].opset;
+        bool sizes = cases[c].scales[0] == 0, upsample = opset < 10;
+        int nin = opset < 11 ? 2 : sizes ? 4 : 3;
+        af_node *n = make_node(a, upsample ? "Upsample" : "Resize", cases[c].attrs, opset, nin, 1);
+        af_tensor *x = rnd_tensor(cases[c].t, r, cases[c].dims);
+        int64_t r1 = r, r2 = 2 * r, r0 = 0;
+        bool crop = strstr(cases[c].attrs, "tf_crop_and_resize") != NULL;
+        af_tensor *roi = af_tensor_new(F32, 1, crop ? &r2 : &r0);
+        af_tensor *sc = af_tensor_new(F32, 1, sizes ? &r0 : &r1);
+        af_tensor *sz = af_tensor_new(I64, 1, &r1);
+        for (int i = 0; crop && i < 2 * r; i++) ((float *)roi->data)[i] = (float)cases[c].roi[i];
+        for (int i = 0; !sizes && i < r; i++) ((float *)sc->data)[i] = (float)cases[c].scales[i];
+        for (int i = 0; i < r; i++) ((int64_t *)sz->data)[i] = cases[c].sizes[i];
+        const af_tensor *in4[4] = {x, roi, sc, sz}, *in2[2] = {x, sc};
+        char name[200];
+        snprintf(name, sizeof name, "resize %s (case %zu)", cases[c].attrs, c);
+        fast_vs_ref(name, n, opset < 11 ? in2 : in4, fast_resize,
+                    strstr(cases[c].attrs, "nearest") != NULL || cases[c].t != F32, rt);
+        af_tensor_free(x);
+        af_tensor_free(roi);
+        af_tensor_free(sc);
+        af_tensor_free(sz);
+        af_arena_free(a);
+    }
+    /* What the fast kernel does not take, the reference refuses with a message. */
+    af_arena *a = af_arena_new();
+    int64_t d4[4] = {1, 1, 2, 2}, four = 4;
+    af_tensor *x = rnd_tensor(F32, 4, d4), *sc = af_tensor_new(F32, 1, &four);
+    for (int i = 0; i < 4; i++) ((float *)sc->data)[i] = 2.0f;
+    af_node *n = make_node(a, "Resize", "mode=linear antialias=1", 18, 3, 1);
+    const af_tensor *in[3] = {x, NULL, sc};
+    af_tensor out;
+    memset(&out, 0, sizeof out);
+    int64_t d44[4] = {1, 1, 4, 4};
+    af_tensor_set_type(&out, F32, 4, d44); /* the shape function refuses antialias too */
+    assert_int_equal(af_tensor_alloc(&out, &err), AF_OK);
+    af_exec ex;
+    af_exec_init(&ex, NULL, NULL);
+    assert_int_equal(fast_resize(n, in, &out, &ex, &err), AF_DECLINED);
+    assert_int_equal(af_runtime_kernel(NULL, n, in, &out, &err), AF_ERR_UNSUPPORTED);
+    out.nbytes = 8; /* an output buffer shorter than its dims */
+    n = make_node(a, "Resize", "mode=linear", 13, 3, 1);
+    assert_int_equal(fast_resize(n, in, &out, &ex, &err), AF_DECLINED);
+    out.nbytes = 16 * sizeof(float);
+    af_exec_release(&ex);
+    af_tensor_release(&out);
+    af_tensor_free(x);
+    af_tensor_free(sc);
+    af_arena_free(a);
+    af_runtime_free(rt);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_unknown_values),
         cmocka_unit_test(test_transpose_fast),
+        cmocka_unit_test(test_resize_fast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -43,6 +43,8 @@ AF_FAST_KERNEL(fast_compare);
 AF_FAST_KERNEL(fast_logical);
 AF_FAST_KERNEL(fast_not);
 AF_FAST_KERNEL(fast_where);
+/* resize.c: Resize and Upsample as separable passes. */
+AF_FAST_KERNEL(fast_resize);
 /* pool.c: channels-last pooling. */
 AF_FAST_KERNEL(fast_maxpool);
 AF_FAST_KERNEL(fast_avgpool);

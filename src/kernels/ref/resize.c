@@ -35,12 +35,7 @@ typedef struct rz_params {
 } rz_params;
 
 /* One output coordinate on one axis. */
-typedef struct rz_taps {
-    int n;
-    bool outside;
-    int64_t idx[4];
-    double w[4];
-} rz_taps;
+typedef tn_rz_taps rz_taps;
 
 static af_status parse_mode(const af_node *n, rz_params *p, af_error *err) {
     const char *m = af_attr_str(n, "mode", "nearest");
@@ -316,10 +311,8 @@ static double sample(const af_tensor *x, const int64_t *xs, rz_taps *const *tp) 
     }
 }
 
-af_status ref_resize(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                           af_exec *ex, af_error *err) {
-    TN_READY(n, out, 1, err);
-    (void)ex;
+af_status tn_resize_plan(const af_node *n, const af_tensor *const *in, const af_tensor *out,
+                         tn_rz_plan *plan, af_error *err) {
     const af_tensor *x = in[0];
     rz_params p;
     size_t es;
@@ -331,9 +324,12 @@ af_status ref_resize(const af_node *n, const af_tensor *const *in, af_tensor *ou
     if (!p.known || !p.roi_known)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "scales, sizes or roi missing");
     int r = x->rank;
-    int64_t total = af_tensor_numel(out), ntaps = 0;
-    if (total == 0)
+    int64_t ntaps = 0;
+    plan->taps = NULL;
+    if (af_tensor_numel(out) == 0)
         return AF_OK;
+    if (out->rank != r)
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "resize shape mismatch");
     for (int a = 0; a < r; a++) {
         if (out->dims[a] != p.out[a])
             return af_node_fail(err, n, AF_ERR_INTERNAL, "resize shape mismatch");
@@ -343,27 +339,47 @@ af_status ref_resize(const af_node *n, const af_tensor *const *in, af_tensor *ou
     }
     if (p.mode != RZ_NEAREST && !tn_is_numeric(x->dtype))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "unsupported type");
-    rz_taps *taps = af_calloc((size_t)ntaps + 1, sizeof *taps), *axis0[AF_MAX_RANK];
+    rz_taps *taps = af_calloc((size_t)ntaps + 1, sizeof *taps);
     if (!taps)
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     rz_taps *t = taps;
     for (int a = 0; a < r; a++) {
-        axis0[a] = t;
+        plan->axis[a] = t;
         for (int64_t o = 0; o < out->dims[a]; o++)
             make_taps(&p, a, o, x->dims[a], t++);
     }
+    plan->taps = taps;
+    plan->nearest = p.mode == RZ_NEAREST;
+    plan->extrapolation = p.extrapolation;
+    return AF_OK;
+}
+
+af_status ref_resize(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                           af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
+    (void)ex;
+    const af_tensor *x = in[0];
+    if (!x)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input 'X'");
+    int64_t total = af_tensor_numel(out);
+    tn_rz_plan plan;
+    af_status st = tn_resize_plan(n, in, out, &plan, err);
+    if (st || total == 0)
+        return st;
+    int r = x->rank;
+    size_t es = af_dtype_size(x->dtype);
     int64_t xs[AF_MAX_RANK], idx[AF_MAX_RANK] = {0};
     af_strides(x, xs);
     rz_taps *tp[AF_MAX_RANK];
     for (int64_t i = 0; i < total; i++) {
         bool outside = false;
         for (int a = 0; a < r; a++) {
-            tp[a] = axis0[a] + idx[a];
+            tp[a] = plan.axis[a] + idx[a];
             outside |= tp[a]->outside;
         }
         if (outside) {
-            tn_setd(out, i, p.extrapolation);
-        } else if (p.mode == RZ_NEAREST) {
+            tn_setd(out, i, plan.extrapolation);
+        } else if (plan.nearest) {
             int64_t off = 0;
             for (int a = 0; a < r; a++)
                 off += tp[a]->idx[0] * xs[a];
@@ -374,6 +390,6 @@ af_status ref_resize(const af_node *n, const af_tensor *const *in, af_tensor *ou
         }
         tn_next(idx, out->dims, r);
     }
-    af_free(taps);
+    af_free(plan.taps);
     return AF_OK;
 }

@@ -51,6 +51,30 @@ bool tn_ints(const af_tensor *t, int64_t *v, int max, int *cnt);
 /* Element size of t's dtype; AF_ERR_UNSUPPORTED for strings and undefined types. */
 af_status tn_esize(const af_node *n, const af_tensor *t, size_t *es, af_error *err);
 
+/* Resize's sampling, per axis (resize.c): output coordinate o of axis a reads up to 4 input
+ * indices (clamped into the axis) with weights, or is outside the input (tf_crop_and_resize:
+ * the element is the extrapolation value). The reference kernel samples with these; the fast
+ * kernel reads the same tables. */
+typedef struct tn_rz_taps {
+    int n;
+    bool outside;
+    int64_t idx[4];
+    double w[4];
+} tn_rz_taps;
+
+typedef struct tn_rz_plan {
+    bool nearest;
+    double extrapolation;
+    tn_rz_taps *taps;               /* one block: the taps of every axis, from af_calloc */
+    tn_rz_taps *axis[AF_MAX_RANK]; /* axis a's out->dims[a] taps */
+} tn_rz_plan;
+
+/* The taps of Resize / Upsample node n from x (= in[0]) to out (ready, of the shape the shape
+ * function gives). On success plan->taps must be freed (af_free); it is NULL (no taps) when out
+ * is empty. */
+af_status tn_resize_plan(const af_node *n, const af_tensor *const *in, const af_tensor *out,
+                         tn_rz_plan *plan, af_error *err);
+
 /* AF_ERR_INVALID_MODEL unless out[0..nout) all have data: a kernel that does not allocate its
  * outputs relies on the shape function having fixed every dim from the inputs. */
 af_status tn_ready(const af_node *n, const af_tensor *out, int nout, af_error *err);

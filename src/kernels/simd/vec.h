@@ -237,6 +237,8 @@ typedef struct af_vec_ops {
     /* y[i] = a[i * sa] (op) b[i * sb] as 0 / 1 bytes, op EQ..GE of af_vbin_op. */
     void (*compare_row)(int op, const float *a, int64_t sa, const float *b, int64_t sb,
                         uint8_t *y, int64_t n);
+    /* y[i] = sum over k < taps of w[k] * x[k][i], i < n (Resize's rows; taps 1 to 4). */
+    void (*blend_row)(const float *const *x, const float *w, int taps, float *y, int64_t n);
 } af_vec_ops;
 
 /* af_vec_avx512bf16 is af_vec_avx512 with its BF16 micro-kernels on the AVX512_BF16 dot product

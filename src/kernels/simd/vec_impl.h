@@ -1215,6 +1215,27 @@ static void compare_row(int op, const float *a, int64_t sa, const float *b, int6
     }
 }
 
+static void blend_row(const float *const *x, const float *w, int taps, float *y, int64_t n) {
+    int64_t i = 0;
+    vf w0 = vsplat(w[0]);
+    if (taps == 2) { /* linear: the common case, kept apart so that it runs in registers */
+        vf w1 = vsplat(w[1]);
+        for (; i + VW <= n; i += VW) vstore(y + i, vload(x[0] + i) * w0 + vload(x[1] + i) * w1);
+        if (i < n)
+            vstore_part(y + i, vload_part(x[0] + i, n - i) * w0 + vload_part(x[1] + i, n - i) * w1,
+                        n - i);
+        return;
+    }
+    for (; i < n; i += VW) {
+        int64_t m = n - i < VW ? n - i : VW;
+        vf acc = (m == VW ? vload(x[0] + i) : vload_part(x[0] + i, m)) * w0;
+        for (int k = 1; k < taps; k++)
+            acc += (m == VW ? vload(x[k] + i) : vload_part(x[k] + i, m)) * vsplat(w[k]);
+        if (m == VW) vstore(y + i, acc);
+        else vstore_part(y + i, acc, m);
+    }
+}
+
 /* ---- softmax --------------------------------------------------------------------------------------- */
 
 /* Lane max (NaN-free v), as a tree. */
@@ -1317,4 +1338,5 @@ const af_vec_ops VEC_TABLE = {
     .softmax_cols = softmax_cols,
     .binary_row = binary_row,
     .compare_row = compare_row,
+    .blend_row = blend_row,
 };
