@@ -485,12 +485,102 @@ static void test_resize_fast(void **state) {
     af_runtime_free(rt);
 }
 
+/* Pad: every mode, negative pads, ranks 1 to 5, dtypes of 1 to 8 bytes, constant values. */
+static void test_pad_fast(void **state) {
+    (void)state;
+    static const struct {
+        const char *attrs;
+        int opset;
+        af_dtype t;
+        int rank;
+        int64_t dims[5];
+        int64_t pads[10];
+        double value; /* constant_value input (opset 11 on); NAN: none */
+    } cases[] = {
+        {"mode=reflect", 13, F32, 4, {1, 16, 60, 80}, {0, 0, 1, 1, 0, 0, 1, 1}, NAN}, /* threaded */
+        {"mode=constant", 13, F32, 4, {2, 3, 5, 7}, {0, 1, 2, 3, 1, 0, 3, 2}, 2.5},
+        {"mode=constant", 13, F32, 4, {2, 3, 5, 7}, {0, -1, 2, -3, 1, 0, -2, 2}, NAN},
+        {"mode=edge", 13, I64, 3, {3, 4, 5}, {1, 2, 3, 2, 1, 4}, NAN},
+        {"mode=reflect", 13, F32, 3, {2, 4, 5}, {0, 3, 4, 1, 3, 4}, NAN},
+        {"mode=reflect", 13, U8, 2, {1, 6}, {2, 9, 1, 7}, NAN},       /* pads beyond the axis */
+        {"mode=wrap", 19, F32, 4, {1, 2, 3, 4}, {0, 1, 2, 5, 0, 2, 4, 3}, NAN},
+        {"mode=wrap", 19, I32, 2, {3, 5}, {-1, -2, 1, 2}, NAN},
+        {"mode=edge", 13, F32, 5, {1, 2, 3, 4, 1}, {0, 0, 1, 2, 3, 1, 0, 0, 1, 2}, NAN},
+        {"mode=constant", 13, F32, 1, {9}, {4, -3}, -1.0},
+        {"mode=constant value=1.5", 2, F32, 2, {3, 4}, {1, 2, 0, 1}, NAN}, /* opset 2: attributes */
+        {"mode=constant", 13, F32, 3, {2, 0, 3}, {0, 1, 1, 0, 1, 1}, 3.0}, /* an empty input */
+        {"mode=constant", 13, F32, 2, {3, 4}, {0, 0, 0, -4}, NAN},         /* an empty output */
+    };
+    af_runtime *rt = NULL;
+    af_error err;
+    assert_int_equal(af_runtime_new(2, &rt, &err), AF_OK);
+    for (size_t c = 0; c < AF_COUNT(cases); c++) {
+        af_arena *a = af_arena_new();
+        int r = cases[c].rank, opset = cases[c].opset;
+        bool cv = opset >= 11 && !isnan(cases[c].value);
+        char attrs[128];
+        if (opset < 11) {
+            snprintf(attrs, sizeof attrs, "%s pads=", cases[c].attrs);
+            for (int i = 0; i < 2 * r; i++)
+                snprintf(attrs + strlen(attrs), sizeof attrs - strlen(attrs), "%s%lld", i ? "," : "",
+                         (long long)cases[c].pads[i]);
+        } else {
+            snprintf(attrs, sizeof attrs, "%s", cases[c].attrs);
+        }
+        af_node *n = make_node(a, "Pad", attrs, opset, opset < 11 ? 1 : cv ? 3 : 2, 1);
+        fix_list_attrs(n);
+        af_tensor *x = rnd_tensor(cases[c].t, r, cases[c].dims);
+        int64_t np = 2 * r;
+        af_tensor *pads = af_tensor_new(I64, 1, &np), *val = af_tensor_new(cases[c].t, 0, NULL);
+        for (int i = 0; i < 2 * r; i++) ((int64_t *)pads->data)[i] = cases[c].pads[i];
+        if (cv) tens_set(val, 0, cases[c].value);
+        const af_tensor *in[3] = {x, pads, val};
+        char name[200];
+        snprintf(name, sizeof name, "pad %s (case %zu)", attrs, c);
+        fast_vs_ref(name, n, in, fast_pad, true, rt);
+        af_tensor_free(x);
+        af_tensor_free(pads);
+        af_tensor_free(val);
+        af_arena_free(a);
+    }
+    /* Refused by the fast kernel, reported by the reference: an edge pad of an empty tensor,
+     * a short input buffer. */
+    af_arena *a = af_arena_new();
+    int64_t d2[2] = {0, 3}, four = 4, d3[2] = {2, 5};
+    af_tensor *x = af_tensor_new(F32, 2, d2), *pads = af_tensor_new(I64, 1, &four);
+    for (int i = 0; i < 4; i++) ((int64_t *)pads->data)[i] = 1;
+    af_node *n = make_node(a, "Pad", "mode=edge", 13, 2, 1);
+    const af_tensor *in[2] = {x, pads};
+    af_tensor out;
+    memset(&out, 0, sizeof out);
+    af_tensor_set_type(&out, F32, 2, d3);
+    assert_int_equal(af_tensor_alloc(&out, &err), AF_OK);
+    af_exec ex;
+    af_exec_init(&ex, NULL, NULL);
+    assert_int_equal(fast_pad(n, in, &out, &ex, &err), AF_DECLINED);
+    assert_int_equal(af_runtime_kernel(NULL, n, in, &out, &err), AF_ERR_RUNTIME);
+    af_tensor_free(x);
+    int64_t d1[2] = {1, 3};
+    x = af_tensor_new(F32, 2, d1);
+    x->nbytes = 4; /* claims 3 floats, holds 1 */
+    in[0] = x;
+    assert_int_equal(fast_pad(n, in, &out, &ex, &err), AF_DECLINED);
+    x->nbytes = 12;
+    af_exec_release(&ex);
+    af_tensor_release(&out);
+    af_tensor_free(x);
+    af_tensor_free(pads);
+    af_arena_free(a);
+    af_runtime_free(rt);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
         cmocka_unit_test(test_unknown_values),
         cmocka_unit_test(test_transpose_fast),
         cmocka_unit_test(test_resize_fast),
+        cmocka_unit_test(test_pad_fast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -68,6 +68,7 @@ static const fast_row rows[AF_OP_COUNT] = {
     [AF_OP_WHERE] = {.kernel = fast_where},
     [AF_OP_RESIZE] = {.kernel = fast_resize},
     [AF_OP_UPSAMPLE] = {.kernel = fast_resize},
+    [AF_OP_PAD] = {.kernel = fast_pad},
     [AF_OP_LAYER_NORMALIZATION] = {.kernel = fast_layernorm},
     [AF_OP_SOFTMAX] = {.kernel = fast_softmax},
     [AF_OP_LOG_SOFTMAX] = {.kernel = fast_log_softmax},

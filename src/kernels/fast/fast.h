@@ -45,6 +45,8 @@ AF_FAST_KERNEL(fast_not);
 AF_FAST_KERNEL(fast_where);
 /* resize.c: Resize and Upsample as separable passes. */
 AF_FAST_KERNEL(fast_resize);
+/* copy.c: data movement by element size. */
+AF_FAST_KERNEL(fast_pad);
 /* pool.c: channels-last pooling. */
 AF_FAST_KERNEL(fast_maxpool);
 AF_FAST_KERNEL(fast_avgpool);

@@ -863,7 +863,7 @@ af_status ref_tile(const af_node *n, const af_tensor *const *in, af_tensor *out,
 
 /* ---- Pad --------------------------------------------------------------------------------- */
 
-typedef enum pad_mode { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE, PAD_WRAP } pad_mode;
+typedef tn_pad_mode pad_mode;
 
 /* pads (begin..., end...): attribute before opset 11, input 1 since. *known false when the
  * input's value is not known yet. */
@@ -939,8 +939,7 @@ af_status shape_pad(const af_node *n, const af_tensor *const *in, af_tensor *out
     return AF_OK;
 }
 
-/* Source coordinate for output coordinate c - begin on an axis of size d; -1 for padding. */
-static int64_t pad_src(int64_t c, int64_t d, pad_mode mode) {
+int64_t tn_pad_src(int64_t c, int64_t d, tn_pad_mode mode) {
     if (c >= 0 && c < d)
         return c;
     switch (mode) {
@@ -964,40 +963,48 @@ static int64_t pad_src(int64_t c, int64_t d, pad_mode mode) {
     }
 }
 
-af_status ref_pad(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                        af_exec *ex, af_error *err) {
-    TN_READY(n, out, 1, err);
-    (void)ex;
+af_status tn_pad_plan(const af_node *n, const af_tensor *const *in, const af_tensor *out,
+                      tn_pad_plan_t *p, af_error *err) {
     const af_tensor *x = in[0];
-    int64_t pads[2 * AF_MAX_RANK];
-    pad_mode mode;
     bool known;
-    size_t es;
-    af_status st = pad_params(n, in, x->rank, pads, &mode, &known, err);
+    af_status st = pad_params(n, in, x->rank, p->pads, &p->mode, &known, err);
     if (!st)
-        st = tn_esize(n, x, &es, err);
+        st = tn_esize(n, x, &p->es, err);
     if (st)
         return st;
-    int64_t total = af_tensor_numel(out);
-    if (total == 0)
+    if (af_tensor_numel(out) == 0)
         return AF_OK;
-    if (mode != PAD_CONSTANT && af_tensor_numel(x) == 0)
+    if (p->mode != PAD_CONSTANT && af_tensor_numel(x) == 0)
         return af_node_fail(err, n, AF_ERR_RUNTIME, "cannot %s-pad an empty tensor",
                             af_attr_str(n, "mode", ""));
     /* The fill value: one element of x's type. */
-    unsigned char fill[16] = {0};
-    if (es > sizeof fill)
+    memset(p->fill, 0, sizeof p->fill);
+    if (p->es > sizeof p->fill)
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "element type too large");
     const af_tensor *cv = af_graph_opset(n->graph) >= 11 ? tn_in(n, in, 2) : NULL;
     if (cv && af_tensor_numel(cv) > 0) {
         if (cv->dtype != x->dtype)
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "constant_value type differs");
-        memcpy(fill, cv->data, es);
+        memcpy(p->fill, cv->data, p->es);
     } else if (af_graph_opset(n->graph) < 11 && tn_is_numeric(x->dtype)) {
         af_tensor one = *x;
-        one.data = fill;
+        one.data = p->fill;
         tn_setd(&one, 0, af_attr_float(n, "value", 0.0f));
     }
+    return AF_OK;
+}
+
+af_status ref_pad(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                        af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
+    (void)ex;
+    const af_tensor *x = in[0];
+    tn_pad_plan_t p;
+    af_status st = tn_pad_plan(n, in, out, &p, err);
+    int64_t total = af_tensor_numel(out);
+    if (st || total == 0)
+        return st;
+    size_t es = p.es;
     int r = x->rank;
     int64_t xs[AF_MAX_RANK], idx[AF_MAX_RANK] = {0};
     af_strides(x, xs);
@@ -1006,14 +1013,14 @@ af_status ref_pad(const af_node *n, const af_tensor *const *in, af_tensor *out,
         int64_t off = 0;
         bool pad = false;
         for (int a = 0; a < r; a++) {
-            int64_t c = pad_src(idx[a] - pads[a], x->dims[a], mode);
+            int64_t c = tn_pad_src(idx[a] - p.pads[a], x->dims[a], p.mode);
             if (c < 0) {
                 pad = true;
                 break;
             }
             off += c * xs[a];
         }
-        memcpy(dst, pad ? (const void *)fill : (const char *)x->data + (size_t)off * es, es);
+        memcpy(dst, pad ? (const void *)p.fill : (const char *)x->data + (size_t)off * es, es);
         tn_next(idx, out->dims, r);
     }
     return AF_OK;

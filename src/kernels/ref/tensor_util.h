@@ -75,6 +75,21 @@ typedef struct tn_rz_plan {
 af_status tn_resize_plan(const af_node *n, const af_tensor *const *in, const af_tensor *out,
                          tn_rz_plan *plan, af_error *err);
 
+/* Pad (tensor.c): the mode, pads (begin..., end...) and the fill element of node n from x =
+ * in[0] to out (the shape function's). The fast kernel reads the same plan. */
+typedef enum tn_pad_mode { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE, PAD_WRAP } tn_pad_mode;
+typedef struct tn_pad_plan_t {
+    tn_pad_mode mode;
+    int64_t pads[2 * AF_MAX_RANK];
+    size_t es;               /* x's element size */
+    unsigned char fill[16];  /* constant mode's value, one element */
+} tn_pad_plan_t;
+af_status tn_pad_plan(const af_node *n, const af_tensor *const *in, const af_tensor *out,
+                      tn_pad_plan_t *p, af_error *err);
+/* Source coordinate of coordinate c (output coordinate - begin pad) on an axis of size d;
+ * -1 for constant padding. */
+int64_t tn_pad_src(int64_t c, int64_t d, tn_pad_mode mode);
+
 /* AF_ERR_INVALID_MODEL unless out[0..nout) all have data: a kernel that does not allocate its
  * outputs relies on the shape function having fixed every dim from the inputs. */
 af_status tn_ready(const af_node *n, const af_tensor *out, int nout, af_error *err);
