@@ -218,6 +218,12 @@ def models():
     g.output(y)
     m["ew_chain"] = g
 
+    g = G()  # Conv + Max(y, 0) + Min(y, 6): torch.maximum / minimum by constants, a Relu6
+    y = g.op("Max", [conv(g, g.input("x", [1, 3, 7, 7]), 3, 4), g.const([], "lo", value=0.0)])
+    y = g.op("Min", [y, g.const([1], "hi", value=[6.0])])
+    g.output(y)
+    m["conv_max_min"] = g
+
     g = G()  # MatMul + Mul(scalar) + Tanh: the elementwise rule lifts the MatMul
     y = g.op("Tanh", [g.op("Mul", [g.op("MatMul", [g.input("a", [3, 8]), g.const([8, 5])]),
                                    g.const([], "s", value=0.25)])])

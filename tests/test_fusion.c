@@ -194,6 +194,8 @@ static const positive positives[] = {
     {"ew_chain", AF_RULE_ELEMENTWISE, 1, 1, {{AF_OP_FUSED_ELEMENTWISE, 1}},
      "ElementwiseFusionOp"},
     {"ew_matmul", AF_RULE_ELEMENTWISE, 1, 1, {{AF_OP_FUSED_MATMUL, 1}}, "ElementwiseFusionOp"},
+    {"conv_max_min", AF_RULE_CONV_BN_RELU, 1, 1, {{AF_OP_FUSED_CONV, 1}, {AF_OP_MAX, 0}, {AF_OP_MIN, 0}},
+     NULL},
     {"ew_extend_conv", AF_RULE_ELEMENTWISE, 1, 1, {{AF_OP_FUSED_CONV, 1}},
      "ConvBNReluFusionOp,ElementwiseFusionOp"},
     {"if_subgraph", AF_RULE_CONV_BN_RELU, 1, 3, {{AF_OP_FUSED_CONV, 1}, {AF_OP_CONV, 0}}, NULL},

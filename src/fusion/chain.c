@@ -44,6 +44,19 @@ bool fuse_act_op(const af_node *n, int64_t *op, float *p0, float *p1) {
         *op = AF_EP_CLIP;
         return clip_bounds(n, p0, p1);
     }
+    /* Max / Min of the chain value (first) and a constant scalar: a Clip with one bound. The
+     * value stays as the node computed it but for the sign of a zero result (Max(-0, 0) is +0,
+     * the clamp keeps -0); a NaN bound, which Max would return, is refused. */
+    if ((n->op == AF_OP_MAX || n->op == AF_OP_MIN) && n->nin == 2) {
+        float c;
+        if (!n->in[1] || !const_scalar(n->in[1], &c) || isnan(c) || !af_value_is_f32(n->in[0]) ||
+            !af_same_shape(&n->out[0]->type, &n->in[0]->type))
+            return false;
+        *op = AF_EP_CLIP;
+        *p0 = n->op == AF_OP_MAX ? c : -INFINITY;
+        *p1 = n->op == AF_OP_MAX ? INFINITY : c;
+        return true;
+    }
     int step;
     if (!af_op_ep_step(n, &step, p0, p1)) return false;
     *op = step;

@@ -94,7 +94,8 @@ const char *fuse_fits(const af_tensor *operand, const af_tensor *out);
 
 void fuse_epi_init(fuse_epi *e);
 /* The epilogue op and parameters of an activation node (Relu, Clip with constant bounds,
- * LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Silu, Gelu, Tanh, Elu); false for anything else. */
+ * LeakyRelu, Sigmoid, HardSigmoid, HardSwish, Silu, Gelu, Tanh, Elu, and Max / Min of in[0] and
+ * a constant float32 scalar as a Clip with one bound); false for anything else. */
 bool fuse_act_op(const af_node *n, int64_t *op, float *p0, float *p1);
 /* Append node n, which reads the chain value y (its other input, for a binary op, is the operand),
  * as a step of a program whose output type is `out` (a plugin's ELEMWISE op with map, or its
