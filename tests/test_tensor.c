@@ -325,57 +325,61 @@ static af_tensor *rnd_tensor(af_dtype t, int rank, const int64_t *dims) {
 }
 
 /* Run n on the fast kernel fast directly (one thread: it must take the case) and through the
- * dispatcher on 1 and 2 threads, on every ISA; compare with the reference kernel's output:
- * bit for bit when exact, else within 1e-5 of the reference's largest magnitude. */
-static void fast_vs_ref(const char *name, const af_node *n, const af_tensor *const *in,
-                        af_kernel_fn fast, bool exact, af_runtime *rt) {
+ * dispatcher on 1 and 2 threads, on every ISA; compare its nout outputs with the reference
+ * kernel's: bit for bit when exact, else within 1e-5 of the reference's largest magnitude. */
+static void fast_vs_ref_n(const char *name, const af_node *n, const af_tensor *const *in,
+                          int nout, af_kernel_fn fast, bool exact, af_runtime *rt) {
     af_error err = {0};
-    af_tensor want, got;
-    memset(&want, 0, sizeof want);
+    af_tensor want[4], got[4];
+    assert_true(nout >= 1 && nout <= 4);
+    memset(want, 0, sizeof want);
     af_isa best = af_isa_best();
     af_isa_set(AF_ISA_REFERENCE);
-    if (tu_run(n, in, &want, 1, &err) != AF_OK) fail_msg("%s: reference: %s", name, err.message);
-    int64_t count = af_tensor_numel(&want);
-    double range = 1.0;
-    for (int64_t i = 0; !exact && i < count; i++)
-        range = fmax(range, fabs(tens_get(&want, i)));
+    if (tu_run(n, in, want, nout, &err) != AF_OK) fail_msg("%s: reference: %s", name, err.message);
     for (int isa = AF_ISA_GENERIC; isa <= (int)best; isa++)
         for (int way = 0; way < 3; way++) {
             af_isa_set((af_isa)isa);
-            memset(&got, 0, sizeof got);
-            af_status st = af_kernel_shape(n, in, &got, &err);
-            if (st == AF_OK) st = af_tensor_alloc(&got, &err);
+            memset(got, 0, sizeof got);
+            af_status st = af_kernel_shape(n, in, got, &err);
+            for (int o = 0; st == AF_OK && o < nout; o++) st = af_tensor_alloc(&got[o], &err);
             if (st == AF_OK && way == 0) {
                 af_exec ex;
                 af_exec_init(&ex, NULL, NULL);
-                st = fast(n, in, &got, &ex, &err);
+                st = fast(n, in, got, &ex, &err);
                 af_exec_release(&ex);
             } else if (st == AF_OK) {
-                st = af_runtime_kernel(way == 2 ? rt : NULL, n, in, &got, &err);
+                st = af_runtime_kernel(way == 2 ? rt : NULL, n, in, got, &err);
             }
             const char *how = way == 0 ? "fast kernel" : way == 1 ? "1 thread" : "2 threads";
             if (st != AF_OK)
                 fail_msg("%s on %s, %s: status %d", name, af_isa_name(af_isa_get()), how, st);
-            assert_int_equal(got.dtype, want.dtype);
-            assert_int_equal(got.rank, want.rank);
-            for (int d = 0; d < want.rank; d++) assert_int_equal(got.dims[d], want.dims[d]);
-            for (int64_t i = 0; i < count; i++) {
-                bool ok;
-                if (exact) {
-                    size_t es = af_dtype_size(want.dtype);
-                    ok = !memcmp((char *)got.data + i * es, (char *)want.data + i * es, es);
-                } else {
-                    ok = fabs(tens_get(&got, i) - tens_get(&want, i)) <= 1e-5 * range;
+            for (int o = 0; o < nout; o++) {
+                af_tensor *g = &got[o], *w = &want[o];
+                assert_int_equal(g->dtype, w->dtype);
+                assert_int_equal(g->rank, w->rank);
+                for (int d = 0; d < w->rank; d++) assert_int_equal(g->dims[d], w->dims[d]);
+                int64_t count = af_tensor_numel(w);
+                double range = 1.0;
+                for (int64_t i = 0; !exact && i < count; i++) range = fmax(range, fabs(tens_get(w, i)));
+                for (int64_t i = 0; i < count; i++) {
+                    size_t es = af_dtype_size(w->dtype);
+                    bool ok = exact ? !memcmp((char *)g->data + i * es, (char *)w->data + i * es, es)
+                                    : fabs(tens_get(g, i) - tens_get(w, i)) <= 1e-5 * range;
+                    if (!ok)
+                        fail_msg("%s on %s, %s: output %d element %lld is %.9g, expected %.9g",
+                                 name, af_isa_name(af_isa_get()), how, o, (long long)i,
+                                 tens_get(g, i), tens_get(w, i));
                 }
-                if (!ok)
-                    fail_msg("%s on %s, %s: element %lld is %.9g, expected %.9g", name,
-                             af_isa_name(af_isa_get()), how, (long long)i, tens_get(&got, i),
-                             tens_get(&want, i));
             }
-            af_tensor_release(&got);
+            for (int o = 0; o < nout; o++) af_tensor_release(&got[o]);
         }
     af_isa_set(best);
-    af_tensor_release(&want);
+    for (int o = 0; o < nout; o++) af_tensor_release(&want[o]);
+}
+
+static void fast_vs_ref(const char *name, const af_node *n, const af_tensor *const *in,
+                        af_kernel_fn fast, bool exact, af_runtime *rt) {
+    fast_vs_ref_n(name, n, in, 1, fast, exact, rt);
 }
 
 /* Resize: every mode, coordinate transformation and nearest_mode, scales and sizes, resized
@@ -574,6 +578,130 @@ static void test_pad_fast(void **state) {
     af_runtime_free(rt);
 }
 
+/* An int64 tensor of rank 1 (rank 0 when len < 0) holding v. */
+static af_tensor *i64s(int len, const int64_t *v) {
+    int64_t d = len < 0 ? 1 : len;
+    af_tensor *t = af_tensor_new(I64, len < 0 ? 0 : 1, &d);
+    assert_non_null(t);
+    memcpy(t->data, v, (size_t)d * sizeof(int64_t));
+    return t;
+}
+
+/* Slice, Expand, Tile, Concat, Split and Gather: copies of any element size, bit-identical. */
+static void test_copy_fast(void **state) {
+    (void)state;
+    static const struct {
+        const char *op, *attrs;
+        int opset, nin, nout;
+        af_dtype t;
+        int rank;
+        int64_t dims[4];
+        int ilen[4];       /* lengths of the int64 inputs 1..4 (-1: a scalar) */
+        int64_t iv[4][6];  /* their values */
+        af_kernel_fn fast;
+    } cases[] = {
+        {"Slice", "", 13, 5, 1, F32, 4, {1, 128, 30, 40}, {1, 1, 1, 1}, {{64}, {128}, {1}, {1}},
+         fast_slice}, /* channels 64..127: one block per batch */
+        {"Slice", "", 13, 5, 1, F32, 3, {5, 6, 7}, {2, 2, 2, 2}, {{4, -1}, {0, -8}, {0, 2}, {-1, -2}},
+         fast_slice}, /* negative steps */
+        {"Slice", "", 13, 5, 1, I64, 3, {5, 6, 7}, {1, 1, 1, 1}, {{1}, {7}, {2}, {3}}, fast_slice},
+        {"Slice", "", 13, 4, 1, U8, 2, {4, 9}, {2, 2, 2, 0}, {{1, 3}, {3, 100}, {0, 1}}, fast_slice},
+        {"Slice", "", 13, 4, 1, F32, 2, {4, 9}, {1, 1, 1, 0}, {{5}, {5}, {1}}, fast_slice}, /* empty */
+        {"Expand", "", 13, 2, 1, F32, 3, {3, 1, 5}, {4}, {{2, 3, 4, 5}}, fast_expand},
+        {"Expand", "", 13, 2, 1, F32, 4, {1, 8, 1, 1}, {4}, {{2, 8, 30, 40}}, fast_expand},
+        {"Expand", "", 13, 2, 1, I32, 2, {1, 7}, {3}, {{3, 1, 7}}, fast_expand},
+        {"Expand", "", 13, 2, 1, F32, 2, {5, 1}, {2}, {{1, 70000}}, fast_expand}, /* row pieces */
+        {"Tile", "", 13, 2, 1, F32, 3, {2, 3, 4}, {3}, {{2, 1, 3}}, fast_tile},
+        {"Tile", "", 13, 2, 1, U8, 2, {3, 1}, {2}, {{1, 9}}, fast_tile},
+        {"Tile", "", 13, 2, 1, F32, 2, {3, 4}, {2}, {{0, 2}}, fast_tile},
+        {"Split", "axis=1", 13, 2, 3, F32, 4, {2, 9, 5, 7}, {3}, {{2, 3, 4}}, fast_split},
+        {"Split", "axis=-1", 13, 1, 2, I64, 2, {3, 8}, {0}, {{0}}, fast_split}, /* equal halves */
+        {"Split", "axis=0 split=1,4", 11, 1, 2, F32, 2, {5, 3}, {0}, {{0}}, fast_split},
+        {"Gather", "axis=0", 13, 2, 1, F32, 2, {30, 16}, {6}, {{0, 29, -1, -30, 7, 7}}, fast_gather},
+        {"Gather", "axis=1", 13, 2, 1, F32, 3, {2, 5, 3}, {-1}, {{-2}}, fast_gather}, /* scalar */
+        {"Gather", "axis=-1", 13, 2, 1, I64, 3, {2, 3, 9}, {4}, {{8, 0, -9, 4}}, fast_gather},
+        {"Gather", "axis=2", 13, 2, 1, U8, 3, {2, 3, 9}, {3}, {{1, 1, -1}}, fast_gather},
+    };
+    af_runtime *rt = NULL;
+    af_error err;
+    assert_int_equal(af_runtime_new(2, &rt, &err), AF_OK);
+    for (size_t c = 0; c < AF_COUNT(cases); c++) {
+        af_arena *a = af_arena_new();
+        af_node *n = make_node(a, cases[c].op, cases[c].attrs, cases[c].opset, cases[c].nin,
+                               cases[c].nout);
+        fix_list_attrs(n);
+        af_tensor *x = rnd_tensor(cases[c].t, cases[c].rank, cases[c].dims), *owned[5] = {x};
+        const af_tensor *in[5] = {x};
+        for (int k = 1; k < cases[c].nin; k++) in[k] = owned[k] = i64s(cases[c].ilen[k - 1], cases[c].iv[k - 1]);
+        if (!strcmp(cases[c].op, "Gather") && c % 2) { /* int32 indices */
+            af_tensor *i32 = af_tensor_new(I32, owned[1]->rank, owned[1]->dims);
+            for (int64_t i = 0; i < af_tensor_numel(i32); i++)
+                ((int32_t *)i32->data)[i] = (int32_t)((int64_t *)owned[1]->data)[i];
+            af_tensor_free(owned[1]);
+            in[1] = owned[1] = i32;
+        }
+        char name[200];
+        snprintf(name, sizeof name, "%s %s (case %zu)", cases[c].op, cases[c].attrs, c);
+        fast_vs_ref_n(name, n, in, cases[c].nout, cases[c].fast, true, rt);
+        for (int k = 0; k < cases[c].nin; k++) af_tensor_free(owned[k]);
+        af_arena_free(a);
+    }
+    /* Concat along each axis of 3 inputs of different lengths, several dtypes. */
+    for (int axis = -1; axis < 3; axis++) {
+        af_arena *a = af_arena_new();
+        char attrs[32];
+        snprintf(attrs, sizeof attrs, "axis=%d", axis);
+        af_node *n = make_node(a, "Concat", attrs, 13, 3, 1);
+        af_dtype t = axis == 1 ? I64 : axis == 2 ? U8 : F32;
+        af_tensor *x[3];
+        for (int k = 0; k < 3; k++) {
+            int64_t d[3] = {3, 4, 5};
+            d[axis < 0 ? 2 : axis] = k + 1;
+            x[k] = rnd_tensor(t, 3, d);
+        }
+        const af_tensor *in[3] = {x[0], x[1], x[2]};
+        fast_vs_ref_n(attrs, n, in, 1, fast_concat, true, rt);
+        for (int k = 0; k < 3; k++) af_tensor_free(x[k]);
+        af_arena_free(a);
+    }
+    /* A big Concat (threaded): two [1, 64, 60, 80] halves. */
+    {
+        af_arena *a = af_arena_new();
+        af_node *n = make_node(a, "Concat", "axis=1", 13, 2, 1);
+        int64_t d[4] = {1, 64, 60, 80};
+        af_tensor *x0 = rnd_tensor(F32, 4, d), *x1 = rnd_tensor(F32, 4, d);
+        const af_tensor *in[2] = {x0, x1};
+        fast_vs_ref_n("concat big", n, in, 1, fast_concat, true, rt);
+        af_tensor_free(x0);
+        af_tensor_free(x1);
+        af_arena_free(a);
+    }
+    /* Refused by the fast kernels, reported by the reference: an index out of range, inputs
+     * that disagree with the output. */
+    af_arena *a = af_arena_new();
+    int64_t d2[2] = {4, 3}, bad[2] = {1, 4}, d22[2] = {2, 3};
+    af_tensor *x = rnd_tensor(F32, 2, d2), *ix = i64s(2, bad), out;
+    af_node *n = make_node(a, "Gather", "axis=0", 13, 2, 1);
+    const af_tensor *in[2] = {x, ix};
+    memset(&out, 0, sizeof out);
+    af_tensor_set_type(&out, F32, 2, d22);
+    assert_int_equal(af_tensor_alloc(&out, &err), AF_OK);
+    af_exec ex;
+    af_exec_init(&ex, NULL, NULL);
+    assert_int_equal(fast_gather(n, in, &out, &ex, &err), AF_DECLINED);
+    assert_int_equal(af_runtime_kernel(NULL, n, in, &out, &err), AF_ERR_RUNTIME);
+    n = make_node(a, "Concat", "axis=0", 13, 1, 1);
+    assert_int_equal(fast_concat(n, in, &out, &ex, &err), AF_DECLINED); /* 4 rows into 2 */
+    n = make_node(a, "Expand", "", 13, 2, 1);
+    assert_int_equal(fast_expand(n, in, &out, &ex, &err), AF_DECLINED); /* [4,3] into [2,3] */
+    af_exec_release(&ex);
+    af_tensor_release(&out);
+    af_tensor_free(x);
+    af_tensor_free(ix);
+    af_arena_free(a);
+    af_runtime_free(rt);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
@@ -581,6 +709,7 @@ int main(void) {
         cmocka_unit_test(test_transpose_fast),
         cmocka_unit_test(test_resize_fast),
         cmocka_unit_test(test_pad_fast),
+        cmocka_unit_test(test_copy_fast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,13 +1,20 @@
-/* The fast data-movement kernels, for every dtype by element size: Pad (constant, reflect,
- * edge, wrap; negative pads crop; any rank). The output is walked as rows along its last dim
- * (the outer dims counted once per row, never per element), in parallel: a row is a memcpy of
- * the contiguous run of its source row, plus the few padded elements on either side from a
- * table of their sources computed once per call.
+/* The fast data-movement kernels, for every dtype by element size, in parallel when big:
+ *   - Pad (constant, reflect, edge, wrap; negative pads crop; any rank): the output walked as
+ *     rows along its last dim (the outer dims counted once per row, never per element); a row
+ *     is a memcpy of the contiguous run of its source row, plus the few padded elements on
+ *     either side from a table of their sources computed once per call;
+ *   - Slice, Expand and Tile: a strided view of the input copied into the dense output, its dims
+ *     collapsed first (dims of 1 dropped, neighbours merged where the view steps through them
+ *     as one), then rows of the innermost dim: a memcpy (stride 1), a fill (stride 0, a
+ *     broadcast) or an element loop (a step);
+ *   - Concat, Split and Gather: a list of contiguous blocks (per outer index and input, output,
+ *     or index), each one memcpy.
  *
  * Invariant: each output element gets exactly the bytes the reference kernel gives it (the
- * same plan and source-coordinate function, tn_pad_plan and tn_pad_src), so results are
- * bit-identical. Tensors are checked to hold their elements; what the plan refuses is
- * AF_DECLINED and the reference kernel reports it. */
+ * same plans: tn_pad_plan / tn_pad_src, tn_slice_view, tn_split_sizes, the same broadcast and
+ * index rules), so results are bit-identical. Tensors are checked to hold their elements and
+ * their dims to agree with each other, and every index is checked, before anything is written;
+ * otherwise AF_DECLINED and the reference kernel reports the problem. */
 #include "kernels/fast/fast.h"
 #include "kernels/ref/tensor_util.h"
 
@@ -124,5 +131,334 @@ af_status fast_pad(const af_node *n, const af_tensor *const *in, af_tensor *out,
     af_exec_parallel(x, total / j.w, af_exec_work_ns(x, 0.0, 2.0 * (double)total * (double)es),
                      pad_rows, &j);
     af_free(tab);
+    return AF_OK;
+}
+
+/* ---- strided views: Slice, Expand, Tile ----------------------------------------------------------- */
+
+enum { CP_CHUNK = 1 << 16 }; /* elements of a row piece */
+
+typedef struct sv_job {
+    const char *x;
+    char *y;
+    size_t es;
+    int rank; /* collapsed */
+    int64_t dims[TN_MAX_VIEW], st[TN_MAX_VIEW];
+    int64_t off;
+    int64_t chunks, chunk;
+} sv_job;
+
+/* n elements from x with stride st (0: one element repeated) to y. */
+static void sv_row(char *y, const char *x, int64_t st, int64_t n, size_t es) {
+    if (st == 1) {
+        memcpy(y, x, (size_t)n * es);
+    } else if (st == 0) {
+        cp_fill(y, (const unsigned char *)x, es, n);
+    } else {
+        switch (es) {
+        case 4: for (int64_t i = 0; i < n; i++) ((uint32_t *)y)[i] = ((const uint32_t *)x)[i * st]; break;
+        case 8: for (int64_t i = 0; i < n; i++) ((uint64_t *)y)[i] = ((const uint64_t *)x)[i * st]; break;
+        case 2: for (int64_t i = 0; i < n; i++) ((uint16_t *)y)[i] = ((const uint16_t *)x)[i * st]; break;
+        case 1: for (int64_t i = 0; i < n; i++) ((uint8_t *)y)[i] = ((const uint8_t *)x)[i * st]; break;
+        default:
+            for (int64_t i = 0; i < n; i++) memcpy(y + (size_t)i * es, x + (size_t)(i * st) * es, es);
+        }
+    }
+}
+
+/* Items are (outer row, piece of the row). */
+static void sv_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const sv_job *j = ctx;
+    int outer = j->rank - 1;
+    int64_t n = j->dims[outer], st = j->st[outer], idx[TN_MAX_VIEW], off = j->off;
+    int64_t row = begin / j->chunks, piece = begin % j->chunks;
+    for (int d = outer - 1; d >= 0; d--) {
+        idx[d] = row % j->dims[d];
+        row /= j->dims[d];
+        off += idx[d] * j->st[d];
+    }
+    row = begin / j->chunks;
+    for (int64_t it = begin; it < end; it++) {
+        int64_t i0 = piece * j->chunk, len = n - i0 < j->chunk ? n - i0 : j->chunk;
+        sv_row(j->y + (size_t)(row * n + i0) * j->es, j->x + (size_t)(off + i0 * st) * j->es, st,
+               len, j->es);
+        if (++piece < j->chunks) continue;
+        piece = 0;
+        row++;
+        for (int d = outer - 1; d >= 0; d--) {
+            off += j->st[d];
+            if (++idx[d] < j->dims[d]) break;
+            off -= idx[d] * j->st[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+/* y (dense, dims[0..rank)) = x read from element off with strides st. The caller has checked
+ * that every offset the view reaches lies inside x. */
+static void sv_copy(af_exec *ex, char *y, const char *x, size_t es, int64_t off, int rank,
+                    const int64_t *dims, const int64_t *st) {
+    sv_job j = {.x = x, .y = y, .es = es, .off = off};
+    int64_t total = 1;
+    for (int d = 0; d < rank; d++) {
+        total *= dims[d];
+        if (dims[d] == 1) continue;
+        if (j.rank > 0 && j.st[j.rank - 1] == st[d] * dims[d]) {
+            j.dims[j.rank - 1] *= dims[d];
+            j.st[j.rank - 1] = st[d];
+        } else {
+            j.dims[j.rank] = dims[d];
+            j.st[j.rank++] = st[d];
+        }
+    }
+    if (total == 0) return;
+    if (j.rank == 0) {
+        j.rank = 1;
+        j.dims[0] = 1;
+        j.st[0] = 0;
+    }
+    int64_t n = j.dims[j.rank - 1];
+    j.chunks = (n + CP_CHUNK - 1) / CP_CHUNK;
+    j.chunk = (n + j.chunks - 1) / j.chunks;
+    af_exec_parallel(ex, total / n * j.chunks,
+                     af_exec_work_ns(ex, 0.0, 2.0 * (double)total * (double)es), sv_rows, &j);
+}
+
+/* Input 0 and output 0 of one element size, both holding their elements. */
+static bool cp_io(const af_node *n, const af_tensor *const *in, const af_tensor *out, size_t *es) {
+    const af_tensor *t = n->nin >= 1 ? in[0] : NULL;
+    if (!t || t->rank < 0 || t->dtype != out->dtype || t->dtype == AF_DTYPE_STRING) return false;
+    *es = af_dtype_size(t->dtype);
+    return *es > 0 && cp_ready(t, *es) && cp_ready(out, *es);
+}
+
+af_status fast_slice(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                     af_error *err) {
+    (void)err;
+    size_t es;
+    int64_t off, vs[AF_MAX_RANK];
+    af_error quiet = {0};
+    if (!cp_io(n, in, &out[0], &es) || out[0].rank != in[0]->rank ||
+        tn_slice_view(n, in, &out[0], &off, vs, &quiet) != AF_OK)
+        return AF_DECLINED;
+    if (af_tensor_numel(&out[0]) > 0)
+        sv_copy(x, out[0].data, in[0]->data, es, off, out[0].rank, out[0].dims, vs);
+    return AF_OK;
+}
+
+/* t's dims broadcast (numpy) to y's. */
+static bool cp_fits(const af_tensor *t, const af_tensor *y) {
+    if (t->rank > y->rank) return false;
+    for (int i = 0; i < t->rank; i++) {
+        int64_t d = t->dims[i], w = y->dims[y->rank - t->rank + i];
+        if (d != 1 && d != w) return false;
+    }
+    return true;
+}
+
+af_status fast_expand(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                      af_error *err) {
+    (void)err;
+    size_t es;
+    if (!cp_io(n, in, &out[0], &es) || out[0].rank > AF_MAX_RANK || !cp_fits(in[0], &out[0]))
+        return AF_DECLINED;
+    int64_t vs[AF_MAX_RANK];
+    af_broadcast_strides(in[0], &out[0], vs);
+    sv_copy(x, out[0].data, in[0]->data, es, 0, out[0].rank, out[0].dims, vs);
+    return AF_OK;
+}
+
+/* The output viewed as [rep0, d0, rep1, d1, ...], the repeat axes with stride 0. */
+af_status fast_tile(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                    af_error *err) {
+    (void)err;
+    size_t es;
+    const af_tensor *t = n->nin >= 1 ? in[0] : NULL;
+    if (!cp_io(n, in, &out[0], &es) || out[0].rank != t->rank || t->rank > AF_MAX_RANK)
+        return AF_DECLINED;
+    int64_t xs[AF_MAX_RANK], vd[TN_MAX_VIEW], vs[TN_MAX_VIEW];
+    af_strides(t, xs);
+    for (int i = 0; i < t->rank; i++) {
+        if (t->dims[i] == 0) return out[0].dims[i] == 0 ? AF_OK : AF_DECLINED;
+        if (out[0].dims[i] % t->dims[i]) return AF_DECLINED;
+        vd[2 * i] = out[0].dims[i] / t->dims[i];
+        vs[2 * i] = 0;
+        vd[2 * i + 1] = t->dims[i];
+        vs[2 * i + 1] = xs[i];
+    }
+    sv_copy(x, out[0].data, t->data, es, 0, 2 * t->rank, vd, vs);
+    return AF_OK;
+}
+
+/* ---- block lists: Concat, Split, Gather ----------------------------------------------------------- */
+
+typedef struct bl_job {
+    int kind; /* 0 Concat, 1 Split, 2 Gather */
+    const af_tensor *const *in;
+    af_tensor *out;
+    int nparts;           /* inputs (Concat), outputs (Split) or indices (Gather) */
+    const size_t *bytes;  /* per part: one block's bytes (Concat, Split) */
+    const size_t *at;     /* per part: its offset within an outer row of the big side */
+    size_t row;           /* bytes of an outer row of the big side */
+    const int64_t *idx;   /* Gather: the normalised indices */
+    int64_t dim;          /* Gather: the axis length */
+    size_t inner;         /* Gather: bytes of a block */
+    const char *x;        /* Split, Gather: the input */
+} bl_job;
+
+static void bl_blocks(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const bl_job *j = ctx;
+    for (int64_t it = begin; it < end; it++) {
+        int64_t o = it / j->nparts;
+        int p = (int)(it % j->nparts);
+        switch (j->kind) {
+        case 0:
+            memcpy((char *)j->out[0].data + (size_t)o * j->row + j->at[p],
+                   (const char *)j->in[p]->data + (size_t)o * j->bytes[p], j->bytes[p]);
+            break;
+        case 1:
+            if (j->out[p].data && j->bytes[p])
+                memcpy((char *)j->out[p].data + (size_t)o * j->bytes[p],
+                       j->x + (size_t)o * j->row + j->at[p], j->bytes[p]);
+            break;
+        default: {
+            char *dst = (char *)j->out[0].data + (size_t)it * j->inner;
+            const char *src = j->x + ((size_t)o * (size_t)j->dim + (size_t)j->idx[p]) * j->inner;
+            switch (j->inner) { /* one element: a move, not a call */
+            case 4: *(uint32_t *)dst = *(const uint32_t *)src; break;
+            case 8: *(uint64_t *)dst = *(const uint64_t *)src; break;
+            default: memcpy(dst, src, j->inner);
+            }
+        }
+        }
+    }
+}
+
+static void bl_run(af_exec *ex, bl_job *j, int64_t outer, double bytes) {
+    if (outer > 0 && j->nparts > 0)
+        af_exec_parallel(ex, outer * j->nparts, af_exec_work_ns(ex, 0.0, 2.0 * bytes), bl_blocks, j);
+}
+
+/* Inputs of the output's rank and dtype, equal dims but along the axis, whose lengths add up. */
+af_status fast_concat(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                      af_error *err) {
+    (void)err;
+    af_tensor *y = &out[0];
+    int axis;
+    size_t es = af_dtype_size(y->dtype);
+    if (n->nin < 1 || y->rank < 1 || y->rank > AF_MAX_RANK || es == 0 ||
+        y->dtype == AF_DTYPE_STRING || !cp_ready(y, es) ||
+        !af_axis(af_attr_int(n, "axis", 0), y->rank, &axis))
+        return AF_DECLINED;
+    size_t *bytes = af_malloc(2 * (size_t)n->nin * sizeof *bytes), *at = bytes + n->nin, row = 0;
+    if (!bytes) return AF_DECLINED;
+    int64_t sum = 0, outer = 1, inner = 1;
+    for (int d = 0; d < axis; d++) outer *= y->dims[d];
+    for (int d = axis + 1; d < y->rank; d++) inner *= y->dims[d];
+    bool ok = true;
+    for (int i = 0; ok && i < n->nin; i++) {
+        const af_tensor *t = in[i];
+        ok = t && t->dtype == y->dtype && t->rank == y->rank && cp_ready(t, es);
+        for (int d = 0; ok && d < y->rank; d++) ok = d == axis || t->dims[d] == y->dims[d];
+        if (!ok) break;
+        sum += t->dims[axis];
+        at[i] = row;
+        bytes[i] = (size_t)(t->dims[axis] * inner) * es;
+        row += bytes[i];
+    }
+    if (!ok || sum != y->dims[axis]) {
+        af_free(bytes);
+        return AF_DECLINED;
+    }
+    bl_job j = {.kind = 0, .in = in, .out = y, .nparts = n->nin, .bytes = bytes, .at = at,
+                .row = row};
+    bl_run(x, &j, outer, (double)outer * (double)row);
+    af_free(bytes);
+    return AF_OK;
+}
+
+/* Outputs of x's rank and dtype whose lengths along the axis are the split's (tn_split_sizes);
+ * an output without data is skipped, as the reference does. */
+af_status fast_split(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                     af_error *err) {
+    (void)err;
+    size_t es;
+    const af_tensor *t = n->nin >= 1 ? in[0] : NULL;
+    if (!t || n->nout < 1 || t->rank < 1 || t->rank > AF_MAX_RANK ||
+        t->dtype == AF_DTYPE_STRING || (es = af_dtype_size(t->dtype)) == 0 || !cp_ready(t, es))
+        return AF_DECLINED;
+    int64_t *sizes = af_malloc((size_t)n->nout * sizeof *sizes);
+    size_t *bytes = af_malloc(2 * (size_t)n->nout * sizeof *bytes), *at = bytes + n->nout, row = 0;
+    int axis;
+    af_error quiet = {0};
+    bool ok = sizes && bytes && tn_split_sizes(n, in, &axis, sizes, &quiet) == AF_OK;
+    int64_t outer = 1, inner = 1, sum = 0;
+    for (int d = 0; ok && d < axis; d++) outer *= t->dims[d];
+    for (int d = axis + 1; ok && d < t->rank; d++) inner *= t->dims[d];
+    for (int i = 0; ok && i < n->nout; i++) {
+        af_tensor *o = &out[i];
+        ok = sizes[i] >= 0;
+        sum += sizes[i];
+        at[i] = row;
+        bytes[i] = (size_t)(sizes[i] * inner) * es;
+        row += bytes[i];
+        if (!ok || !o->data) continue;
+        ok = o->dtype == t->dtype && o->rank == t->rank && cp_ready(o, es);
+        for (int d = 0; ok && d < t->rank; d++)
+            ok = o->dims[d] == (d == axis ? sizes[i] : t->dims[d]);
+    }
+    if (ok && sum == t->dims[axis]) {
+        bl_job j = {.kind = 1, .out = out, .nparts = n->nout, .bytes = bytes, .at = at,
+                    .row = row, .x = t->data};
+        bl_run(x, &j, outer, (double)outer * (double)row);
+    }
+    af_free(sizes);
+    af_free(bytes);
+    return ok && sum == t->dims[axis] ? AF_OK : AF_DECLINED;
+}
+
+/* Every index checked (int32 or int64, negative from the end) before anything is copied. */
+af_status fast_gather(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                      af_error *err) {
+    (void)err;
+    size_t es;
+    const af_tensor *t = n->nin == 2 ? in[0] : NULL, *ix = n->nin == 2 ? in[1] : NULL;
+    af_tensor *y = &out[0];
+    int axis;
+    if (!t || !ix || !cp_io(n, in, y, &es) || t->rank < 1 || ix->rank < 0 ||
+        !tn_is_index_type(ix->dtype) || !cp_ready(ix, af_dtype_size(ix->dtype)) ||
+        !af_axis(af_attr_int(n, "axis", 0), t->rank, &axis) ||
+        y->rank != t->rank - 1 + ix->rank || y->rank > AF_MAX_RANK)
+        return AF_DECLINED;
+    int k = 0;
+    for (int i = 0; i < axis; i++)
+        if (y->dims[k++] != t->dims[i]) return AF_DECLINED;
+    for (int i = 0; i < ix->rank; i++)
+        if (y->dims[k++] != ix->dims[i]) return AF_DECLINED;
+    for (int i = axis + 1; i < t->rank; i++)
+        if (y->dims[k++] != t->dims[i]) return AF_DECLINED;
+    int64_t nidx = af_tensor_numel(ix), outer = 1, inner = 1, dim = t->dims[axis];
+    for (int d = 0; d < axis; d++) outer *= t->dims[d];
+    for (int d = axis + 1; d < t->rank; d++) inner *= t->dims[d];
+    if (nidx == 0 || outer == 0 || inner == 0) return AF_OK;
+    int64_t *idx = af_malloc((size_t)nidx * sizeof *idx);
+    if (!idx) return AF_DECLINED;
+    for (int64_t i = 0; i < nidx; i++)
+        if (!tn_index(ix, i, dim, &idx[i])) {
+            af_free(idx);
+            return AF_DECLINED;
+        }
+    bl_job j = {.kind = 2, .out = y, .idx = idx, .dim = dim, .inner = (size_t)inner * es,
+                .x = t->data};
+    /* Items are (outer, index) pairs; nparts counts indices (at most what an int holds). */
+    if (nidx > INT32_MAX) {
+        af_free(idx);
+        return AF_DECLINED;
+    }
+    j.nparts = (int)nidx;
+    bl_run(x, &j, outer, (double)outer * (double)nidx * (double)j.inner);
+    af_free(idx);
     return AF_OK;
 }

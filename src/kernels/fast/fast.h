@@ -47,6 +47,12 @@ AF_FAST_KERNEL(fast_where);
 AF_FAST_KERNEL(fast_resize);
 /* copy.c: data movement by element size. */
 AF_FAST_KERNEL(fast_pad);
+AF_FAST_KERNEL(fast_slice);
+AF_FAST_KERNEL(fast_expand);
+AF_FAST_KERNEL(fast_tile);
+AF_FAST_KERNEL(fast_concat);
+AF_FAST_KERNEL(fast_split);
+AF_FAST_KERNEL(fast_gather);
 /* pool.c: channels-last pooling. */
 AF_FAST_KERNEL(fast_maxpool);
 AF_FAST_KERNEL(fast_avgpool);

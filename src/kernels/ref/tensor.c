@@ -492,6 +492,11 @@ af_status shape_split(const af_node *n, const af_tensor *const *in, af_tensor *o
     return st;
 }
 
+af_status tn_split_sizes(const af_node *n, const af_tensor *const *in, int *axis,
+                         int64_t *sizes, af_error *err) {
+    return split_sizes(n, in, in[0], axis, sizes, err);
+}
+
 af_status ref_split(const af_node *n, const af_tensor *const *in, af_tensor *out,
                           af_exec *ex, af_error *err) {
     TN_READY(n, out, n->nout, err);
@@ -669,10 +674,8 @@ af_status shape_slice(const af_node *n, const af_tensor *const *in, af_tensor *o
     return AF_OK;
 }
 
-af_status ref_slice(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                          af_exec *ex, af_error *err) {
-    TN_READY(n, out, 1, err);
-    (void)ex;
+af_status tn_slice_view(const af_node *n, const af_tensor *const *in, const af_tensor *out,
+                        int64_t *off, int64_t *vs, af_error *err) {
     const af_tensor *x = in[0];
     slice_plan p;
     size_t es;
@@ -681,18 +684,31 @@ af_status ref_slice(const af_node *n, const af_tensor *const *in, af_tensor *out
         st = tn_esize(n, x, &es, err);
     if (st)
         return st;
-    int64_t xs[AF_MAX_RANK], vs[AF_MAX_RANK], off = 0;
+    int64_t xs[AF_MAX_RANK];
     af_strides(x, xs);
+    *off = 0;
+    if (out->rank != x->rank)
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "slice shape mismatch");
     for (int i = 0; i < x->rank; i++) {
         if (p.count[i] != out->dims[i])
             return af_node_fail(err, n, AF_ERR_INTERNAL, "slice shape mismatch");
-        if (p.count[i] == 0)
-            return AF_OK;
-        off += p.start[i] * xs[i];
+        *off += p.start[i] * xs[i];
         /* A step is only taken when count > 1, and then it stays inside the axis. */
         vs[i] = p.count[i] > 1 ? p.step[i] * xs[i] : 0;
     }
-    tn_copy_strided(out->data, x->data, off, x->rank, out->dims, vs, es);
+    return AF_OK;
+}
+
+af_status ref_slice(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                          af_exec *ex, af_error *err) {
+    TN_READY(n, out, 1, err);
+    (void)ex;
+    const af_tensor *x = in[0];
+    int64_t vs[AF_MAX_RANK], off;
+    af_status st = tn_slice_view(n, in, out, &off, vs, err);
+    if (st || af_tensor_numel(out) == 0)
+        return st;
+    tn_copy_strided(out->data, x->data, off, x->rank, out->dims, vs, af_dtype_size(x->dtype));
     return AF_OK;
 }
 

@@ -90,6 +90,14 @@ af_status tn_pad_plan(const af_node *n, const af_tensor *const *in, const af_ten
  * -1 for constant padding. */
 int64_t tn_pad_src(int64_t c, int64_t d, tn_pad_mode mode);
 
+/* Slice (tensor.c): out (the shape function's dims) is x = in[0] read from element *off with
+ * strides vs[0..rank) (0 along axes of one element); the offsets stay inside x. */
+af_status tn_slice_view(const af_node *n, const af_tensor *const *in, const af_tensor *out,
+                        int64_t *off, int64_t *vs, af_error *err);
+/* Split (tensor.c): the axis and the n->nout sizes along it of x = in[0]. */
+af_status tn_split_sizes(const af_node *n, const af_tensor *const *in, int *axis,
+                         int64_t *sizes, af_error *err);
+
 /* AF_ERR_INVALID_MODEL unless out[0..nout) all have data: a kernel that does not allocate its
  * outputs relies on the shape function having fixed every dim from the inputs. */
 af_status tn_ready(const af_node *n, const af_tensor *out, int nout, af_error *err);
