@@ -4,7 +4,8 @@
  *
  * The tensor is cut at its first resized axis f: the dims before f are not resized, so each of
  * their index combinations is an independent slice (an N x C plane for an NCHW image), run in
- * parallel. Inside a slice the resized axes are done one at a time, innermost first, through
+ * parallel (with fewer slices than threads, as for a channels-last image, each pass runs over
+ * all slices at once, in parallel over its output rows). Inside a slice the resized axes are done one at a time, innermost first, through
  * two per-thread buffers (a plane fits in L2): along the last axis an output element gathers its
  * taps; along any other axis an output row is a weighted sum of whole input rows (vec.h
  * blend_row), or a copy of one for nearest. Axes whose taps are the identity (scale 1) are
@@ -48,45 +49,50 @@ typedef struct rs_job {
     float extrapolation;
 } rs_job;
 
-/* One pass of axis ax from src to dst. */
-static void rs_pass(const rs_job *j, const rs_axis *ax, const char *src, char *dst) {
+/* Output rows [begin, end) of the pass of axis ax from src to dst; a row is one (p, o) of the
+ * view [pre, lout, post], p counted over `pre` (several slices may be one view). */
+static void rs_pass_rows(const rs_job *j, const rs_axis *ax, const char *src, char *dst,
+                         int64_t begin, int64_t end) {
     const af_vec_ops *v = af_vec();
     size_t es = j->es;
-    for (int64_t p = 0; p < ax->pre; p++) {
+    for (int64_t r = begin; r < end; r++) {
+        int64_t p = r / ax->lout, o = r % ax->lout;
         const char *s = src + (size_t)(p * ax->lin * ax->post) * es;
         char *d = dst + (size_t)(p * ax->lout * ax->post) * es;
-        for (int64_t o = 0; o < ax->lout; o++) {
-            const tn_rz_taps *t = &ax->t[o];
-            if (ax->post == 1) { /* along the last axis: gather */
-                if (t->n == 0) {
-                    memset(d + (size_t)o * es, 0, es);
-                } else if (j->nearest) {
-                    switch (es) { /* constant sizes: a move, not a call */
-                    case 4: ((uint32_t *)d)[o] = ((const uint32_t *)s)[t->idx[0]]; break;
-                    case 8: ((uint64_t *)d)[o] = ((const uint64_t *)s)[t->idx[0]]; break;
-                    case 2: ((uint16_t *)d)[o] = ((const uint16_t *)s)[t->idx[0]]; break;
-                    default: memcpy(d + (size_t)o * es, s + (size_t)t->idx[0] * es, es);
-                    }
-                } else {
-                    const float *sf = (const float *)s, *w = ax->w + 4 * o;
-                    float acc = w[0] * sf[t->idx[0]];
-                    for (int k = 1; k < t->n; k++) acc += w[k] * sf[t->idx[k]];
-                    ((float *)d)[o] = acc;
-                }
-                continue;
-            }
-            char *row = d + (size_t)(o * ax->post) * es;
+        const tn_rz_taps *t = &ax->t[o];
+        if (ax->post == 1) { /* along the last axis: gather */
             if (t->n == 0) {
-                memset(row, 0, (size_t)ax->post * es);
-            } else if (j->nearest || (t->n == 1 && ax->w[4 * o] == 1.0f)) {
-                memcpy(row, s + (size_t)(t->idx[0] * ax->post) * es, (size_t)ax->post * es);
+                memset(d + (size_t)o * es, 0, es);
+            } else if (j->nearest) {
+                switch (es) { /* constant sizes: a move, not a call */
+                case 4: ((uint32_t *)d)[o] = ((const uint32_t *)s)[t->idx[0]]; break;
+                case 8: ((uint64_t *)d)[o] = ((const uint64_t *)s)[t->idx[0]]; break;
+                case 2: ((uint16_t *)d)[o] = ((const uint16_t *)s)[t->idx[0]]; break;
+                default: memcpy(d + (size_t)o * es, s + (size_t)t->idx[0] * es, es);
+                }
             } else {
-                const float *rows[4];
-                for (int k = 0; k < t->n; k++) rows[k] = (const float *)s + t->idx[k] * ax->post;
-                v->blend_row(rows, ax->w + 4 * o, t->n, (float *)row, ax->post);
+                const float *sf = (const float *)s, *w = ax->w + 4 * o;
+                float acc = w[0] * sf[t->idx[0]];
+                for (int k = 1; k < t->n; k++) acc += w[k] * sf[t->idx[k]];
+                ((float *)d)[o] = acc;
             }
+            continue;
+        }
+        char *row = d + (size_t)(o * ax->post) * es;
+        if (t->n == 0) {
+            memset(row, 0, (size_t)ax->post * es);
+        } else if (j->nearest || (t->n == 1 && ax->w[4 * o] == 1.0f)) {
+            memcpy(row, s + (size_t)(t->idx[0] * ax->post) * es, (size_t)ax->post * es);
+        } else {
+            const float *rows[4];
+            for (int k = 0; k < t->n; k++) rows[k] = (const float *)s + t->idx[k] * ax->post;
+            v->blend_row(rows, ax->w + 4 * o, t->n, (float *)row, ax->post);
         }
     }
+}
+
+static void rs_pass(const rs_job *j, const rs_axis *ax, const char *src, char *dst) {
+    rs_pass_rows(j, ax, src, dst, 0, ax->pre * ax->lout);
 }
 
 /* The extrapolation value into every element of the output slice y with an outside coordinate. */
@@ -117,6 +123,47 @@ static void rs_slices(void *ctx, int slot, int64_t begin, int64_t end) {
         }
         if (j->outside) rs_outside(j, (float *)dst);
     }
+}
+
+/* The pass-wise form, for few slices (a channels-last image, a single plane): each pass over
+ * every slice at once, in parallel over its output rows, through two whole-tensor buffers. */
+typedef struct rs_whole {
+    const rs_job *j;
+    const rs_axis *ax;
+    int64_t slices;
+    const char *src;
+    char *dst;
+} rs_whole;
+
+static void rs_whole_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const rs_whole *w = ctx;
+    rs_axis ax = *w->ax;
+    ax.pre *= w->slices; /* the slices are the outermost dims: one view */
+    rs_pass_rows(w->j, &ax, w->src, w->dst, begin, end);
+}
+
+static void rs_outside_all(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const rs_job *j = ctx;
+    for (int64_t s = begin; s < end; s++) rs_outside(j, (float *)(j->y + (size_t)(s * j->slice_out) * j->es));
+}
+
+static void rs_passwise(rs_job *j, int64_t slices, af_exec *ex) {
+    char *buf[2] = {j->scratch, j->scratch + (size_t)(slices * j->mid) * j->es};
+    const char *src = j->x;
+    for (int k = 0; k < j->naxes; k++) {
+        const rs_axis *ax = &j->ax[k];
+        char *to = k == j->naxes - 1 ? j->y : buf[k & 1];
+        rs_whole w = {j, ax, slices, src, to};
+        int64_t rows = slices * ax->pre * ax->lout;
+        double outs = (double)rows * (double)ax->post;
+        af_exec_parallel(ex, rows, af_exec_work_ns(ex, 8.0 * outs, (double)j->es * 3.0 * outs),
+                         rs_whole_rows, &w);
+        src = to;
+    }
+    if (j->outside) af_exec_parallel(ex, slices, af_exec_work_ns(ex, 0.0, (double)(slices * j->slice_out)),
+                                     rs_outside_all, j);
 }
 
 /* Whether an axis's taps are the identity (each output reads its own index, weight 1). */
@@ -182,6 +229,12 @@ static af_status rs_run(const tn_rz_plan *plan, const af_tensor *x, af_tensor *y
     int slots = af_exec_threads(ex);
     if (slots > AF_EXEC_MAX_SLOTS) slots = AF_EXEC_MAX_SLOTS;
     if (slots < 1) slots = 1;
+    if (slots > 1 && slices < 4 * slots) { /* too few slices to share: pass by pass */
+        j.scratch = j.naxes > 1 ? af_exec_scratch(ex, (size_t)(2 * slices * j.mid) * j.es) : NULL;
+        if (j.naxes > 1 && !j.scratch) return AF_DECLINED;
+        rs_passwise(&j, slices, ex);
+        return AF_OK;
+    }
     size_t need = (size_t)(2 * slots) * (size_t)j.mid * j.es;
     j.scratch = j.naxes > 1 ? af_exec_scratch(ex, need) : NULL;
     if (j.naxes > 1 && !j.scratch) return AF_DECLINED;
