@@ -478,6 +478,42 @@ static void test_bn_activation(void **state) {
     af_arena_free(a);
 }
 
+/* A segmentation head: conv, Resize, conv. The Resize runs on the NHWC image with its roi,
+ * scales or sizes permuted, so the region has reorders only at its edges. */
+typedef struct rs_case {
+    const char *mode, *coord;
+    float scales[4];   /* all 0: sizes */
+    int64_t sizes[4];
+    float roi[8];      /* tf_crop_and_resize */
+} rs_case;
+
+static void b_resize(af_graph *g, af_value *x, const void *arg) {
+    const rs_case *r = arg;
+    conv a = {6, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, NULL, true};
+    conv b = {5, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, true};
+    af_value *y = op1(g, "Relu", conv2d(g, x, &a));
+    int64_t four = 4, eight = 8, zero = 0;
+    bool sizes = r->scales[0] == 0, crop = !strcmp(r->coord, "tf_crop_and_resize");
+    af_value *roi = af_value_new_const(g, "roi", AF_DTYPE_FLOAT, 1, crop ? &eight : &zero);
+    af_value *sc = af_value_new_const(g, "scales", AF_DTYPE_FLOAT, 1, sizes ? &zero : &four);
+    af_value *sz = sizes ? af_value_new_const(g, "sizes", AF_DTYPE_INT64, 1, &four) : NULL;
+    if (crop) memcpy(roi->type.data, r->roi, sizeof r->roi);
+    if (!sizes) memcpy(sc->type.data, r->scales, sizeof r->scales);
+    if (sizes) memcpy(sz->type.data, r->sizes, sizeof r->sizes);
+    af_value *ins[4] = {y, roi, sc, sz};
+    af_node *rs = node(g, "Resize", sizes ? 4 : 3, ins);
+    set_str(rs, "mode", r->mode);
+    set_str(rs, "coordinate_transformation_mode", r->coord);
+    infer(g);
+    mark_output(g, conv2d(g, rs->out[0], &b));
+}
+
+static const rs_case rs_bilinear = {"linear", "half_pixel", {1, 1, 2, 2}, {0}, {0}};
+static const rs_case rs_nearest = {"nearest", "asymmetric", {0}, {1, 6, 13, 7}, {0}};
+static const rs_case rs_cubic = {"cubic", "align_corners", {1, 1, 1.5f, 0.75f}, {0}, {0}};
+static const rs_case rs_crop = {"linear", "tf_crop_and_resize", {0}, {1, 6, 7, 9},
+                                {0, 0, 0.1f, -0.2f, 1, 1, 0.8f, 1.1f}};
+
 static const conv geoms[] = {
     {16, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, true},     /* pointwise */
     {21, {1, 1}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 1, NULL, false},    /* strided pointwise */
@@ -620,6 +656,10 @@ static void test_regions(void **state) {
         {"concat", {1, 6, 10, 10}, b_concat, NULL, 3, 2},
         {"reshape reader", {1, 4, 9, 9}, b_reshape, NULL, 3, 1},
         {"channel shuffle and split", {2, 6, 9, 7}, b_shuffle, NULL, 2, 2},
+        {"resize bilinear", {1, 4, 9, 11}, b_resize, &rs_bilinear, 2, 2},
+        {"resize nearest sizes", {2, 4, 9, 11}, b_resize, &rs_nearest, 2, 2},
+        {"resize cubic", {1, 4, 8, 12}, b_resize, &rs_cubic, 2, 2},
+        {"resize tf_crop_and_resize", {1, 4, 9, 11}, b_resize, &rs_crop, 2, 2},
     };
     for (size_t i = 0; i < AF_COUNT(cases); i++) check(&cases[i]);
 }

@@ -5,8 +5,9 @@
  * activations of the rank of the conv that started it.
  *
  * How: walking the nodes in order, a node that can run channels-last (a FusedConv always;
- * pooling, elementwise ops, Concat, constant Slices, a Gather of channels, GroupNorm,
- * SqueezeExcite and ConvPoolFc when one of their inputs is already channels-last) gets its inputs in NHWC: the NHWC twin of a value when one exists, a
+ * pooling, elementwise ops, Concat, constant Slices, a Gather of channels, GroupNorm, Resize,
+ * SqueezeExcite and ConvPoolFc when one of their inputs is already channels-last) gets its
+ * inputs in NHWC: the NHWC twin of a value when one exists, a
  * Transpose to NHWC otherwise (one per value, shared), constants permuted at compile time. Each
  * of its 4-D outputs v becomes a new NHWC value v', and v itself is then computed by a
  * Transpose(v') back to NCHW right after it, for whoever still reads NCHW (a graph output, a
@@ -107,6 +108,26 @@ static bool gather_ok(const af_node *n) {
            const_ints(n->in[1], 1 << 24) && n->out[0]->type.rank == r;
 }
 
+/* Resize (opset 11 on) of an NCHW (NCW, NCDHW) image whose roi, scales and sizes are
+ * constants: run on the channels-last image with those vectors permuted, it computes the
+ * permuted result (its sampling is per axis). Not with opset 18's axes, nor
+ * keep_aspect_ratio_policy. */
+static bool resize_ok(const af_node *n) {
+    int r = n->out[0]->type.rank;
+    if (af_graph_opset(n->graph) < 11 || n->nout != 1 || !spatial_rank(r) ||
+        af_node_attr(n, "axes") || af_node_attr(n, "keep_aspect_ratio_policy"))
+        return false;
+    for (int i = 1; i < n->nin && i < 4; i++) {
+        const af_value *v = n->in[i];
+        if (!v) continue;
+        int64_t numel = af_tensor_numel(&v->type);
+        if (!af_value_is_const(v) || v->type.rank != 1 ||
+            (numel != 0 && numel != (i == 1 ? 2 * r : r)))
+            return false;
+    }
+    return n->nin <= 4;
+}
+
 /* Slot kind of input i of n, for a node that can run channels-last. */
 static slot_kind slot_of(const af_node *n, int i) {
     switch (n->op) {
@@ -117,6 +138,7 @@ static slot_kind slot_of(const af_node *n, int i) {
     case AF_OP_CONCAT: return S_ACT;
     case AF_OP_SLICE: case AF_OP_GATHER: return i == 0 ? S_ACT : S_KEEP;
     case AF_OP_GROUP_NORM: return i == 0 ? S_ACT : i >= 3 ? S_OPERAND : S_KEEP;
+    case AF_OP_RESIZE: return i == 0 ? S_ACT : S_KEEP; /* roi, scales, sizes: permute_vector */
     case AF_OP_MAX_POOL: case AF_OP_AVERAGE_POOL: case AF_OP_GLOBAL_AVERAGE_POOL:
     case AF_OP_GLOBAL_MAX_POOL:
         return i == 0 ? S_ACT : S_KEEP;
@@ -152,6 +174,8 @@ static bool capable(const af_node *n) {
         return slice_ok(n);
     case AF_OP_GATHER:
         return gather_ok(n);
+    case AF_OP_RESIZE:
+        return resize_ok(n);
     default:
         return false;
     }
@@ -296,6 +320,26 @@ static af_value *permute_const(layout *L, af_value *c, int r, af_error *err) {
     return p;
 }
 
+/* A constant vector of per-axis values of a rank-r tensor (Resize's scales and sizes: r; its
+ * roi: starts then ends, 2r) in channels-last axis order. */
+static af_value *permute_vector(layout *L, af_value *c, int r, af_error *err) {
+    const af_tensor *t = &c->type;
+    int64_t numel = af_tensor_numel(t);
+    size_t es = af_dtype_size(t->dtype);
+    if (numel == 0) return c;
+    af_value *p = af_value_new_const(L->g, af_graph_unique_name(L->g, "nhwc_vector"), t->dtype,
+                                     1, t->dims);
+    if (!p) {
+        af_fail(err, AF_ERR_NOMEM, "out of memory in the layout pass");
+        return NULL;
+    }
+    for (int64_t g = 0; g < numel / r; g++)
+        for (int i = 0; i < r; i++)
+            memcpy((char *)p->type.data + (size_t)(r * g + i) * es,
+                   (const char *)t->data + (size_t)(r * g + to_nhwc[r][i]) * es, es);
+    return p;
+}
+
 static bool set_channels_last(af_node *n) {
     for (int a = 0; a < n->nattrs; a++)
         if (!strcmp(n->attrs[a].name, "channels_last")) {
@@ -340,6 +384,12 @@ static af_status convert(layout *L, af_node *n, af_error *err) {
                       : af_value_is_const(v) ? permute_const(L, v, rank, err) : v;
         if (!r) return err ? err->code : AF_ERR_NOMEM;
         if (r != v) af_node_set_input(n, i, r);
+    }
+    for (int i = 1; n->op == AF_OP_RESIZE && i < n->nin; i++) {
+        af_value *v = n->in[i];
+        af_value *pv = v ? permute_vector(L, v, rank, err) : NULL;
+        if (v && !pv) return err ? err->code : AF_ERR_NOMEM;
+        if (pv != v) af_node_set_input(n, i, pv);
     }
     bool ok = true;
     if (n->op == AF_OP_FUSED_CONV || n->op == AF_OP_CONV_POOL_FC || n->op == AF_OP_SQUEEZE_EXCITE ||
