@@ -55,6 +55,31 @@ static void rs_pass_rows(const rs_job *j, const rs_axis *ax, const char *src, ch
                          int64_t begin, int64_t end) {
     const af_vec_ops *v = af_vec();
     size_t es = j->es;
+    if (ax->post == 1 && !j->nearest) { /* along the last axis, linear or cubic: gather floats */
+        for (int64_t r = begin; r < end;) {
+            int64_t p = r / ax->lout, o = r % ax->lout, stop = end - r < ax->lout - o ? o + end - r : ax->lout;
+            const float *sf = (const float *)src + p * ax->lin;
+            float *d = (float *)dst + p * ax->lout;
+            for (; o < stop; o++, r++) {
+                const tn_rz_taps *t = &ax->t[o];
+                const float *w = ax->w + 4 * o;
+                float acc = 0.0f;
+                if (t->n > 0) acc = w[0] * sf[t->idx[0]];
+                for (int k = 1; k < t->n; k++) acc += w[k] * sf[t->idx[k]];
+                d[o] = acc;
+            }
+        }
+        return;
+    }
+    if (ax->post == 1 && es == 4) { /* along the last axis, nearest: gather 4-byte elements */
+        for (int64_t r = begin; r < end;) {
+            int64_t p = r / ax->lout, o = r % ax->lout, stop = end - r < ax->lout - o ? o + end - r : ax->lout;
+            const uint32_t *sx = (const uint32_t *)src + p * ax->lin;
+            uint32_t *d = (uint32_t *)dst + p * ax->lout;
+            for (; o < stop; o++, r++) d[o] = ax->t[o].n ? sx[ax->t[o].idx[0]] : 0;
+        }
+        return;
+    }
     for (int64_t r = begin; r < end; r++) {
         int64_t p = r / ax->lout, o = r % ax->lout;
         const char *s = src + (size_t)(p * ax->lin * ax->post) * es;
