@@ -711,6 +711,27 @@ static void b_headn(af_graph *g, af_value *x, const void *arg) {
     mark_output(g, node(g, "Gemm", 3, ins)->out[0]);
 }
 
+/* conv, a linear Resize of the spatial axes by `scales` (the first two 1), conv: the Resize
+ * stays in the 1-D or 3-D region. */
+typedef struct rsn_case {
+    convn c;
+    float scales[5];
+} rsn_case;
+
+static void b_resizen(af_graph *g, af_value *x, const void *arg) {
+    const rsn_case *r = arg;
+    af_value *y = convnd(g, x, &r->c);
+    int64_t nr = y->type.rank, zero = 0;
+    af_value *roi = af_value_new_const(g, "roi", AF_DTYPE_FLOAT, 1, &zero);
+    af_value *sc = af_value_new_const(g, "scales", AF_DTYPE_FLOAT, 1, &nr);
+    memcpy(sc->type.data, r->scales, (size_t)nr * sizeof(float));
+    af_value *ins[3] = {y, roi, sc};
+    af_node *rs = node(g, "Resize", 3, ins);
+    set_str(rs, "mode", "linear");
+    infer(g);
+    mark_output(g, convnd(g, rs->out[0], &r->c));
+}
+
 static const convn geoms1[] = {
     {1, 16, {1}, {1}, {1}, {0, 0}, 1, true},     /* pointwise */
     {1, 12, {3}, {2}, {1}, {1, 1}, 1, true},     /* stride 2 */
@@ -744,9 +765,16 @@ static void test_conv_1d_3d(void **state) {
     lcase b1 = {"conv 1-D block", {2, 8, 29}, b_blockn, &blk1, 2, 2};
     lcase b3 = {"conv 3-D block", {1, 8, 4, 9, 7}, b_blockn, &blk3, 2, 2};
     lcase h3 = {"conv 3-D head", {2, 8, 4, 6, 5}, b_headn, &blk3, 2, 1};
+    static const rsn_case rs1 = {{1, 8, {3}, {1}, {1}, {1, 1}, 1, true}, {1, 1, 2}};
+    static const rsn_case rs3 = {{3, 8, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1, 0, 1, 1}, 1, true},
+                                 {1, 1, 1, 2, 1.5f}};
+    lcase r1 = {"conv 1-D, Resize, conv", {1, 8, 23}, b_resizen, &rs1, 2, 2};
+    lcase r3 = {"conv 3-D, Resize of H and W, conv", {1, 8, 3, 5, 6}, b_resizen, &rs3, 2, 2};
     check(&b1);
     check(&b3);
     check(&h3);
+    check(&r1);
+    check(&r3);
     /* 1-D convs take the half and bfloat16 GEMMs as 2-D ones do (3-D ones stay float32). */
     check_prec(&b1, AF_PREC_BF16);
     check_prec(&b1, AF_PREC_FP16);
