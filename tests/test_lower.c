@@ -508,6 +508,20 @@ static void b_resize(af_graph *g, af_value *x, const void *arg) {
     mark_output(g, conv2d(g, rs->out[0], &b));
 }
 
+/* conv, Pad (mode), conv: the Pad stays in the region (pads permuted). */
+static void b_pad(af_graph *g, af_value *x, const void *arg) {
+    conv a = {6, {3, 3}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1, NULL, true};
+    af_value *y = op1(g, "Relu", conv2d(g, x, &a));
+    int64_t eight = 8, pads[8] = {0, 0, 1, 2, 0, 0, 2, 1};
+    af_value *p = af_value_new_const(g, "pads", AF_DTYPE_INT64, 1, &eight);
+    memcpy(p->type.data, pads, sizeof pads);
+    af_value *ins[2] = {y, p};
+    af_node *pd = node(g, "Pad", 2, ins);
+    set_str(pd, "mode", arg);
+    infer(g);
+    mark_output(g, conv2d(g, pd->out[0], &a));
+}
+
 static const rs_case rs_bilinear = {"linear", "half_pixel", {1, 1, 2, 2}, {0}, {0}};
 static const rs_case rs_nearest = {"nearest", "asymmetric", {0}, {1, 6, 13, 7}, {0}};
 static const rs_case rs_cubic = {"cubic", "align_corners", {1, 1, 1.5f, 0.75f}, {0}, {0}};
@@ -656,6 +670,9 @@ static void test_regions(void **state) {
         {"concat", {1, 6, 10, 10}, b_concat, NULL, 3, 2},
         {"reshape reader", {1, 4, 9, 9}, b_reshape, NULL, 3, 1},
         {"channel shuffle and split", {2, 6, 9, 7}, b_shuffle, NULL, 2, 2},
+        {"pad reflect", {1, 4, 9, 11}, b_pad, "reflect", 2, 2},
+        {"pad constant", {2, 4, 9, 11}, b_pad, "constant", 2, 2},
+        {"pad edge", {1, 4, 8, 7}, b_pad, "edge", 2, 2},
         {"resize bilinear", {1, 4, 9, 11}, b_resize, &rs_bilinear, 2, 2},
         {"resize nearest sizes", {2, 4, 9, 11}, b_resize, &rs_nearest, 2, 2},
         {"resize cubic", {1, 4, 8, 12}, b_resize, &rs_cubic, 2, 2},

@@ -6,6 +6,7 @@
  *
  * How: walking the nodes in order, a node that can run channels-last (a FusedConv always;
  * pooling, elementwise ops, Concat, constant Slices, a Gather of channels, GroupNorm, Resize,
+ * Pad,
  * SqueezeExcite and ConvPoolFc when one of their inputs is already channels-last) gets its
  * inputs in NHWC: the NHWC twin of a value when one exists, a
  * Transpose to NHWC otherwise (one per value, shared), constants permuted at compile time. Each
@@ -128,6 +129,15 @@ static bool resize_ok(const af_node *n) {
     return n->nin <= 4;
 }
 
+/* Pad (opset 11 on) with constant pads and no axes input: on the channels-last image with the
+ * pads permuted (begins, then ends), it pads the same elements. */
+static bool pad_ok(const af_node *n) {
+    int r = n->out[0]->type.rank;
+    const af_value *p = n->nin > 1 ? n->in[1] : NULL;
+    return af_graph_opset(n->graph) >= 11 && n->nout == 1 && spatial_rank(r) && n->nin <= 3 && p &&
+           af_value_is_const(p) && p->type.rank == 1 && af_tensor_numel(&p->type) == 2 * r;
+}
+
 /* Slot kind of input i of n, for a node that can run channels-last. */
 static slot_kind slot_of(const af_node *n, int i) {
     switch (n->op) {
@@ -139,6 +149,7 @@ static slot_kind slot_of(const af_node *n, int i) {
     case AF_OP_SLICE: case AF_OP_GATHER: return i == 0 ? S_ACT : S_KEEP;
     case AF_OP_GROUP_NORM: return i == 0 ? S_ACT : i >= 3 ? S_OPERAND : S_KEEP;
     case AF_OP_RESIZE: return i == 0 ? S_ACT : S_KEEP; /* roi, scales, sizes: permute_vector */
+    case AF_OP_PAD: return i == 0 ? S_ACT : S_KEEP;    /* pads: permute_vector */
     case AF_OP_MAX_POOL: case AF_OP_AVERAGE_POOL: case AF_OP_GLOBAL_AVERAGE_POOL:
     case AF_OP_GLOBAL_MAX_POOL:
         return i == 0 ? S_ACT : S_KEEP;
@@ -176,6 +187,8 @@ static bool capable(const af_node *n) {
         return gather_ok(n);
     case AF_OP_RESIZE:
         return resize_ok(n);
+    case AF_OP_PAD:
+        return pad_ok(n);
     default:
         return false;
     }
@@ -321,7 +334,7 @@ static af_value *permute_const(layout *L, af_value *c, int r, af_error *err) {
 }
 
 /* A constant vector of per-axis values of a rank-r tensor (Resize's scales and sizes: r; its
- * roi: starts then ends, 2r) in channels-last axis order. */
+ * roi and Pad's pads: starts then ends, 2r) in channels-last axis order. */
 static af_value *permute_vector(layout *L, af_value *c, int r, af_error *err) {
     const af_tensor *t = &c->type;
     int64_t numel = af_tensor_numel(t);
@@ -385,7 +398,7 @@ static af_status convert(layout *L, af_node *n, af_error *err) {
         if (!r) return err ? err->code : AF_ERR_NOMEM;
         if (r != v) af_node_set_input(n, i, r);
     }
-    for (int i = 1; n->op == AF_OP_RESIZE && i < n->nin; i++) {
+    for (int i = 1; (n->op == AF_OP_RESIZE || (n->op == AF_OP_PAD && i == 1)) && i < n->nin; i++) {
         af_value *v = n->in[i];
         af_value *pv = v ? permute_vector(L, v, rank, err) : NULL;
         if (v && !pv) return err ? err->code : AF_ERR_NOMEM;
