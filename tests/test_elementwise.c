@@ -1,7 +1,8 @@
 /* Elementwise kernel tests, table-driven: each row builds one node (op, attributes, opset), runs
  * its shape function and reference kernel on small tensors, and checks the status and, on
  * success, the output dtype, dims and values (NaN must match NaN). A second group checks shape
- * inference with unknown dims, as at compile time. */
+ * inference with unknown dims, as at compile time. A third runs the fast broadcast kernels
+ * (kernels/fast/broadcast.c) against the reference bit for bit, on every ISA, at 1 and 2 threads. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
