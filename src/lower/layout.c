@@ -6,11 +6,10 @@
  *
  * How: walking the nodes in order, a node that can run channels-last (a FusedConv always;
  * pooling, elementwise ops, Concat, constant Slices, a Gather of channels, GroupNorm, Resize,
- * Pad,
- * SqueezeExcite and ConvPoolFc when one of their inputs is already channels-last) gets its
- * inputs in NHWC: the NHWC twin of a value when one exists, a
- * Transpose to NHWC otherwise (one per value, shared), constants permuted at compile time. Each
- * of its 4-D outputs v becomes a new NHWC value v', and v itself is then computed by a
+ * Pad, SqueezeExcite and ConvPoolFc when one of their inputs is already channels-last) gets its
+ * inputs in NHWC: the NHWC twin of a value when one exists, a Transpose to NHWC otherwise (one
+ * per value, shared), constants permuted at compile time. Each of its outputs v of the region's
+ * rank becomes a new NHWC value v', and v itself is then computed by a
  * Transpose(v') back to NCHW right after it, for whoever still reads NCHW (a graph output, a
  * Reshape...). Transposes that nobody reads are removed by the dead-code pass that follows, so
  * a chain of channels-last ops has reorders only at its edges, never between two of its ops.
