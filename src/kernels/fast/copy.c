@@ -307,9 +307,29 @@ typedef struct bl_job {
     const char *x;        /* Split, Gather: the input */
 } bl_job;
 
+/* Gather's items [begin, end): the (outer row, index) pair advanced without a division per
+ * item (a channel shuffle gathers single floats, millions of them). */
+static void bl_gather(const bl_job *j, int64_t begin, int64_t end) {
+    int64_t o = begin / j->nparts, p = begin % j->nparts;
+    char *dst = (char *)j->out[0].data + (size_t)begin * j->inner;
+    for (int64_t it = begin; it < end; it++, dst += j->inner) {
+        const char *src = j->x + ((size_t)o * (size_t)j->dim + (size_t)j->idx[p]) * j->inner;
+        switch (j->inner) { /* one element: a move, not a call */
+        case 4: *(uint32_t *)dst = *(const uint32_t *)src; break;
+        case 8: *(uint64_t *)dst = *(const uint64_t *)src; break;
+        default: memcpy(dst, src, j->inner);
+        }
+        if (++p == j->nparts) p = 0, o++;
+    }
+}
+
 static void bl_blocks(void *ctx, int slot, int64_t begin, int64_t end) {
     (void)slot;
     const bl_job *j = ctx;
+    if (j->kind == 2) {
+        bl_gather(j, begin, end);
+        return;
+    }
     for (int64_t it = begin; it < end; it++) {
         int64_t o = it / j->nparts;
         int p = (int)(it % j->nparts);
@@ -323,15 +343,7 @@ static void bl_blocks(void *ctx, int slot, int64_t begin, int64_t end) {
                 memcpy((char *)j->out[p].data + (size_t)o * j->bytes[p],
                        j->x + (size_t)o * j->row + j->at[p], j->bytes[p]);
             break;
-        default: {
-            char *dst = (char *)j->out[0].data + (size_t)it * j->inner;
-            const char *src = j->x + ((size_t)o * (size_t)j->dim + (size_t)j->idx[p]) * j->inner;
-            switch (j->inner) { /* one element: a move, not a call */
-            case 4: *(uint32_t *)dst = *(const uint32_t *)src; break;
-            case 8: *(uint64_t *)dst = *(const uint64_t *)src; break;
-            default: memcpy(dst, src, j->inner);
-            }
-        }
+        default: break;
         }
     }
 }
