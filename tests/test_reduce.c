@@ -16,6 +16,7 @@
 
 #include "ir/epilogue.h"
 #include "kernels/fast/fast.h"
+#include "kernels/ref/ref.h"
 #include "kernels/simd/cpu.h"
 
 /* ---- the cases ------------------------------------------------------------------------------- */
@@ -490,12 +491,60 @@ static void test_group_norm(void **state) {
     af_runtime_free(rt);
 }
 
+/* NonMaxSuppression: the fast selection against the reference's, exactly, on overlapping
+ * random boxes (corner and center forms, 2 images, 3 classes), with and without a score
+ * threshold and output limit; a negative IoU threshold and an infinite coordinate are declined. */
+static void test_nms(void **state) {
+    (void)state;
+    static const int64_t bd[3] = {2, 400, 4}, sd[3] = {2, 3, 400}, one[1] = {1};
+    for (int v = 0; v < 6; v++) {
+        af_arena *a = af_arena_new();
+        af_node *n = tu_node(a, AF_OP_NON_MAX_SUPPRESSION, 11, 5, 1, 2);
+        af_node_set_output(n, 0, af_value_new(n->graph, "sel"));
+        if (v & 1) af_node_set_int(n, "center_point_box", 1);
+        af_tensor *bx = af_tensor_new(AF_DTYPE_FLOAT, 3, bd), *sc = af_tensor_new(AF_DTYPE_FLOAT, 3, sd);
+        af_tensor *mo = af_tensor_new(AF_DTYPE_INT64, 1, one), *io = af_tensor_new(AF_DTYPE_FLOAT, 1, one);
+        af_tensor *st = af_tensor_new(AF_DTYPE_FLOAT, 1, one);
+        assert_true(bx && sc && mo && io && st);
+        float *b = bx->data, *s = sc->data;
+        for (int64_t i = 0; i < af_tensor_numel(bx); i++) b[i] = (float)(tu_rnd() * 8.0 + (i % 4 >= 2) * 3.0);
+        for (int64_t i = 0; i < af_tensor_numel(sc); i++) s[i] = (float)(tu_rnd() * 0.5 + 0.5);
+        *(int64_t *)mo->data = v < 2 ? 1000 : 40;
+        *(float *)io->data = v == 4 ? -0.5f : 0.45f;
+        *(float *)st->data = 0.3f;
+        if (v == 5) b[17] = INFINITY;
+        const af_tensor *in[5] = {bx, sc, mo, io, v == 2 ? NULL : st};
+        af_tensor want, got;
+        memset(&want, 0, sizeof want);
+        memset(&got, 0, sizeof got);
+        af_error err;
+        assert_int_equal(af_ref_ops[AF_OP_NON_MAX_SUPPRESSION].kernel(n, in, &want, NULL, &err), AF_OK);
+        af_exec x;
+        af_exec_init(&x, NULL, NULL);
+        af_status fs = fast_nms(n, in, &got, &x, &err);
+        af_exec_release(&x);
+        if (v >= 4) {
+            assert_int_equal(fs, AF_DECLINED);
+        } else {
+            assert_int_equal(fs, AF_OK);
+            assert_true(want.dims[0] > 10);
+            expect_same("NonMaxSuppression", &got, &want);
+        }
+        af_tensor_release(&want);
+        af_tensor_release(&got);
+        af_tensor *own[5] = {bx, sc, mo, io, st};
+        for (int i = 0; i < 5; i++) af_tensor_free(own[i]);
+        af_arena_free(a);
+    }
+}
+
 int main(void) {
     tu_rng = 4242;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fast_vs_reference),
         cmocka_unit_test(test_group_norm),
         cmocka_unit_test(test_declines),
+        cmocka_unit_test(test_nms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -91,6 +91,7 @@ static const fast_row rows[AF_OP_COUNT] = {
     [AF_OP_ARGMAX] = {.kernel = fast_arg},
     [AF_OP_ARGMIN] = {.kernel = fast_arg},
     [AF_OP_INSTANCE_NORMALIZATION] = {.kernel = fast_instancenorm},
+    [AF_OP_NON_MAX_SUPPRESSION] = {.kernel = fast_nms},
     [AF_OP_GROUP_NORM] = {.kernel = fast_group_norm, .shape = fast_shape_group_norm,
                           .lowered = "channels_last"},
     [AF_OP_TOPK] = {.kernel = fast_topk},
