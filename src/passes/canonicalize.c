@@ -735,27 +735,16 @@ static bool in_as_groupnorm(const af_node *in, gn_match *g) {
 
 static af_status groupnorm(pass_scope *s, af_node *in, bool *hit, af_error *err) {
     gn_match g = {0};
-    if (!gn_match_at(s, in, &g)) {
+    af_value *gamma, *beta;
+    if (gn_match_at(s, in, &g)) {
+        gamma = gn_param(s, &g, g.gamma, "groupnorm_scale", 1.0f);
+        beta = gn_param(s, &g, g.beta, "groupnorm_bias", 0.0f);
+    } else {
         memset(&g, 0, sizeof g);
         if (!in_as_groupnorm(in, &g)) return AF_OK;
-        /* scale and B as they are (they need not be constants) */
-        af_node *r = pass_node_new(s, AF_OP_GROUP_NORM, in, 3, 1);
-        if (!r || !af_node_set_int(r, "num_groups", g.groups) ||
-            !af_node_set_float(r, "epsilon", af_attr_float(in, "epsilon", 1e-5f)) ||
-            !provenance(r, &g.m))
-            return af_node_fail(err, in, AF_ERR_NOMEM, "out of memory canonicalizing");
-        af_value *sc = in->in[1], *b = in->in[2];
-        af_status st = pass_kill(s, in, err);
-        if (st) return st;
-        af_node_set_input(r, 0, g.x);
-        af_node_set_input(r, 1, sc);
-        af_node_set_input(r, 2, b);
-        af_node_set_output(r, 0, g.y);
-        *hit = true;
-        return AF_OK;
+        gamma = in->in[1]; /* scale and B as they are (they need not be constants) */
+        beta = in->in[2];
     }
-    af_value *gamma = gn_param(s, &g, g.gamma, "groupnorm_scale", 1.0f);
-    af_value *beta = gn_param(s, &g, g.beta, "groupnorm_bias", 0.0f);
     af_node *r = pass_node_new(s, AF_OP_GROUP_NORM, in, 3, 1);
     if (!gamma || !beta || !r || !af_node_set_int(r, "num_groups", g.groups) ||
         !af_node_set_float(r, "epsilon", af_attr_float(in, "epsilon", 1e-5f)) ||

@@ -20,18 +20,6 @@ typedef struct nms_boxes {
     double *y0, *x0, *y1, *x1, *area; /* [count] each */
 } nms_boxes;
 
-typedef struct nms_cand {
-    double score;
-    int64_t box;
-} nms_cand;
-
-/* The reference's order: score descending, then box index ascending. */
-static int cand_cmp(const void *pa, const void *pb) {
-    const nms_cand *a = pa, *b = pb;
-    if (a->score != b->score) return a->score > b->score ? -1 : 1;
-    return (a->box > b->box) - (a->box < b->box);
-}
-
 /* Image b's boxes as corners (ymin, xmin, ymax, xmax) and areas; false on a coordinate that is
  * not finite. */
 static bool load_boxes(const float *bx, int64_t ns, bool center, nms_boxes *o) {
@@ -122,7 +110,7 @@ af_status fast_nms(const af_node *n, const af_tensor *const *in, af_tensor *out,
             int64_t nc = 0, taken = 0;
             for (int64_t i = 0; i < ns; i++)
                 if (!has_st || (double)s[i] > score_th) cand[nc++] = (nms_cand){s[i], i};
-            qsort(cand, (size_t)nc, sizeof *cand, cand_cmp);
+            qsort(cand, (size_t)nc, sizeof *cand, nms_cmp); /* the reference's order */
             for (int64_t c = 0; c < nc && taken < maxo && st == AF_OK; c++) {
                 if (suppressed(&all, cand[c].box, &kept, taken, iou_th)) continue;
                 kept_set(&kept, taken++, &all, cand[c].box);

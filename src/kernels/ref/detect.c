@@ -74,13 +74,7 @@ static double nms_iou(const double *a, const double *b) {
     return inter / (aa + ab - inter);
 }
 
-/* Candidate order: score descending, then box index ascending (a stable, total order). */
-typedef struct nms_cand {
-    double score;
-    int64_t box;
-} nms_cand;
-
-static int nms_cmp(const void *pa, const void *pb) {
+int nms_cmp(const void *pa, const void *pb) {
     const nms_cand *a = pa, *b = pb;
     if (a->score != b->score)
         return a->score > b->score ? -1 : 1;

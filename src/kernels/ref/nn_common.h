@@ -143,4 +143,12 @@ af_status nn_softmax_geom(const af_node *n, const af_tensor *x, int64_t *outer, 
 af_status nn_layernorm_axis(const af_node *n, const af_tensor *const *in, int *axis,
                             af_error *err);
 
+/* A NonMaxSuppression candidate, and the selection order shared by the reference and the fast
+ * kernel (qsort comparator): score descending, then box index ascending (a stable, total order). */
+typedef struct nms_cand {
+    double score;
+    int64_t box;
+} nms_cand;
+int nms_cmp(const void *a, const void *b);
+
 #endif
