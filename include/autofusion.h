@@ -118,6 +118,9 @@ typedef struct af_options {
  * stderr when a model is optimised (AUTOFUSION_FUSION_LOG=1, alias GE_GRAPH_FUSION_LOG=1). */
 void af_options_init(af_options *opt);
 
+/* AF_VERSION of the library that is running (the Python package's __version__). */
+const char *af_version(void);
+
 /* Element size in bytes (0 for strings and undefined). */
 size_t af_dtype_size(af_dtype t);
 /* ONNX's name of the type ("float", "int64", ...). */
@@ -157,6 +160,36 @@ af_status af_session_input_type(const af_session *s, int i, af_tensor *type_out)
  * it uses the default. 0 otherwise. */
 int af_session_input_has_default(const af_session *s, int i);
 af_status af_session_output_type(const af_session *s, int i, af_tensor *type_out);
+
+/* The name of dim d of input i (output i when `output`), as the model declares it when the dim
+ * is symbolic ("batch", or a product such as "batch*seq" that shape inference derived), written
+ * into buf; NULL when the dim is a number, unknown without a name, or out of range. Inputs are
+ * indexed as by af_session_input_name. */
+const char *af_session_dim_name(const af_session *s, int output, int i, int d, char *buf,
+                                size_t len);
+
+/* The model's metadata: key "producer_name", "producer_version", "domain", "description" (the
+ * model's doc_string), "graph_name" or "version" (model_version, in decimal) gives a borrowed
+ * string ("" when the model has none; a .afm gives autofusion's name and version), any other
+ * key the value of that metadata_props entry, or NULL when there is none. */
+const char *af_session_metadata(const af_session *s, const char *key);
+/* The number of metadata_props entries; entry i's key and value into *key and *value (borrowed)
+ * when 0 <= i < that number. */
+int af_session_custom_metadata(const af_session *s, int i, const char **key, const char **value);
+
+/* Write the prepared session as a compiled model (.afm: what `autofusion compile` writes), with
+ * its memory plan, precision mode, fusion report and `command_line` (may be NULL). */
+af_status af_session_save(af_session *s, const char *path, const char *command_line,
+                          af_error *err);
+/* Write the session's graph as ONNX (fused ops in the domain ai.autofusion), for Netron. A
+ * session made with opt->no_lower gives the graph the fusion report describes. */
+af_status af_session_export_onnx(const af_session *s, const char *path, af_error *err);
+
+/* Every fusion rule, built in and from loaded plugins, as a JSON array of objects (name,
+ * pattern, conditions, precision, plugin, fused_op, alias), malloc'd: free it with
+ * af_string_free. NULL when out of memory. */
+char *af_fusion_rules_json(void);
+void af_string_free(char *s);
 
 /* The fusion report of the optimisation that prepared the session (text in the seed's shape
  * when json == 0, JSON otherwise); NULL when nothing was optimised (no_fusion, .afm). Borrowed:

@@ -5,8 +5,10 @@ set -euo pipefail
 pkgs=(cmake gcc clang-14 make
       libcpuinfo-dev libfp16-dev libsleef-dev libjansson-dev libxxhash-dev
       libcmocka-dev libonnx-testdata python3-onnx python3-numpy python3-pytest
-      python3-torch python3-torchvision libfuzzer-14-dev libclang-rt-14-dev libopenblas-dev)
+      python3-torch python3-torchvision python3-distributed libfuzzer-14-dev libclang-rt-14-dev libopenblas-dev)
 missing=()
+# node and npm (for ONNX Runtime, below) from Debian unless some other package provides them
+command -v npm >/dev/null || pkgs+=(nodejs npm)
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
@@ -14,4 +16,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+fi
+# ONNX Runtime for side-by-side checks (tests/python compares outputs with it when present; the
+# benchmarks time it): the CPU library ships inside the npm package, whose install script would
+# go to the network, hence --ignore-scripts. Not fatal: without it those checks skip.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+if [ ! -f "$root/node_modules/onnxruntime-node/package.json" ]; then
+  (cd "$root" && npm install --ignore-scripts --no-save --no-audit --no-fund onnxruntime-node@1.30.0 >/dev/null 2>&1) ||
+    echo "install-deps: onnxruntime-node could not be installed; checks against ONNX Runtime skip" >&2
 fi

@@ -57,6 +57,7 @@ struct af_session {
     uint64_t runs;
     dim_range *ranges;          /* per graph input, or NULL: no --input_shape_range */
     char *range_spec;           /* the spec, kept for af_session_save */
+    char model_version[24];     /* the model's model_version in decimal (af_session_metadata) */
 };
 
 static af_status parse_ranges(af_session *s, const char *spec, af_error *err);
@@ -68,6 +69,8 @@ static void shape_plan_clear(shape_plan *p) {
     af_free(p->arena);
     memset(p, 0, sizeof *p);
 }
+
+const char *af_version(void) { return AF_VERSION; }
 
 void af_options_init(af_options *opt) {
     memset(opt, 0, sizeof *opt);
@@ -103,6 +106,7 @@ static af_status finish(af_model *m, af_plan *file_plan, const af_options *opt, 
         goto fail;
     }
     s->model = m;
+    snprintf(s->model_version, sizeof s->model_version, "%lld", (long long)m->model_version);
     if (opt) s->opt = *opt;
     else af_options_init(&s->opt);
     /* A compiled model is already optimised and lowered; an ONNX one goes through the driver. */
@@ -597,4 +601,36 @@ af_status af_session_save(af_session *s, const char *path, const char *command_l
 
 af_status af_session_export_onnx(const af_session *s, const char *path, af_error *err) {
     return af_onnx_export(s->model->graph, path, err);
+}
+
+const char *af_session_dim_name(const af_session *s, int output, int i, int d, char *buf,
+                                size_t len) {
+    const af_graph *g = s->model->graph;
+    const af_value *v = output ? (i >= 0 && i < g->noutputs ? g->outputs[i] : NULL) : input_at(s, i);
+    if (!v || d < 0 || d >= v->type.rank || !af_dim_is_sym(v->type.dims[d]) || !buf || !len)
+        return NULL;
+    return af_dim_str(g, v->type.dims[d], buf, len);
+}
+
+const char *af_session_metadata(const af_session *s, const char *key) {
+    const af_model *m = s->model;
+    if (!key) return NULL;
+    if (!strcmp(key, "producer_name")) return m->producer_name;
+    if (!strcmp(key, "producer_version")) return m->producer_version;
+    if (!strcmp(key, "domain")) return m->domain;
+    if (!strcmp(key, "description")) return m->doc_string;
+    if (!strcmp(key, "graph_name")) return m->graph->name ? m->graph->name : "";
+    if (!strcmp(key, "version")) return s->model_version;
+    for (int i = 0; i < m->nmeta; i++)
+        if (!strcmp(m->meta[2 * i], key)) return m->meta[2 * i + 1];
+    return NULL;
+}
+
+int af_session_custom_metadata(const af_session *s, int i, const char **key, const char **value) {
+    const af_model *m = s->model;
+    if (i >= 0 && i < m->nmeta) {
+        if (key) *key = m->meta[2 * i];
+        if (value) *value = m->meta[2 * i + 1];
+    }
+    return m->nmeta;
 }

@@ -10,13 +10,7 @@
 #include "fusion/fusion.h"
 #include "onnx/onnx.h"
 
-/* Write the session's graph as a compiled model (format/afm.h) at path, with its memory plan,
- * its precision mode, its fusion report and the command line that made it (may be NULL). */
-af_status af_session_save(af_session *s, const char *path, const char *command_line,
-                          af_error *err);
-/* Write the session's graph as ONNX (onnx/export.h: fused ops in domain ai.autofusion), for
- * Netron. */
-af_status af_session_export_onnx(const af_session *s, const char *path, af_error *err);
+/* af_session_save and af_session_export_onnx are public (autofusion.h). */
 
 /* The model (graph, arena, mapping) the session runs; borrowed. */
 af_model *af_session_model(const af_session *s);

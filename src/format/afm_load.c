@@ -799,6 +799,7 @@ af_status af_afm_load_with_plan(const char *path, af_model **out, af_afm_meta *m
         return st;
     }
     m->producer_name = "autofusion";
+    m->domain = m->doc_string = "";
     m->producer_version = meta.version;
     if (meta_out) *meta_out = meta;
     if (plan_out) *plan_out = plan;

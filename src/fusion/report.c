@@ -316,3 +316,26 @@ void af_fusion_list(FILE *f) {
             fprintf(f, "  alias:      MatMulBiasReluFusionOp\n");
     }
 }
+
+char *af_fusion_rules_json(void) {
+    json_t *all = json_array();
+    for (int r = 0; all && r < af_fusion_rule_count(); r++) {
+        const af_custom_rule *p = af_plugin_rule(r - AF_RULE_COUNT);
+        const char *prec = af_fusion_rule_precision(r);
+        json_t *o = json_pack("{s:s, s:s, s:s, s:s?, s:s?, s:s?, s:s?}", "name",
+                              af_fusion_rule_name(r), "pattern", af_fusion_rule_pattern(r),
+                              "conditions", af_fusion_rule_conditions(r), "precision", prec,
+                              "plugin", p ? af_plugin_rule_owner(r - AF_RULE_COUNT) : NULL,
+                              "fused_op", p ? p->fused_op : NULL, "alias",
+                              r == AF_RULE_MATMUL_BIAS_ACT ? "MatMulBiasReluFusionOp" : NULL);
+        if (!o || json_array_append_new(all, o)) {
+            json_decref(all);
+            return NULL;
+        }
+    }
+    char *s = all ? json_dumps(all, JSON_COMPACT) : NULL;
+    json_decref(all);
+    return s;
+}
+
+void af_string_free(char *s) { free(s); }

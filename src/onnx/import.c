@@ -27,8 +27,12 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 /* Field numbers of onnx.proto, one enum per message. */
 enum { /* ModelProto */
-    MODEL_IR_VERSION = 1, MODEL_PRODUCER_NAME = 2, MODEL_PRODUCER_VERSION = 3, MODEL_GRAPH = 7,
-    MODEL_OPSET_IMPORT = 8
+    MODEL_IR_VERSION = 1, MODEL_PRODUCER_NAME = 2, MODEL_PRODUCER_VERSION = 3, MODEL_DOMAIN = 4,
+    MODEL_MODEL_VERSION = 5, MODEL_DOC_STRING = 6, MODEL_GRAPH = 7, MODEL_OPSET_IMPORT = 8,
+    MODEL_METADATA_PROPS = 14
+};
+enum { /* StringStringEntryProto */
+    ENTRY_KEY = 1, ENTRY_VALUE = 2
 };
 enum { /* OperatorSetIdProto */
     OPSET_DOMAIN = 1, OPSET_VERSION = 2
@@ -1147,6 +1151,27 @@ static af_status check_opsets(imp *c, af_error *err) {
     return AF_OK;
 }
 
+/* One metadata_props entry, appended to m->meta (key, value pairs; "" for a missing half). */
+static af_status read_metadata(af_model *m, af_pb *r, af_error *err) {
+    const char *key = "", *value = "";
+    af_pb_field f;
+    af_status st;
+    while ((st = af_pb_next(r, &f, err)) == AF_OK && f.num) {
+        if (f.num == ENTRY_KEY) st = af_pb_str(r, &f, "key", m->arena, &key, err);
+        else if (f.num == ENTRY_VALUE) st = af_pb_str(r, &f, "value", m->arena, &value, err);
+        if (st) return st;
+    }
+    if (st) return st;
+    const char **grown = af_arena_alloc(m->arena, (size_t)(m->nmeta + 1) * 2 * sizeof *grown);
+    if (!grown) return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", m->path);
+    if (m->nmeta) memcpy(grown, m->meta, (size_t)m->nmeta * 2 * sizeof *grown);
+    grown[2 * m->nmeta] = key;
+    grown[2 * m->nmeta + 1] = value;
+    m->meta = grown;
+    m->nmeta++;
+    return AF_OK;
+}
+
 static af_status import_model(af_model *m, af_error *err) {
     imp c = {.m = m, .a = m->arena, .file = m->path};
     af_pb r, sub;
@@ -1169,6 +1194,19 @@ static af_status import_model(af_model *m, af_error *err) {
             break;
         case MODEL_PRODUCER_VERSION:
             st = af_pb_str(&r, &f, "producer_version", m->arena, &m->producer_version, err);
+            break;
+        case MODEL_DOMAIN:
+            st = af_pb_str(&r, &f, "domain", m->arena, &m->domain, err);
+            break;
+        case MODEL_MODEL_VERSION:
+            st = af_pb_int64(&r, &f, "model_version", &m->model_version, err);
+            break;
+        case MODEL_DOC_STRING:
+            st = af_pb_str(&r, &f, "doc_string", m->arena, &m->doc_string, err);
+            break;
+        case MODEL_METADATA_PROPS:
+            st = af_pb_sub(&r, &f, "StringStringEntryProto", &sub, err);
+            if (st == AF_OK) st = read_metadata(m, &sub, err);
             break;
         case MODEL_GRAPH:
             st = af_pb_want(&r, &f, AF_PB_LEN, "graph", err);
@@ -1204,7 +1242,7 @@ static af_model *model_new(const char *path) {
         af_free(m);
         return NULL;
     }
-    m->producer_name = m->producer_version = "";
+    m->producer_name = m->producer_version = m->domain = m->doc_string = "";
     return m;
 }
 

@@ -23,6 +23,10 @@ typedef struct af_model {
     int64_t ir_version;
     const char *producer_name;    /* "" when absent */
     const char *producer_version; /* "" when absent */
+    const char *domain, *doc_string; /* "" when absent */
+    int64_t model_version;
+    const char **meta; /* metadata_props: nmeta (key, value) pairs, key at 2i */
+    int nmeta;
     /* private */
     void *map; /* the mapped model file, or the copy of the bytes */
     size_t map_len;
