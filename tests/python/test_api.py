@@ -333,3 +333,17 @@ def test_dask_batch_matches_one_process(models, tmp_path):
                         "--batch", "16"], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert np.array_equal(np.load(tmp_path / "out.npy"), one)
+
+
+def test_install_component(tmp_path):
+    """`cmake --install build --component python` (into a staging root here) gives a package
+    that imports and runs from site-packages."""
+    build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(ort.__file__))))
+    subprocess.run(["cmake", "--install", build, "--component", "python"], check=True,
+                   capture_output=True, env=dict(os.environ, DESTDIR=str(tmp_path)))
+    inits = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path) for f in fs if f == "__init__.py"]
+    assert len(inits) == 1 and os.path.exists(os.path.join(os.path.dirname(inits[0]), "libautofusion.so"))
+    site = os.path.dirname(os.path.dirname(inits[0]))
+    r = subprocess.run([sys.executable, "-c", "import autofusion; print(autofusion.__file__, autofusion.__version__)"],
+                       capture_output=True, text=True, cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=site))
+    assert r.returncode == 0 and r.stdout.startswith(site) and r.stdout.split()[-1] == ort.__version__, r.stderr
