@@ -341,9 +341,12 @@ def test_install_component(tmp_path):
     build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(ort.__file__))))
     subprocess.run(["cmake", "--install", build, "--component", "python"], check=True,
                    capture_output=True, env=dict(os.environ, DESTDIR=str(tmp_path)))
-    inits = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path) for f in fs if f == "__init__.py"]
-    assert len(inits) == 1 and os.path.exists(os.path.join(os.path.dirname(inits[0]), "libautofusion.so"))
-    site = os.path.dirname(os.path.dirname(inits[0]))
+    libs = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path) for f in fs if f == "libautofusion.so"]
+    assert len(libs) == 1
+    pkg = os.path.dirname(libs[0])
+    assert os.path.exists(os.path.join(pkg, "__init__.py"))
+    assert os.path.exists(os.path.join(pkg, "capi", "onnxruntime_pybind11_state.py"))
+    site = os.path.dirname(pkg)
     r = subprocess.run([sys.executable, "-c", "import autofusion; print(autofusion.__file__, autofusion.__version__)"],
                        capture_output=True, text=True, cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=site))
     assert r.returncode == 0 and r.stdout.startswith(site) and r.stdout.split()[-1] == ort.__version__, r.stderr
