@@ -264,7 +264,7 @@ static void check_prec(const lcase *c, af_precision prec) {
     af_runtime *rts[3] = {NULL, NULL, NULL};
     af_error err;
     for (int t = 1; t < 3; t++) assert_int_equal(af_runtime_new(t + 1, &rts[t], &err), AF_OK);
-    af_precision_cfg pc = {prec, NULL};
+    af_precision_cfg pc = {.mode = prec};
     for (af_isa isa = AF_ISA_GENERIC; isa <= best; isa++)
         for (int fuse = 0; fuse < 2; fuse++) {
             af_isa_set(isa);
@@ -957,6 +957,43 @@ static void test_precision(void **state) {
         for (size_t i = 0; i < AF_COUNT(cases); i++) check_prec(&cases[i], modes[m]);
 }
 
+/* bf16 follows the calibrated rates: a machine whose bf16 GEMM is not at least 1.2x its fp32
+ * one (AVX512_BF16 without AMX) keeps every core fp32 under bf16 and mixed, and says why with
+ * both rates; a fast one (AMX) gets its bf16 cores; unknown rates (0) leave the flags to decide.
+ * fp16 (half-precision storage, fp32 arithmetic) does not depend on them. */
+static void test_precision_rates(void **state) {
+    (void)state;
+    static const lcase pw = {"pointwise", {2, 20, 13, 11}, b_conv, &geoms[0], 2, 1};
+    const char *why = NULL;
+    bool bf16 = af_precision_supported(AF_PREC_BF16, &why);
+    static const struct {
+        af_precision mode;
+        double fp32, bf16;
+        bool low; /* (where the CPU has bf16 at all) some core goes low */
+    } rows[] = {
+        {AF_PREC_BF16, 100e9, 50e9, false}, {AF_PREC_MIXED, 100e9, 119e9, false},
+        {AF_PREC_BF16, 100e9, 400e9, true}, {AF_PREC_BF16, 0, 0, true},
+        {AF_PREC_FP16, 100e9, 50e9, true},
+    };
+    for (size_t r = 0; r < AF_COUNT(rows); r++) {
+        af_arena *a = af_arena_new();
+        af_graph *g = build(a, &pw, 7);
+        af_precision_cfg pc = {rows[r].mode, NULL, rows[r].fp32, rows[r].bf16};
+        af_error err;
+        if (af_lower(g, &pc, &err)) fail_msg("%s", err.message);
+        bool expect_low = rows[r].low && (bf16 || rows[r].mode == AF_PREC_FP16);
+        if ((count_low(g) > 0) != expect_low)
+            fail_msg("row %zu: %d low-precision cores, expected %s", r, count_low(g),
+                     expect_low ? "some" : "none");
+        for (int i = 0; bf16 && !rows[r].low && i < g->nnodes; i++) {
+            const char *w = af_attr_str(g->nodes[i], "precision_why", NULL);
+            if (af_attr_str(g->nodes[i], "precision", NULL) && !(w && strstr(w, "fp32 is faster")))
+                fail_msg("row %zu: node %s says '%s'", r, g->nodes[i]->name, w ? w : "(nothing)");
+        }
+        af_arena_free(a);
+    }
+}
+
 int main(void) {
     tu_rng = 0;
     const struct CMUnitTest tests[] = {
@@ -972,6 +1009,7 @@ int main(void) {
         cmocka_unit_test(test_regions),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_precision),
+        cmocka_unit_test(test_precision_rates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -202,6 +202,11 @@ static af_status precision_config(const af_options *o, const char *file, af_prec
                        "allow_mix_precision, allow_mix_precision_bf16 also work)",
                        file, o->precision_mode);
     pc->mode = (af_precision)m;
+    if (pc->mode == AF_PREC_BF16 || pc->mode == AF_PREC_MIXED) { /* does bf16 pay here? */
+        const af_machine *mach = af_machine_get();
+        pc->gemm_flops = mach->gemm_flops;
+        pc->gemm_bf16_flops = mach->gemm_bf16_flops;
+    }
     return AF_OK;
 }
 
@@ -242,7 +247,7 @@ static af_status sweep_constants(af_graph *g, af_error *err) {
 af_status af_compile(af_graph *g, const char *file, const af_options *opt, af_compiled *out,
                      af_error *err) {
     af_fusion_config cfg;
-    af_precision_cfg pc = {AF_PREC_FP32, NULL};
+    af_precision_cfg pc = {.mode = AF_PREC_FP32};
     memset(out, 0, sizeof *out);
     af_status st = opt->input_shape ? af_apply_input_shape(g, opt->input_shape, err)
                                     : af_graph_infer_shapes(g, err);

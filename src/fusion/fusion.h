@@ -98,6 +98,7 @@ bool af_fusion_log_requested(void);
 typedef struct af_machine {
     double flops;      /* float32 FLOP/s of an FMA loop (an FMA counts 2) */
     double gemm_flops; /* FLOP/s of the GEMM core (kernels/fast/gemm.h) on a cache-resident problem */
+    double gemm_bf16_flops; /* the same in bfloat16 (AMX or AVX512_BF16); 0 without either */
     double bandwidth;  /* bytes/s (read + write) to and from memory */
     double l2_bandwidth, l3_bandwidth; /* the same within L2 and within 8 x L2 */
     double l2_bytes;   /* per-core L2 size (cpuinfo) */

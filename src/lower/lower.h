@@ -35,6 +35,8 @@ bool af_precision_supported(af_precision p, const char **why);
 typedef struct af_precision_cfg {
     af_precision mode;
     const char *keep_fp32; /* "A,B": rules, node names or op types that stay fp32 (may be NULL) */
+    /* the machine's calibrated GEMM rates (runtime/machine.c), FLOP/s; 0 when not measured */
+    double gemm_flops, gemm_bf16_flops;
 } af_precision_cfg;
 /* Mark each GEMM core with the precision it runs in (see precision.c); cfg NULL: fp32. An
  * unknown --keep_fp32 name is AF_ERR_INVALID_ARG. */

@@ -19,6 +19,7 @@
 #include "lower/lower.h"
 #include "passes/rewrite.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const struct {
@@ -169,10 +170,30 @@ static bool has_sensitive_rule(const af_node *n) {
     return false;
 }
 
+/* bfloat16 pays only where its GEMM runs well above float32's: each bf16 op also converts its
+ * activation input once per run and rounds it. AMX runs 4-8x fp32 and passes; AVX512_BF16
+ * without AMX measured 0.5x on Sapphire Rapids (its dot product issues at half the FMA rate),
+ * where bf16 made ResNet-50 2x slower. Hence at least 1.2x the calibrated fp32 rate. */
+#define BF16_MIN_GAIN 1.2
+
+/* NULL when bf16 (mode bf16 or mixed) may run on this machine, else why not (in buf). */
+static const char *bf16_blocker(const af_precision_cfg *cfg, char *buf, size_t len) {
+    const char *why = NULL;
+    if (!af_precision_supported(cfg->mode, &why)) return why;
+    if (cfg->mode == AF_PREC_FP16 || !(cfg->gemm_flops > 0) ||
+        cfg->gemm_bf16_flops >= BF16_MIN_GAIN * cfg->gemm_flops)
+        return NULL;
+    snprintf(buf, len, "bf16 GEMMs run at %.0f GFLOP/s on this CPU, fp32 at %.0f (%s): fp32 is "
+             "faster", cfg->gemm_bf16_flops / 1e9, cfg->gemm_flops / 1e9,
+             af_cpu_amx() ? "AMX" : "no AMX");
+    return buf;
+}
+
 /* Mark the cores of g and of the bodies nested in it. */
 static af_status mark_graph(af_graph *g, const af_precision_cfg *cfg, af_error *err) {
-    const char *unsupported = NULL;
-    bool ok = af_precision_supported(cfg->mode, &unsupported);
+    char buf[160];
+    const char *unsupported = bf16_blocker(cfg, buf, sizeof buf);
+    bool ok = !unsupported;
     const char *low = cfg->mode == AF_PREC_FP16 ? "fp16" : "bf16";
     for (int i = 0; i < g->nnodes; i++) {
         af_node *n = g->nodes[i];

@@ -226,19 +226,26 @@ static double measure_bandwidth(size_t size) {
     return best > 0.0 ? best : 1e9;
 }
 
-/* Best rate of the GEMM core (the ISA in force, one thread) on a 192 x 256 x 512 problem whose
- * operands stay in cache: what convolutions and matrix products run at. */
-static double measure_gemm(void) {
+/* Best rate of the GEMM core in type t (F32 or BF16; the ISA in force, one thread) on a
+ * 192 x 256 x 512 problem whose operands stay in cache: what convolutions and matrix products
+ * run at. A BF16 A holds 32 rows more than M (AMX reads whole tiles). */
+static double measure_gemm(af_gemm_type t) {
     enum { M = 192, N = 256, K = 512 };
-    float *a = af_malloc(sizeof(float) * M * K), *b = af_malloc(sizeof(float) * K * N);
-    float *c = af_malloc(sizeof(float) * M * N), *p = af_malloc(sizeof(float) * af_gemm_packed_floats(K, N));
+    size_t es = t == AF_GEMM_BF16 ? sizeof(uint16_t) : sizeof(float);
+    void *a = af_calloc((size_t)(M + 32) * K, es);
+    float *b = af_malloc(sizeof(float) * K * N), *c = af_malloc(sizeof(float) * M * N);
+    void *p = af_malloc(af_gemm_packed_bytes(t, K, N));
     double best = 0.0;
     if (a && b && c && p) {
-        for (int i = 0; i < M * K; i++) a[i] = (float)(i % 7) * 0.1f;
+        for (int i = 0; i < M * K; i++) {
+            float v = (float)(i % 7) * 0.1f;
+            if (t == AF_GEMM_BF16) ((uint16_t *)a)[i] = af_float_to_bf16(v);
+            else ((float *)a)[i] = v;
+        }
         for (int i = 0; i < K * N; i++) b[i] = (float)(i % 5) * 0.1f;
-        af_gemm_pack(b, K, N, N, 1, p);
+        af_gemm_pack_type(t, b, K, N, N, 1, p);
         static const int64_t tap0[1] = {0};
-        af_gemm g = {a, 1, M, 0, K, tap0, 1, K, p, N, c, N, NULL, 0, 0, AF_GEMM_F32, NULL, NULL};
+        af_gemm g = {a, 1, M, 0, K, tap0, 1, K, p, N, c, N, NULL, 0, 0, t, NULL, NULL};
         double start = now();
         for (int rep = 0; rep < 400 && (rep < 5 || now() - start < 0.1); rep++) {
             double t0 = now();
@@ -297,7 +304,7 @@ static double num(json_t *root, const char *key) {
     return json_number_value(json_object_get(root, key));
 }
 
-/* The file holds one record per ISA ({"version": 5, "avx512": {...}, "avx2": {...}}), so that
+/* The file holds one record per ISA ({"version": 6, "avx512": {...}, "avx2": {...}}), so that
  * runs on different ISAs (the tests' AUTOFUSION_ISA variants) do not evict each other's. Load
  * the record of the kernels' ISA now in force. */
 static bool load(const char *path, af_machine *m) {
@@ -305,17 +312,18 @@ static bool load(const char *path, af_machine *m) {
     json_t *root = json_load_file(path, 0, &e);
     if (!root) return false;
     const char *isa = af_isa_name(af_isa_get());
-    json_t *r = json_integer_value(json_object_get(root, "version")) == 5
+    json_t *r = json_integer_value(json_object_get(root, "version")) == 6
                     ? json_object_get(root, isa) : NULL;
     double gf = num(r, "peak_gflops"), gg = num(r, "gemm_gflops"), bw = num(r, "bandwidth_gbs");
     double b2 = num(r, "l2_bandwidth_gbs"), b3 = num(r, "l3_bandwidth_gbs"), l2 = num(r, "l2_bytes");
-    double ho = num(r, "handoff_us"), wk = num(r, "wake_us");
+    double ho = num(r, "handoff_us"), wk = num(r, "wake_us"), gb = num(r, "gemm_bf16_gflops");
     bool ok = r && sane(gf, 0.01, 1e6) && sane(gg, 0.01, 1e6) && sane(bw, 0.01, 1e5) &&
               sane(b2, 0.01, 1e5) && sane(b3, 0.01, 1e5) && sane(l2, 1024, 1e10) &&
-              sane(ho, 0.0, 1e5) && sane(wk, 0.0, 1e5);
+              sane(ho, 0.0, 1e5) && sane(wk, 0.0, 1e5) && sane(gb, 0.0, 1e6);
     if (ok) {
         m->flops = gf * 1e9;
         m->gemm_flops = gg * 1e9;
+        m->gemm_bf16_flops = gb * 1e9;
         m->bandwidth = bw * 1e9;
         m->l2_bandwidth = b2 * 1e9;
         m->l3_bandwidth = b3 * 1e9;
@@ -347,12 +355,13 @@ static void store(const char *path, const af_machine *m) {
     json_error_t e;
     json_t *root = json_load_file(path, 0, &e);
     if (!root || !json_is_object(root) ||
-        json_integer_value(json_object_get(root, "version")) != 5) {
+        json_integer_value(json_object_get(root, "version")) != 6) {
         json_decref(root);
-        root = json_pack("{s:i}", "version", 5);
+        root = json_pack("{s:i}", "version", 6);
     }
-    json_t *r = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "peak_gflops", m->flops / 1e9,
-                          "gemm_gflops", m->gemm_flops / 1e9, "bandwidth_gbs", m->bandwidth / 1e9,
+    json_t *r = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "peak_gflops",
+                          m->flops / 1e9, "gemm_gflops", m->gemm_flops / 1e9, "gemm_bf16_gflops",
+                          m->gemm_bf16_flops / 1e9, "bandwidth_gbs", m->bandwidth / 1e9,
                           "l2_bandwidth_gbs", m->l2_bandwidth / 1e9,
                           "l3_bandwidth_gbs", m->l3_bandwidth / 1e9, "l2_bytes", m->l2_bytes,
                           "handoff_us", m->handoff_ns / 1e3, "wake_us", m->wake_ns / 1e3);
@@ -379,7 +388,8 @@ af_status af_machine_calibrate(const char *path, af_machine *m, af_error *err) {
     fma_loop l = pick_loop();
     m->flops = measure_flops(&l);
     if (!(m->flops > 0.0)) m->flops = 1e9;
-    m->gemm_flops = measure_gemm();
+    m->gemm_flops = measure_gemm(AF_GEMM_F32);
+    if (af_cpu_amx() || af_cpu_bf16()) m->gemm_bf16_flops = measure_gemm(AF_GEMM_BF16);
     if (!(m->gemm_flops > 0.0) || m->gemm_flops > m->flops) m->gemm_flops = m->flops;
     m->l2_bytes = (double)af_cpu_l2();
     m->bandwidth = measure_bandwidth((size_t)64 << 20);

@@ -41,6 +41,38 @@ def cosine(a, b):
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def bf16_pays(af_bin, tmp_path_factory):
+    """These tests check the bf16 paths end to end. --precision_mode=bf16 follows the calibrated
+    rates, and a CPU whose bf16 GEMM is not clearly faster than its fp32 one (AVX512_BF16
+    without AMX) keeps every op fp32 (test_lower's test_precision_rates checks that rule), so
+    here the binary reads a machine file that says bf16 runs at 4x fp32, as on AMX: this
+    machine's calibration with that one figure changed."""
+    d = tmp_path_factory.mktemp("machine")
+    path = str(d / "machine.json")
+    model = str(d / "relu.onnx")
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), model)
+    proc = cli(af_bin, "report", model, env={"AUTOFUSION_MACHINE_FILE": path})  # calibrates
+    assert proc.returncode == 0, proc.stderr
+    with open(path) as f:
+        machine = json.load(f)
+    for rec in machine.values():
+        if isinstance(rec, dict) and rec.get("gemm_bf16_gflops", 0) > 0:
+            rec["gemm_bf16_gflops"] = 4 * rec["gemm_gflops"]
+    with open(path, "w") as f:
+        json.dump(machine, f)
+    old = os.environ.get("AUTOFUSION_MACHINE_FILE")
+    os.environ["AUTOFUSION_MACHINE_FILE"] = path
+    yield
+    if old is None:
+        del os.environ["AUTOFUSION_MACHINE_FILE"]
+    else:
+        os.environ["AUTOFUSION_MACHINE_FILE"] = old
+
+
 @pytest.fixture(scope="module")
 def bert_small(tmp_path_factory):
     cfg = bert.BertConfig.small(layers=2, hidden=128, heads=2, intermediate=512, vocab=1000)
