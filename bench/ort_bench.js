@@ -4,7 +4,7 @@
 // Inputs: random floats in [-1, 1) and integers in [0, 10) (an attention_mask is all ones),
 // fixed seed, shapes from the model (symbolic dims are 1). --shape=NAME:D1xD2x... (repeatable)
 // gives the random input NAME that shape instead (for a dynamic export); --input=NAME=FILE.npy
-// (repeatable) feeds NAME from a NumPy file (little-endian float32, int64 or int32, C order) as
+// (repeatable) feeds NAME from a NumPy file (little-endian float32, float16, int64 or int32, C order) as
 // `autofusion bench --input` does. Prints one JSON object with the latency statistics in the
 // shape `autofusion bench --json` uses (--samples: every run too). --output_dir=DIR also writes
 // the last run's outputs as DIR/<name>.npy (characters outside [A-Za-z0-9_.-] become '_', as
@@ -42,7 +42,7 @@ function readNpy(file) {
   const dims = shape[1].split(',').map((x) => x.trim()).filter((x) => x).map(Number);
   const n = dims.reduce((a, b) => a * b, 1);
   const kinds = { '<f4': ['float32', Float32Array], '<i8': ['int64', BigInt64Array],
-                  '<i4': ['int32', Int32Array] };
+                  '<i4': ['int32', Int32Array], '<f2': ['float16', Uint16Array] };
   const kind = kinds[descr[1]];
   if (!kind) throw new Error(`${file}: dtype ${descr[1]} not supported here`);
   const bytes = n * kind[1].BYTES_PER_ELEMENT;
@@ -56,7 +56,7 @@ function readNpy(file) {
 function writeNpy(file, t) {
   const fs = require('fs');
   const kinds = { float32: '<f4', float64: '<f8', int64: '<i8', int32: '<i4', int8: '|i1',
-                  uint8: '|u1', bool: '|b1' };
+                  uint8: '|u1', bool: '|b1', float16: '<f2' };
   const descr = kinds[t.type];
   if (!descr) throw new Error(`${file}: output type ${t.type} not supported here`);
   const shape = t.dims.length === 1 ? `(${t.dims[0]},)` : `(${t.dims.join(', ')})`;
@@ -71,6 +71,18 @@ function writeNpy(file, t) {
   const data = t.type === 'bool' ? Buffer.from(Uint8Array.from(t.data, (b) => (b ? 1 : 0)))
     : Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength);
   fs.writeFileSync(file, Buffer.concat([head, Buffer.from(header, 'latin1'), data]));
+}
+
+// The float16 bits of x (round to nearest even; no NaN inputs here).
+function toHalf(x) {
+  const f = new Float32Array([x]), u = new Uint32Array(f.buffer)[0];
+  const sign = (u >>> 16) & 0x8000, exp = ((u >>> 23) & 0xff) - 127 + 15, man = u & 0x7fffff;
+  if (exp >= 31) return sign | 0x7c00;
+  if (exp <= 0) return sign | Math.round((man | 0x800000) / 2 ** (14 - exp)) ;
+  let h = sign | (exp << 10) | (man >>> 13);
+  const rest = man & 0x1fff;
+  if (rest > 0x1000 || (rest === 0x1000 && (h & 1))) h++;
+  return h;
 }
 
 function rng(seed) {
@@ -132,6 +144,10 @@ async function main() {
       const a = new Float32Array(n);
       for (let i = 0; i < n; i++) a[i] = rand() * 2 - 1;
       feeds[name] = new ort.Tensor('float32', a, dims);
+    } else if (t === 'float16') {
+      const a = new Uint16Array(n);
+      for (let i = 0; i < n; i++) a[i] = toHalf(rand() * 2 - 1);
+      feeds[name] = new ort.Tensor('float16', a, dims);
     } else if (t === 'int64') {
       const a = new BigInt64Array(n);
       for (let i = 0; i < n; i++) a[i] = BigInt(name.includes('mask') ? 1 : Math.floor(rand() * 10));

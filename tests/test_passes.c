@@ -374,6 +374,63 @@ static void test_same_type_cast_removed(void **state) {
     af_arena_free(t.a);
 }
 
+/* A float16 graph widened (passes/widen.c): a float32 input cast to half, a half constant, a
+ * half input and a half output. Afterwards every value but the half interface is float32, the
+ * interface gets one Cast each way, the model's own Casts copy (simplify drops them), and the
+ * graph computes what the half graph means to float32 precision. */
+static void test_widen_halves(void **state) {
+    (void)state;
+    tg t = tg_new(17);
+    af_value *x = input(&t, "x", 2, D23);
+    af_value *z = input_in(t.g, "z", AF_DTYPE_FLOAT16, 2, D23);
+    af_node *to_half = mk_in(t.g, "Cast", 1, (af_value *[]){x}, 1);
+    attr_int(to_half, "to", AF_DTYPE_FLOAT16);
+    int64_t three = 3;
+    af_value *c = af_value_new_const(t.g, "c", AF_DTYPE_FLOAT16, 1, &three);
+    for (int i = 0; i < 3; i++) ((uint16_t *)c->type.data)[i] = af_float_to_half(0.5f * (float)i - 0.5f);
+    af_value *r = op1(&t, "Relu", op2(&t, "Add", to_half->out[0], c));
+    af_node *to_float = mk_in(t.g, "Cast", 1, (af_value *[]){r}, 1);
+    attr_int(to_float, "to", AF_DTYPE_FLOAT);
+    output_in(t.g, to_float->out[0]);
+    af_value *w = op2(&t, "Mul", z, to_half->out[0]);
+    af_tensor_set_type(&w->type, AF_DTYPE_FLOAT16, 2, D23); /* declared, as a file does */
+    output_in(t.g, w);
+    af_graph *g = t.g;
+    af_error err;
+    assert_int_equal(af_graph_toposort(g, &err), AF_OK);
+    if (af_pass_widen_halves(g, &err) || af_graph_infer_shapes(g, &err) || af_graph_verify(g, &err))
+        fail_msg("%s", err.message);
+    for (int i = 0; i < g->nvalues; i++) {
+        const af_value *v = g->values[i];
+        bool half = v->type.dtype == AF_DTYPE_FLOAT16;
+        if (half != (v == z || v == w)) fail_msg("value %s is %s", v->name, af_dtype_name(v->type.dtype));
+    }
+    assert_int_equal(count(g, "Cast"), 4); /* the model's two, now copies, and the interface's */
+    af_tensor in[2] = {{.dtype = AF_DTYPE_FLOAT, .rank = 2, .dims = {2, 3}},
+                       {.dtype = AF_DTYPE_FLOAT16, .rank = 2, .dims = {2, 3}}};
+    assert_int_equal(af_tensor_alloc(&in[0], NULL), AF_OK);
+    assert_int_equal(af_tensor_alloc(&in[1], NULL), AF_OK);
+    for (int i = 0; i < 6; i++) {
+        ((float *)in[0].data)[i] = 0.3f * (float)i - 0.9f;
+        ((uint16_t *)in[1].data)[i] = af_float_to_half(1.5f - 0.25f * (float)i);
+    }
+    af_tensor out[2];
+    memset(out, 0, sizeof out);
+    if (run(g, in, out, &err)) fail_msg("%s", err.message);
+    assert_int_equal(out[0].dtype, AF_DTYPE_FLOAT);
+    assert_int_equal(out[1].dtype, AF_DTYPE_FLOAT16);
+    for (int i = 0; i < 6; i++) {
+        float xv = ((float *)in[0].data)[i], zv = af_half_to_float(((uint16_t *)in[1].data)[i]);
+        float want_y = fmaxf(xv + 0.5f * (float)(i % 3) - 0.5f, 0.0f);
+        assert_float_equal(((float *)out[0].data)[i], want_y, 1e-6);
+        assert_float_equal(af_half_to_float(((uint16_t *)out[1].data)[i]), zv * xv, 2e-3);
+    }
+    af_pass_simplify(g, &err);
+    assert_int_equal(count(g, "Cast"), 2); /* the copies went */
+    for (int i = 0; i < 2; i++) af_tensor_release(&in[i]), af_tensor_release(&out[i]);
+    af_arena_free(t.a);
+}
+
 /* Identity writing a graph output: its producer takes over the output's name. */
 static void test_identity_output_renamed(void **state) {
     (void)state;
@@ -1119,6 +1176,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_identity_and_dropout_removed),
         cmocka_unit_test(test_same_shape_reshape_removed),
         cmocka_unit_test(test_same_type_cast_removed),
+        cmocka_unit_test(test_widen_halves),
         cmocka_unit_test(test_identity_output_renamed),
         cmocka_unit_test(test_copies_that_stay),
         cmocka_unit_test(test_dead_nodes_removed),

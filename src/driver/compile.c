@@ -249,8 +249,12 @@ af_status af_compile(af_graph *g, const char *file, const af_options *opt, af_co
     af_fusion_config cfg;
     af_precision_cfg pc = {.mode = AF_PREC_FP32};
     memset(out, 0, sizeof *out);
-    af_status st = opt->input_shape ? af_apply_input_shape(g, opt->input_shape, err)
-                                    : af_graph_infer_shapes(g, err);
+    /* float16/bfloat16 computed in float32 (passes/widen.c), then the types of every value;
+     * the report counts the model's nodes, not the casts widening adds at its edges */
+    int model_nodes = count_nodes(g);
+    af_status st = af_pass_widen_halves(g, err);
+    if (!st) st = opt->input_shape ? af_apply_input_shape(g, opt->input_shape, err)
+                                   : af_graph_infer_shapes(g, err);
 #ifndef NDEBUG
     /* Debug builds check the IR's invariants after every stage that builds or changes it. */
     if (!st) st = af_graph_verify(g, err);
@@ -258,6 +262,7 @@ af_status af_compile(af_graph *g, const char *file, const af_options *opt, af_co
     if (!st && !opt->no_fusion) st = fusion_config(opt, &cfg, err);
     if (!st && !opt->no_fusion) {
         af_fusion_report_init(&out->report, file, af_machine_get());
+        out->report.ops_before = model_nodes;
         out->fused = true;
         st = af_optimize(g, &cfg, &out->report, err);
     } else if (!st) {

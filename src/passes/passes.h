@@ -24,6 +24,9 @@ af_status af_node_infer_shape(af_node *n, af_error *err);
  * (Identity, inference-mode Dropout, Cast to the input's own type); removal of dead nodes.
  * Repeats until nothing changes. */
 af_status af_pass_simplify(af_graph *g, af_error *err);
+/* float16/bfloat16 values and ops computed in float32, the model's interface cast at its edges
+ * (widen.c): the stage before shapes. */
+af_status af_pass_widen_halves(af_graph *g, af_error *err);
 
 /* Canonicalize (canonicalize.c): decomposed forms become one op each, so the fuser matches one
  * form: LayerNormalization from ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div[/Mul/Add], Gelu
