@@ -538,6 +538,125 @@ static void test_nms(void **state) {
     }
 }
 
+/* ---- quantization ---------------------------------------------------------------------------- */
+
+/* A tensor of type dt and dims whose elements are gen(i) (stored with the reference's rules). */
+static af_tensor *q_tensor(af_dtype dt, int rank, const int64_t *dims, double (*gen)(int64_t)) {
+    af_tensor *t = af_tensor_new(dt, rank, dims);
+    assert_non_null(t);
+    for (int64_t i = 0; i < af_tensor_numel(t); i++) {
+        double v = gen(i);
+        if (dt == AF_DTYPE_FLOAT) ((float *)t->data)[i] = (float)v;
+        else if (dt == AF_DTYPE_UINT8) ((uint8_t *)t->data)[i] = (uint8_t)v;
+        else ((int8_t *)t->data)[i] = (int8_t)v;
+    }
+    return t;
+}
+
+static double g_rand(int64_t i) { (void)i; return 4.0 * tu_rnd(); }
+static double g_ties(int64_t i) { return 0.5 * (double)(i % 601) - 150.0; } /* x.5 halves */
+static double g_odd(int64_t i) { /* NaN, infinities, huge, tiny */
+    static const double v[] = {NAN, INFINITY, -INFINITY, 3e9, -3e9, 1e-30, -0.0, 254.5, -128.5};
+    return i % 3 ? 3.0 * tu_rnd() : v[(i / 3) % 9];
+}
+static double g_u8(int64_t i) { return (double)((i * 37) % 256); }
+static double g_i8(int64_t i) { return (double)((i * 37) % 256) - 128.0; }
+static double g_scale(int64_t i) { return 0.01 + 0.007 * (double)i; }
+static double g_zp_u8(int64_t i) { return (double)(100 + 40 * i); }
+static double g_zp_i8(int64_t i) { return (double)(-20 + 15 * i); }
+static double g_zero(int64_t i) { (void)i; return 0.0; }
+static double g_pos(int64_t i) { return 1.0 + (double)(i % 13); }
+
+/* QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear: the fast kernels give the
+ * reference's bits (ties to even, saturation, NaN, per-tensor and per-axis parameters, int8
+ * and uint8, no zero point), called directly and through the dispatcher at 1 and 2 threads;
+ * int32 dequantization is declined. */
+static void test_quantize(void **state) {
+    (void)state;
+    typedef struct qcase {
+        const char *op, *attrs;
+        af_dtype xt;
+        int rank;
+        int64_t dims[4];
+        double (*x)(int64_t);
+        int nparams; /* 0: none (Dynamic); 1: scale; 2: scale and zero point */
+        int64_t plen; /* parameter values: 0 scalar, else per axis */
+        af_dtype zt;
+        double (*zp)(int64_t);
+        bool fast;
+    } qcase;
+    static const qcase cases[] = {
+        {"QuantizeLinear", "", AF_DTYPE_FLOAT, 4, {2, 3, 5, 7}, g_rand, 2, 0, AF_DTYPE_UINT8, g_zp_u8, true},
+        {"QuantizeLinear", "", AF_DTYPE_FLOAT, 2, {3, 40000}, g_ties, 1, 0, AF_DTYPE_UINT8, NULL, true},
+        {"QuantizeLinear", "axis=1", AF_DTYPE_FLOAT, 4, {2, 3, 5, 7}, g_odd, 2, 3, AF_DTYPE_INT8, g_zp_i8, true},
+        {"QuantizeLinear", "axis=-1", AF_DTYPE_FLOAT, 2, {9, 4}, g_ties, 2, 4, AF_DTYPE_INT8, g_zp_i8, true},
+        {"QuantizeLinear", "", AF_DTYPE_FLOAT, 1, {999}, g_odd, 2, 0, AF_DTYPE_UINT8, g_zp_u8, true},
+        {"DequantizeLinear", "", AF_DTYPE_UINT8, 3, {4, 5, 300}, g_u8, 2, 0, AF_DTYPE_UINT8, g_zp_u8, true},
+        {"DequantizeLinear", "axis=0", AF_DTYPE_INT8, 3, {3, 5, 7}, g_i8, 2, 3, AF_DTYPE_INT8, g_zp_i8, true},
+        {"DequantizeLinear", "", AF_DTYPE_INT8, 2, {7, 9}, g_i8, 1, 0, AF_DTYPE_INT8, NULL, true},
+        {"DequantizeLinear", "", AF_DTYPE_INT32, 1, {10}, g_zero, 1, 0, AF_DTYPE_INT32, NULL, false},
+        {"DynamicQuantizeLinear", "", AF_DTYPE_FLOAT, 2, {4, 50000}, g_rand, 0, 0, AF_DTYPE_UINT8, NULL, true},
+        {"DynamicQuantizeLinear", "", AF_DTYPE_FLOAT, 2, {3, 7}, g_zero, 0, 0, AF_DTYPE_UINT8, NULL, true},
+        {"DynamicQuantizeLinear", "", AF_DTYPE_FLOAT, 1, {77}, g_pos, 0, 0, AF_DTYPE_UINT8, NULL, true},
+    };
+    af_runtime *rt = NULL;
+    af_error err;
+    assert_int_equal(af_runtime_new(2, &rt, &err), AF_OK);
+    af_isa best = af_isa_get();
+    for (size_t c = 0; c < AF_COUNT(cases); c++) {
+        const qcase *q = &cases[c];
+        af_arena *a = af_arena_new();
+        af_op op = af_op_lookup("", q->op);
+        int nin = q->nparams ? 1 + q->nparams : 1, nout = q->nparams ? 1 : 3;
+        af_node *n = tu_node(a, op, 13, nin, nout, 8);
+        for (int o = 0; o < nout; o++) af_node_set_output(n, o, af_value_new(n->graph, "y"));
+        tu_attrs(a, n, q->attrs, 8, parse_attr);
+        af_tensor *owned[3] = {q_tensor(q->xt, q->rank, q->dims, q->x), NULL, NULL};
+        int64_t pd[1] = {q->plen};
+        if (q->nparams) owned[1] = q_tensor(AF_DTYPE_FLOAT, q->plen ? 1 : 0, pd, g_scale);
+        if (q->nparams > 1) owned[2] = q_tensor(q->zt, q->plen ? 1 : 0, pd, q->zp);
+        const af_tensor *in[3] = {owned[0], owned[1], owned[2]};
+        char what[160];
+        snprintf(what, sizeof what, "case %zu: %s %s", c, q->op, q->attrs);
+        af_tensor want[3], got[3];
+        af_isa_set(AF_ISA_REFERENCE);
+        if (run(n, in, want, nout, NULL, false, &err)) fail_msg("%s: %s", what, err.message);
+        af_isa_set(best);
+        af_exec x;
+        af_exec_init(&x, NULL, NULL);
+        af_kernel_fn fast = op == AF_OP_QUANTIZE_LINEAR ? fast_quantize
+                            : op == AF_OP_DEQUANTIZE_LINEAR ? fast_dequantize : fast_dyn_quantize;
+        for (int o = 0; o < nout; o++) {
+            memset(&got[o], 0, sizeof got[o]);
+            af_tensor_type_copy(&got[o], &want[o]);
+            assert_int_equal(af_tensor_alloc(&got[o], &err), AF_OK);
+        }
+        af_status st = fast(n, in, got, &x, &err);
+        af_exec_release(&x);
+        if (!q->fast) {
+            assert_int_equal(st, AF_DECLINED);
+        } else {
+            if (st) fail_msg("%s: the fast kernel gave %d", what, st);
+            for (int o = 0; o < nout; o++)
+                if (memcmp(got[o].data, want[o].data, want[o].nbytes))
+                    fail_msg("%s: output %d differs from the reference", what, o);
+        }
+        release(got, nout);
+        for (int threads = 1; threads <= 2; threads++) {
+            if (run(n, in, got, nout, threads == 2 ? rt : NULL, false, &err))
+                fail_msg("%s: %s", what, err.message);
+            for (int o = 0; o < nout; o++)
+                if (memcmp(got[o].data, want[o].data, want[o].nbytes))
+                    fail_msg("%s, %d thread(s): output %d differs", what, threads, o);
+            release(got, nout);
+        }
+        release(want, nout);
+        for (int k = 0; k < 3; k++) af_tensor_free(owned[k]);
+        af_arena_free(a);
+    }
+    af_runtime_free(rt);
+}
+
 int main(void) {
     tu_rng = 4242;
     const struct CMUnitTest tests[] = {
@@ -545,6 +664,7 @@ int main(void) {
         cmocka_unit_test(test_group_norm),
         cmocka_unit_test(test_declines),
         cmocka_unit_test(test_nms),
+        cmocka_unit_test(test_quantize),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -49,6 +49,9 @@ af_node *pass_node_new(pass_scope *s, af_op op, const af_node *anchor, int nin, 
 /* Rebuild the capture lists of every subgraph nested in g (bottom-up) after rewiring. */
 af_status pass_fix_captures(af_graph *g, af_error *err);
 
+/* ConvInteger / MatMulInteger read as float by Casts become float32 Conv / MatMul over the
+ * shifted input and weights (integer.c); *changed is set when one was. */
+af_status pass_integer_as_float(af_graph *g, bool *changed, af_error *err);
 /* Constant folding of one graph (fold.c); *changed is set when a node was folded. */
 af_status pass_fold_constants(pass_scope *s, bool *changed, af_error *err);
 /* Every If of g whose condition is a constant replaced by the branch it takes (fold_if.c);

@@ -104,8 +104,10 @@ static af_status simplify_round(af_graph *g, bool *changed, af_error *err) {
     if (!st) st = remove_dead(&s, changed, err);
     pass_scope_sweep(&s);
     pass_scope_close(&s);
-    /* After the scope: inlining adds values and nodes the scope's arrays do not cover. */
-    return st ? st : pass_fold_if(g, changed, err);
+    /* After the scope: inlining and the integer rewrite add values and nodes the scope's
+     * arrays do not cover. */
+    if (!st) st = pass_fold_if(g, changed, err);
+    return st ? st : pass_integer_as_float(g, changed, err);
 }
 
 /* Rounds until nothing changes. After a change, shapes are inferred again with the new

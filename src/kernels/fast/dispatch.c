@@ -34,6 +34,7 @@ typedef struct fast_row {
     const char *lowered; /* the attribute that marks the lowered form (NULL: none) */
     bool only_lowered;   /* the fast kernel takes the lowered form only */
     af_prepare_fn prepare; /* what the kernel can do once per node (NULL: nothing) */
+    uint32_t in_types;     /* bits (1 << af_dtype) of the first input types it takes; 0: float32 */
 } fast_row;
 
 /* A kernel that takes only the channels-last form the layout pass makes. */
@@ -96,6 +97,10 @@ static const fast_row rows[AF_OP_COUNT] = {
                           .lowered = "channels_last"},
     [AF_OP_TOPK] = {.kernel = fast_topk},
     [AF_OP_CUMSUM] = {.kernel = fast_cumsum},
+    [AF_OP_QUANTIZE_LINEAR] = {.kernel = fast_quantize},
+    [AF_OP_DEQUANTIZE_LINEAR] = {.kernel = fast_dequantize,
+                                 .in_types = 1u << AF_DTYPE_UINT8 | 1u << AF_DTYPE_INT8},
+    [AF_OP_DYNAMIC_QUANTIZE_LINEAR] = {.kernel = fast_dyn_quantize},
     [AF_OP_TRANSPOSE] = {.kernel = fast_transpose},
     [AF_OP_MAX_POOL] = EITHER_LAYOUT(fast_maxpool_any, fast_shape_maxpool),
     [AF_OP_AVERAGE_POOL] = EITHER_LAYOUT(fast_avgpool_any, fast_shape_avgpool),
@@ -151,14 +156,15 @@ const char *af_kernel_kind_name(af_kernel_kind k) {
 /* The fast kernels compute float32 data: a node whose input 0 is known to hold another dtype
  * (int64 shape arithmetic, a quantized tensor) is declined. A row whose kernel takes other
  * dtypes would say so here. */
-static bool takes_types(const af_node *n, const af_tensor *const *types) {
+static bool takes_types(const af_node *n, const fast_row *r, const af_tensor *const *types) {
     const af_tensor *t = types ? types[0] : n->in[0] ? &n->in[0]->type : NULL;
-    return !t || t->dtype == AF_DTYPE_UNDEFINED || t->dtype == AF_DTYPE_FLOAT;
+    uint32_t ok = r->in_types ? r->in_types : 1u << AF_DTYPE_FLOAT;
+    return !t || t->dtype == AF_DTYPE_UNDEFINED || (t->dtype < 32 && (ok >> t->dtype & 1));
 }
 
 af_kernel_kind af_kernel_choice(const af_node *n, const af_tensor *const *types) {
     const fast_row *r = fast_of(n->op);
-    if (runs_fast(n, r) && (n->nin < 1 || takes_types(n, types))) return AF_KERNEL_FAST;
+    if (runs_fast(n, r) && (n->nin < 1 || takes_types(n, r, types))) return AF_KERNEL_FAST;
     return ref_kind(n);
 }
 

@@ -34,6 +34,10 @@ AF_FAST_SHAPE(fast_shape_group_norm); /* the channels-last form: X [N, ..., C] *
 /* index.c: TopK (partial selection), CumSum. */
 AF_FAST_KERNEL(fast_topk);
 AF_FAST_KERNEL(fast_cumsum);
+/* quant.c: QuantizeLinear, DequantizeLinear (8-bit, per tensor or axis), DynamicQuantizeLinear. */
+AF_FAST_KERNEL(fast_quantize);
+AF_FAST_KERNEL(fast_dequantize);
+AF_FAST_KERNEL(fast_dyn_quantize);
 /* broadcast.c: ops whose inputs broadcast, walked as rows. fast_broadcast_binary takes the
  * float32 Add / Sub / Mul / Div / Pow / Mod that fast_binary's vector epilogue does not. */
 af_status fast_broadcast_binary(const af_node *n, const af_tensor *const *in, af_tensor *out,
