@@ -598,6 +598,7 @@ static void test_quantize(void **state) {
         {"DynamicQuantizeLinear", "", AF_DTYPE_FLOAT, 2, {4, 50000}, g_rand, 0, 0, AF_DTYPE_UINT8, NULL, true},
         {"DynamicQuantizeLinear", "", AF_DTYPE_FLOAT, 2, {3, 7}, g_zero, 0, 0, AF_DTYPE_UINT8, NULL, true},
         {"DynamicQuantizeLinear", "", AF_DTYPE_FLOAT, 1, {77}, g_pos, 0, 0, AF_DTYPE_UINT8, NULL, true},
+        {"DynamicQuantizeLinear", "", AF_DTYPE_FLOAT, 2, {5, 301}, g_odd, 0, 0, AF_DTYPE_UINT8, NULL, true},
     };
     af_runtime *rt = NULL;
     af_error err;

@@ -7,6 +7,9 @@
  * multiplies (x - zero point), an exact small integer, by the scale in float32: one rounding of
  * the exact product, as the reference's double product rounded to float.
  *
+ * Built with -fno-trapping-math (CMakeLists.txt), so that the compare-and-select loops
+ * vectorize: nothing here reads floating-point exception flags.
+ *
  * Invariant: anything but float32 scales, float32 data on the float side and 8-bit data on the
  * other (int32 dequantization, other float types) is AF_DECLINED before anything is written. */
 #include "kernels/fast/fast.h"
@@ -63,18 +66,24 @@ static inline float round_even(float v) {
     return (v + magic) - magic;
 }
 
-/* x[0..count) / scale, rounded, + zp, saturated into y. */
+/* x[0..count) / scale, rounded, + zp, saturated into y: branch-free, one loop per type so
+ * that it vectorizes. Clamping the quotient to +-2^22 first keeps the rounding trick exact and
+ * sends NaN to the bottom (as nn_clamp does: every comparison with NaN is false). */
+#define QUANTIZE_LOOP(T, LO, HI)                                                              \
+    for (int64_t i = 0; i < count; i++) {                                                    \
+        float v = x[i] / scale;                                                               \
+        v = v > -4194304.0f ? v : -4194304.0f; /* NaN too */                                 \
+        v = v < 4194304.0f ? v : 4194304.0f;                                                  \
+        v = round_even(v) + zp;                                                               \
+        v = v < (HI) ? v : (HI);                                                              \
+        v = v > (LO) ? v : (LO);                                                              \
+        ((T *)y)[i] = (T)(int)v;                                                              \
+    }
+
 static void quantize_run(const float *x, int64_t count, float scale, float zp, af_dtype qt,
                          void *y) {
-    float lo = qt == AF_DTYPE_UINT8 ? 0.0f : -128.0f, hi = qt == AF_DTYPE_UINT8 ? 255.0f : 127.0f;
-    for (int64_t i = 0; i < count; i++) {
-        float v = x[i] / scale;
-        v = v > 4194304.0f ? 4194304.0f : v < -4194304.0f ? -4194304.0f : v;
-        v = round_even(v) + zp;
-        v = !(v >= lo) ? lo : v > hi ? hi : v; /* NaN to lo, as nn_clamp */
-        if (qt == AF_DTYPE_UINT8) ((uint8_t *)y)[i] = (uint8_t)v;
-        else ((int8_t *)y)[i] = (int8_t)v;
-    }
+    if (qt == AF_DTYPE_UINT8) QUANTIZE_LOOP(uint8_t, 0.0f, 255.0f)
+    else QUANTIZE_LOOP(int8_t, -128.0f, 127.0f)
 }
 
 static void dequantize_run(const void *x, af_dtype qt, int64_t count, float scale, float zp,
@@ -152,18 +161,46 @@ typedef struct range_job {
     float lo[AF_EXEC_MAX_SLOTS], hi[AF_EXEC_MAX_SLOTS];
 } range_job;
 
+/* lo, hi of x[0..count) and *lo, *hi. A NaN never wins a comparison, as in the reference;
+ * min and max are otherwise order-free (equal zeros of either sign give the same scale and zero
+ * point), so four lanes of four run apart and meet at the end. */
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+
+static v4f pick(v4i m, v4f a, v4f b) { /* m ? a : b, lane by lane */
+    return (v4f)(((v4i)a & m) | ((v4i)b & ~m));
+}
+
+static void range_of(const float *x, int64_t count, float *lo, float *hi) {
+    float l = *lo, h = *hi;
+    int64_t i = 0;
+    if (count >= 16) {
+        v4f vl[4], vh[4];
+        for (int k = 0; k < 4; k++) vl[k] = (v4f){l, l, l, l}, vh[k] = (v4f){h, h, h, h};
+        for (; i + 16 <= count; i += 16)
+            for (int k = 0; k < 4; k++) {
+                v4f v;
+                memcpy(&v, x + i + 4 * k, sizeof v);
+                vl[k] = pick(v < vl[k], v, vl[k]);
+                vh[k] = pick(v > vh[k], v, vh[k]);
+            }
+        for (int k = 0; k < 4; k++)
+            for (int e = 0; e < 4; e++) {
+                l = vl[k][e] < l ? vl[k][e] : l;
+                h = vh[k][e] > h ? vh[k][e] : h;
+            }
+    }
+    for (; i < count; i++) {
+        l = x[i] < l ? x[i] : l;
+        h = x[i] > h ? x[i] : h;
+    }
+    *lo = l, *hi = h;
+}
+
 static void range_part(void *ctx, int slot, int64_t b, int64_t e) {
     range_job *j = ctx;
-    float lo = j->lo[slot], hi = j->hi[slot];
-    for (int64_t c = b; c < e; c++) {
-        int64_t end = (c + 1) * CHUNK < j->total ? (c + 1) * CHUNK : j->total;
-        for (int64_t i = c * CHUNK; i < end; i++) {
-            float v = j->x[i];
-            lo = v < lo ? v : lo;
-            hi = v > hi ? v : hi;
-        }
-    }
-    j->lo[slot] = lo, j->hi[slot] = hi;
+    int64_t end = e * CHUNK < j->total ? e * CHUNK : j->total;
+    range_of(j->x + b * CHUNK, end - b * CHUNK, &j->lo[slot], &j->hi[slot]);
 }
 
 AF_FAST_KERNEL(fast_dyn_quantize) {
