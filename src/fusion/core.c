@@ -13,7 +13,7 @@
 #include <string.h>
 
 bool fuse_core_op(af_op op) {
-    return op == AF_OP_CONV || op == AF_OP_MATMUL || op == AF_OP_GEMM ||
+    return op == AF_OP_CONV || op == AF_OP_CONV_TRANSPOSE || op == AF_OP_MATMUL || op == AF_OP_GEMM ||
            op == AF_OP_FUSED_CONV || op == AF_OP_FUSED_MATMUL || op == AF_OP_FUSED_ELEMENTWISE ||
            op == AF_OP_GROUP_NORM;
 }
@@ -53,6 +53,7 @@ const char *fuse_core_init(fuse_core *c, af_node *src) {
     if (!fuse_core_op(src->op) || src->nout < 1 || !src->out[0]) return AF_NO_MATCH;
     switch (src->op) {
     case AF_OP_CONV:
+    case AF_OP_CONV_TRANSPOSE: /* a FusedConv with transposed = 1 */
         c->op = AF_OP_FUSED_CONV;
         c->nfixed = 3;
         for (int i = 0; i < 3; i++) c->in[i] = input(src, i);
@@ -136,6 +137,7 @@ af_node *fuse_core_build(fuse_core *c, const char *name, af_error *err) {
         if (alpha != 1.0f) ok = ok && af_node_set_float(n, "alpha", alpha);
     } else if (src->op != AF_OP_MATMUL) {
         ok = fuse_copy_attrs(n, src);
+        if (ok && src->op == AF_OP_CONV_TRANSPOSE) ok = af_node_set_int(n, "transposed", 1);
     }
     if (ok && c->ln && !af_node_attr(n, "ln_epsilon"))
         ok = af_node_set_float(n, "ln_epsilon", c->ln_epsilon);

@@ -62,6 +62,8 @@ double af_cost_flops(const af_node *n) {
     switch (n->op) {
     case AF_OP_CONV:
     case AF_OP_FUSED_CONV:
+        if (af_attr_int(n, "transposed", 0)) /* W [C, M/group, k...]: each input times it */
+            return 2.0 * (a ? count(a) : 1.0) * tail(b, 1) + out * steps(n);
         return 2.0 * out * tail(b, 1) + out * steps(n);
     case AF_OP_CONV_TRANSPOSE:
         return 2.0 * (a ? count(a) : 1.0) * tail(b, 1);

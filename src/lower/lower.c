@@ -1,7 +1,7 @@
 /* Lowering: the graph as the fast kernels run it. It runs after fusion, and alone on the unfused
  * graph (--no_fusion), so both use the same kernels and differ only by what fusion did:
- *  - cores: every float32 Conv, MatMul and Gemm becomes the FusedConv / FusedMatMul that
- *    computes it with an empty epilogue (one GEMM and one convolution serve every graph);
+ *  - cores: every float32 Conv, ConvTranspose (a FusedConv with transposed = 1), MatMul and
+ *    Gemm becomes the FusedConv / FusedMatMul that computes it with an empty epilogue (one GEMM and one convolution serve every graph);
  *  - BatchNormalization in inference mode with constant parameters becomes a FusedElementwise
  *    scale-and-shift: one pass over X, as a BatchNorm kernel makes (fusion folds it into the
  *    conv instead);
@@ -81,6 +81,7 @@ static af_status trim_dead_taps(af_graph *g, af_node *n, af_error *err) {
     af_value *x = n->in[0], *w = n->nin > 1 ? n->in[1] : NULL;
     int r = w ? w->type.rank : 0, nsp = r - 2;
     if (!x || !w || !af_value_is_const(w) || !af_value_is_f32(w) || r < 3 || r > 5 ||
+        af_attr_int(n, "transposed", 0) ||
         x->type.rank != r || strcmp(af_attr_str(n, "auto_pad", "NOTSET"), "NOTSET"))
         return AF_OK;
     int64_t k[3], first[3], nk[3], pads[6];
@@ -149,7 +150,8 @@ af_status af_pass_lower(af_graph *g, af_error *err) {
     af_status st = lower_bodies(g, af_pass_lower, err);
     for (int i = 0; i < g->nnodes && !st; i++) {
         af_node *n = g->nodes[i];
-        if ((n->op == AF_OP_CONV || n->op == AF_OP_MATMUL || n->op == AF_OP_GEMM) && all_f32(n))
+        if ((n->op == AF_OP_CONV || n->op == AF_OP_CONV_TRANSPOSE || n->op == AF_OP_MATMUL ||
+             n->op == AF_OP_GEMM) && all_f32(n))
             st = lower_core(g, n, err);
         else if (n->op == AF_OP_BATCH_NORMALIZATION)
             st = lower_batchnorm(g, n, err);
@@ -313,6 +315,49 @@ static af_status pack_conv_low(af_graph *g, af_node *n, af_gemm_type t, af_error
     return AF_OK;
 }
 
+/* A channels-last transposed FusedConv (a ConvTranspose, W [C, Mg, k...]) reads its weights
+ *   w_packed = 1: per group, the GEMM panels of B[c][t * Mg + mm] = W[gi * Cg + c][mm][t] (Cg
+ *                 rows, taps * Mg columns: one GEMM of the input positions by B gives every
+ *                 kernel position's contribution, kernels/fast/conv.c), groups one after the other;
+ *   w_packed = 2: depthwise (Cg = Mg = 1, group = C), [taps][C].
+ * Always float32 (the precision pass keeps it so). */
+static af_status pack_conv_transposed(af_graph *g, af_node *n, af_error *err) {
+    af_value *w = n->in[1];
+    const int64_t *d = w->type.dims;
+    int64_t c = d[0], mg = d[1], group = af_attr_int(n, "group", 1), taps = kernel_taps(w);
+    if (group < 1 || c % group || c < 1 || mg < 1) return AF_OK; /* the shape checks say why */
+    int64_t cg = c / group, cols = taps * mg;
+    bool dw = cg == 1 && mg == 1;
+    af_status st = gemm_type(n) != AF_GEMM_F32 ? keep_fp32(n, "transposed convolution runs fp32", err) : AF_OK;
+    if (st) return st;
+    int64_t len = dw ? taps * c : group * (int64_t)af_gemm_packed_floats(cg, cols);
+    af_value *p = af_value_new_f32(g, dw ? "packed_dw" : "packed_w", 1, &len);
+    float *tmp = dw ? NULL : af_malloc(sizeof(float) * (size_t)(cg * cols));
+    if (!p || (!dw && !tmp) || !af_node_set_ints(n, "w_shape", d, w->type.rank) ||
+        !af_node_set_int(n, "w_packed", dw ? 2 : 1)) {
+        af_free(tmp);
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
+    }
+    const float *src = w->type.data;
+    float *dst = p->type.data;
+    if (dw) {
+        for (int64_t t = 0; t < taps; t++)
+            for (int64_t ci = 0; ci < c; ci++) dst[t * c + ci] = src[ci * taps + t];
+    } else {
+        size_t per = af_gemm_packed_floats(cg, cols);
+        for (int64_t gi = 0; gi < group; gi++) {
+            for (int64_t ci = 0; ci < cg; ci++)
+                for (int64_t o = 0; o < mg; o++)
+                    for (int64_t t = 0; t < taps; t++)
+                        tmp[ci * cols + t * mg + o] = src[((gi * cg + ci) * mg + o) * taps + t];
+            af_gemm_pack(tmp, cg, cols, cols, 1, dst + (size_t)gi * per);
+        }
+    }
+    af_free(tmp);
+    af_node_set_input(n, 1, p);
+    return AF_OK;
+}
+
 /* A channels-last FusedConv reads its constant weights packed:
  *   w_packed = 1: per group, the GEMM panels of B[k][m] with k = (kh * KW + kw) * Cg + c (the
  *                 order in which an NHWC input row holds a kernel window; for a 3-D kernel
@@ -328,6 +373,7 @@ static af_status pack_conv(af_graph *g, af_node *n, af_error *err) {
     if (!af_attr_int(n, "channels_last", 0) || af_attr_int(n, "w_packed", 0) || !w ||
         !af_value_is_const(w) || !af_value_is_f32(w) || w->type.rank < 3 || w->type.rank > 5)
         return AF_OK;
+    if (af_attr_int(n, "transposed", 0)) return pack_conv_transposed(g, n, err);
     const int64_t *d = w->type.dims;
     int64_t m = d[0], cg = d[1], group = af_attr_int(n, "group", 1), taps = kernel_taps(w);
     if (group < 1 || m % group) return AF_OK; /* the kernel's shape checks will say why */
@@ -398,6 +444,7 @@ static af_status fold_se(af_graph *g, af_node *se, af_error *err) {
     af_node *cv = y->uses[0].node;
     const int64_t *ws = NULL;
     if (cv->graph != g || cv->op != AF_OP_FUSED_CONV || y->uses[0].slot != 0 || !af_attr_int(cv, "channels_last", 0) ||
+        af_attr_int(cv, "transposed", 0) ||
         af_attr_int(cv, "w_packed", 0) != 1 || af_attr_ints(cv, "w_shape", &ws) != 4 ||
         ws[2] != 1 || ws[3] != 1 || af_attr_int(cv, "group", 1) != 1 ||
         af_attr_int(cv, "in_scale", -1) >= 0 || !all_zero(cv, "pads") ||
@@ -433,6 +480,7 @@ static af_status pool_in_conv(af_graph *g, af_node *se, af_error *err) {
     af_node *dw = x->producer;
     if (!af_attr_int(se, "gate_only", 0) || af_attr_int(se, "pooled", 0) || !dw ||
         dw->graph != g || dw->op != AF_OP_FUSED_CONV || dw->nout != 1 || af_attr_int(dw, "w_packed", 0) != 2 ||
+        af_attr_int(dw, "transposed", 0) ||
         af_attr_int(dw, "pool_out", 0) || x->type.rank != 4)
         return AF_OK;
     af_value *mean = af_value_new(g, af_graph_unique_name(g, "dw_mean"));
@@ -474,6 +522,7 @@ static bool expand_into_dw(const af_node *d, const af_node *e) {
     const int64_t *ws = NULL, *prog = NULL;
     const af_value *y = e ? e->out[0] : NULL;
     if (!e || e->graph != d->graph || e->op != AF_OP_FUSED_CONV || e->nout != 1 || !y || y->is_output || y->nuses != 1 ||
+        af_attr_int(e, "transposed", 0) || af_attr_int(d, "transposed", 0) ||
         d->in[0] != y || !af_node_attr(e, "fusion_rule") || !af_node_attr(d, "fusion_rule") ||
         !af_attr_int(e, "channels_last", 0) || af_attr_int(e, "w_packed", 0) != 1 ||
         af_attr_ints(e, "w_shape", &ws) != 4 || ws[2] != 1 || ws[3] != 1 ||

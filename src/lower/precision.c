@@ -144,6 +144,7 @@ static const char *low_precision_blocker(const af_node *n) {
     }
     case AF_OP_FUSED_CONV:
         if (!af_attr_int(n, "channels_last", 0)) return "not a 2-D convolution";
+        if (af_attr_int(n, "transposed", 0)) return "transposed convolution runs fp32";
         return NULL; /* the packing pass may still refuse (depthwise, groups) */
     case AF_OP_FUSED_ATTENTION: return "attention runs fp32 (its softmax is precision-sensitive)";
     case AF_OP_SQUEEZE_EXCITE: return "squeeze-excite runs fp32 (a reduction and a gate)";

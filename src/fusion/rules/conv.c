@@ -40,6 +40,18 @@ static bool const_vec(const af_value *v, int64_t n) {
 
 /* Scratch use: m->core = the BatchNormalization (or NULL). */
 
+/* Output channels of a Conv (W [M, C/group, k...]) or ConvTranspose (W [C, M/group, k...]);
+ * <= 0 when W's dims do not say. */
+static int64_t out_channels(const af_node *conv) {
+    const af_value *w = input(conv, 1);
+    if (conv->op != AF_OP_CONV_TRANSPOSE) return w->type.dims[0];
+    int64_t group = af_attr_int(conv, "group", 1), m;
+    if (group < 1 || w->type.dims[1] <= 0 || !af_mul_i64(w->type.dims[1], group, &m) ||
+        w->type.dims[0] % group)
+        return -1;
+    return m;
+}
+
 /* Can BN be folded into conv's weights? */
 static const char *bn_foldable(const af_node *conv, const af_node *bn) {
     const af_value *w = input(conv, 1), *b = input(conv, 2);
@@ -52,7 +64,8 @@ static const char *bn_foldable(const af_node *conv, const af_node *bn) {
     if (!af_value_is_const(w)) return "weights are not constant";
     if (!af_value_is_f32(w) || w->type.rank < 3 || w->type.dims[0] <= 0)
         return "weights are not constant float32";
-    int64_t c = w->type.dims[0];
+    int64_t c = out_channels(conv);
+    if (c <= 0) return "output channels unknown";
     if (b && !const_vec(b, c)) return "bias is not constant";
     for (int i = 1; i < 5; i++)
         if (!const_vec(input(bn, i), c)) return "BatchNormalization parameters are not constant";
@@ -119,7 +132,12 @@ const char *rule_conv_bn_relu_check(af_fusion_ctx *cx, af_node *conv, af_match *
 static af_status fold_bn(af_node *conv, const af_node *bn, af_value **w_out, af_value **b_out,
                          af_error *err) {
     const af_value *w = conv->in[1], *b = input(conv, 2);
-    int64_t c = w->type.dims[0], numel = af_tensor_numel(&w->type), per = numel / c;
+    int64_t c = out_channels(conv), numel = af_tensor_numel(&w->type);
+    /* Conv: output channel o owns W's rows [o * per, (o + 1) * per). ConvTranspose: W is
+     * [C, Mg, k...]; element e belongs to output channel (c / Cg) * Mg + (e / taps) % Mg. */
+    bool tr = conv->op == AF_OP_CONV_TRANSPOSE;
+    int64_t per = numel / w->type.dims[0], taps = tr ? per / w->type.dims[1] : per;
+    int64_t mg = tr ? w->type.dims[1] : 1, cg = tr ? w->type.dims[0] / (c / mg) : 1;
     char hint[200];
     snprintf(hint, sizeof hint, "%.180s_bnfold", w->name);
     af_value *nw = af_value_new_f32(conv->graph, hint, w->type.rank, w->type.dims);
@@ -133,8 +151,13 @@ static af_status fold_bn(af_node *conv, const af_node *bn, af_value **w_out, af_
     double eps = af_attr_float(bn, "epsilon", 1e-5f);
     for (int64_t o = 0; o < c; o++) {
         double s = (double)gamma[o] / sqrt((double)var[o] + eps);
-        for (int64_t k = 0; k < per; k++) wd[o * per + k] = (float)((double)ws[o * per + k] * s);
+        if (!tr)
+            for (int64_t k = 0; k < per; k++) wd[o * per + k] = (float)((double)ws[o * per + k] * s);
         bd[o] = (float)(((bs ? (double)bs[o] : 0.0) - mean[o]) * s + beta[o]);
+    }
+    for (int64_t e = 0; tr && e < numel; e++) {
+        int64_t o = e / per / cg * mg + e / taps % mg;
+        wd[e] = (float)((double)ws[e] * ((double)gamma[o] / sqrt((double)var[o] + eps)));
     }
     *w_out = nw;
     *b_out = nb;
@@ -210,7 +233,8 @@ const char *rule_conv_pool_fc_check(af_fusion_ctx *cx, af_node *gap, af_match *m
     af_value *x = input(gap, 0), *pooled = gap->nout > 0 ? gap->out[0] : NULL;
     af_node *conv = x ? x->producer : NULL, *flat = NULL, *fc = NULL;
     if (!conv || !pooled || conv->graph != gap->graph ||
-        (conv->op != AF_OP_CONV && conv->op != AF_OP_FUSED_CONV) || conv->out[0] != x ||
+        (conv->op != AF_OP_CONV && conv->op != AF_OP_FUSED_CONV) ||
+        af_attr_int(conv, "transposed", 0) || conv->out[0] != x ||
         !head_shape(pooled, &flat, &fc))
         return AF_NO_MATCH;
     fuse_core core;

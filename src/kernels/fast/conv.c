@@ -22,6 +22,7 @@
 #include "kernels/fast/gemm.h"
 #include "kernels/ref/epilogue.h"
 #include "kernels/ref/fused.h"
+#include "kernels/simd/cpu.h"
 
 typedef struct conv_cl {
     af_tensor y; /* output type [N, OH, OW, M] (rank -1 while X's rank is unknown) */
@@ -41,6 +42,9 @@ typedef struct conv_cl {
     const float *pro_x, *pro_wt, *pro_b;
     int64_t pro_c;
     bool pro;                 /* a merged expand conv (pro_w >= 0) */
+    /* transposed = 1: a ConvTranspose (W [C, Mg, k...], kernels below); c, h, w... are then X's
+     * and oh, ow... Y's, pd, ph, pw its begin pads as ONNX derives them */
+    bool transposed;
     int pro_wi, pro_bi, gi;   /* inputs of pro_w, pro_b, in_scale (-1: none) */
 } conv_cl;
 
@@ -136,13 +140,18 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
             wv.dims[i] = ws[i];
         }
     }
+    g->transposed = af_attr_int(n, "transposed", 0) != 0;
+    if (g->transposed && (g->pro || af_attr_int(n, "in_scale", -1) >= 0 || af_attr_int(n, "pool_out", 0) ||
+                          g->packed == 3 || g->wt_type != AF_GEMM_F32))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "a transposed FusedConv takes float32 weights (w_packed 1 or 2) only");
     if (x->rank < 0) {
         g->y.rank = -1;
         return AF_OK;
     }
     af_tensor xv = nchw_view(x), yv;
     const af_tensor *cin[3] = {&xv, &wv, b};
-    af_status st = shape_conv(n, cin, &yv, err);
+    af_status st = g->transposed ? shape_conv_transpose(n, cin, &yv, err) : shape_conv(n, cin, &yv, err);
     if (st != AF_OK) return st;
     int r = x->rank, nsp = r - 2;
     g->y = yv;
@@ -153,12 +162,13 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
     int64_t k[3];
     for (int i = 0; i < nsp; i++) k[i] = wv.dims[2 + i];
     nn_window win; /* spatial dims padded to three, (D, H, W): the leading missing ones are 1 */
-    st = nn_window_init(n, &xv, k, nsp, false, &win, err);
+    st = g->transposed ? nn_conv_transpose_window(n, &xv, &wv, &win, err)
+                       : nn_window_init(n, &xv, k, nsp, false, &win, err);
     if (st != AF_OK) return st;
     g->n = x->dims[0];
     g->c = x->dims[r - 1];
-    g->m = wv.dims[0];
-    g->cg = wv.dims[1];
+    g->m = g->transposed ? yv.dims[1] : wv.dims[0];
+    g->cg = g->transposed ? g->c / af_attr_int(n, "group", 1) : wv.dims[1];
     g->d = win.in[0], g->h = win.in[1], g->w = win.in[2];
     g->kd = win.k[0], g->kh = win.k[1], g->kw = win.k[2];
     g->od = win.out[0], g->oh = win.out[1], g->ow = win.out[2];
@@ -167,7 +177,7 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
     g->pd = win.pb[0], g->ph = win.pb[1], g->pw = win.pb[2];
     g->group = af_attr_int(n, "group", 1);
     g->mg = g->m / g->group;
-    if (r == 5 && g->packed && (g->packed != 1 || g->wt_type != AF_GEMM_F32))
+    if (r == 5 && g->packed && !g->transposed && (g->packed != 1 || g->wt_type != AF_GEMM_F32))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
                             "a 3-D channels-last conv needs float32 GEMM panels (w_packed 1)");
     if (g->packed == 3 && (g->kh != 3 || g->kw != 3 || g->sh != 1 || g->sw != 1 || g->dh != 1 ||
@@ -176,7 +186,16 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
                             "Winograd weights need a 3x3 stride-1 undilated conv with one group");
     if (g->wt_type != AF_GEMM_F32 && g->group != 1)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "half or bfloat16 weights need one group");
-    if (g->packed) {
+    if (g->packed && g->transposed) {
+        int64_t taps = g->kd * g->kh * g->kw;
+        int64_t want = g->packed == 2 ? taps * g->c
+                                      : g->group * (int64_t)af_gemm_packed_floats(g->cg, taps * g->mg);
+        if (g->packed == 2 && (g->cg != 1 || g->mg != 1))
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "depthwise weights need Cg = Mg = 1");
+        if (w->rank != 1 || (w->dims[0] >= 0 && w->dims[0] != want))
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                                "packed W must be 1-D with %lld elements", (long long)want);
+    } else if (g->packed) {
         int64_t cp = g->wt_type == AF_GEMM_BF16 ? af_gemm_bf16_k(g->cg) : g->cg;
         int64_t want = g->packed == 2   ? g->kh * g->kw * g->m
                        : g->packed == 3 ? 36 * (int64_t)af_gemm_packed_floats(g->c, g->m)
@@ -640,6 +659,190 @@ static void pro_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     }
 }
 
+/* ---- transposed: a GEMM into columns, then col2im as a gather ------------------------------------
+ * y[o] = sum over kernel positions t and inputs i with i * s - p + t * dil = o (per dim) of
+ * x[i] W[t]. The input positions times the packed [Cg][taps * Mg] weights (one GEMM per group)
+ * give every kernel position's contribution of each input ("columns"); each output position then
+ * sums the contributions that land on it (a gather: no two threads write one output) and its
+ * row goes through the epilogue while in cache. A depthwise ConvTranspose (Cg = Mg = 1) gathers
+ * x * W directly. The work is cut in bands along the outermost spatial axis with more than one
+ * position: a band of outputs reads a slab of inputs that is contiguous in channels-last memory
+ * (the axes before it have one position), and a thread runs a whole band (its GEMM on the
+ * columns of that slab, in its own scratch, then the gather), so the columns never leave the
+ * cache and no loop waits for another. Inputs near a band's edge that reach into the next band
+ * are multiplied again there: (K - 1) * dil / s rows per band. */
+
+/* Begin and end of the input range along axis a that outputs [o0, o1) read. */
+static void convt_in_range(const conv_cl *g, int a, int64_t o0, int64_t o1, int64_t *i0, int64_t *i1) {
+    const int64_t in[3] = {g->d, g->h, g->w}, k[3] = {g->kd, g->kh, g->kw};
+    const int64_t s[3] = {g->sd, g->sh, g->sw}, dl[3] = {g->dd, g->dh, g->dw}, p[3] = {g->pd, g->ph, g->pw};
+    int64_t lo = o0 + p[a] - (k[a] - 1) * dl[a], hi = o1 - 1 + p[a];
+    lo = lo >= 0 ? (lo + s[a] - 1) / s[a] : -((-lo) / s[a]);
+    hi = hi >= 0 ? hi / s[a] + 1 : -((-hi + s[a] - 1) / s[a]) + 1;
+    *i0 = lo < 0 ? 0 : lo;
+    *i1 = hi > in[a] ? in[a] : hi;
+    if (*i1 < *i0) *i1 = *i0;
+}
+
+/* The kernel positions t (and their inputs i) that reach output o along one dim: the count. */
+static int convt_taps(int64_t o, int64_t in, int64_t k, int64_t s, int64_t dl, int64_t p, int64_t *kk,
+                      int64_t *ii) {
+    int n = 0;
+    for (int64_t t = 0; t < k; t++) {
+        int64_t v = o + p - t * dl;
+        if (v < 0) break; /* smaller still for every later t */
+        if (v % s || v / s >= in) continue;
+        kk[n] = t;
+        ii[n++] = v / s;
+    }
+    return n;
+}
+
+typedef struct convt_job {
+    const conv_cl *g;
+    const af_vep *ep;
+    float *y;
+    unsigned char *cols; /* slot_bytes per slot */
+    size_t slot_bytes;
+    int axis;              /* the banded axis: 0 D, 1 H, 2 W */
+    int64_t band, nbands;  /* outputs per band along it, bands per image */
+} convt_job;
+
+/* Scratch of one slot: the columns of a band's input slab, then the tap lists of the three dims
+ * (kernel position and input index each). */
+static size_t convt_slot_bytes(const conv_cl *g, int axis, int64_t band) {
+    const int64_t in[3] = {g->d, g->h, g->w}, k[3] = {g->kd, g->kh, g->kw};
+    const int64_t s[3] = {g->sd, g->sh, g->sw}, dl[3] = {g->dd, g->dh, g->dw};
+    int64_t slab = (band - 1 + (k[axis] - 1) * dl[axis]) / s[axis] + 1, inner = 1;
+    if (slab > in[axis]) slab = in[axis];
+    for (int a = axis + 1; a < 3; a++) inner *= in[a];
+    size_t cols = g->packed == 2 ? 0 : (size_t)(slab * inner * g->kd * g->kh * g->kw * g->m) * sizeof(float);
+    return ((cols + 63) & ~(size_t)63) + (size_t)(2 * (g->kd + g->kh + g->kw)) * sizeof(int64_t);
+}
+
+/* Output row (b, od, oh) of the band: every position's gathered sum, then the epilogue. src is
+ * the columns (dense; position stride T * M, group gi's tap t at gi * T * Mg + t * Mg) or X
+ * (depthwise), local positions counted from the slab's first, `first`. */
+static void convt_row(const convt_job *j, int64_t b, int64_t od, int64_t oh, int64_t ow0, int64_t ow1,
+                      const float *src, int64_t first, int64_t *lists) {
+    const conv_cl *g = j->g;
+    int64_t *kd = lists, *id = kd + g->kd, *kh = id + g->kd, *ih = kh + g->kh, *kw = ih + g->kh,
+            *iw = kw + g->kw;
+    int nd = convt_taps(od, g->d, g->kd, g->sd, g->dd, g->pd, kd, id);
+    int nh = convt_taps(oh, g->h, g->kh, g->sh, g->dh, g->ph, kh, ih);
+    int64_t taps = g->kd * g->kh * g->kw, m = g->m, mg = g->mg, stride = g->packed == 2 ? g->c : taps * m;
+    int64_t pos0 = ((b * g->od + od) * g->oh + oh) * g->ow;
+    for (int64_t ow = ow0; ow < ow1; ow++) {
+        float *yp = j->y + (pos0 + ow) * m;
+        int nw = convt_taps(ow, g->w, g->kw, g->sw, g->dw, g->pw, kw, iw);
+        bool any = false;
+        for (int a = 0; a < nd; a++)
+            for (int c = 0; c < nh; c++)
+                for (int e = 0; e < nw; e++) {
+                    int64_t t = (kd[a] * g->kh + kh[c]) * g->kw + kw[e];
+                    int64_t ip = (id[a] * g->h + ih[c]) * g->w + iw[e] - first;
+                    const float *sp = src + ip * stride;
+                    if (g->packed == 2) { /* depthwise: x * W[t] */
+                        const float *wt = g->wt + t * m;
+                        if (!any)
+                            for (int64_t q = 0; q < m; q++) yp[q] = sp[q] * wt[q];
+                        else
+                            for (int64_t q = 0; q < m; q++) yp[q] += sp[q] * wt[q];
+                    } else {
+                        for (int64_t gi = 0; gi < g->group; gi++) {
+                            const float *cp = sp + (gi * taps + t) * mg;
+                            float *yg = yp + gi * mg;
+                            if (!any) memcpy(yg, cp, (size_t)mg * sizeof(float));
+                            else
+                                for (int64_t q = 0; q < mg; q++) yg[q] += cp[q];
+                        }
+                    }
+                    any = true;
+                }
+        if (!any) memset(yp, 0, (size_t)m * sizeof(float));
+    }
+    if (j->ep->nsteps || j->ep->generic)
+        af_vec()->ep_tile(j->ep, j->y + (pos0 + ow0) * m, m, pos0 + ow0, 0, ow1 - ow0, m);
+}
+
+static void convt_bands(void *ctx, int slot, int64_t begin, int64_t end) {
+    const convt_job *j = ctx;
+    const conv_cl *g = j->g;
+    const int64_t in[3] = {g->d, g->h, g->w}, out[3] = {g->od, g->oh, g->ow};
+    unsigned char *mine = j->cols + (size_t)slot * j->slot_bytes;
+    size_t cols_bytes = j->slot_bytes - (size_t)(2 * (g->kd + g->kh + g->kw)) * sizeof(int64_t);
+    float *cols = (float *)mine;
+    int64_t *lists = (int64_t *)(mine + cols_bytes);
+    int64_t inner = 1, taps = g->kd * g->kh * g->kw, in_pos = g->d * g->h * g->w;
+    for (int a = j->axis + 1; a < 3; a++) inner *= in[a];
+    size_t per = af_gemm_packed_floats(g->cg, taps * g->mg);
+    static const int64_t tap0[1] = {0};
+    for (int64_t item = begin; item < end; item++) {
+        int64_t b = item / j->nbands, o0 = item % j->nbands * j->band;
+        int64_t o1 = o0 + j->band < out[j->axis] ? o0 + j->band : out[j->axis], i0, i1;
+        convt_in_range(g, j->axis, o0, o1, &i0, &i1);
+        const float *xb = g->x + b * in_pos * g->c;
+        const float *src = xb;
+        if (g->packed != 2 && i1 > i0) {
+            for (int64_t gi = 0; gi < g->group; gi++) {
+                af_gemm gm = {xb + i0 * inner * g->c + gi * g->cg, 1, (i1 - i0) * inner, 0, g->c,
+                              tap0, 1, g->cg, g->wt + (size_t)gi * per, taps * g->mg,
+                              cols + gi * taps * g->mg, taps * g->m, NULL, 0, 0, AF_GEMM_F32, NULL, NULL};
+                af_gemm_run(NULL, &gm);
+            }
+            src = cols;
+        }
+        int64_t first = g->packed == 2 ? 0 : i0 * inner;
+        /* the band's output rows: [o0, o1) along the axis, every position along the others */
+        int64_t d0 = j->axis == 0 ? o0 : 0, d1 = j->axis == 0 ? o1 : g->od;
+        int64_t h0 = j->axis == 1 ? o0 : 0, h1 = j->axis == 1 ? o1 : g->oh;
+        int64_t w0 = j->axis == 2 ? o0 : 0, w1 = j->axis == 2 ? o1 : g->ow;
+        for (int64_t od = d0; od < d1; od++)
+            for (int64_t oh = h0; oh < h1; oh++) convt_row(j, b, od, oh, w0, w1, src, first, lists);
+    }
+}
+
+/* Band length along the axis: a slab's columns about half the L2 (at least one output), and with
+ * several threads enough bands for each to take several. */
+static int64_t convt_band(const conv_cl *g, int axis, int threads) {
+    const int64_t in[3] = {g->d, g->h, g->w}, out[3] = {g->od, g->oh, g->ow};
+    const int64_t s[3] = {g->sd, g->sh, g->sw};
+    int64_t inner = 1;
+    for (int a = axis + 1; a < 3; a++) inner *= in[a];
+    double row_bytes = 4.0 * (double)(inner * g->kd * g->kh * g->kw * g->m); /* one input row's columns */
+    double l2 = (double)af_cpu_l2();
+    int64_t band = g->packed == 2 ? out[axis] : (int64_t)(l2 / 2 / row_bytes) * s[axis];
+    int64_t par = threads > 1 ? (out[axis] * g->n + 4 * threads - 1) / (4 * threads) : out[axis];
+    if (par < 1) par = 1;
+    if (band > par) band = par;
+    if (band < s[axis]) band = s[axis];
+    return band < out[axis] ? band : out[axis];
+}
+
+static int convt_axis(const conv_cl *g) {
+    if (g->d > 1 || g->od > 1) return 0;
+    return g->h > 1 || g->oh > 1 ? 1 : 2;
+}
+
+static size_t convt_scratch_bytes(const conv_cl *g, int threads) {
+    int axis = convt_axis(g);
+    int slots = threads < AF_EXEC_MAX_SLOTS ? threads : AF_EXEC_MAX_SLOTS;
+    return (size_t)slots * convt_slot_bytes(g, axis, convt_band(g, axis, threads));
+}
+
+static void conv_transposed(const conv_cl *g, const af_vep *ep, float *y, unsigned char *scratch,
+                            af_exec *ex) {
+    int axis = convt_axis(g);
+    const int64_t out[3] = {g->od, g->oh, g->ow};
+    int64_t band = convt_band(g, axis, af_exec_threads(ex));
+    convt_job j = {g, ep, y, scratch, convt_slot_bytes(g, axis, band), axis, band,
+                   (out[axis] + band - 1) / band};
+    int64_t taps = g->kd * g->kh * g->kw, in_pos = g->d * g->h * g->w, out_pos = g->od * g->oh * g->ow;
+    double flops = 2.0 * (double)(g->n * in_pos * g->cg * taps * g->m);
+    double bytes = 4.0 * (double)(g->n * (in_pos * (g->c + taps * g->m) + 2 * out_pos * g->m));
+    af_exec_parallel(ex, g->n * j.nbands, af_exec_work_ns(ex, flops, bytes), convt_bands, &j);
+}
+
 /* The convolution of g into y through the epilogue program ep (bias added here), and with
  * `mean` (depthwise only, may be NULL) the [N][M] means of y over positions; scratch is
  * conv_scratch_bytes(g, mean != NULL, ex) at 64-byte alignment. */
@@ -647,6 +850,11 @@ static void conv_run(const conv_cl *g, const af_epilogue *ep, const af_epilogue 
                      float *y, float *mean, unsigned char *scratch, af_exec *ex) {
     af_vep vep;
     af_vep_build(ep, y, g->m, &vep);
+    if (g->transposed) {
+        if (g->b) af_vep_prepend(&vep, AF_EP_ADD, AF_VEP_COL, g->b);
+        conv_transposed(g, &vep, y, scratch, ex);
+        return;
+    }
     if (g->packed != 2) {
         if (g->b) af_vep_prepend(&vep, AF_EP_ADD, AF_VEP_COL, g->b);
         if (g->packed == 3) conv_winograd(g, &vep, y, scratch, ex);
@@ -684,6 +892,7 @@ static void conv_run(const conv_cl *g, const af_epilogue *ep, const af_epilogue 
 }
 
 static size_t conv_scratch_bytes(const conv_cl *g, bool mean, af_exec *ex) {
+    if (g->transposed) return convt_scratch_bytes(g, af_exec_threads(ex));
     if (g->packed == 1)
         return g->wt_type != AF_GEMM_F32 ? low_scratch_bytes(g)
                                          : dense_scratch_bytes(g, af_exec_threads(ex));

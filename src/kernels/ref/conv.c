@@ -689,6 +689,20 @@ static af_status convt_setup(const af_node *n, const af_tensor *x, const af_tens
     return AF_OK;
 }
 
+/* ConvTranspose's window for X and W (types) as the fast kernels read it: X's spatial size in
+ * w->in, Y's in w->out, pads derived from pads, output_shape or auto_pad; the same checks as the
+ * shape function. */
+af_status nn_conv_transpose_window(const af_node *n, const af_tensor *x, const af_tensor *wt,
+                                   nn_window *w, af_error *err) {
+    conv_geom g;
+    af_status st = convt_setup(n, x, wt, &g, err);
+    if (st == AF_OK && g.w.nsp < 0)
+        st = af_node_fail(err, n, AF_ERR_INTERNAL, "ConvTranspose rank unknown");
+    if (st == AF_OK)
+        *w = g.w;
+    return st;
+}
+
 af_status shape_conv_transpose(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                   af_error *err) {
     const af_tensor *x, *wt, *b;

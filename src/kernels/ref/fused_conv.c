@@ -2,6 +2,9 @@
  * row goes through the node's epilogue program before it is stored. Also the row convolution
  * that ConvPoolFc shares (fused.h).
  *
+ * With transposed = 1 it is a ConvTranspose instead (its attributes, W [C, M/group, k...]), run
+ * by the reference ConvTranspose with the epilogue over its output.
+ *
  * Invariant: the output is written one row (n, m, od, oh, all ow) at a time, each row computed
  * in a scratch buffer, finished by the epilogue, then stored once; no full-size temporary. Each
  * output sums its products in double in the unfused Conv's order (channel, then kernel d, h, w),
@@ -239,16 +242,31 @@ af_status shape_fused_conv(const af_node *n, const af_tensor *const *in, af_tens
     if (x && x->dtype != AF_DTYPE_FLOAT)
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "FusedConv on %s (float32 only)",
                             af_dtype_name(x->dtype));
-    af_status st = shape_conv(n, in, &out[0], err);
+    af_status st = af_attr_int(n, "transposed", 0) ? shape_conv_transpose(n, in, &out[0], err)
+                                                   : shape_conv(n, in, &out[0], err);
     if (st != AF_OK)
         return st;
     return af_epilogue_validate(n, in, &out[0], err);
+}
+
+/* transposed = 1: a ConvTranspose (every attribute of it) whose output then goes through the
+ * epilogue: the reference ConvTranspose, then the program over the whole output. */
+static af_status ref_fused_conv_transpose(const af_node *n, const af_tensor *const *in,
+                                          af_tensor *out, af_exec *ex, af_error *err) {
+    af_epilogue ep;
+    af_status st = af_epilogue_parse(n, in, &out[0], &ep, err);
+    if (st == AF_OK)
+        st = ref_conv_transpose(n, in, out, ex, err);
+    if (st == AF_OK)
+        af_epilogue_apply_at(&ep, out[0].data, 0, af_tensor_numel(&out[0]));
+    return st;
 }
 
 af_status ref_fused_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
                                af_exec *ex, af_error *err) {
     (void)ex;
     if (af_attr_int(n, "channels_last", 0)) return af_ref_refuse_lowered(n, err);
+    if (af_attr_int(n, "transposed", 0)) return ref_fused_conv_transpose(n, in, out, ex, err);
     fused_conv c;
     af_epilogue ep;
     af_status st = fused_conv_setup(n, in, &c, err);

@@ -131,6 +131,12 @@ af_status nn_autopad_parse(const af_node *n, nn_autopad *pad, af_error *err);
 af_status nn_window_init(const af_node *n, const af_tensor *x, const int64_t *k, int nsp,
                          bool ceil_mode, nn_window *w, af_error *err);
 
+/* ConvTranspose's window (conv.c): X [N, C, in...] and W [C, M/group, k...] as types; w->in is
+ * X's spatial size and w->out Y's, pads as ONNX derives them from pads, output_shape, auto_pad
+ * and output_padding. */
+af_status nn_conv_transpose_window(const af_node *n, const af_tensor *x, const af_tensor *wt,
+                                   nn_window *w, af_error *err);
+
 /* Output positions o in [*lo, *hi) of padded dim i whose input index o*s - pb + kk*d falls
  * inside [0, in): the loop bounds that keep the inner conv and pool loops free of tests. */
 void nn_window_range(const nn_window *w, int i, int64_t kk, int64_t *lo, int64_t *hi);
