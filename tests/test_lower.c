@@ -6,7 +6,9 @@
  * dilations, symmetric / asymmetric / SAME padding, groups, depthwise, channel counts that are
  * not multiples of a vector, batch 2, Winograd F(4x4, 3x3) with edge tiles), conv + BatchNorm +
  * residual + activation chains, 1-D and 3-D convolutions (the same geometries along one and three
- * spatial dims, depthwise 1-D, residual blocks), pooling,
+ * spatial dims, depthwise 1-D, residual blocks), ConvTranspose of rank 1 to 3 (every attribute:
+ * strides, dilations, pads, output_padding, output_shape, auto_pad, groups, depthwise; fused
+ * with BN, residual Add and activations; a U-Net decoder step), pooling,
  * SqueezeExcite and ConvPoolFc in channels-last, Concat on channels, a channels-last value that
  * is also a graph output, and MatMul / Gemm with packed weights. The layout cases also check
  * that reorders stand only at the edges of a channels-last region. */
@@ -797,6 +799,142 @@ static void test_conv_1d_3d(void **state) {
     check_prec(&b1, AF_PREC_FP16);
 }
 
+/* ---- ConvTranspose ------------------------------------------------------------------------------- */
+
+/* A ConvTranspose over nsp spatial dims (1 to 3): W [C, m / group, k...]. output_shape (when its
+ * first value is not 0) and auto_pad (when not NULL) replace pads as ONNX says. */
+typedef struct convt {
+    int nsp;
+    int64_t m, k[3], s[3], d[3], pads[6], op[3], oshape[3], group;
+    const char *auto_pad;
+    bool bias;
+} convt;
+
+static af_value *convtnd(af_graph *g, af_value *x, const convt *c) {
+    int64_t cin = x->type.dims[1], wd[5] = {cin, c->m / c->group}, taps = 1;
+    for (int i = 0; i < c->nsp; i++) taps *= wd[2 + i] = c->k[i];
+    double r = 1.0 / sqrt((double)(wd[1] * taps));
+    af_value *ins[3] = {x, tu_const(g, 2 + c->nsp, wd, -r, r), c->bias ? vec(g, c->m, -0.5, 0.5) : NULL};
+    af_node *n = node(g, "ConvTranspose", 3, ins);
+    set_int(n, "group", c->group);
+    set_ints(n, "kernel_shape", c->nsp, c->k);
+    set_ints(n, "strides", c->nsp, c->s);
+    set_ints(n, "dilations", c->nsp, c->d);
+    set_ints(n, "output_padding", c->nsp, c->op);
+    if (c->oshape[0]) set_ints(n, "output_shape", c->nsp, c->oshape);
+    if (c->auto_pad) set_str(n, "auto_pad", c->auto_pad);
+    else if (!c->oshape[0]) set_ints(n, "pads", 2 * c->nsp, c->pads);
+    infer(g);
+    return n->out[0];
+}
+
+static void b_convt(af_graph *g, af_value *x, const void *arg) {
+    mark_output(g, convtnd(g, x, arg));
+}
+
+/* ConvTranspose + BN + Relu, then ConvTranspose (stride 1, same size) + BN + residual Add + Relu,
+ * then a Sigmoid: ConvTransposeBNReluFusionOp twice with every epilogue kind. */
+static void b_convt_block(af_graph *g, af_value *x, const void *arg) {
+    const convt *c = arg;
+    static const convt same[3] = {{1, 8, {3}, {1}, {1}, {1, 1}, {0}, {0}, 1, NULL, false},
+                                  {2, 8, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, {0}, {0}, 1, NULL, false},
+                                  {3, 8, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, {0}, {0}, 1,
+                                   NULL, false}};
+    af_value *y = op1(g, "Relu", batchnorm(g, convtnd(g, x, c)));
+    af_value *z = op1(g, "Relu", op2(g, "Add", batchnorm(g, convtnd(g, y, &same[c->nsp - 1])), y));
+    mark_output(g, op1(g, "Sigmoid", z));
+}
+
+/* A U-Net decoder step: conv, ConvTranspose 2x2 stride 2 up, Concat with the skip, conv: one
+ * channels-last region. */
+static void b_unet_up(af_graph *g, af_value *x, const void *arg) {
+    (void)arg;
+    static const conv c1 = {16, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 1, NULL, true};
+    static const convt up = {2, 8, {2, 2}, {2, 2}, {1, 1}, {0}, {0}, {0}, 1, NULL, true};
+    static const conv c2 = {6, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, NULL, true};
+    af_value *skip = op1(g, "Relu", conv2d(g, x, &(conv){8, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, NULL, true}));
+    af_value *down = op1(g, "Relu", conv2d(g, skip, &c1));
+    af_value *u = op1(g, "Relu", convtnd(g, down, &up));
+    af_value *ins[2] = {u, skip};
+    af_node *cat = node(g, "Concat", 2, ins);
+    set_int(cat, "axis", 1);
+    infer(g);
+    mark_output(g, conv2d(g, cat->out[0], &c2));
+}
+
+static const convt geomst[] = {
+    /* 1-D: a vocoder's upsampling (k 16, s 8), k 4 s 2, depthwise, dilated with output_padding,
+     * 2 groups, stride past the kernel (gaps of bias only), SAME_LOWER */
+    {1, 7, {16}, {8}, {1}, {4, 4}, {0}, {0}, 1, NULL, true},
+    {1, 12, {4}, {2}, {1}, {1, 2}, {0}, {0}, 1, NULL, false},
+    {1, 12, {5}, {2}, {1}, {2, 2}, {1}, {0}, 12, NULL, true},
+    {1, 10, {3}, {3}, {2}, {1, 0}, {2}, {0}, 1, NULL, true},
+    {1, 8, {3}, {2}, {1}, {1, 1}, {1}, {0}, 2, NULL, true},
+    {1, 5, {2}, {3}, {1}, {0, 0}, {0}, {0}, 1, NULL, true},
+    {1, 6, {4}, {2}, {1}, {0}, {0}, {0}, 1, "SAME_LOWER", true},
+    /* 2-D: U-Net's 2x2 stride 2, 3x3 stride 2 pad 1 output_padding 1, DCGAN's 4x4 stride 2,
+     * dilated, asymmetric pads and strides, SAME_UPPER, output_shape, 3 groups, depthwise,
+     * stride 1 (a conv with flipped weights), stride past the kernel */
+    {2, 8, {2, 2}, {2, 2}, {1, 1}, {0}, {0}, {0}, 1, NULL, true},
+    {2, 9, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, {1, 1}, {0}, 1, NULL, true},
+    {2, 16, {4, 4}, {2, 2}, {1, 1}, {1, 1, 1, 1}, {0}, {0}, 1, NULL, false},
+    {2, 6, {3, 3}, {2, 2}, {2, 2}, {1, 2, 0, 1}, {1, 0}, {0}, 1, NULL, true},
+    {2, 7, {3, 5}, {1, 3}, {1, 1}, {2, 0, 1, 3}, {0, 2}, {0}, 1, NULL, true},
+    {2, 8, {3, 3}, {2, 2}, {1, 1}, {0}, {0}, {0}, 1, "SAME_UPPER", true},
+    {2, 5, {3, 3}, {2, 2}, {1, 1}, {0}, {0}, {28, 25}, 1, NULL, true},
+    {2, 15, {3, 3}, {2, 1}, {1, 1}, {1, 1, 1, 1}, {1, 0}, {0}, 3, NULL, true},
+    {2, 12, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, {1, 1}, {0}, 12, NULL, true},
+    {2, 11, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, {0}, {0}, 1, NULL, true},
+    {2, 4, {2, 1}, {3, 2}, {1, 1}, {0}, {0}, {0}, 1, NULL, true},
+    /* 3-D: 2x2x2 stride 2, 3x3x3 stride (1, 2, 2) with output_padding, 2 groups, depthwise */
+    {3, 8, {2, 2, 2}, {2, 2, 2}, {1, 1, 1}, {0}, {0}, {0}, 1, NULL, true},
+    {3, 6, {3, 3, 3}, {1, 2, 2}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, {0, 1, 1}, {0}, 1, NULL, true},
+    {3, 8, {3, 2, 3}, {2, 2, 1}, {1, 2, 1}, {1, 0, 1, 0, 1, 1}, {1, 0, 0}, {0}, 2, NULL, false},
+    {3, 12, {3, 3, 3}, {2, 2, 2}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, {1, 1, 1}, {0}, 12, NULL, true},
+};
+
+static void test_conv_transpose(void **state) {
+    (void)state;
+    for (size_t i = 0; i < AF_COUNT(geomst); i++) {
+        const convt *c = &geomst[i];
+        int64_t b = i % 2 ? 1 : 2, ch = c->group == c->m ? c->m : 12;
+        lcase lc = {"ConvTranspose", {b, ch, 13}, b_convt, c, 2, 1};
+        if (c->nsp == 2) lc.x[2] = 13, lc.x[3] = 11;
+        if (c->nsp == 3) lc.x[2] = 3, lc.x[3] = 7, lc.x[4] = 5;
+        check(&lc);
+    }
+    static const convt up1 = {1, 8, {4}, {2}, {1}, {1, 1}, {0}, {0}, 1, NULL, true};
+    static const convt up2 = {2, 8, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, {1, 1}, {0}, 1, NULL, true};
+    static const convt up3 = {3, 8, {2, 2, 2}, {2, 2, 2}, {1, 1, 1}, {0}, {0}, {0}, 1, NULL, true};
+    const lcase blocks[] = {{"ConvTranspose 1-D block", {2, 6, 17}, b_convt_block, &up1, 2, 2},
+                            {"ConvTranspose 2-D block", {1, 6, 7, 9}, b_convt_block, &up2, 2, 2},
+                            {"ConvTranspose 3-D block", {1, 6, 3, 4, 5}, b_convt_block, &up3, 2, 2},
+                            {"U-Net decoder step", {1, 5, 12, 10}, b_unet_up, NULL, 2, 4}};
+    for (size_t i = 0; i < AF_COUNT(blocks); i++) check(&blocks[i]);
+    /* Long 1-D inputs: several bands per image, each band's GEMM on its own slab. */
+    lcase lng = {"ConvTranspose 1-D, long", {1, 16, 3001}, b_convt, &geomst[0], 2, 1};
+    check(&lng);
+    /* Under a precision mode ConvTranspose stays float32, and the precision pass says why. */
+    const char *why = NULL;
+    if (!af_precision_supported(AF_PREC_BF16, &why)) return;
+    af_arena *a = af_arena_new();
+    af_graph *g = build(a, &blocks[1], 7);
+    af_precision_cfg pc = {AF_PREC_BF16, NULL};
+    af_error err;
+    if (af_optimize(g, NULL, NULL, &err) || af_lower(g, &pc, &err)) fail_msg("%s", err.message);
+    int transposed = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const af_node *n = g->nodes[i];
+        if (!af_attr_int(n, "transposed", 0)) continue;
+        transposed++;
+        assert_string_equal(af_attr_str(n, "precision", ""), "fp32");
+        assert_string_equal(af_attr_str(n, "precision_why", ""), "transposed convolution runs fp32");
+        assert_int_equal(n->in[1]->type.dtype, AF_DTYPE_FLOAT);
+    }
+    assert_int_equal(transposed, 2);
+    af_arena_free(a);
+}
+
 /* Dilations past the feature map (an ASPP branch): only the centre tap reads data, the conv
  * is cut down to it (1x1, no padding) and computes the same; a 1-D conv loses its two end taps,
  * one where only one end is dead keeps the rest. */
@@ -1000,6 +1138,7 @@ int main(void) {
         cmocka_unit_test(test_steady_state),
         cmocka_unit_test(test_conv_geometries),
         cmocka_unit_test(test_conv_1d_3d),
+        cmocka_unit_test(test_conv_transpose),
         cmocka_unit_test(test_bn_activation),
         cmocka_unit_test(test_dead_taps),
         cmocka_unit_test(test_groupnorm_channels_last),
