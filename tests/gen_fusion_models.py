@@ -129,6 +129,21 @@ def models():
     g.output(y)
     m["conv_dw_dilated"] = g
 
+    g = G()  # ConvTranspose (2 groups, stride 2, output_padding) + BN + Relu: W [C, M/group, k, k]
+    x = g.input("x", [1, 4, 5, 6])
+    c = g.op("ConvTranspose", [x, g.const([4, 3, 3, 3]), g.const([6], "b")], name="convt0",
+             group=2, strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 0])
+    g.output(g.op("Relu", [g.bn(c, 6)]))
+    m["convt_bn_relu"] = g
+
+    g = G()  # 1-D ConvTranspose (a vocoder's upsampling) + BN + residual Add + LeakyRelu
+    x = g.input("x", [2, 4, 7])
+    c = g.op("ConvTranspose", [x, g.const([4, 5, 4])], name="convt1d", strides=[2],
+             pads=[1, 1])
+    y = g.op("LeakyRelu", [g.op("Add", [g.bn(c, 5), g.input("r", [2, 5, 14])])], alpha=0.1)
+    g.output(y)
+    m["convt_bn_add_act_1d"] = g
+
     g = G()  # every activation after a conv (no BN)
     kinds = ["LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Silu", "Gelu",
              "GeluTanh", "Relu", "Clip"]
@@ -312,6 +327,13 @@ def models():
     c = g.op("Conv", [g.input("x", [1, 3, 6, 6]), w], name="conv_w_input", pads=[1, 1, 1, 1])
     g.output(g.op("Relu", [g.bn(c, 4)]))
     m["nm_nonconst_weights"] = g
+
+    g = G()  # a ConvTranspose's weights come from an input: BN is not folded
+    w = g.input("w", [3, 4, 2, 2])
+    c = g.op("ConvTranspose", [g.input("x", [1, 3, 5, 5]), w], name="convt_w_input",
+             strides=[2, 2])
+    g.output(g.op("Relu", [g.bn(c, 4)]))
+    m["nm_convt_nonconst_weights"] = g
 
     g = G()  # the addend grows the conv output
     c = conv(g, g.input("x", [1, 3, 4, 4]), 3, 2, name="conv_bcast")
