@@ -412,6 +412,87 @@ class Detect(nn.Module):
         return r["boxes"], r["scores"], r["labels"]
 
 
+class UNet(nn.Module):
+    """A U-Net (Ronneberger et al.) as its public implementations lay it out: double 3x3 conv +
+    BatchNorm + ReLU blocks, max pooling down, nn.ConvTranspose2d(2, stride 2) up, the skip
+    concatenated, a 1x1 classifier."""
+
+    def __init__(self, c_in=3, classes=2, widths=(32, 64, 128, 256)):
+        super().__init__()
+
+        def block(a, b):
+            return nn.Sequential(nn.Conv2d(a, b, 3, padding=1, bias=False), nn.BatchNorm2d(b), nn.ReLU(),
+                                 nn.Conv2d(b, b, 3, padding=1, bias=False), nn.BatchNorm2d(b), nn.ReLU())
+        self.down = nn.ModuleList()
+        c = c_in
+        for w in widths:
+            self.down.append(block(c, w))
+            c = w
+        self.up = nn.ModuleList()
+        self.dec = nn.ModuleList()
+        for w in reversed(widths[:-1]):
+            self.up.append(nn.ConvTranspose2d(c, w, 2, stride=2))
+            self.dec.append(block(2 * w, w))
+            c = w
+        self.head = nn.Conv2d(c, classes, 1)
+
+    def forward(self, x):
+        skips = []
+        for i, d in enumerate(self.down):
+            x = d(x if i == 0 else F.max_pool2d(x, 2))
+            skips.append(x)
+        for up, dec, skip in zip(self.up, self.dec, reversed(skips[:-1])):
+            x = dec(torch.cat([up(x), skip], 1))
+        return self.head(x)
+
+
+class Vocoder(nn.Module):
+    """A HiFi-GAN-style generator (Kong et al., V1 layout at reduced width): a 7-tap conv of the
+    mel frames, then per stage LeakyReLU and nn.ConvTranspose1d(k = 2 s, stride s, padding s / 2)
+    followed by a residual block of dilated convs (dilation 1, 3, 5), a 7-tap conv to one channel
+    and tanh."""
+
+    def __init__(self, n_mels=80, width=256, rates=(8, 8, 2, 2)):
+        super().__init__()
+        self.pre = nn.Conv1d(n_mels, width, 7, padding=3)
+        self.ups = nn.ModuleList()
+        self.res = nn.ModuleList()
+        c = width
+        for r in rates:
+            self.ups.append(nn.ConvTranspose1d(c, c // 2, 2 * r, stride=r, padding=r // 2))
+            c //= 2
+            self.res.append(nn.ModuleList(nn.Conv1d(c, c, 3, dilation=d, padding=d) for d in (1, 3, 5)))
+        self.post = nn.Conv1d(c, 1, 7, padding=3)
+
+    def forward(self, mel):
+        x = self.pre(mel)
+        for up, res in zip(self.ups, self.res):
+            x = up(F.leaky_relu(x, 0.1))
+            for conv in res:
+                x = x + conv(F.leaky_relu(x, 0.1))
+        return torch.tanh(self.post(F.leaky_relu(x)))
+
+
+class Decoder3d(nn.Module):
+    """A volumetric segmentation decoder (3-D U-Net / V-Net style): nn.ConvTranspose3d 2x2x2
+    stride 2 up with BatchNorm and ReLU, a 3x3x3 conv block, an in-plane ConvTranspose3d
+    (1, 4, 4) stride (1, 2, 2), a 1x1x1 classifier."""
+
+    def __init__(self, c=64, classes=3):
+        super().__init__()
+        self.up1 = nn.Sequential(nn.ConvTranspose3d(c, c // 2, 2, stride=2, bias=False),
+                                 nn.BatchNorm3d(c // 2), nn.ReLU())
+        self.conv = nn.Sequential(nn.Conv3d(c // 2, c // 2, 3, padding=1, bias=False),
+                                  nn.BatchNorm3d(c // 2), nn.ReLU())
+        self.up2 = nn.Sequential(nn.ConvTranspose3d(c // 2, c // 4, (1, 4, 4), stride=(1, 2, 2),
+                                                    padding=(0, 1, 1), bias=False),
+                                 nn.BatchNorm3d(c // 4), nn.ReLU())
+        self.head = nn.Conv3d(c // 4, classes, 1)
+
+    def forward(self, x):
+        return self.head(self.up2(self.conv(self.up1(x))))
+
+
 # ---------------------------------------------------------------------------------------------
 # The zoo: name -> (family, opset, builder). A builder returns (module, inputs, input names,
 # output names, dynamic axes).
@@ -453,6 +534,23 @@ def detection(ctor, size, **kw):
         model = Detect(getattr(det, ctor)(weights=None, weights_backbone=None, **kw))
         return model, (image(1, size),), ["input"], ["boxes", "scores", "labels"], None
     return build
+
+
+def unet(batch=1, size=256, **kw):
+    return UNet(**kw), (image(batch, size),), ["input"], ["output"], \
+        {"input": {0: "batch"}, "output": {0: "batch"}}
+
+
+def vocoder(batch=1, frames=64, n_mels=80, **kw):
+    mel = torch.randn(batch, n_mels, frames, generator=torch.Generator().manual_seed(1))
+    return Vocoder(n_mels=n_mels, **kw), (mel,), ["mel"], ["audio"], \
+        {"mel": {0: "batch"}, "audio": {0: "batch"}}
+
+
+def decoder3d(batch=1, c=64, frames=4, size=14, **kw):
+    x = torch.randn(batch, c, frames, size, size, generator=torch.Generator().manual_seed(1))
+    return Decoder3d(c=c, **kw), (x,), ["features"], ["output"], \
+        {"features": {0: "batch"}, "output": {0: "batch"}}
 
 
 def wav2vec2_fe(batch=1, samples=16000, **kw):
@@ -518,6 +616,10 @@ MODELS = {
     "fcn_resnet50": ("segmentation", 17, segmentation("fcn_resnet50")),
     "deeplabv3_mobilenet_v3_large": ("segmentation", 17, segmentation("deeplabv3_mobilenet_v3_large")),
     "lraspp_mobilenet_v3_large": ("segmentation", 17, segmentation("lraspp_mobilenet_v3_large")),
+    # decoders (ConvTranspose of rank 1, 2, 3)
+    "unet": ("decoder", 17, unet),
+    "hifigan_vocoder": ("decoder", 17, vocoder),
+    "decoder3d": ("decoder", 17, decoder3d),
     # video (3-D convolutions), 1x3x8x112x112
     "r3d_18": ("video", 17, video("r3d_18")),
     "r2plus1d_18": ("video", 17, video("r2plus1d_18")),

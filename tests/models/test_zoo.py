@@ -6,8 +6,11 @@ eager: max |ours - torch| / (max(torch) - min(torch)) <= 1e-4 for every output.
 The kinds: a torchvision CNN with Concat (SqueezeNet at 64x64), a wav2vec2-style 1-D conv
 extractor with GroupNorm and GELU, a 3-D conv block (R3D and R(2+1)D convs, BatchNorm3d, pooling),
 a GPT-2-style decoder with a causal mask and past key/values (dynamic sequence and past length
-too), a T5-style encoder-decoder (RMSNorm, relative position bias) and a segmentation head with
-Resize back to the input size.
+too), a T5-style encoder-decoder (RMSNorm, relative position bias), a segmentation head with
+Resize back to the input size, and decoders with ConvTranspose of every rank: a U-Net
+(ConvTranspose2d 2x2 stride 2, skip Concat), a HiFi-GAN-style vocoder (ConvTranspose1d with
+kernel 2 x stride, LeakyReLU, dilated residual convs) and a 3-D decoder (ConvTranspose3d with
+BatchNorm3d and ReLU, an in-plane (1, 4, 4) stride (1, 2, 2) one).
 
 Invariant: fixed seeds; every model is tiny (the module takes well under 2 minutes on 2 cores).
 """
@@ -99,7 +102,20 @@ def seg_head(batch=1):
         {"input": {0: "batch"}, "output": {0: "batch"}}
 
 
-MODELS = {"squeezenet": (squeezenet, 13), "wav2vec2_fe": (wav2vec2, 17), "video3d": (video3d, 17),
+def unet(batch=1):
+    return zx.unet(batch=batch, size=32, widths=(8, 16, 24))
+
+
+def vocoder(batch=1):
+    return zx.vocoder(batch=batch, frames=9, n_mels=16, width=32, rates=(4, 2))
+
+
+def decoder3d(batch=1):
+    return zx.decoder3d(batch=batch, c=16, frames=3, size=5)
+
+
+MODELS = {"unet": (unet, 17), "vocoder_1d": (vocoder, 17), "decoder_3d": (decoder3d, 17),
+          "squeezenet": (squeezenet, 13), "wav2vec2_fe": (wav2vec2, 17), "video3d": (video3d, 17),
           "gpt_past": (gpt, 17), "t5": (t5, 17), "seg_resize": (seg_head, 16)}
 
 
