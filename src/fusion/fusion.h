@@ -10,7 +10,8 @@
  * {op, operand, flags}; "epilogue_params" FLOATS, 2 per step; see ir/epilogue.h) whose
  * operands are inputs of the fused node that broadcast unidirectionally to its output.
  *   FusedConv        [X, W, B?, operands...]; every Conv attribute + epilogue. BatchNorm is
- *                    already folded into W and B.
+ *                    already folded into W and B. With transposed = 1 a ConvTranspose instead:
+ *                    its attributes, W [C, M/group, k...].
  *   FusedMatMul      [A, B, bias?, ln_scale?, ln_bias?, operands...]; trans_a, trans_b, alpha,
  *                    ln_epsilon (LayerNorm prologue over A's last dim, iff ln_scale is given)
  *                    + epilogue. Y = epilogue(alpha * LN(A) x B + bias), numpy MatMul semantics.

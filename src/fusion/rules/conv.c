@@ -2,6 +2,8 @@
  *  ConvBNReluFusionOp    Conv [+ BatchNormalization] [+ Add] [+ activation] -> FusedConv, the BN
  *                        folded into new weights and bias (inference semantics, any group and
  *                        dilation), the Add and the activation as epilogue steps;
+ *  ConvTransposeBNReluFusionOp  the same for a ConvTranspose (same functions): a FusedConv with
+ *                        transposed = 1, BN folded into W [C, M/group, k...] per output channel;
  *  ConvPoolFcFusionOp    Conv|FusedConv -> GlobalAveragePool -> Flatten|Reshape|Squeeze to
  *                        [N, C] -> Gemm|MatMul  ->  ConvPoolFc;
  *  SqueezeExciteFusionOp GlobalAveragePool -> 1x1 Conv -> act -> 1x1 Conv -> Sigmoid|HardSigmoid

@@ -15,6 +15,10 @@
  * reach outside X, so the micro-kernels never test bounds. Depthwise convolutions run their own
  * row kernel (vec.h), vectorised along the channels, with the bounds folded into loop limits.
  *
+ * A transposed FusedConv (transposed = 1, a ConvTranspose of any rank) is one GEMM per band of
+ * input positions into columns (every kernel position's contribution) and a gather of those
+ * columns per output row, with the epilogue; a depthwise one gathers x * W directly (below).
+ *
  * Invariant: cl_setup checks every dim, attribute and byte count against each other (through
  * Conv's own shape function on the NCHW view), so the loops below only form in-range
  * addresses. */
