@@ -649,6 +649,41 @@ static void test_copy_fast(void **state) {
         for (int k = 0; k < cases[c].nin; k++) af_tensor_free(owned[k]);
         af_arena_free(a);
     }
+    /* Channel shuffles (ShuffleNet's Gather of channels, channels-last: the last axis) with 2,
+     * 3 and 4 groups, 4-byte and 8-byte elements, int32 and int64 indices; one index off (not
+     * a shuffle: the per-element path); the shuffle of the NCHW form (rows of H * W). */
+    static const struct {
+        int64_t c, g;
+        af_dtype t;
+        const char *attrs;
+        bool i32, broken;
+    } shuffles[] = {{12, 2, F32, "axis=-1", false, false}, {116, 2, F32, "axis=3", true, false},
+                    {12, 3, F32, "axis=-1", false, false}, {24, 4, I32, "axis=-1", true, false},
+                    {12, 2, I64, "axis=-1", false, false}, {12, 2, F32, "axis=-1", false, true},
+                    {12, 2, F32, "axis=1", false, false}};
+    for (size_t c = 0; c < AF_COUNT(shuffles); c++) {
+        af_arena *a = af_arena_new();
+        af_node *n = make_node(a, "Gather", shuffles[c].attrs, 13, 2, 1);
+        int64_t ch = shuffles[c].c, g = shuffles[c].g, q = ch / g;
+        bool nchw = !strcmp(shuffles[c].attrs, "axis=1");
+        int64_t d[4] = {2, nchw ? ch : 5, 7, nchw ? 3 : ch};
+        af_tensor *x = rnd_tensor(shuffles[c].t, 4, d);
+        af_tensor *ix = af_tensor_new(shuffles[c].i32 ? I32 : I64, 1, &ch);
+        for (int64_t t = 0; t < ch; t++) {
+            int64_t v = t % g * q + t / g;
+            if (shuffles[c].broken && t == 5) v = 0;
+            if (shuffles[c].i32) ((int32_t *)ix->data)[t] = (int32_t)v;
+            else ((int64_t *)ix->data)[t] = v;
+        }
+        const af_tensor *in[2] = {x, ix};
+        char name[80];
+        snprintf(name, sizeof name, "channel shuffle C %lld g %lld (case %zu)", (long long)ch,
+                 (long long)g, c);
+        fast_vs_ref_n(name, n, in, 1, fast_gather, true, rt);
+        af_tensor_free(x);
+        af_tensor_free(ix);
+        af_arena_free(a);
+    }
     /* Concat along each axis of 3 inputs of different lengths, several dtypes. */
     for (int axis = -1; axis < 3; axis++) {
         af_arena *a = af_arena_new();

@@ -721,7 +721,8 @@ static size_t convt_slot_bytes(const conv_cl *g, int axis, int64_t band) {
     if (slab > in[axis]) slab = in[axis];
     for (int a = axis + 1; a < 3; a++) inner *= in[a];
     size_t cols = g->packed == 2 ? 0 : (size_t)(slab * inner * g->kd * g->kh * g->kw * g->m) * sizeof(float);
-    return ((cols + 63) & ~(size_t)63) + (size_t)(2 * (g->kd + g->kh + g->kw)) * sizeof(int64_t);
+    size_t lists = (size_t)(2 * (g->kd + g->kh + g->kw)) * sizeof(int64_t);
+    return ((cols + 63) & ~(size_t)63) + ((lists + 63) & ~(size_t)63); /* slots stay 64-byte aligned */
 }
 
 /* Output row (b, od, oh) of the band: every position's gathered sum, then the epilogue. src is
@@ -774,7 +775,8 @@ static void convt_bands(void *ctx, int slot, int64_t begin, int64_t end) {
     const conv_cl *g = j->g;
     const int64_t in[3] = {g->d, g->h, g->w}, out[3] = {g->od, g->oh, g->ow};
     unsigned char *mine = j->cols + (size_t)slot * j->slot_bytes;
-    size_t cols_bytes = j->slot_bytes - (size_t)(2 * (g->kd + g->kh + g->kw)) * sizeof(int64_t);
+    size_t lists_bytes = (size_t)(2 * (g->kd + g->kh + g->kw)) * sizeof(int64_t);
+    size_t cols_bytes = j->slot_bytes - ((lists_bytes + 63) & ~(size_t)63);
     float *cols = (float *)mine;
     int64_t *lists = (int64_t *)(mine + cols_bytes);
     int64_t inner = 1, taps = g->kd * g->kh * g->kw, in_pos = g->d * g->h * g->w;

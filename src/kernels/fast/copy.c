@@ -305,6 +305,7 @@ typedef struct bl_job {
     int64_t dim;          /* Gather: the axis length */
     size_t inner;         /* Gather: bytes of a block */
     const char *x;        /* Split, Gather: the input */
+    int64_t shuffle;      /* Gather: g > 1 when it is a channel shuffle of 4-byte elements */
 } bl_job;
 
 /* Gather's items [begin, end): the (outer row, index) pair advanced without a division per
@@ -320,6 +321,30 @@ static void bl_gather(const bl_job *j, int64_t begin, int64_t end) {
         default: memcpy(dst, src, j->inner);
         }
         if (++p == j->nparts) p = 0, o++;
+    }
+}
+
+/* A channel shuffle (ShuffleNet's Reshape [g, C/g], Transpose, Reshape, which canonicalize.c
+ * makes a Gather of channels, on channels-last rows): single floats with idx[i * g + k] =
+ * k * (dim / g) + i, each outer row of dim floats the transpose of a g x dim / g matrix: outer
+ * rows [begin, end), without the per-element index lookups of bl_gather. */
+static void bl_shuffle(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const bl_job *j = ctx;
+    int64_t dim = j->dim, g = j->shuffle, q = dim / g;
+    for (int64_t o = begin; o < end; o++) {
+        const uint32_t *x = (const uint32_t *)j->x + o * dim;
+        uint32_t *y = (uint32_t *)j->out[0].data + o * dim;
+        if (g == 2) {
+            const uint32_t *x1 = x + q;
+            for (int64_t i = 0; i < q; i++) {
+                y[2 * i] = x[i];
+                y[2 * i + 1] = x1[i];
+            }
+            continue;
+        }
+        for (int64_t k = 0; k < g; k++)
+            for (int64_t i = 0; i < q; i++) y[i * g + k] = x[k * q + i];
     }
 }
 
@@ -351,6 +376,26 @@ static void bl_blocks(void *ctx, int slot, int64_t begin, int64_t end) {
 static void bl_run(af_exec *ex, bl_job *j, int64_t outer, double bytes) {
     if (outer > 0 && j->nparts > 0)
         af_exec_parallel(ex, outer * j->nparts, af_exec_work_ns(ex, 0.0, 2.0 * bytes), bl_blocks, j);
+}
+
+/* The g (2 to 16) for which idx [dim] of a 4-byte element gather is a channel shuffle
+ * (idx[i * g + k] = k * (dim / g) + i); 0 when it is none. */
+static int64_t shuffle_groups(const int64_t *idx, int64_t nidx, int64_t dim, size_t inner) {
+    if (inner != 4 || nidx != dim || dim < 4 || idx[0] != 0) return 0;
+    int64_t g = 0;
+    for (int64_t c = 2; c <= 16 && !g; c++)
+        if (dim % c == 0 && idx[1] == dim / c) g = c;
+    for (int64_t t = 0; g && t < dim; t++)
+        if (idx[t] != t % g * (dim / g) + t / g) g = 0;
+    return g;
+}
+
+/* Gather: a channel shuffle walks whole outer rows, anything else (outer row, index) items. */
+static void run_gather(af_exec *ex, bl_job *j, int64_t outer, double bytes) {
+    if (j->shuffle && outer > 0)
+        af_exec_parallel(ex, outer, af_exec_work_ns(ex, 0.0, 2.0 * bytes), bl_shuffle, j);
+    else
+        bl_run(ex, j, outer, bytes);
 }
 
 /* Inputs of the output's rank and dtype, equal dims but along the axis, whose lengths add up. */
@@ -470,7 +515,8 @@ af_status fast_gather(const af_node *n, const af_tensor *const *in, af_tensor *o
         return AF_DECLINED;
     }
     j.nparts = (int)nidx;
-    bl_run(x, &j, outer, (double)outer * (double)nidx * (double)j.inner);
+    j.shuffle = shuffle_groups(idx, nidx, dim, j.inner);
+    run_gather(x, &j, outer, (double)outer * (double)nidx * (double)j.inner);
     af_free(idx);
     return AF_OK;
 }
