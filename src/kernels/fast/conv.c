@@ -692,6 +692,17 @@ static void convt_in_range(const conv_cl *g, int a, int64_t o0, int64_t o1, int6
 static int convt_taps(int64_t o, int64_t in, int64_t k, int64_t s, int64_t dl, int64_t p, int64_t *kk,
                       int64_t *ii) {
     int n = 0;
+    if ((s & (s - 1)) == 0) { /* strides are mostly powers of two: no division per tap */
+        int sh = __builtin_ctzll((unsigned long long)s);
+        for (int64_t t = 0; t < k; t++) {
+            int64_t v = o + p - t * dl;
+            if (v < 0) break;
+            if ((v & (s - 1)) || (v >> sh) >= in) continue;
+            kk[n] = t;
+            ii[n++] = v >> sh;
+        }
+        return n;
+    }
     for (int64_t t = 0; t < k; t++) {
         int64_t v = o + p - t * dl;
         if (v < 0) break; /* smaller still for every later t */
