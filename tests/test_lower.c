@@ -919,7 +919,7 @@ static void test_conv_transpose(void **state) {
     if (!af_precision_supported(AF_PREC_BF16, &why)) return;
     af_arena *a = af_arena_new();
     af_graph *g = build(a, &blocks[1], 7);
-    af_precision_cfg pc = {AF_PREC_BF16, NULL};
+    af_precision_cfg pc = {.mode = AF_PREC_BF16};
     af_error err;
     if (af_optimize(g, NULL, NULL, &err) || af_lower(g, &pc, &err)) fail_msg("%s", err.message);
     int transposed = 0;
