@@ -491,13 +491,32 @@ static void test_group_norm(void **state) {
     af_runtime_free(rt);
 }
 
+/* Box i of a batched NMS's layout (torchvision offsets each class's boxes by class x (max
+ * coordinate + 1)): 13 groups along the diagonal, sizes from 3 to 6; every 37th box spans 3
+ * groups (wider than the grid's span limit; the test gives them the top scores), every 23rd is a point and, in center form, every
+ * 29th has negative sizes (a positive area, but no overlap). */
+static void batched_box(float *b, int64_t i, bool center) {
+    float off = (float)(i % 13) * 20.0f, y = off + (float)(tu_rnd() * 14.0), x = off + (float)(tu_rnd() * 14.0);
+    float h = (float)(tu_rnd() * 3.0 + 3.0), w = (float)(tu_rnd() * 3.0 + 3.0);
+    if (i % 37 == 0) y = off, x = off, h = 60, w = 60;
+    if (i % 23 == 0) h = 0, w = 0;
+    if (center && i % 29 == 0) h = -h, w = -w;
+    if (center) {
+        b[0] = x + w / 2, b[1] = y + h / 2, b[2] = w, b[3] = h;
+    } else { /* corners in either order, as the op allows */
+        b[0] = i % 2 ? y + h : y, b[1] = x, b[2] = i % 2 ? y : y + h, b[3] = x + w;
+    }
+}
+
 /* NonMaxSuppression: the fast selection against the reference's, exactly, on overlapping
  * random boxes (corner and center forms, 2 images, 3 classes), with and without a score
- * threshold and output limit; a negative IoU threshold and an infinite coordinate are declined. */
+ * threshold and output limit, and on a batched NMS's layout (groups of boxes far apart, a few
+ * spanning all of them, points and inverted boxes); a negative IoU threshold and an infinite
+ * coordinate are declined. */
 static void test_nms(void **state) {
     (void)state;
     static const int64_t bd[3] = {2, 400, 4}, sd[3] = {2, 3, 400}, one[1] = {1};
-    for (int v = 0; v < 6; v++) {
+    for (int v = 0; v < 8; v++) {
         af_arena *a = af_arena_new();
         af_node *n = tu_node(a, AF_OP_NON_MAX_SUPPRESSION, 11, 5, 1, 2);
         af_node_set_output(n, 0, af_value_new(n->graph, "sel"));
@@ -507,10 +526,17 @@ static void test_nms(void **state) {
         af_tensor *st = af_tensor_new(AF_DTYPE_FLOAT, 1, one);
         assert_true(bx && sc && mo && io && st);
         float *b = bx->data, *s = sc->data;
-        for (int64_t i = 0; i < af_tensor_numel(bx); i++) b[i] = (float)(tu_rnd() * 8.0 + (i % 4 >= 2) * 3.0);
         for (int64_t i = 0; i < af_tensor_numel(sc); i++) s[i] = (float)(tu_rnd() * 0.5 + 0.5);
+        for (int64_t i = 0; i < af_tensor_numel(bx); i++) b[i] = (float)(tu_rnd() * 8.0 + (i % 4 >= 2) * 3.0);
+        if (v >= 6)
+            for (int64_t i = 0; i < af_tensor_numel(bx) / 4; i++) {
+                batched_box(b + 4 * i, i % 400, v & 1);
+                if (i % 400 % 37 == 0) /* the wide boxes first, so that they suppress */
+                    for (int64_t k = 0; k < 3; k++) s[(i / 400 * 3 + k) * 400 + i % 400] = 2.0f;
+            }
         *(int64_t *)mo->data = v < 2 ? 1000 : 40;
-        *(float *)io->data = v == 4 ? -0.5f : 0.45f;
+        /* batched: so low that the wide boxes suppress small ones too */
+        *(float *)io->data = v == 4 ? -0.5f : v >= 6 ? 0.001f : 0.45f;
         *(float *)st->data = 0.3f;
         if (v == 5) b[17] = INFINITY;
         const af_tensor *in[5] = {bx, sc, mo, io, v == 2 ? NULL : st};
@@ -523,7 +549,7 @@ static void test_nms(void **state) {
         af_exec_init(&x, NULL, NULL);
         af_status fs = fast_nms(n, in, &got, &x, &err);
         af_exec_release(&x);
-        if (v >= 4) {
+        if (v == 4 || v == 5) {
             assert_int_equal(fs, AF_DECLINED);
         } else {
             assert_int_equal(fs, AF_OK);

@@ -1,12 +1,15 @@
 /* Fast NonMaxSuppression: the reference's greedy selection (kernels/ref/detect.c) with the boxes
- * converted once per image into arrays of corners and areas, and each candidate tested against
- * the kept boxes in blocks without a branch or call per pair (a detector's batched NMS offsets
- * boxes per class and keeps most of them: SSDlite's is 27,000 candidates in one class).
+ * converted once per image into arrays of corners and areas, and each candidate tested only
+ * against the kept boxes that a grid along the first coordinate says may overlap it. A
+ * detector's batched NMS offsets boxes per class and keeps most of them (SSDlite's is 27,000
+ * candidates in one class): testing every kept box made the selection quadratic, 1 s of
+ * SSDlite's run, while each candidate overlaps only the few boxes of its own class.
  *
  * Invariant: the same selection as the reference, bit for bit: IoU is computed in double with
- * the reference's formula; boxes with a coordinate that is not finite (where min/max would
- * differ from fmin and fmax, and an IoU could be NaN) and a negative or NaN threshold (which
- * suppresses boxes that do not overlap) are left to the reference. */
+ * the reference's formula, and the grid only skips pairs that cannot overlap; boxes with a
+ * coordinate that is not finite (where min/max would differ from fmin and fmax, and an IoU could
+ * be NaN) and a negative or NaN threshold (which suppresses boxes that do not overlap) are left
+ * to the reference. */
 #include "kernels/fast/fast.h"
 #include "kernels/ref/nn_common.h"
 
@@ -14,11 +17,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { NMS_BLOCK = 256 };
+/* A kept box spanning more grid cells than this is tested against every candidate, and a
+ * candidate spanning more tests every kept box, so that a few big boxes cost no more than the
+ * plain loop. The cell width is the candidates' mean height, so most boxes span 1 to 3. */
+enum { NMS_SPAN = 8 };
 
 typedef struct nms_boxes {
     double *y0, *x0, *y1, *x1, *area; /* [count] each */
 } nms_boxes;
+
+/* The kept boxes of one class, listed in the cells of a uniform grid along y that their
+ * [y0, y1] spans. Exact: when two boxes overlap (ih > 0) the point max(y0, a0) lies in both
+ * spans, and cell() is monotone, so that point's cell is in both ranges of cells. */
+typedef struct nms_grid {
+    double lo, inv_w;
+    int64_t ncell;
+    int64_t *head;       /* [ncell]: the cell's first entry, -1 when empty */
+    int64_t *next, *box; /* [cap] entries: the next entry of the cell, the kept box */
+    int64_t used, cap;
+    int64_t *wide, nwide; /* kept boxes spanning more than NMS_SPAN cells */
+} nms_grid;
 
 /* Image b's boxes as corners (ymin, xmin, ymax, xmax) and areas; false on a coordinate that is
  * not finite. */
@@ -40,22 +58,91 @@ static bool load_boxes(const float *bx, int64_t ns, bool center, nms_boxes *o) {
     return true;
 }
 
-/* Does box c overlap any of the kept boxes [0, taken) by more than th? */
-static bool suppressed(const nms_boxes *all, int64_t c, const nms_boxes *kept, int64_t taken,
-                       double th) {
-    double a0 = all->y0[c], a1 = all->x0[c], a2 = all->y1[c], a3 = all->x1[c], aa = all->area[c];
-    if (!(aa > 0)) return false; /* the reference's IoU is 0 against every box */
-    for (int64_t t0 = 0; t0 < taken; t0 += NMS_BLOCK) {
-        int64_t t1 = taken - t0 < NMS_BLOCK ? taken : t0 + NMS_BLOCK;
-        int hit = 0;
-        for (int64_t t = t0; t < t1; t++) {
-            double ih = (a2 < kept->y1[t] ? a2 : kept->y1[t]) - (a0 > kept->y0[t] ? a0 : kept->y0[t]);
-            double iw = (a3 < kept->x1[t] ? a3 : kept->x1[t]) - (a1 > kept->x0[t] ? a1 : kept->x0[t]);
-            double ab = kept->area[t], inter = ih * iw, iou = inter / (aa + ab - inter);
-            hit |= (ih > 0) & (iw > 0) & (ab > 0) & (iou > th);
-        }
-        if (hit) return true;
+/* Can box i overlap anything? Not when a side is empty or inverted (a center-form box with
+ * negative sizes has a positive area): then ih or iw is at most that side, never > 0. */
+static bool live(const nms_boxes *bs, int64_t i) {
+    return bs->y1[i] > bs->y0[i] && bs->x1[i] > bs->x0[i] && bs->area[i] > 0;
+}
+
+static int64_t cell(const nms_grid *g, double v) {
+    double f = (v - g->lo) * g->inv_w;
+    if (!(f >= 0)) return 0;
+    return f >= (double)g->ncell ? g->ncell - 1 : (int64_t)f;
+}
+
+/* Size the grid for one class's candidates: its span of y, cells as tall as the mean live box,
+ * at most one cell per live candidate. */
+static void grid_reset(nms_grid *g, const nms_boxes *all, const nms_cand *cand, int64_t nc) {
+    double lo = INFINITY, hi = -INFINITY, sumh = 0;
+    int64_t nlive = 0;
+    for (int64_t c = 0; c < nc; c++) {
+        int64_t i = cand[c].box;
+        if (!live(all, i)) continue;
+        lo = all->y0[i] < lo ? all->y0[i] : lo;
+        hi = all->y1[i] > hi ? all->y1[i] : hi;
+        sumh += all->y1[i] - all->y0[i];
+        nlive++;
     }
+    g->lo = nlive ? lo : 0, g->inv_w = 0, g->ncell = 1;
+    if (nlive) {
+        double w = sumh / (double)nlive, ext = hi - lo;
+        if (ext / w > (double)nlive) w = ext / (double)nlive;
+        double cells = ext / w + 1;
+        g->ncell = cells < (double)(nlive + 1) ? (int64_t)cells : nlive + 1;
+        g->inv_w = 1 / w;
+    }
+    for (int64_t i = 0; i < g->ncell; i++) g->head[i] = -1;
+    g->used = 0, g->nwide = 0;
+}
+
+/* List kept box t (the candidate's box i) in the cells it spans; false when out of memory. */
+static bool grid_add(nms_grid *g, const nms_boxes *all, int64_t i, int64_t t) {
+    if (!live(all, i)) return true; /* it cannot suppress anything */
+    int64_t c0 = cell(g, all->y0[i]), c1 = cell(g, all->y1[i]);
+    if (c1 - c0 >= NMS_SPAN) {
+        g->wide[g->nwide++] = t;
+        return true;
+    }
+    if (g->used + (c1 - c0 + 1) > g->cap) {
+        int64_t ncap = g->cap ? g->cap * 2 : 1024;
+        int64_t *nx = af_realloc(g->next, (size_t)ncap * sizeof(int64_t));
+        if (!nx) return false;
+        g->next = nx;
+        int64_t *bo = af_realloc(g->box, (size_t)ncap * sizeof(int64_t));
+        if (!bo) return false;
+        g->box = bo, g->cap = ncap;
+    }
+    for (int64_t c = c0; c <= c1; c++) {
+        g->box[g->used] = t, g->next[g->used] = g->head[c];
+        g->head[c] = g->used++;
+    }
+    return true;
+}
+
+/* Does candidate box i overlap kept box t by more than th? The reference's IoU test. */
+static bool hits(const nms_boxes *all, int64_t i, const nms_boxes *kept, int64_t t, double th) {
+    double a0 = all->y0[i], a1 = all->x0[i], a2 = all->y1[i], a3 = all->x1[i], aa = all->area[i];
+    double ih = (a2 < kept->y1[t] ? a2 : kept->y1[t]) - (a0 > kept->y0[t] ? a0 : kept->y0[t]);
+    double iw = (a3 < kept->x1[t] ? a3 : kept->x1[t]) - (a1 > kept->x0[t] ? a1 : kept->x0[t]);
+    double ab = kept->area[t], inter = ih * iw, iou = inter / (aa + ab - inter);
+    return (ih > 0) & (iw > 0) & (ab > 0) & (iou > th);
+}
+
+/* Does candidate box i overlap any kept box by more than th? */
+static bool suppressed(const nms_boxes *all, int64_t i, const nms_boxes *kept, int64_t taken,
+                       const nms_grid *g, double th) {
+    if (!live(all, i)) return false; /* the reference's IoU is 0 against every box */
+    int64_t c0 = cell(g, all->y0[i]), c1 = cell(g, all->y1[i]);
+    if (c1 - c0 >= NMS_SPAN) {
+        for (int64_t t = 0; t < taken; t++)
+            if (hits(all, i, kept, t, th)) return true;
+        return false;
+    }
+    for (int64_t c = c0; c <= c1; c++)
+        for (int64_t e = g->head[c]; e >= 0; e = g->next[e])
+            if (hits(all, i, kept, g->box[e], th)) return true;
+    for (int64_t w = 0; w < g->nwide; w++)
+        if (hits(all, i, kept, g->wide[w], th)) return true;
     return false;
 }
 
@@ -67,6 +154,19 @@ static void kept_set(nms_boxes *kept, int64_t t, const nms_boxes *all, int64_t c
 /* A scalar input's value (the reference reads them the same way), or dflt when absent. */
 static double scalar(const af_tensor *t, double dflt) {
     return t && af_tensor_numel(t) > 0 ? af_tensor_get_double(t, 0) : dflt;
+}
+
+/* Append (b, k, box) to the selection; false when out of memory. */
+static bool sel_push(int64_t **sel, int64_t *count, int64_t *cap, int64_t b, int64_t k, int64_t box) {
+    if (*count == *cap) {
+        int64_t ncap = *cap ? *cap * 2 : 64;
+        int64_t *p = af_realloc(*sel, (size_t)ncap * 3 * sizeof(int64_t));
+        if (!p) return false;
+        *sel = p, *cap = ncap;
+    }
+    int64_t *r = *sel + 3 * (*count)++;
+    r[0] = b, r[1] = k, r[2] = box;
+    return true;
 }
 
 af_status fast_nms(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
@@ -91,15 +191,17 @@ af_status fast_nms(const af_node *n, const af_tensor *const *in, af_tensor *out,
     int64_t nb = bx->dims[0], ns = bx->dims[1], nk = sc->dims[1], m = ns > 0 ? ns : 1;
     double *mem = af_malloc((size_t)m * 10 * sizeof(double));
     nms_cand *cand = af_malloc((size_t)m * sizeof *cand);
+    nms_grid g = {0};
+    g.head = af_malloc((size_t)(m + 1) * sizeof(int64_t));
+    g.wide = af_malloc((size_t)m * sizeof(int64_t));
     int64_t *sel = NULL, count = 0, cap = 0;
-    if (!mem || !cand) {
-        af_free(mem);
-        af_free(cand);
-        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
-    }
-    nms_boxes all = {mem, mem + m, mem + 2 * m, mem + 3 * m, mem + 4 * m};
-    nms_boxes kept = {mem + 5 * m, mem + 6 * m, mem + 7 * m, mem + 8 * m, mem + 9 * m};
     af_status st = AF_OK;
+    if (!mem || !cand || !g.head || !g.wide) st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+    nms_boxes all = {0}, kept = {0};
+    if (st == AF_OK) {
+        all = (nms_boxes){mem, mem + m, mem + 2 * m, mem + 3 * m, mem + 4 * m};
+        kept = (nms_boxes){mem + 5 * m, mem + 6 * m, mem + 7 * m, mem + 8 * m, mem + 9 * m};
+    }
     for (int64_t b = 0; st == AF_OK && b < nb; b++) {
         if (!load_boxes((const float *)bx->data + b * ns * 4, ns, center, &all)) {
             st = AF_DECLINED;
@@ -111,20 +213,13 @@ af_status fast_nms(const af_node *n, const af_tensor *const *in, af_tensor *out,
             for (int64_t i = 0; i < ns; i++)
                 if (!has_st || (double)s[i] > score_th) cand[nc++] = (nms_cand){s[i], i};
             qsort(cand, (size_t)nc, sizeof *cand, nms_cmp); /* the reference's order */
+            grid_reset(&g, &all, cand, nc);
             for (int64_t c = 0; c < nc && taken < maxo && st == AF_OK; c++) {
-                if (suppressed(&all, cand[c].box, &kept, taken, iou_th)) continue;
-                kept_set(&kept, taken++, &all, cand[c].box);
-                if (count == cap) {
-                    int64_t ncap = cap ? cap * 2 : 64;
-                    int64_t *p = af_realloc(sel, (size_t)ncap * 3 * sizeof(int64_t));
-                    if (!p) {
-                        st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
-                        break;
-                    }
-                    sel = p, cap = ncap;
-                }
-                sel[3 * count] = b, sel[3 * count + 1] = k, sel[3 * count + 2] = cand[c].box;
-                count++;
+                int64_t i = cand[c].box;
+                if (suppressed(&all, i, &kept, taken, &g, iou_th)) continue;
+                kept_set(&kept, taken, &all, i);
+                if (!grid_add(&g, &all, i, taken++) || !sel_push(&sel, &count, &cap, b, k, i))
+                    st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
             }
         }
     }
@@ -137,6 +232,10 @@ af_status fast_nms(const af_node *n, const af_tensor *const *in, af_tensor *out,
     }
     af_free(mem);
     af_free(cand);
+    af_free(g.head);
+    af_free(g.wide);
+    af_free(g.next);
+    af_free(g.box);
     af_free(sel);
     return st;
 }

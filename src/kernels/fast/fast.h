@@ -90,7 +90,7 @@ AF_FAST_SHAPE(fast_shape_fused_matmul);
 /* fused.c: FusedElementwise and SqueezeExcite. */
 AF_FAST_KERNEL(fast_fused_elementwise);
 AF_FAST_KERNEL(fast_squeeze_excite);
-/* detect.c: NonMaxSuppression (the reference's selection, boxes tested in blocks). */
+/* detect.c: NonMaxSuppression (the reference's selection; kept boxes found through a grid). */
 AF_FAST_KERNEL(fast_nms);
 /* attention.c: FusedAttention. */
 AF_FAST_KERNEL(fast_attention);
