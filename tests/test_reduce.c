@@ -684,6 +684,90 @@ static void test_quantize(void **state) {
     af_runtime_free(rt);
 }
 
+/* RoiAlign: the fast kernel bit for bit against the reference (both compute in double, in one
+ * order), directly and through the dispatcher at 1 and 2 threads on every ISA: avg and max,
+ * both coordinate transformations, adaptive and fixed sampling, rois partly or wholly outside
+ * the image, reversed and tiny ones, int32 and int64 batch indices. A non-finite roi and too
+ * many samples per roi are declined (the reference computes them); a bad batch index is
+ * declined and reported by the reference. */
+static void test_roi_align(void **state) {
+    (void)state;
+    static const int64_t xd[4] = {2, 21, 11, 13}, rd[2] = {9, 4}, bd[1] = {9};
+    static const float rois[9][4] = {
+        {0, 0, 12, 10},   {2.5f, 1.25f, 7.75f, 9.5f}, {-4, -3, 5, 4},     {10, 8, 30, 25},
+        {6, 6, 6.2f, 6.1f}, {9, 9, 3, 2},             {-30, -30, -20, -20}, {1, 2, 3, 11},
+        {0.4f, 0.6f, 25.9f, 21.1f}};
+    af_runtime *rt = NULL;
+    af_error err;
+    assert_int_equal(af_runtime_new(2, &rt, &err), AF_OK);
+    af_isa best = af_isa_get();
+    for (int v = 0; v < 8; v++) {
+        af_arena *a = af_arena_new();
+        af_node *n = tu_node(a, AF_OP_ROI_ALIGN, 16, 3, 1, 8);
+        af_node_set_output(n, 0, af_value_new(n->graph, "y"));
+        af_node_add_attr(n, "mode", AF_ATTR_STRING)->s = v & 1 ? "max" : "avg";
+        af_node_add_attr(n, "coordinate_transformation_mode", AF_ATTR_STRING)->s =
+            v & 2 ? "output_half_pixel" : "half_pixel";
+        af_node_add_attr(n, "sampling_ratio", AF_ATTR_INT)->i = v & 4 ? 2 : 0;
+        af_node_add_attr(n, "output_height", AF_ATTR_INT)->i = 3;
+        af_node_add_attr(n, "output_width", AF_ATTR_INT)->i = 4;
+        af_node_add_attr(n, "spatial_scale", AF_ATTR_FLOAT)->f = v < 4 ? 0.5f : 1.0f;
+        for (int i = 0; i < n->nattrs; i++)
+            if (n->attrs[i].type == AF_ATTR_STRING) n->attrs[i].slen = strlen(n->attrs[i].s);
+        af_tensor *x = af_tensor_new(AF_DTYPE_FLOAT, 4, xd), *r = af_tensor_new(AF_DTYPE_FLOAT, 2, rd);
+        af_tensor *bi = af_tensor_new(v & 1 ? AF_DTYPE_INT32 : AF_DTYPE_INT64, 1, bd);
+        assert_true(x && r && bi);
+        fill(x, FILL_RAND);
+        memcpy(r->data, rois, sizeof rois);
+        for (int i = 0; i < 9; i++) {
+            if (v & 1) ((int32_t *)bi->data)[i] = i % 2;
+            else ((int64_t *)bi->data)[i] = i % 2;
+        }
+        const af_tensor *in[3] = {x, r, bi};
+        af_tensor want[1], got[1];
+        af_isa_set(AF_ISA_REFERENCE);
+        if (run(n, in, want, 1, NULL, false, &err)) fail_msg("RoiAlign %d: %s", v, err.message);
+        size_t bytes = (size_t)af_tensor_numel(&want[0]) * sizeof(float);
+        for (int isa = AF_ISA_GENERIC; isa <= (int)best; isa++) {
+            af_isa_set((af_isa)isa);
+            for (int way = 0; way < 3; way++) {
+                af_status st = way == 0 ? run(n, in, got, 1, NULL, true, &err)
+                                        : run(n, in, got, 1, way == 2 ? rt : NULL, false, &err);
+                if (st != AF_OK) fail_msg("RoiAlign %d, way %d: status %d", v, way, st);
+                if (memcmp(got[0].data, want[0].data, bytes))
+                    fail_msg("RoiAlign %d on %s, way %d: differs from the reference", v,
+                             af_isa_name(af_isa_get()), way);
+                release(got, 1);
+            }
+        }
+        af_isa_set(best);
+        if (v == 0) {
+            /* declined: a NaN coordinate; too many samples (the reference computes it) */
+            ((float *)r->data)[6] = NAN;
+            assert_int_equal(run(n, in, got, 1, NULL, true, &err), AF_DECLINED);
+            release(got, 1);
+            ((float *)r->data)[6] = rois[1][2];
+            n->attrs[2].i = 200; /* sampling_ratio: 3 x 4 x 200 x 200 samples per roi */
+            assert_int_equal(run(n, in, got, 1, NULL, true, &err), AF_DECLINED);
+            release(got, 1);
+            n->attrs[2].i = 0;
+            /* a batch index out of range: declined, and the reference's error names the node */
+            ((int64_t *)bi->data)[3] = 2;
+            assert_int_equal(run(n, in, got, 1, NULL, true, &err), AF_DECLINED);
+            release(got, 1);
+            assert_int_equal(run(n, in, got, 1, rt, false, &err), AF_ERR_RUNTIME);
+            assert_non_null(strstr(err.message, "n0"));
+            release(got, 1);
+        }
+        release(want, 1);
+        af_tensor_free(x);
+        af_tensor_free(r);
+        af_tensor_free(bi);
+        af_arena_free(a);
+    }
+    af_runtime_free(rt);
+}
+
 int main(void) {
     tu_rng = 4242;
     const struct CMUnitTest tests[] = {
@@ -692,6 +776,7 @@ int main(void) {
         cmocka_unit_test(test_declines),
         cmocka_unit_test(test_nms),
         cmocka_unit_test(test_quantize),
+        cmocka_unit_test(test_roi_align),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -740,6 +740,193 @@ static void test_copy_fast(void **state) {
     af_runtime_free(rt);
 }
 
+/* An index tensor (int64, or int32 when i32) of dims with values in [-lim, lim): negative ones
+ * count from the end, repeats are likely. */
+static af_tensor *rnd_index(bool i32, int rank, const int64_t *dims, int64_t lim) {
+    af_tensor *t = af_tensor_new(i32 ? I32 : I64, rank, dims);
+    assert_non_null(t);
+    for (int64_t i = 0; i < af_tensor_numel(t); i++) {
+        int64_t v = (int64_t)floor((tu_rnd() + 1.0) * (double)lim) - lim;
+        v = v < -lim ? -lim : v >= lim ? lim - 1 : v;
+        if (i32) ((int32_t *)t->data)[i] = (int32_t)v;
+        else ((int64_t *)t->data)[i] = v;
+    }
+    return t;
+}
+
+/* ScatterElements, GatherND, NonZero and ConstantOfShape: the detectors' post-processing
+ * kernels (any element size) bit for bit against the reference, with repeated and negative
+ * indices, int32 and int64 indices, indices smaller than the data, every axis, batch_dims; a bad
+ * index declined by the fast kernel and reported by the reference. */
+static void test_select_fast(void **state) {
+    (void)state;
+    af_runtime *rt = NULL;
+    af_error err;
+    assert_int_equal(af_runtime_new(2, &rt, &err), AF_OK);
+    /* ScatterElements: data dims, indices dims, axis, dtype of the data, int32 indices */
+    static const struct {
+        int64_t dd[4], id[4];
+        int rank, axis;
+        af_dtype t;
+        bool i32;
+    } sc[] = {
+        {{7, 5, 3}, {4, 5, 3}, 3, 0, F32, false},
+        {{7, 5, 3}, {3, 2, 2}, 3, 0, F32, true},   /* indices smaller than the data */
+        {{4, 9, 5}, {4, 11, 5}, 3, 1, I64, false}, /* more indices than the axis: repeats */
+        {{4, 9, 5}, {2, 3, 7}, 3, -1, F32, false},
+        {{6, 4, 3, 3}, {2, 4, 3, 3}, 4, 0, F32, false}, /* Faster R-CNN's rows, below */
+        {{13}, {13}, 1, 0, U8, true},
+    };
+    for (size_t c = 0; c < AF_COUNT(sc); c++) {
+        af_arena *a = af_arena_new();
+        char attrs[32], name[64];
+        snprintf(attrs, sizeof attrs, "axis=%d", sc[c].axis);
+        af_node *n = make_node(a, c % 2 ? "ScatterElements" : "Scatter", attrs, c % 2 ? 16 : 10, 3, 1);
+        int ax = sc[c].axis < 0 ? sc[c].axis + sc[c].rank : sc[c].axis;
+        af_tensor *d = rnd_tensor(sc[c].t, sc[c].rank, sc[c].dd);
+        af_tensor *ix = rnd_index(sc[c].i32, sc[c].rank, sc[c].id, sc[c].dd[ax]);
+        af_tensor *up = rnd_tensor(sc[c].t, sc[c].rank, sc[c].id);
+        if (c == 4) /* the row index of each update, the same along the other axes (an Expand) */
+            for (int64_t i = 0; i < af_tensor_numel(ix); i++)
+                ((int64_t *)ix->data)[i] = i / 36 == 0 ? 4 : 1;
+        const af_tensor *in[3] = {d, ix, up};
+        snprintf(name, sizeof name, "ScatterElements case %zu", c);
+        fast_vs_ref(name, n, in, fast_scatter_elements, true, rt);
+        af_tensor_free(d);
+        af_tensor_free(ix);
+        af_tensor_free(up);
+        af_arena_free(a);
+    }
+    /* GatherND: data dims, indices dims (the last is the tuple length), batch_dims */
+    static const struct {
+        int64_t dd[4], id[4];
+        int rank, irank, b;
+        af_dtype t;
+        bool i32;
+    } gn[] = {
+        {{5, 4, 3}, {6, 2}, 3, 2, 0, F32, false},
+        {{5, 4, 3}, {2, 3, 1}, 3, 3, 0, I64, true},
+        {{5, 4, 3}, {7, 3}, 3, 2, 0, F32, false}, /* single elements */
+        {{2, 5, 3}, {2, 4, 1}, 3, 3, 1, F32, true},
+        {{3234, 4}, {3000, 1}, 2, 2, 0, F32, false}, /* SSDlite's boxes of one class */
+        {{9, 2}, {0, 1}, 2, 2, 0, F32, false},       /* no tuple */
+    };
+    for (size_t c = 0; c < AF_COUNT(gn); c++) {
+        af_arena *a = af_arena_new();
+        char attrs[32], name[64];
+        snprintf(attrs, sizeof attrs, "batch_dims=%d", gn[c].b);
+        af_node *n = make_node(a, "GatherND", attrs, 13, 2, 1);
+        af_tensor *d = rnd_tensor(gn[c].t, gn[c].rank, gn[c].dd);
+        af_tensor *ix = rnd_index(gn[c].i32, gn[c].irank, gn[c].id, 1);
+        int64_t m = gn[c].id[gn[c].irank - 1];
+        for (int64_t i = 0; i < af_tensor_numel(ix); i++) { /* each in its own dim's range */
+            int64_t dim = gn[c].dd[gn[c].b + i % m];
+            int64_t v = (int64_t)floor((tu_rnd() + 1.0) * (double)dim) - dim;
+            v = v < -dim ? -dim : v >= dim ? dim - 1 : v;
+            if (gn[c].i32) ((int32_t *)ix->data)[i] = (int32_t)v;
+            else ((int64_t *)ix->data)[i] = v;
+        }
+        const af_tensor *in[2] = {d, ix};
+        snprintf(name, sizeof name, "GatherND case %zu", c);
+        fast_vs_ref(name, n, in, fast_gather_nd, true, rt);
+        af_tensor_free(d);
+        af_tensor_free(ix);
+        af_arena_free(a);
+    }
+    /* NonZero of bool, float32 (with -0 and NaN), int64 and uint8, ranks 1 to 3 */
+    static const struct {
+        int64_t dd[3];
+        int rank;
+        af_dtype t;
+    } nz[] = {{{3, 7}, 2, AF_DTYPE_BOOL}, {{50}, 1, F32}, {{2, 3, 4}, 3, I64}, {{5, 1, 9}, 3, U8}, {{0, 4}, 2, F32}};
+    for (size_t c = 0; c < AF_COUNT(nz); c++) {
+        af_arena *a = af_arena_new();
+        char name[64];
+        af_node *n = make_node(a, "NonZero", "", 13, 1, 1);
+        af_tensor *x = af_tensor_new(nz[c].t, nz[c].rank, nz[c].dd);
+        assert_non_null(x);
+        for (int64_t i = 0; i < af_tensor_numel(x); i++) {
+            double r = tu_rnd();
+            if (nz[c].t == AF_DTYPE_BOOL) ((uint8_t *)x->data)[i] = r > 0;
+            else if (nz[c].t == F32) ((float *)x->data)[i] = i % 7 == 1 ? -0.0f : i % 11 == 2 ? NAN : r > 0 ? (float)r : 0.0f;
+            else tens_set(x, i, r > 0 ? floor(r * 3.0) : 0);
+        }
+        const af_tensor *in[1] = {x};
+        snprintf(name, sizeof name, "NonZero case %zu", c);
+        fast_vs_ref(name, n, in, fast_non_zero, true, rt);
+        af_tensor_free(x);
+        af_arena_free(a);
+    }
+    /* ConstantOfShape: no value (float 0), a float, an int64; a big one (threaded), a scalar */
+    static const struct {
+        int len;
+        int64_t dims[4];
+        af_dtype t; /* UNDEFINED: no value attribute */
+    } cs[] = {{3, {3, 4, 5}, AF_DTYPE_UNDEFINED}, {2, {7, 9}, F32}, {1, {11}, I64},
+              {4, {2, 64, 60, 80}, F32}, {0, {0}, I64}, {2, {3, 0}, F32}};
+    for (size_t c = 0; c < AF_COUNT(cs); c++) {
+        af_arena *a = af_arena_new();
+        char name[64];
+        af_node *n = make_node(a, "ConstantOfShape", "", 13, 1, 1);
+        af_tensor *v = NULL;
+        if (cs[c].t != AF_DTYPE_UNDEFINED) {
+            int64_t one = 1;
+            v = af_tensor_new(cs[c].t, 1, &one);
+            assert_non_null(v);
+            tens_set(v, 0, cs[c].t == F32 ? 1.25 : -7);
+            af_attr *at = &n->attrs[n->nattrs++];
+            at->name = "value";
+            at->type = AF_ATTR_TENSOR;
+            at->t = v;
+        }
+        af_tensor *shape = i64s(cs[c].len, cs[c].dims);
+        if (cs[c].len == 0) shape->dims[0] = 0; /* [] : a scalar */
+        const af_tensor *in[1] = {shape};
+        snprintf(name, sizeof name, "ConstantOfShape case %zu", c);
+        fast_vs_ref(name, n, in, fast_constant_of_shape, true, rt);
+        af_tensor_free(shape);
+        af_tensor_free(v);
+        af_arena_free(a);
+    }
+    /* Bad indices: declined by the fast kernels, reported by the reference. */
+    af_arena *a = af_arena_new();
+    int64_t d2[2] = {4, 3};
+    af_tensor *x = rnd_tensor(F32, 2, d2), *ix = rnd_index(false, 2, d2, 4), out;
+    ((int64_t *)ix->data)[5] = 4;
+    const af_tensor *in3[3] = {x, ix, x};
+    af_node *n = make_node(a, "ScatterElements", "axis=0", 16, 3, 1);
+    memset(&out, 0, sizeof out);
+    af_tensor_set_type(&out, F32, 2, d2);
+    assert_int_equal(af_tensor_alloc(&out, &err), AF_OK);
+    af_exec ex;
+    af_exec_init(&ex, NULL, NULL);
+    assert_int_equal(fast_scatter_elements(n, in3, &out, &ex, &err), AF_DECLINED);
+    assert_int_equal(af_runtime_kernel(NULL, n, in3, &out, &err), AF_ERR_RUNTIME);
+    assert_non_null(strstr(err.message, "n0"));
+    n = make_node(a, "ScatterElements", "axis=0 reduction=add", 16, 3, 1);
+    assert_int_equal(fast_scatter_elements(n, in3, &out, &ex, &err), AF_DECLINED); /* not ours */
+    int64_t tdims[2] = {4, 1}, od[2] = {4, 3};
+    af_tensor *tup = af_tensor_new(I64, 2, tdims);
+    int64_t tv[4] = {0, 3, -4, 4};
+    memcpy(tup->data, tv, sizeof tv);
+    const af_tensor *in2[2] = {x, tup};
+    n = make_node(a, "GatherND", "", 13, 2, 1);
+    af_tensor_release(&out);
+    memset(&out, 0, sizeof out);
+    af_tensor_set_type(&out, F32, 2, od);
+    assert_int_equal(af_tensor_alloc(&out, &err), AF_OK);
+    assert_int_equal(fast_gather_nd(n, in2, &out, &ex, &err), AF_DECLINED);
+    assert_int_equal(af_runtime_kernel(NULL, n, in2, &out, &err), AF_ERR_RUNTIME);
+    assert_non_null(strstr(err.message, "n0"));
+    af_exec_release(&ex);
+    af_tensor_release(&out);
+    af_tensor_free(x);
+    af_tensor_free(ix);
+    af_tensor_free(tup);
+    af_arena_free(a);
+    af_runtime_free(rt);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
@@ -748,6 +935,7 @@ int main(void) {
         cmocka_unit_test(test_resize_fast),
         cmocka_unit_test(test_pad_fast),
         cmocka_unit_test(test_copy_fast),
+        cmocka_unit_test(test_select_fast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,7 +8,8 @@
  *     as one), then rows of the innermost dim: a memcpy (stride 1), a fill (stride 0, a
  *     broadcast) or an element loop (a step);
  *   - Concat, Split and Gather: a list of contiguous blocks (per outer index and input, output,
- *     or index), each one memcpy.
+ *     or index), each one memcpy;
+ *   - ConstantOfShape: the value as a view of stride 0 (a fill).
  *
  * Invariant: each output element gets exactly the bytes the reference kernel gives it (the
  * same plans: tn_pad_plan / tn_pad_src, tn_slice_view, tn_split_sizes, the same broadcast and
@@ -266,6 +267,25 @@ af_status fast_expand(const af_node *n, const af_tensor *const *in, af_tensor *o
     int64_t vs[AF_MAX_RANK];
     af_broadcast_strides(in[0], &out[0], vs);
     sv_copy(x, out[0].data, in[0]->data, es, 0, out[0].rank, out[0].dims, vs);
+    return AF_OK;
+}
+
+/* ConstantOfShape: the value (float 0 without one) broadcast to the output, a view of stride 0
+ * everywhere (one fill, in parallel chunks when big). */
+af_status fast_constant_of_shape(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                                 af_exec *x, af_error *err) {
+    (void)in;
+    (void)err;
+    static const float zero = 0.0f;
+    const af_attr *a = af_node_attr(n, "value");
+    const af_tensor *v = a && a->type == AF_ATTR_TENSOR ? a->t : NULL;
+    af_dtype dt = v ? v->dtype : AF_DTYPE_FLOAT;
+    size_t es = af_dtype_size(dt);
+    if ((a && (!v || !v->data || af_tensor_numel(v) != 1)) || es == 0 || dt == AF_DTYPE_STRING ||
+        out[0].dtype != dt || out[0].rank > AF_MAX_RANK || !cp_ready(&out[0], es))
+        return AF_DECLINED;
+    int64_t vs[AF_MAX_RANK] = {0};
+    sv_copy(x, out[0].data, v ? v->data : (const void *)&zero, es, 0, out[0].rank, out[0].dims, vs);
     return AF_OK;
 }
 

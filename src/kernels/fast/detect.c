@@ -1,4 +1,6 @@
-/* Fast NonMaxSuppression: the reference's greedy selection (kernels/ref/detect.c) with the boxes
+/* Fast detection kernels: NonMaxSuppression and RoiAlign.
+ *
+ * NonMaxSuppression: the reference's greedy selection (kernels/ref/detect.c) with the boxes
  * converted once per image into arrays of corners and areas, and each candidate tested only
  * against the kept boxes that a grid along the first coordinate says may overlap it. A
  * detector's batched NMS offsets boxes per class and keeps most of them (SSDlite's is 27,000
@@ -9,7 +11,7 @@
  * the reference's formula, and the grid only skips pairs that cannot overlap; boxes with a
  * coordinate that is not finite (where min/max would differ from fmin and fmax, and an IoU could
  * be NaN) and a negative or NaN threshold (which suppresses boxes that do not overlap) are left
- * to the reference. */
+ * to the reference. RoiAlign's invariant is with its kernel below. */
 #include "kernels/fast/fast.h"
 #include "kernels/ref/nn_common.h"
 
@@ -238,4 +240,183 @@ af_status fast_nms(const af_node *n, const af_tensor *const *in, af_tensor *out,
     af_free(g.box);
     af_free(sel);
     return st;
+}
+
+/* ---- RoiAlign -------------------------------------------------------------------------------- */
+
+/* Fast RoiAlign: the reference's arithmetic in double, in its order (so the same bits), with
+ * what depends only on the roi (each sample's four source offsets and bilinear weights) worked
+ * out once per roi and block of channels instead of once per channel, and the rois and channel
+ * blocks shared between threads. Rois, the scale and the sample counts are checked first: a
+ * coordinate that is not finite (the reference's sample position would be NaN), a batch index out
+ * of range, or more samples per roi than RA_MAX_SAMPLES is declined to the reference. */
+
+enum { RA_CBLK = 16, RA_MAX_SAMPLES = 1 << 15 };
+
+/* One sample: the offsets of its four source pixels in a plane and their weights, or outside
+ * (the reference's sample is then 0). */
+typedef struct ra_sample {
+    int64_t o[4];
+    double w[4];
+    bool in;
+} ra_sample;
+
+/* One roi, as the reference derives it. */
+typedef struct ra_roi {
+    int64_t b, ny, nx;
+    double x1, y1, bh, bw;
+} ra_roi;
+
+typedef struct ra_job {
+    const float *x;
+    float *y;
+    const ra_roi *rois;
+    ra_sample *tabs; /* maxs per slot */
+    int64_t c, h, w, oh, ow, nblk, maxs;
+    bool max_mode;
+} ra_job;
+
+/* The reference's sample at (yy, xx) of an h x w plane: its source offsets and weights. */
+static ra_sample ra_at(double yy, double xx, int64_t h, int64_t w) {
+    ra_sample s = {{0, 0, 0, 0}, {0, 0, 0, 0}, false};
+    if (yy < -1.0 || yy > (double)h || xx < -1.0 || xx > (double)w) return s;
+    yy = yy < 0 ? 0 : yy;
+    xx = xx < 0 ? 0 : xx;
+    int64_t y0 = (int64_t)yy, x0 = (int64_t)xx, y1, x1;
+    if (y0 >= h - 1) {
+        y0 = y1 = h - 1;
+        yy = (double)y0;
+    } else {
+        y1 = y0 + 1;
+    }
+    if (x0 >= w - 1) {
+        x0 = x1 = w - 1;
+        xx = (double)x0;
+    } else {
+        x1 = x0 + 1;
+    }
+    double ly = yy - (double)y0, lx = xx - (double)x0, hy = 1 - ly, hx = 1 - lx;
+    s.o[0] = y0 * w + x0, s.o[1] = y0 * w + x1, s.o[2] = y1 * w + x0, s.o[3] = y1 * w + x1;
+    s.w[0] = hy * hx, s.w[1] = hy * lx, s.w[2] = ly * hx, s.w[3] = ly * lx;
+    s.in = true;
+    return s;
+}
+
+/* The samples of every bin of roi r, bin by bin, in the reference's order. */
+static void ra_table(const ra_job *j, const ra_roi *r, ra_sample *t) {
+    for (int64_t py = 0; py < j->oh; py++)
+        for (int64_t px = 0; px < j->ow; px++)
+            for (int64_t iy = 0; iy < r->ny; iy++) {
+                double yy = r->y1 + (double)py * r->bh + ((double)iy + 0.5) * r->bh / (double)r->ny;
+                for (int64_t ix = 0; ix < r->nx; ix++) {
+                    double xx = r->x1 + (double)px * r->bw + ((double)ix + 0.5) * r->bw / (double)r->nx;
+                    *t++ = ra_at(yy, xx, j->h, j->w);
+                }
+            }
+}
+
+/* Items are (roi, block of RA_CBLK channels). */
+static void ra_range(void *ctx, int slot, int64_t begin, int64_t end) {
+    const ra_job *j = ctx;
+    ra_sample *tab = j->tabs + (size_t)slot * (size_t)j->maxs;
+    int64_t last = -1, plane = j->h * j->w, bins = j->oh * j->ow;
+    for (int64_t it = begin; it < end; it++) {
+        int64_t ri = it / j->nblk, c0 = it % j->nblk * RA_CBLK;
+        int64_t c1 = c0 + RA_CBLK < j->c ? c0 + RA_CBLK : j->c;
+        const ra_roi *r = &j->rois[ri];
+        if (ri != last) ra_table(j, r, tab);
+        last = ri;
+        int64_t per = r->ny * r->nx;
+        double count = (double)per;
+        for (int64_t ch = c0; ch < c1; ch++) {
+            const float *p = j->x + (r->b * j->c + ch) * plane;
+            float *y = j->y + (ri * j->c + ch) * bins;
+            const ra_sample *s = tab;
+            for (int64_t bin = 0; bin < bins; bin++) {
+                double acc = j->max_mode ? -INFINITY : 0.0;
+                for (int64_t k = 0; k < per; k++, s++) {
+                    double v = 0.0;
+                    if (s->in) {
+                        double v0 = s->w[0] * p[s->o[0]], v1 = s->w[1] * p[s->o[1]];
+                        double v2 = s->w[2] * p[s->o[2]], v3 = s->w[3] * p[s->o[3]];
+                        v = j->max_mode ? nn_fmax(nn_fmax(v0, v1), nn_fmax(v2, v3)) : v0 + v1 + v2 + v3;
+                    }
+                    acc = j->max_mode ? nn_fmax(acc, v) : acc + v;
+                }
+                y[bin] = (float)(j->max_mode ? acc : acc / count);
+            }
+        }
+    }
+}
+
+static bool ra_ready(const af_tensor *t, af_dtype dt, int rank) {
+    int64_t count = t ? af_tensor_numel(t) : -1;
+    return count >= 0 && t->dtype == dt && t->rank == rank &&
+           (count == 0 || (t->data && (uint64_t)count <= (uint64_t)t->nbytes / af_dtype_size(dt)));
+}
+
+af_status fast_roi_align(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                         af_error *err) {
+    (void)err;
+    const af_tensor *t = nn_in(n, in, 0), *rs = nn_in(n, in, 1), *bi = nn_in(n, in, 2);
+    if (!ra_ready(t, AF_DTYPE_FLOAT, 4) || !ra_ready(rs, AF_DTYPE_FLOAT, 2) || !bi ||
+        !ra_ready(bi, bi->dtype, 1) || (bi->dtype != AF_DTYPE_INT64 && bi->dtype != AF_DTYPE_INT32) ||
+        !ra_ready(&out[0], AF_DTYPE_FLOAT, 4) || af_tensor_numel(t) == 0)
+        return AF_DECLINED;
+    const char *mode = af_attr_str(n, "mode", "avg");
+    const char *ct = af_attr_str(n, "coordinate_transformation_mode", "half_pixel");
+    bool half = strcmp(ct, "half_pixel") == 0, max_mode = strcmp(mode, "max") == 0;
+    int64_t oh = af_attr_int(n, "output_height", 1), ow = af_attr_int(n, "output_width", 1);
+    int64_t ratio = af_attr_int(n, "sampling_ratio", 0), nr = rs->dims[0];
+    double scale = af_attr_float(n, "spatial_scale", 1.0f), off = half ? 0.5 : 0.0;
+    if ((!half && strcmp(ct, "output_half_pixel") != 0) || (!max_mode && strcmp(mode, "avg") != 0) ||
+        oh < 1 || ow < 1 || ratio < 0 || !isfinite(scale) || rs->dims[1] != 4 ||
+        bi->dims[0] != nr || out[0].dims[0] != nr || out[0].dims[1] != t->dims[1] ||
+        out[0].dims[2] != oh || out[0].dims[3] != ow)
+        return AF_DECLINED;
+    if (nr == 0 || t->dims[1] == 0) return AF_OK;
+    ra_roi *rois = af_malloc((size_t)nr * sizeof *rois);
+    if (!rois) return AF_DECLINED;
+    const float *rv = rs->data;
+    double samples = 0;
+    int64_t maxs = 1;
+    for (int64_t i = 0; i < nr; i++) {
+        ra_roi *r = &rois[i];
+        r->b = bi->dtype == AF_DTYPE_INT64 ? ((const int64_t *)bi->data)[i] : ((const int32_t *)bi->data)[i];
+        const float *q = rv + 4 * i;
+        if (r->b < 0 || r->b >= t->dims[0] || !isfinite(q[0]) || !isfinite(q[1]) ||
+            !isfinite(q[2]) || !isfinite(q[3])) {
+            af_free(rois);
+            return AF_DECLINED;
+        }
+        r->x1 = (double)q[0] * scale - off, r->y1 = (double)q[1] * scale - off;
+        double rw = (double)q[2] * scale - off - r->x1, rh = (double)q[3] * scale - off - r->y1;
+        if (!half) {
+            rw = fmax(rw, 1.0);
+            rh = fmax(rh, 1.0);
+        }
+        r->bh = rh / (double)oh, r->bw = rw / (double)ow;
+        double gh = ratio > 0 ? (double)ratio : ceil(rh / (double)oh);
+        double gw = ratio > 0 ? (double)ratio : ceil(rw / (double)ow);
+        r->ny = (int64_t)nn_clamp(gh, 1, 1 << 16), r->nx = (int64_t)nn_clamp(gw, 1, 1 << 16);
+        if ((double)oh * (double)ow * (double)r->ny * (double)r->nx > RA_MAX_SAMPLES) {
+            af_free(rois);
+            return AF_DECLINED;
+        }
+        int64_t per = oh * ow * r->ny * r->nx;
+        samples += (double)per;
+        maxs = per > maxs ? per : maxs;
+    }
+    int slots = af_exec_threads(x) < AF_EXEC_MAX_SLOTS ? af_exec_threads(x) : AF_EXEC_MAX_SLOTS;
+    ra_sample *tabs = af_exec_scratch(x, (size_t)(slots > 0 ? slots : 1) * (size_t)maxs * sizeof(ra_sample));
+    if (!tabs) {
+        af_free(rois);
+        return AF_DECLINED;
+    }
+    ra_job j = {t->data, out[0].data, rois, tabs, t->dims[1], t->dims[2], t->dims[3], oh, ow,
+                (t->dims[1] + RA_CBLK - 1) / RA_CBLK, maxs, max_mode};
+    double work = samples * (double)j.c;
+    af_exec_parallel(x, nr * j.nblk, af_exec_work_ns(x, 12.0 * work, 16.0 * work), ra_range, &j);
+    af_free(rois);
+    return AF_OK;
 }

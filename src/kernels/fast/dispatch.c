@@ -34,8 +34,11 @@ typedef struct fast_row {
     const char *lowered; /* the attribute that marks the lowered form (NULL: none) */
     bool only_lowered;   /* the fast kernel takes the lowered form only */
     af_prepare_fn prepare; /* what the kernel can do once per node (NULL: nothing) */
-    uint32_t in_types;     /* bits (1 << af_dtype) of the first input types it takes; 0: float32 */
+    uint32_t in_types;     /* bits (1 << af_dtype) of the first input types it takes; 0: float32;
+                              ANY_DTYPE: every dtype (kernels that move elements by size) */
 } fast_row;
+
+#define ANY_DTYPE UINT32_MAX
 
 /* A kernel that takes only the channels-last form the layout pass makes. */
 #define CHANNELS_LAST(k, s) {.kernel = k, .shape = s, .lowered = "channels_last", .only_lowered = true}
@@ -76,6 +79,11 @@ static const fast_row rows[AF_OP_COUNT] = {
     [AF_OP_CONCAT] = {.kernel = fast_concat},
     [AF_OP_SPLIT] = {.kernel = fast_split},
     [AF_OP_GATHER] = {.kernel = fast_gather},
+    [AF_OP_CONSTANT_OF_SHAPE] = {.kernel = fast_constant_of_shape, .in_types = ANY_DTYPE},
+    [AF_OP_SCATTER_ELEMENTS] = {.kernel = fast_scatter_elements, .in_types = ANY_DTYPE},
+    [AF_OP_SCATTER] = {.kernel = fast_scatter_elements, .in_types = ANY_DTYPE},
+    [AF_OP_GATHER_ND] = {.kernel = fast_gather_nd, .in_types = ANY_DTYPE},
+    [AF_OP_NON_ZERO] = {.kernel = fast_non_zero, .in_types = ANY_DTYPE},
     [AF_OP_LAYER_NORMALIZATION] = {.kernel = fast_layernorm},
     [AF_OP_SOFTMAX] = {.kernel = fast_softmax},
     [AF_OP_LOG_SOFTMAX] = {.kernel = fast_log_softmax},
@@ -93,6 +101,7 @@ static const fast_row rows[AF_OP_COUNT] = {
     [AF_OP_ARGMIN] = {.kernel = fast_arg},
     [AF_OP_INSTANCE_NORMALIZATION] = {.kernel = fast_instancenorm},
     [AF_OP_NON_MAX_SUPPRESSION] = {.kernel = fast_nms},
+    [AF_OP_ROI_ALIGN] = {.kernel = fast_roi_align},
     [AF_OP_GROUP_NORM] = {.kernel = fast_group_norm, .shape = fast_shape_group_norm,
                           .lowered = "channels_last"},
     [AF_OP_TOPK] = {.kernel = fast_topk},
@@ -154,8 +163,8 @@ const char *af_kernel_kind_name(af_kernel_kind k) {
 }
 
 /* The fast kernels compute float32 data: a node whose input 0 is known to hold another dtype
- * (int64 shape arithmetic, a quantized tensor) is declined. A row whose kernel takes other
- * dtypes would say so here. */
+ * (int64 shape arithmetic, a quantized tensor) is declined, unless its row names the dtypes
+ * its kernel takes. */
 static bool takes_types(const af_node *n, const fast_row *r, const af_tensor *const *types) {
     const af_tensor *t = types ? types[0] : n->in[0] ? &n->in[0]->type : NULL;
     uint32_t ok = r->in_types ? r->in_types : 1u << AF_DTYPE_FLOAT;

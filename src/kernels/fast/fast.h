@@ -57,6 +57,11 @@ AF_FAST_KERNEL(fast_tile);
 AF_FAST_KERNEL(fast_concat);
 AF_FAST_KERNEL(fast_split);
 AF_FAST_KERNEL(fast_gather);
+AF_FAST_KERNEL(fast_constant_of_shape);
+/* select.c: data-dependent indexing by element size. */
+AF_FAST_KERNEL(fast_scatter_elements);
+AF_FAST_KERNEL(fast_gather_nd);
+AF_FAST_KERNEL(fast_non_zero);
 /* pool.c: channels-last pooling. */
 AF_FAST_KERNEL(fast_maxpool);
 AF_FAST_KERNEL(fast_avgpool);
@@ -92,6 +97,8 @@ AF_FAST_KERNEL(fast_fused_elementwise);
 AF_FAST_KERNEL(fast_squeeze_excite);
 /* detect.c: NonMaxSuppression (the reference's selection; kept boxes found through a grid). */
 AF_FAST_KERNEL(fast_nms);
+/* detect.c: RoiAlign (the reference's double arithmetic, samples worked out once per roi). */
+AF_FAST_KERNEL(fast_roi_align);
 /* attention.c: FusedAttention. */
 AF_FAST_KERNEL(fast_attention);
 

@@ -229,7 +229,7 @@ static double roialign_sample(const af_tensor *x, int64_t base, int64_t h, int64
     double v[4] = {hy * hx * af_tensor_get_double(x, base + y0 * w + x0), hy * lx * af_tensor_get_double(x, base + y0 * w + x1),
                    ly * hx * af_tensor_get_double(x, base + y1 * w + x0), ly * lx * af_tensor_get_double(x, base + y1 * w + x1)};
     if (max_mode)
-        return fmax(fmax(v[0], v[1]), fmax(v[2], v[3]));
+        return nn_fmax(nn_fmax(v[0], v[1]), nn_fmax(v[2], v[3]));
     return v[0] + v[1] + v[2] + v[3];
 }
 
@@ -282,7 +282,7 @@ af_status ref_roi_align(const af_node *n, const af_tensor *const *in, af_tensor 
                         for (int64_t ix = 0; ix < nx; ix++) {
                             double xx = x1 + (double)px * bw + ((double)ix + 0.5) * bw / (double)nx;
                             double v = roialign_sample(x, base, h, w, yy, xx, max_mode);
-                            acc = max_mode ? fmax(acc, v) : acc + v;
+                            acc = max_mode ? nn_fmax(acc, v) : acc + v;
                         }
                     }
                     nn_put(&out[0], yi, max_mode ? acc : acc / (double)(ny * nx));

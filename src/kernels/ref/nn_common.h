@@ -27,6 +27,13 @@ bool nn_is_float(af_dtype t);
 /* Integer element types (not bool). */
 bool nn_is_int(af_dtype t);
 
+/* fmax with one answer for signed zeros (b when a == b) and NaN (the other operand): C leaves
+ * fmax(+0, -0) open, and gcc, which may swap fmax's operands, answers differently in different
+ * code, so kernels that must agree bit for bit (RoiAlign's reference and fast kernels) use this. */
+static inline double nn_fmax(double a, double b) {
+    return a > b || b != b ? a : b;
+}
+
 /* Clamp v to [lo, hi]; NaN becomes lo so that integer conversion stays defined. */
 static inline double nn_clamp(double v, double lo, double hi) {
     if (!(v >= lo))
