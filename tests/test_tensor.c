@@ -590,7 +590,8 @@ static af_tensor *i64s(int len, const int64_t *v) {
     return t;
 }
 
-/* Slice, Expand, Tile, Concat, Split and Gather: copies of any element size, bit-identical. */
+/* Slice, Expand, Tile, Concat, Split, Gather and Transposes that are copies: copies of any
+ * element size, bit-identical. */
 static void test_copy_fast(void **state) {
     (void)state;
     static const struct {
@@ -624,6 +625,9 @@ static void test_copy_fast(void **state) {
         {"Gather", "axis=1", 13, 2, 1, F32, 3, {2, 5, 3}, {-1}, {{-2}}, fast_gather}, /* scalar */
         {"Gather", "axis=-1", 13, 2, 1, I64, 3, {2, 3, 9}, {4}, {{8, 0, -9, 4}}, fast_gather},
         {"Gather", "axis=2", 13, 2, 1, U8, 3, {2, 3, 9}, {3}, {{1, 1, -1}}, fast_gather},
+        /* transposes that move only dims of 1 are copies, of any dtype */
+        {"Transpose", "perm=1,0", 13, 1, 1, I64, 2, {1, 37}, {0}, {{0}}, fast_transpose},
+        {"Transpose", "perm=1,0,2", 13, 1, 1, U8, 3, {4, 1, 9}, {0}, {{0}}, fast_transpose},
     };
     af_runtime *rt = NULL;
     af_error err;

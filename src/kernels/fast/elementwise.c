@@ -2,7 +2,8 @@
  * Mul / Div (and Pow by a constant 2 or 0.5) whose operands broadcast as the vector epilogue
  * can read them (same shape, per last-dim vector, per row, scalar), the row-wise
  * LayerNormalization over the last axes, Softmax and LogSoftmax over any axis, and the Transposes
- * that move whole rows (the layout pass's NCHW <-> NHWC reorders), in blocks. The elementwise
+ * that move whole rows (the layout pass's NCHW <-> NHWC reorders), in blocks (and those that move
+ * only dims of 1, a copy of any dtype). The elementwise
  * ones run through the vector epilogue of vec.h, in parallel, in cache-sized pieces: one copy of
  * the operand that has the output's shape, then the step applied in place.
  *
@@ -416,10 +417,39 @@ af_status fast_log_softmax(const af_node *n, const af_tensor *const *in, af_tens
     return taken(run_cols(in[0], outer, len, inner, 1, &out[0], x));
 }
 
+/* A tensor of any dtype whose data holds its elements. */
+static bool any_ready(const af_tensor *t) {
+    int64_t count = t ? af_tensor_numel(t) : -1;
+    size_t es = t ? af_dtype_size(t->dtype) : 0;
+    return count >= 0 && es > 0 && t->dtype != AF_DTYPE_STRING &&
+           (count == 0 || (t->data && (uint64_t)count <= (uint64_t)t->nbytes / es));
+}
+
+/* Whether perm keeps the dims other than 1 in their order: the transpose is then a copy (the
+ * detectors transpose NonZero's [1, n] int64 coordinates to [n, 1] hundreds of times a run). */
+static bool moves_nothing(const af_tensor *x, const int *perm) {
+    int last = -1;
+    for (int i = 0; i < x->rank; i++) {
+        if (x->dims[perm[i]] == 1) continue;
+        if (perm[i] < last) return false;
+        last = perm[i];
+    }
+    return true;
+}
+
 af_status fast_transpose(const af_node *n, const af_tensor *const *in, af_tensor *out,
                          af_exec *x, af_error *err) {
     (void)err;
     int perm[AF_MAX_RANK];
-    if (!same_ready(n, in, out) || tn_transpose_perm(n, in[0]->rank, perm, NULL)) return AF_DECLINED;
+    const af_tensor *t = n->nin >= 1 ? in[0] : NULL;
+    if (!any_ready(t) || !any_ready(&out[0]) || t->dtype != out[0].dtype || t->rank > AF_MAX_RANK ||
+        af_tensor_numel(t) != af_tensor_numel(&out[0]) || tn_transpose_perm(n, t->rank, perm, NULL))
+        return AF_DECLINED;
+    if (moves_nothing(t, perm)) { /* any dtype */
+        if (af_tensor_numel(t) > 0)
+            memcpy(out[0].data, t->data, (size_t)af_tensor_numel(t) * af_dtype_size(t->dtype));
+        return AF_OK;
+    }
+    if (!same_ready(n, in, out)) return AF_DECLINED;
     return taken(run_transpose(in[0], perm, &out[0], x));
 }
