@@ -27,7 +27,8 @@ For each model of ZOO_DIR/manifest.json:
    gives the geomean of the scores over the models that ran on both.
 4. With --profile, `autofusion bench --profile` at the first thread count, and the time per op
    type (fused ops by their type, e.g. FusedConv) and the 8 slowest nodes in the JSON, the
-   time per op type in the printed table.
+   time per op type in the printed table. An If, Loop or Scan keeps its own line, but its time
+   (which is that of its body's nodes, listed too) is left out of the total and the shares.
 
 The JSON is written after every model. --only reruns the named models and keeps the other
 entries of an existing --json; --resume skips models already in it. Failures of any kind are
@@ -233,6 +234,10 @@ def profile(args, afm, inputs, threads, est_s, name):
     return summarize_trace(path, threads)
 
 
+# Ops whose event spans the events of the nodes of their bodies (counted once, there).
+CONTROL_FLOW = {"If", "Loop", "Scan"}
+
+
 def summarize_trace(path, threads, top_nodes=8):
     """Time per op type and the slowest nodes of a `bench --profile` trace, per run."""
     trace = json.load(open(path))
@@ -248,7 +253,8 @@ def summarize_trace(path, threads, top_nodes=8):
         per_op[op] = per_op.get(op, 0.0) + ev["dur"]
         node = (ev["name"].replace("_kernel_time", ""), op)
         per_node[node] = per_node.get(node, 0.0) + ev["dur"]
-        total += ev["dur"]
+        if op not in CONTROL_FLOW:  # its time is its body's nodes', which have their own events
+            total += ev["dur"]
     runs = max(runs, 1)
     top = sorted(per_op.items(), key=lambda kv: -kv[1])
     nodes = sorted(per_node.items(), key=lambda kv: -kv[1])[:top_nodes]
