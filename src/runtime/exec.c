@@ -220,6 +220,28 @@ static bool place(const frame *f, const af_node *n, int o, const af_tensor *cons
     return true;
 }
 
+/* Outside the plan, a view (Reshape, Flatten, Squeeze, Unsqueeze) whose input 0 dies at this
+ * node and owns its heap buffer takes that buffer over instead of copying it: a value whose
+ * shape only the data gives is never planned (Faster R-CNN's roi features, 7.5 MB, flattened
+ * for its box head, were copied every run). *done is set: the bytes are already there. */
+static bool take_over(frame *f, const af_node *n, int o, const af_tensor *const *in,
+                      af_tensor *t, bool *done) {
+    const af_value *v = n->nin > 0 ? n->in[0] : NULL;
+    if (o != 0 || n->op >= AF_OP_COUNT || af_ops[n->op].inplace != AF_INPLACE_VIEW || !v ||
+        v->graph != f->g || v->is_output || v->is_const || f->left[v->id] != 1 ||
+        f->bound[v->id] != &f->vals[v->id])
+        return false; /* another reader (a second input slot, a body's capture) or not ours */
+    af_tensor *src = &f->vals[v->id];
+    if (in[0] != src || !src->owns_data || !src->data || !af_plan_inplace_ok(n, src, t))
+        return false;
+    t->data = src->data;
+    t->nbytes = src->nbytes;
+    t->owns_data = 1;
+    src->owns_data = 0; /* released as a borrowed buffer when its last reader (this node) is done */
+    *done = true;
+    return true;
+}
+
 /* Slots of a node's inputs and outputs on the stack for the usual counts (no allocation per
  * node), on the heap past them (a node may have very many). */
 enum { STACK_IN = 32, STACK_OUT = 8 };
@@ -255,7 +277,8 @@ static af_status run_node(run *r, frame *f, const af_node *n, af_error *err) {
         if (out[o].rank > AF_MAX_RANK)
             st = af_node_fail(err, n, AF_ERR_UNSUPPORTED, "output rank %d exceeds %d",
                               out[o].rank, AF_MAX_RANK);
-        else if (af_tensor_known(&out[o]) && !place(f, n, o, in, &out[o], &done_in_place))
+        else if (af_tensor_known(&out[o]) && !place(f, n, o, in, &out[o], &done_in_place) &&
+                 !take_over(f, n, o, in, &out[o], &done_in_place))
             st = af_tensor_alloc(&out[o], err);
         if (st == AF_ERR_NOMEM || st == AF_ERR_INVALID_ARG)
             st = af_node_fail(err, n, st, "output %d: %s", o, err ? err->message : "");
