@@ -219,6 +219,7 @@ static af_kernel_fn fast_fn(af_op op) {
     case AF_OP_LOG_SOFTMAX: return fast_log_softmax;
     case AF_OP_GROUP_NORM: return fast_group_norm;
     case AF_OP_CUMSUM: return fast_cumsum;
+    case AF_OP_ROI_ALIGN: return fast_roi_align;
     default: return fast_reduce;
     }
 }
