@@ -5,8 +5,12 @@
  *
  * Invariant: one product has one index (factors sorted, coefficient > 1 or factors > 1 or a
  * named leaf), so two dims are the same size exactly when their numbers are equal; a product
- * without factors is a plain number, never an entry. Only products are exact: a sum, a
- * floor-division or a product of more than AF_SYM_FACTORS factors becomes AF_DIM_UNKNOWN. */
+ * without factors is a plain number, never an entry. Products are exact; a sum of two dims
+ * (af_dim_add) is a leaf of its own, named "(a+b)" with its terms kept, so that subtracting one
+ * term gives the other back (past + new - new is past: the key length of attention with past
+ * keys). A floor-division, a product of more than AF_SYM_FACTORS factors or any other sum
+ * becomes AF_DIM_UNKNOWN. Two sum leaves may stand for the same size under different names
+ * ((a+b)+c, a+(b+c)); equal numbers are still equal sizes, which is all shape code relies on. */
 #include "ir/ir.h"
 
 #include <stdio.h>
@@ -19,6 +23,7 @@ typedef struct sym {
     int n;                      /* factors */
     int leaf[AF_SYM_FACTORS];   /* entry indices of leaves, ascending */
     const char *name;           /* leaves only */
+    int64_t term[2];            /* a sum leaf's two terms (dims), else 0 */
 } sym;
 
 struct af_symtab {
@@ -76,6 +81,7 @@ static bool decompose(const af_graph *g, int64_t d, sym *out) {
         out->n = 1;
         out->leaf[0] = (int)i;
         out->name = NULL;
+        out->term[0] = out->term[1] = 0;
     }
     return true;
 }
@@ -121,6 +127,46 @@ int64_t af_dim_div(af_graph *g, int64_t a, int64_t b) {
         else r.leaf[r.n++] = x.leaf[i];
     }
     return j == y.n ? intern(g, &r) : AF_DIM_UNKNOWN;
+}
+
+/* The sum leaf a+b (a <= b as numbers, so a+b and b+a are one leaf). */
+static int64_t sum_leaf(af_graph *g, int64_t a, int64_t b) {
+    char sa[96], sb[96], name[200];
+    if (a > b) {
+        int64_t t = a;
+        a = b;
+        b = t;
+    }
+    af_dim_str(g, a, sa, sizeof sa);
+    af_dim_str(g, b, sb, sizeof sb);
+    if (snprintf(name, sizeof name, "(%s+%s)", sa, sb) >= (int)sizeof name) return AF_DIM_UNKNOWN;
+    int64_t d = af_dim_named(g, name);
+    if (d == AF_DIM_UNKNOWN) return d;
+    sym *e = &table(g)->e[-2 - d];
+    e->term[0] = a;
+    e->term[1] = b;
+    return d;
+}
+
+int64_t af_dim_add(af_graph *g, int64_t a, int64_t b) {
+    int64_t r;
+    if (a == AF_DIM_UNKNOWN || b == AF_DIM_UNKNOWN) return AF_DIM_UNKNOWN;
+    if (a >= 0 && b >= 0) return af_add_i64(a, b, &r) ? r : AF_DIM_UNKNOWN;
+    if (a == 0) return b;
+    if (b == 0) return a;
+    return sum_leaf(g, a, b);
+}
+
+int64_t af_dim_sub(af_graph *g, int64_t a, int64_t b) {
+    if (a == AF_DIM_UNKNOWN || b == AF_DIM_UNKNOWN) return AF_DIM_UNKNOWN;
+    if (a >= 0 && b >= 0) return a >= b ? a - b : AF_DIM_UNKNOWN;
+    if (b == 0 || a == b) return a == b ? 0 : a;
+    const af_symtab *t = root(g)->syms;
+    int64_t i = -2 - a;
+    if (a >= 0 || !t || i >= t->n || !t->e[i].name || (!t->e[i].term[0] && !t->e[i].term[1]))
+        return AF_DIM_UNKNOWN;
+    const sym *e = &t->e[i];
+    return e->term[0] == b ? e->term[1] : e->term[1] == b ? e->term[0] : AF_DIM_UNKNOWN;
 }
 
 int64_t af_dims_product(af_graph *g, const int64_t *dims, int n) {

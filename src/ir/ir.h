@@ -335,6 +335,10 @@ int64_t af_dim_named(af_graph *g, const char *name);
 int64_t af_dim_mul(af_graph *g, int64_t a, int64_t b);
 /* a / b when exact (b's factors among a's, coefficients divisible). */
 int64_t af_dim_div(af_graph *g, int64_t a, int64_t b);
+/* a + b: a number when both are; else the sum leaf "(a+b)" (dims.c). */
+int64_t af_dim_add(af_graph *g, int64_t a, int64_t b);
+/* a - b when exact: numbers with a >= b, a == b, or a sum leaf minus one of its terms. */
+int64_t af_dim_sub(af_graph *g, int64_t a, int64_t b);
 int64_t af_dims_product(af_graph *g, const int64_t *dims, int n);
 /* Rank known and no dim unknown (symbolic dims allowed). */
 bool af_dims_defined(const af_tensor *t);

@@ -14,9 +14,14 @@
  *    Where(Equal(shape, -1), 1, shape)), and an Expand that cannot get a constant shape gets
  *    its output dims from the vector;
  *  - ConstantOfShape's output gets the vector as its dims, and a Slice whose end on one axis is
- *    a symbol E (start 0, step 1) gets E on that axis. That takes E to be within the sliced dim,
- *    as in x[:, :seq] of a position table; a run where it is not still computes the true shape
- *    (the executor infers shapes from the data), and a fused op's shape function refuses it.
+ *    a symbol E (start 0 or a dim S, step 1) gets E (E - S) on that axis. That takes E to be
+ *    within the sliced dim, as in x[:, :seq] of a position table or GPT-2's causal buffer
+ *    bias[:, :, k - q : k, :k]; a run where it is not still computes the true shape (the
+ *    executor infers shapes from the data), and a fused op's shape function refuses it;
+ *  - a Reshape whose vector has no constant equivalent ([B*S, E] into [B, S, -1]) gets its
+ *    output dims from the vector;
+ *  - a Range(start, limit, 1) of dims is limit - start long when that is exact (a sum leaf
+ *    minus one of its terms: GPT-2's arange(past, past + seq)).
  * The shape nodes left without readers die in simplify's dead-code sweep.
  *
  * Invariant: a vector is exact. An element is known only when every path of the computation is
@@ -108,7 +113,8 @@ static bool const_index(const af_value *v, int64_t *k) {
 
 /* Elementwise Mul/Div/Add/Sub of two vectors, numpy-broadcast (a scalar or a [1] side). Numbers
  * compute as numbers (Div of non-negative ones only: truncation and floor agree there); a
- * symbol multiplies and divides exactly, and sums with it are not vectors. */
+ * symbol multiplies and divides exactly; a sum with it is a sum leaf, and a difference is
+ * known only when exact (a sum leaf minus one of its terms: ir.h). */
 static bool arith(af_graph *g, af_op op, const vec *a, const vec *b, vec *out) {
     int n = bcast_n(a, b, NULL);
     if (n < 0) return false;
@@ -125,7 +131,8 @@ static bool arith(af_graph *g, af_op op, const vec *a, const vec *b, vec *out) {
             ok = (x.num ? x.v >= 0 : true) && (y.num ? y.v >= 0 : true);
             r = !ok ? AF_DIM_UNKNOWN
                 : op == AF_OP_MUL ? af_dim_mul(g, x.v, y.v)
-                : op == AF_OP_DIV ? af_dim_div(g, x.v, y.v) : AF_DIM_UNKNOWN;
+                : op == AF_OP_DIV ? af_dim_div(g, x.v, y.v)
+                : op == AF_OP_ADD ? af_dim_add(g, x.v, y.v) : af_dim_sub(g, x.v, y.v);
             ok = r != AF_DIM_UNKNOWN;
         }
         if (!ok) return false;
@@ -362,16 +369,71 @@ static bool refine(const vecs *V, af_node *nd) {
             if (y->dims[i] == AF_DIM_UNKNOWN && !(at(x, i).num && x->d[i] < 0))
                 y->dims[i] = x->d[i], changed = true;
     } else if (nd->op == AF_OP_SLICE && x->n == 1 && nd->nin >= 4) {
-        int64_t st, ax, step = 1;
+        int64_t st, ax, step = 1, len;
         int a;
-        if (!const_index(nd->in[1], &st) || st != 0 || !const_index(nd->in[3], &ax) ||
-            (nd->nin > 4 && nd->in[4] && (!const_index(nd->in[4], &step) || step != 1)) ||
-            !af_axis(ax, y->rank, &a) || at(x, 0).num || y->dims[a] != AF_DIM_UNKNOWN)
+        const vec *sv = vec_of(V, nd->in[1], nd->graph);
+        if (const_index(nd->in[1], &st)) {
+            if (st != 0) return false;
+        } else if (sv && sv->n == 1 && !(at(sv, 0).num && sv->d[0] < 0)) {
+            st = sv->d[0]; /* a symbolic start: x[..., E - n : E] is n long */
+        } else {
             return false;
-        y->dims[a] = x->d[0];
+        }
+        if (!const_index(nd->in[3], &ax) ||
+            (nd->nin > 4 && nd->in[4] && (!const_index(nd->in[4], &step) || step != 1)) ||
+            !af_axis(ax, y->rank, &a) || at(x, 0).num || y->dims[a] != AF_DIM_UNKNOWN ||
+            (len = af_dim_sub(nd->graph, x->d[0], st)) == AF_DIM_UNKNOWN)
+            return false;
+        y->dims[a] = len;
         changed = true;
     }
     return changed;
+}
+
+/* A Reshape whose shape has a vector but no constant equivalent ([B*S, E] into [B, S, -1]:
+ * two symbols where the input has neither) gets its output dims from the vector: numbers, 0
+ * as the input's dim (without allowzero), symbols, and the one -1 as what is left of the input's
+ * element count. Only dims still unknown change. */
+static bool refine_reshape(const vec *x, af_node *nd) {
+    af_tensor *y = &nd->out[0]->type;
+    const af_tensor *in = &nd->in[0]->type;
+    bool allowzero = af_attr_int(nd, "allowzero", 0) != 0, changed = false;
+    int64_t dims[AF_MAX_RANK], known = 1;
+    int infer = -1;
+    if (x->rank != 1 || y->rank != x->n || !af_dims_defined(in)) return false;
+    for (int i = 0; i < x->n; i++) {
+        elt e = at(x, i);
+        if (e.num && e.v == -1 && infer < 0) infer = i, dims[i] = 1;
+        else if (e.num && e.v == 0 && !allowzero && i < in->rank) dims[i] = in->dims[i];
+        else if (!e.num || e.v >= 0) dims[i] = e.v;
+        else return false;
+        if (i != infer && (known = af_dim_mul(nd->graph, known, dims[i])) == AF_DIM_UNKNOWN)
+            return false;
+    }
+    if (infer >= 0 &&
+        (dims[infer] = af_dim_div(nd->graph, af_dims_product(nd->graph, in->dims, in->rank),
+                                  known)) == AF_DIM_UNKNOWN)
+        return false;
+    for (int i = 0; i < y->rank; i++)
+        if (y->dims[i] == AF_DIM_UNKNOWN) y->dims[i] = dims[i], changed = true;
+    return changed;
+}
+
+/* Range(start, limit, 1) over dims is limit - start long when that difference is exact
+ * (arange(past, past + seq) of GPT-2's positions is seq long). */
+static bool refine_range(const vecs *V, af_node *nd) {
+    af_tensor *y = &nd->out[0]->type;
+    int64_t step, len;
+    if (nd->nin != 3 || y->rank != 1 || y->dims[0] != AF_DIM_UNKNOWN ||
+        !const_index(nd->in[2], &step) || step != 1)
+        return false;
+    const vec *a = vec_of(V, nd->in[0], nd->graph), *b = vec_of(V, nd->in[1], nd->graph);
+    if (!a || !b || a->n != 1 || b->n != 1 || (at(a, 0).num && a->d[0] < 0) ||
+        (at(b, 0).num && b->d[0] < 0) ||
+        (len = af_dim_sub(nd->graph, b->d[0], a->d[0])) == AF_DIM_UNKNOWN)
+        return false;
+    y->dims[0] = len;
+    return true;
 }
 
 af_status pass_fold_symbolic(pass_scope *s, bool *changed, af_error *err) {
@@ -390,9 +452,13 @@ af_status pass_fold_symbolic(pass_scope *s, bool *changed, af_error *err) {
         const vec *shape = nd->nin == 2 && nd->in[0] ? vec_of(&V, nd->in[1], g) : NULL;
         if ((nd->op == AF_OP_RESHAPE || nd->op == AF_OP_EXPAND) && shape)
             st = to_const_shape(s, nd, shape, changed, err);
+        if (!st && nd->op == AF_OP_RESHAPE && shape && !af_value_is_const(nd->in[1]) &&
+            refine_reshape(shape, nd))
+            *changed = true;
         if ((nd->op == AF_OP_CONSTANT_OF_SHAPE || nd->op == AF_OP_SLICE ||
              nd->op == AF_OP_EXPAND) && refine(&V, nd))
             *changed = true;
+        if (nd->op == AF_OP_RANGE && refine_range(&V, nd)) *changed = true;
         af_value *y = nd->out[0];
         vec *x = y->id < V.n ? &V.v[y->id] : NULL;
         if (st || !x || y->is_const || !eval(&V, nd, x)) continue;

@@ -367,7 +367,10 @@ af_status shape_concat(const af_node *n, const af_tensor *const *in, af_tensor *
         for (int d = 0; d < rank; d++) {
             int64_t v = t->rank < 0 ? -1 : t->dims[d];
             if (d == axis) {
-                if (dims[d] >= 0 && (v < 0 || !af_add_i64(dims[d], v, &dims[d])))
+                /* A symbolic sum (past + new keys) when the graph is there to name it. */
+                if (n->graph && dims[d] != AF_DIM_UNKNOWN)
+                    dims[d] = af_dim_add(n->graph, dims[d], v);
+                else if (dims[d] >= 0 && (v < 0 || !af_add_i64(dims[d], v, &dims[d])))
                     dims[d] = -1;
             } else if (v >= 0) {
                 if (dims[d] >= 0 && dims[d] != v)
