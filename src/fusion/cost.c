@@ -108,12 +108,12 @@ double af_cost_flops(const af_node *n) {
         /* Per output element: Sk products for the scores' share (out * Sk / D scores of D
          * products each) and Sk for P x V, 2 FLOPs each; per score row (out / D of them): about
          * 5 FLOPs per key for scale, mask, max, exp and sum. Sk is k's sequence dim, per the
-         * "layout" attribute's k entry (0: [B, S, ..], 1: [S, B, ..]). */
+         * "layout" attribute's k entry (0: [B, S, ..], 1: [S, B, ..], 2: [B, H, S, D]). */
         const int64_t *lay = NULL;
-        int seq_major = af_attr_ints(n, "layout", &lay) == 4 && lay[1] == 1;
+        int kl = af_attr_ints(n, "layout", &lay) == 4 ? (int)lay[1] : 0;
+        int sdim = kl == 1 ? 0 : kl == 2 ? 2 : 1;
         double sk = 1.0, d = (double)af_attr_int(n, "head_dim", 1);
-        if (b && b->rank == 3 && b->dims[seq_major ? 0 : 1] > 0)
-            sk = (double)b->dims[seq_major ? 0 : 1];
+        if (b && b->rank == (kl == 2 ? 4 : 3) && b->dims[sdim] > 0) sk = (double)b->dims[sdim];
         if (!(d >= 1.0)) d = 1.0;
         return out * sk * 4.0 + out / d * sk * 5.0;
     }

@@ -626,7 +626,11 @@ static bool same_value_attr(const af_node *a, const af_node *b, const char *name
 }
 
 static bool qkv_match(const af_node *att, qkv *q) {
+    const int64_t *lay = NULL;
     memset(q, 0, sizeof *q);
+    /* Rows of a projection only: a head-major input (layout 2) is not one. */
+    if (af_attr_ints(att, "layout", &lay) != 4 || lay[0] > 1 || lay[1] > 1 || lay[2] > 1)
+        return false;
     for (int i = 0; i < 3; i++) {
         af_value *v = att->nin > i ? att->in[i] : NULL;
         af_node *p = v ? v->producer : NULL;

@@ -1,12 +1,17 @@
 /* MultiHeadAttentionFusionOp: per-head reshapes/transposes of q, k and v, QK^T, scale (Div or Mul
- * by a constant, on the scores or on q/k), optional additive mask, Softmax over the keys, times V,
- * transposes/reshape back to rows of H*D  ->  one FusedAttention node (kernels/ref/attention.c).
+ * by a constant, on the scores or on q/k), optional additive mask (T5's and Swin's relative
+ * position bias is one), optional Where(keep, scores, fill) (GPT-2's causal mask: the keep mask
+ * becomes an operand), Softmax over the keys, times V, transposes/reshape back to rows of H*D
+ * ->  one FusedAttention node (kernels/ref/attention.c).
  *
  * The match starts at the Softmax and walks outward: back through the scores to the QK MatMul,
  * back through each operand's transposes to the Reshape that splits the hidden dim into heads
  * (and a constant Slice of a packed QKV projection, when there is one), forward from the PV
  * MatMul through transposes to the Reshape that merges the heads again. The projections feeding
- * q, k, v are left alone: the fused node reads their outputs in place.
+ * q, k, v are left alone: the fused node reads their outputs in place. A 4-D q, k or v already in
+ * [B, H, S, D] order that is not private to the pattern (GPT-2's past keys concatenated with the
+ * new ones: a graph output, "present") or not made by a reshape/transpose is read as it is, head-major
+ * (layout 2); the Concat stays, and the fused node reads its output, so Sk = past + new.
  *
  * Axis bookkeeping: every tensor on the way is described by labels, one per axis, each a short
  * product of symbols B (batch), H (heads), S (sequence), D (head dim), outer to inner. The
@@ -41,9 +46,10 @@ typedef struct fa_label {
 
 /* One of q, k, v: where the fused node reads it. */
 typedef struct fa_input {
-    af_value *src;   /* rank-3 projection output (maybe packed) */
+    af_value *src;   /* rank-3 projection output (maybe packed), or the head-major tensor */
     int64_t col;     /* first column of head 0 in src's last dim */
-    int order;       /* 0: rows b*S+s; 1: rows s*B+b */
+    int order;       /* 0: rows b*S+s; 1: rows s*B+b; 2: head-major [B, H, S, D] */
+    bool head_major; /* src is read as [B, H, S, D]: no reshape, no split */
     af_node *reshape;
     af_value *split; /* the reshape's input: src itself, or a Slice of it */
     fa_label labels[AF_MAX_RANK]; /* of the reshape's output */
@@ -52,8 +58,9 @@ typedef struct fa_input {
 
 typedef struct fa_match {
     af_match *am; /* the engine's match: covered nodes, anchor (the Softmax) first */
-    af_node *softmax, *qk, *pv, *add, *out_reshape;
-    af_value *mask, *out;
+    af_node *softmax, *qk, *pv, *add, *where, *out_reshape;
+    af_value *mask, *keep, *out;
+    double fill; /* Where's value for dropped scores */
     fa_input in[3]; /* q, k, v */
     int64_t B, H, D, E, Sq, Sk;
     double scale;
@@ -196,6 +203,23 @@ static bool dims_fit(const af_value *v, const fa_label *l, int rank, const int64
 
 /* ---- the three input chains -------------------------------------------------------------------- */
 
+/* Is x (labels l) to be read as it is, head-major? Its axes are exactly B, H, S, D (rank 4),
+ * float32 with known dims, and the walk cannot go on: x is not private to the pattern (a graph
+ * output, other readers) or no reshape/transpose (scale, for q and k) made it. */
+static bool head_major(const af_value *x, const af_node *reader, const fa_label *l, int r,
+                       bool may_scale) {
+    static const int want[4] = {SYM_B, SYM_H, SYM_S, SYM_D};
+    if (r != 4 || !known_f32(x, 4)) return false;
+    for (int i = 0; i < 4; i++)
+        if (l[i].n != 1 || l[i].sym[0] != want[i]) return false;
+    if (edge(x, reader)) return true;
+    const af_node *p = producer(x, reader->graph);
+    af_value *next;
+    double f;
+    return !p || !(p->op == AF_OP_RESHAPE || (p->op == AF_OP_TRANSPOSE && p->nin == 1) ||
+                   (may_scale && scale_node(p, &next, &f)));
+}
+
 /* Walk back from a MatMul operand x (labels l, rank r) through transposes (and, for q and k,
  * scalar scales) to the Reshape that splits heads. `reader` is the node that reads x. */
 static const char *walk_input(fa_match *m, fa_input *in, af_value *x, af_node *reader,
@@ -204,6 +228,13 @@ static const char *walk_input(fa_match *m, fa_input *in, af_value *x, af_node *r
     for (int step = 0;; step++) {
         const char *why;
         if (step == FA_MAX_CHAIN) return "q/k/v chain too long";
+        if (head_major(x, reader, l, r, may_scale)) {
+            in->src = x;
+            in->head_major = true;
+            in->rank = r;
+            memcpy(in->labels, l, sizeof(fa_label) * (size_t)r);
+            return NULL;
+        }
         if ((why = edge(x, reader))) return why;
         if (!known_f32(x, r)) return "q/k/v head tensor not float32 with known dims";
         af_node *p = producer(x, g);
@@ -282,6 +313,12 @@ static bool slice_window(const af_node *s, const af_value *data, int64_t *start,
 static const char *place_input(fa_match *m, fa_input *in, int64_t S) {
     const af_graph *g = m->softmax->graph;
     int64_t size[NSYM] = {m->B, m->H, S, m->D};
+    if (in->head_major) {
+        if (!dims_fit(in->src, in->labels, 4, size)) return "head-major q/k/v dims do not match the heads";
+        in->order = 2;
+        in->col = 0;
+        return NULL;
+    }
     af_value *x = in->split;
     if (!known_f32(x, 3) || x->type.dims[2] != m->E)
         return "head reshape input is not [rows, rows, H*D] float32";
@@ -357,13 +394,18 @@ static bool present(const af_node *s) {
         pv |= s->out[0]->uses[i].node->op == AF_OP_MATMUL && s->out[0]->uses[i].slot == 0;
     if (!pv) return false;
     const af_value *v = s->in[0];
-    bool added = false;
+    bool added = false, kept = false;
     for (int step = 0; step < FA_MAX_CHAIN; step++) {
         af_node *p = producer(v, g);
         int side;
         if (!p) return false;
         if (p->op == AF_OP_MATMUL) return true;
         if (scale_like(p, &v)) continue;
+        if (p->op == AF_OP_WHERE && p->nin == 3 && p->in[1] && !kept) {
+            kept = true;
+            v = p->in[1];
+            continue;
+        }
         if (added || (side = score_side(p, g)) < 0) return false;
         added = true;
         v = p->in[side];
@@ -371,7 +413,17 @@ static bool present(const af_node *s) {
     return false;
 }
 
-/* Back from the Softmax input to the QK MatMul: [Add mask] after any scalar scales. */
+/* A Where's fill: a one-element float32 constant, a number or -inf. */
+static bool fill_scalar(const af_value *v, int rank, double *out) {
+    if (!af_value_is_const(v) || v->type.dtype != AF_DTYPE_FLOAT || v->type.rank > rank ||
+        af_tensor_numel(&v->type) != 1)
+        return false;
+    *out = ((const float *)v->type.data)[0];
+    return !isnan(*out) && *out != INFINITY;
+}
+
+/* Back from the Softmax input to the QK MatMul: [Where keep] after [Add mask] after any scalar
+ * scales. */
 static const char *walk_scores(fa_match *m) {
     const af_graph *g = m->softmax->graph;
     af_value *x = m->softmax->in[0];
@@ -393,7 +445,18 @@ static const char *walk_scores(fa_match *m) {
         double f;
         af_value *next = NULL;
         int side;
-        if (scale_node(p, &next, &f)) {
+        if (p->op == AF_OP_WHERE) {
+            /* Where(keep, scores, fill) right before the softmax: a scale or mask after it
+             * would change the fill, which the fused op keeps as it is. */
+            if (step != 0) return "where is not the last step before the softmax";
+            if (p->nin != 3 || !p->in[0] || !p->in[1] || !p->in[2])
+                return "softmax input is not scaled/masked QK^T";
+            if (!fill_scalar(p->in[2], rank, &m->fill))
+                return "where's other value is not a constant scalar";
+            m->where = p;
+            m->keep = p->in[0];
+            next = p->in[1];
+        } else if (scale_node(p, &next, &f)) {
             m->scale *= f;
             scaled = true;
         } else if (!m->add && (side = score_side(p, g)) >= 0) {
@@ -416,6 +479,13 @@ static const char *check_mask(const fa_match *m) {
     if (!af_value_is_f32(m->mask)) return "mask is not float32";
     if (m->mask->type.rank > m->rank) return "mask rank exceeds the scores'";
     return fuse_fits(&m->mask->type, &m->qk->out[0]->type);
+}
+
+/* So does the Where's condition, a bool. */
+static const char *check_keep(const fa_match *m) {
+    if (m->keep->type.dtype != AF_DTYPE_BOOL) return "where condition is not bool";
+    if (m->keep->type.rank > m->rank) return "where condition rank exceeds the scores'";
+    return fuse_fits(&m->keep->type, &m->qk->out[0]->type);
 }
 
 /* Forward from the PV MatMul through transposes to the Reshape that merges heads. */
@@ -490,17 +560,24 @@ static const char *sizes(fa_match *m) {
         v->dims[r - 2] != m->Sk || v->dims[r - 1] != m->D || o->dims[r - 2] != m->Sq ||
         o->dims[r - 1] != m->D)
         return "QK^T and PV MatMul shapes disagree";
-    const af_value *src = m->in[0].split;
-    if (!known_f32(src, 3)) return "head reshape input is not [rows, rows, H*D] float32";
-    m->E = src->type.dims[2];
-    if (m->D < 1 || m->E < 1 || m->E % m->D) return "hidden size is not a multiple of head dim";
-    if (m->E > INT32_MAX) return "hidden size too large";
+    /* E from a head split (the first input that has one); head-major inputs have none. */
+    const af_value *src = NULL;
+    for (int i = 0; i < 3 && !src; i++) src = m->in[i].split;
+    if (src && !known_f32(src, 3)) return "head reshape input is not [rows, rows, H*D] float32";
+    if (!src && r != 4) return "q/k/v is not reshaped/transposed into heads";
     if (r == 4) {
         int64_t hd;
         m->B = sc->dims[0];
         m->H = sc->dims[1];
-        if (!af_mul_i64(m->H, m->D, &hd) || hd != m->E) return "hidden != num_heads * head_dim";
+        if (m->D < 1 || m->H < 1 || !af_mul_i64(m->H, m->D, &hd))
+            return "hidden != num_heads * head_dim";
+        if (src && hd != src->type.dims[2]) return "hidden != num_heads * head_dim";
+        m->E = hd;
+        if (m->E > INT32_MAX) return "hidden size too large";
     } else {
+        m->E = src->type.dims[2];
+        if (m->D < 1 || m->E < 1 || m->E % m->D) return "hidden size is not a multiple of head dim";
+        if (m->E > INT32_MAX) return "hidden size too large";
         m->H = m->E / m->D;
         m->B = af_dim_div(m->softmax->graph, sc->dims[0], m->H);
         if (m->B == AF_DIM_UNKNOWN) return "batch*heads is not a multiple of num_heads";
@@ -530,6 +607,7 @@ static const char *match_at(af_node *s, fa_match *m) {
     m->pv = pv;
     if ((why = cover(m, pv)) || (why = walk_scores(m))) return why;
     if (m->mask && (why = check_mask(m))) return why;
+    if (m->keep && (why = check_keep(m))) return why;
     if (!known_f32(m->qk->in[0], rank) || !known_f32(m->qk->in[1], rank) ||
         !known_f32(m->pv->in[1], rank) || !known_f32(m->pv->out[0], rank) ||
         !known_f32(m->qk->out[0], rank))
@@ -554,8 +632,8 @@ static const char *match_at(af_node *s, fa_match *m) {
     for (int i = 0; i < m->am->n; i++)
         for (int j = i + 1; j < m->am->n; j++)
             if (m->am->node[i] == m->am->node[j]) return "a node is matched twice";
-    const af_value *ins[4] = {m->in[0].src, m->in[1].src, m->in[2].src, m->mask};
-    for (int i = 0; i < 4; i++)
+    const af_value *ins[5] = {m->in[0].src, m->in[1].src, m->in[2].src, m->mask, m->keep};
+    for (int i = 0; i < 5; i++)
         if (ins[i] && ins[i]->producer && fuse_match_index(m->am, ins[i]->producer) >= 0)
             return "q/k/v or mask is computed inside the pattern";
     return NULL;
@@ -564,7 +642,7 @@ static const char *match_at(af_node *s, fa_match *m) {
 /* ---- the rule ---------------------------------------------------------------------------------- */
 
 /* Scratch passed from check to apply in the engine's af_match. */
-enum { V_Q, V_K, V_V, V_MASK };
+enum { V_Q, V_K, V_V, V_MASK, V_KEEP };
 enum { I_HEADS, I_HEAD_DIM, I_LAYOUT, I_COL_Q, I_COL_K, I_COL_V, I_OUT_RANK, I_MERGED };
 
 const char *rule_attention_check(af_fusion_ctx *cx, af_node *anchor, af_match *am) {
@@ -577,10 +655,12 @@ const char *rule_attention_check(af_fusion_ctx *cx, af_node *anchor, af_match *a
     fuse_match_output(am, m.out);
     for (int i = 0; i < 3; i++) am->val[V_Q + i] = m.in[i].src;
     am->val[V_MASK] = m.mask;
+    am->val[V_KEEP] = m.keep;
+    am->fval[1] = (float)m.fill;
     am->ival[I_HEADS] = m.H;
     am->ival[I_HEAD_DIM] = m.D;
-    am->ival[I_LAYOUT] = m.in[0].order | m.in[1].order << 1 | m.in[2].order << 2 |
-                         m.out_order << 3;
+    am->ival[I_LAYOUT] = m.in[0].order | m.in[1].order << 2 | m.in[2].order << 4 |
+                         m.out_order << 6;
     for (int i = 0; i < 3; i++) am->ival[I_COL_Q + i] = m.in[i].col;
     am->ival[I_OUT_RANK] = m.out_rank;
     am->ival[I_MERGED] = m.rank == 3;
@@ -602,20 +682,23 @@ static const char *fused_name(af_graph *g, const af_node *softmax) {
 
 af_status rule_attention_apply(af_fusion_ctx *cx, af_match *am, af_error *err) {
     af_graph *g = am->node[0]->graph;
-    af_value *mask = am->val[V_MASK];
+    af_value *mask = am->val[V_MASK], *keep = am->val[V_KEEP];
     const char *name = fused_name(g, am->node[0]);
-    af_node *f = name ? af_node_new_ours(g, AF_OP_FUSED_ATTENTION, name, mask ? 4 : 3) : NULL;
+    af_node *f = name ? af_node_new_ours(g, AF_OP_FUSED_ATTENTION, name, keep ? 5 : mask ? 4 : 3)
+                      : NULL;
     int64_t lay = am->ival[I_LAYOUT];
-    int64_t layout[4] = {lay & 1, lay >> 1 & 1, lay >> 2 & 1, lay >> 3 & 1};
+    int64_t layout[4] = {lay & 3, lay >> 2 & 3, lay >> 4 & 3, lay >> 6 & 3};
     int64_t offsets[3] = {am->ival[I_COL_Q], am->ival[I_COL_K], am->ival[I_COL_V]};
     if (!f || !af_node_set_int(f, "num_heads", am->ival[I_HEADS]) ||
         !af_node_set_int(f, "head_dim", am->ival[I_HEAD_DIM]) ||
         !af_node_set_float(f, "scale", am->fval[0]) || !af_node_set_ints(f, "layout", layout, 4) ||
         !af_node_set_ints(f, "offsets", offsets, 3) ||
         !af_node_set_int(f, "out_rank", am->ival[I_OUT_RANK]) ||
-        !af_node_set_int(f, "heads_merged", am->ival[I_MERGED]))
+        !af_node_set_int(f, "heads_merged", am->ival[I_MERGED]) ||
+        (keep && !af_node_set_float(f, "fill", am->fval[1])))
         return af_fail(err, AF_ERR_NOMEM, "out of memory fusing attention");
     for (int i = 0; i < 3; i++) af_node_set_input(f, i, am->val[V_Q + i]);
     if (mask) af_node_set_input(f, 3, mask);
+    if (keep) af_node_set_input(f, 4, keep);
     return fuse_commit(cx, am, f, am->out[0], fuse_all(am), err);
 }

@@ -17,8 +17,7 @@ enum { HEAD_TQ = 56, HEAD_TK = 1024 };
 typedef struct attn_job {
     const attn_geom *g;
     const attn_view *q, *k, *v;
-    const float *mask;
-    const int64_t *mst;
+    const attn_run *r; /* the masks */
     float *out;
     unsigned char *scratch;
     size_t per_slot; /* bytes of scratch per thread */
@@ -29,9 +28,17 @@ static int64_t pad_floats(int64_t n) {
     return (n + 15) / 16 * 16;
 }
 
-/* Row stride (in floats) between consecutive sequence positions of a view. */
-static int64_t row_step(const attn_view *v, int64_t B) {
-    return v->order ? B * v->width : v->width;
+/* Scores a Where dropped take the fill value: rows [s0, s0 + tq) x keys [j0, j0 + tk) of sc. */
+static void apply_keep(const attn_job *j, int64_t b, int64_t h, int64_t s0, int64_t tq,
+                       int64_t j0, int64_t tk, float *sc, int64_t ld) {
+    const int64_t *ks = j->r->kst;
+    float fill = j->g->fill;
+    for (int64_t i = 0; i < tq; i++) {
+        const unsigned char *k = j->r->keep + b * ks[0] + h * ks[1] + (s0 + i) * ks[2] + j0 * ks[3];
+        float *row = sc + i * ld;
+        for (int64_t c = 0; c < tk; c++)
+            if (!k[c * ks[3]]) row[c] = fill;
+    }
 }
 
 /* Scores of query rows [s0, s0 + tq) against keys [j0, j0 + tk) into sc (tq rows of tk, ld
@@ -46,20 +53,22 @@ static void scores(const attn_job *j, int64_t b, int64_t h, int64_t s0, int64_t 
     ep.rank = 2;
     ep.dims[0] = g->Sq;
     ep.dims[1] = tk;
-    if (j->mask) {
+    const int64_t *mst = j->r->mst;
+    if (j->r->mask) {
         ep.nsteps = 1;
         ep.steps[0].op = AF_EP_ADD;
-        ep.steps[0].operand = j->mask + b * j->mst[0] + h * j->mst[1] + j0 * j->mst[3];
-        ep.steps[0].strides[0] = j->mst[2];
-        ep.steps[0].strides[1] = j->mst[3];
+        ep.steps[0].operand = j->r->mask + b * mst[0] + h * mst[1] + j0 * mst[3];
+        ep.steps[0].strides[0] = mst[2];
+        ep.steps[0].strides[1] = mst[3];
     }
     af_vep v;
     af_vep_build(&ep, sc - s0 * tk, tk, &v); /* rows of the epilogue are query positions */
     float scale = g->scale;
     if (!unscaled) af_vep_prepend(&v, AF_EP_MUL, AF_VEP_SCALAR, &scale);
-    af_gemm gm = {attn_row(j->q, g->B, g->Sq, b, s0, h, g->D), 1, tq, 0, row_step(j->q, g->B),
+    af_gemm gm = {attn_row(j->q, b, s0, h), 1, tq, 0, j->q->ss,
                   tap0, 1, g->D, kt, tk, sc, ld, &v, s0, 0, AF_GEMM_F32, NULL, NULL};
     af_gemm_run(NULL, &gm);
+    if (j->r->keep) apply_keep(j, b, h, s0, tq, j0, tk, sc, ld);
 }
 
 static void run_head(const attn_job *j, int slot, int64_t b, int64_t h) {
@@ -75,7 +84,7 @@ static void run_head(const attn_job *j, int slot, int64_t b, int64_t h) {
     float *mx = o + (size_t)HEAD_TQ * (size_t)D, *sum = mx + HEAD_TQ;
     /* One key block and no mask: the softmax takes the scale (saving the scores a pass) and
      * leaves the rows unnormalised; P V multiplies each output row by 1 / its sum. */
-    bool direct = nblk == 1 && !j->mask && g->scale > 0.0f;
+    bool direct = nblk == 1 && !j->r->mask && !j->r->keep && g->scale > 0.0f;
     /* Score rows a whole number of cache lines apart when direct (the epilogue program, which
      * would index by the row length, is empty then): a row's masked last store spans into the
      * next row otherwise, and the next row's first load waits for it (softmax of 197 keys 19
@@ -89,9 +98,9 @@ static void run_head(const attn_job *j, int slot, int64_t b, int64_t h) {
     size_t ktb = af_gemm_packed_floats(D, tkmax), vpb = af_gemm_packed_floats(tkmax, D);
     for (int64_t kb = 0; kb < nblk; kb++) {
         int64_t j0 = kb * HEAD_TK, tk = Sk - j0 < HEAD_TK ? Sk - j0 : HEAD_TK;
-        const float *k0 = attn_row(j->k, g->B, Sk, b, j0, h, D), *v0 = attn_row(j->v, g->B, Sk, b, j0, h, D);
-        af_gemm_pack(k0, D, tk, 1, row_step(j->k, g->B), kt + kb * ktb);
-        af_gemm_pack(v0, tk, D, row_step(j->v, g->B), 1, vp + kb * vpb);
+        const float *k0 = attn_row(j->k, b, j0, h), *v0 = attn_row(j->v, b, j0, h);
+        af_gemm_pack(k0, D, tk, 1, j->k->ss, kt + kb * ktb);
+        af_gemm_pack(v0, tk, D, j->v->ss, 1, vp + kb * vpb);
     }
     int64_t ystep = g->layout[3] ? g->B * g->E : g->E;
     for (int64_t s0 = 0; s0 < g->Sq; s0 += HEAD_TQ) {
@@ -150,13 +159,13 @@ static void run_heads(void *ctx, int slot, int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; t++) run_head(j, slot, t / j->g->H, t % j->g->H);
 }
 
-static af_status run_attention(const af_node *n, const attn_geom *g, const attn_view *views,
-                        const float *mask, const int64_t *mst, float *out, af_exec *x,
-                        af_error *err) {
+static af_status run_attention(const af_node *n, const attn_run *r, af_exec *x, af_error *err) {
+    const attn_geom *g = &r->g;
+    const attn_view *views = r->views;
     int64_t nblk = (g->Sk + HEAD_TK - 1) / HEAD_TK, tk = g->Sk < HEAD_TK ? g->Sk : HEAD_TK;
     size_t floats = (af_gemm_packed_floats(g->D, tk) + af_gemm_packed_floats(tk, g->D)) * (size_t)nblk +
                     (size_t)HEAD_TQ * (size_t)(pad_floats(tk) + g->D + 2) + 64;
-    attn_job j = {g, &views[0], &views[1], &views[2], mask, mst, out, NULL,
+    attn_job j = {g, &views[0], &views[1], &views[2], r, r->y, NULL,
                 (floats * sizeof(float) + 63) & ~(size_t)63};
     int threads = af_exec_threads(x);
     j.scratch = af_exec_scratch(x, j.per_slot * (size_t)threads);
@@ -174,5 +183,5 @@ af_status fast_attention(const af_node *n, const af_tensor *const *in, af_tensor
     bool done;
     af_status st = attn_prepare(n, in, out, &r, &done, err);
     if (st || done) return st;
-    return run_attention(n, &r.g, r.views, r.mask, r.mst, r.y, x, err);
+    return run_attention(n, &r, x, err);
 }

@@ -9,17 +9,22 @@
 #include "kernels/ref/ref.h"
 
 /* Where one head row of a tensor lives: element (b, s, h, d) is at
- * ((order ? s * B + b : b * S + s) * width + col + h * D + d). */
+ * (b * sb + s * ss + h * sh + col + d). Order 0 (batch-major rows [B, S, width]): sb = S*width,
+ * ss = width, sh = D; order 1 (sequence-major rows [S, B, width]): sb = width, ss = B*width,
+ * sh = D; order 2 (head-major [B, H, S, D], e.g. past keys concatenated with new ones):
+ * sb = H*S*D, ss = D, sh = S*D, col 0. */
 typedef struct attn_view {
     const float *data;
     int64_t width; /* last dim */
     int64_t col;   /* first column of head 0 */
-    int order;     /* 0 batch-major rows, 1 sequence-major rows */
+    int order;     /* 0 batch-major rows, 1 sequence-major rows, 2 head-major */
+    int64_t sb, ss, sh;
 } attn_view;
 
 typedef struct attn_geom {
     int64_t B, H, D, E, Sq, Sk;
     float scale;
+    float fill;    /* the score of a key the keep mask drops */
     int layout[4];
     int64_t offsets[3];
     int out_rank;
@@ -28,20 +33,21 @@ typedef struct attn_geom {
 
 
 /* Address of head h's row (b, s) in v. Callers keep b < B, s < S, h < H: attn_geom_of checked
- * that col + H*D fits in the width and the tensor has B*S rows of that width. */
-static inline const float *attn_row(const attn_view *v, int64_t B, int64_t S, int64_t b, int64_t s,
-                           int64_t h, int64_t D) {
-    int64_t r = v->order ? s * B + b : b * S + s;
-    return v->data + r * v->width + v->col + h * D;
+ * that every such row lies inside the tensor. */
+static inline const float *attn_row(const attn_view *v, int64_t b, int64_t s, int64_t h) {
+    return v->data + b * v->sb + s * v->ss + h * v->sh + v->col;
 }
 
 /* One FusedAttention checked against its run-time inputs and output: the geometry, the q, k, v
- * views, the mask (NULL when none) with its strides over (b, h, i, j), and the output. */
+ * views, the additive mask and the keep mask (NULL when none) with their strides over
+ * (b, h, i, j), and the output. */
 typedef struct attn_run {
     attn_geom g;
     attn_view views[3];
     const float *mask;
     int64_t mst[4];
+    const unsigned char *keep;
+    int64_t kst[4];
     float *y;
 } attn_run;
 
