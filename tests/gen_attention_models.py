@@ -11,7 +11,11 @@ Writes OUT_DIR/NAME.onnx and, for each graph input i that needs a value, OUT_DIR
     output [S*B, E]; cross attention with more keys than one kernel block;
   - near misses the rule must refuse: scores with a second reader, scores as a graph output, a
     reshape shape that is an overridable input, a wrong perm, a mask that grows the scores, a mask
-    added before the scale, float64;
+    added before the scale, float64, a Where before the scale, a Where whose fill is an input,
+    a Where condition that grows the scores;
+  - GPT-2 with past key/values (k, v Concat'ed after the past: Sk != Sq, read head-major) and a
+    causal Where (a finite and a -inf fill; with a T5-style gathered bias; more keys than one
+    kernel block); T5's unscaled attention with a gathered relative position bias;
   - the 2-layer BERT of bench/bert.py and a 2-layer torchvision ViT, as torch exports them.
 
 Invariant: deterministic (fixed seeds); every file passes onnx.checker.
@@ -181,6 +185,73 @@ def cross_block(out_dir, model_name, *, B=2, Sq=3, Sk=70, H=3, D=5):
     b.save(out_dir, model_name)
 
 
+def gpt2_block(out_dir, model_name, *, B=2, S=5, P=3, H=2, D=4, fill=None, where_first=False,
+               fill_input=False, keep_shape=None, bias=False, scale=True):
+    """GPT-2 with past key/values, as bench/zoo_export.py writes it: q/k/v Linear -> Reshape
+    [B,S,H,D] -> Transpose; k and v Concat'ed after past_k/past_v [B,H,P,D] (the Concats are
+    graph outputs, "present") -> QK^T / sqrt(D) -> [+ bias [1,H,S,P+S] gathered from a table, as
+    T5's relative position bias] -> Where(causal [1,1,S,P+S] bool, scores, fill) -> Softmax -> x V
+    -> Transpose -> Reshape [B,S,E]. Sq = S, Sk = P + S."""
+    rng = np.random.default_rng(len(model_name))
+    E, K = H * D, P + S
+    b = Block()
+    x = b.input("x", rnd(rng, (B, S, E)))
+    past = {r: b.input("past_" + r, rnd(rng, (B, H, P, D))) for r in "kv"}
+    heads = {}
+    for role in "qkv":
+        w = b.const(rnd(rng, (E, E)) * 0.3, "W" + role)
+        y = b.op("Add", [b.const(rnd(rng, (E,)) * 0.1, "b" + role), b.op("MatMul", [x, w])])
+        r = b.op("Reshape", [y, b.const(np.array([B, S, H, D], np.int64), "shape")])
+        heads[role] = b.op("Transpose", [r], perm=[0, 2, 1, 3])
+        if role != "q":
+            heads[role] = b.op("Concat", [past[role], heads[role]], axis=2)
+            b.output(heads[role])
+    s = b.op("MatMul", [heads["q"], b.op("Transpose", [heads["k"]], perm=[0, 1, 3, 2])])
+    keep = np.tril(np.ones((S, K), bool), k=P)  # key j visible to query i when j <= i + P
+    keep = np.broadcast_to(keep, keep_shape or (1, 1, S, K)).copy()
+    cond = b.const(keep, "causal")
+    fval = np.array(np.finfo(np.float32).min if fill is None else fill, np.float32)
+    fill_name = b.input("fill", fval) if fill_input else b.const(fval, "fill")
+    if where_first:
+        s = b.op("Where", [cond, s, fill_name])
+    if scale:
+        s = b.op("Div", [s, b.const(np.array(np.sqrt(D), np.float32), "sqrt_d")])
+    if bias:
+        table = b.const(rnd(rng, (8, H)), "rel_bias")
+        buckets = b.const(rng.integers(0, 8, (S, K)).astype(np.int64), "buckets")
+        g = b.op("Transpose", [b.op("Gather", [table, buckets])], perm=[2, 0, 1])
+        s = b.op("Add", [s, b.op("Unsqueeze", [g, b.const(np.array([0], np.int64), "axes")])])
+    if not where_first:
+        s = b.op("Where", [cond, s, fill_name])
+    o = b.op("MatMul", [b.op("Softmax", [s], axis=-1), heads["v"]])
+    o = b.op("Transpose", [o], perm=[0, 2, 1, 3])
+    b.output(b.op("Reshape", [o, b.const(np.array([-1, S, E], np.int64), "shape")]))
+    b.save(out_dir, model_name)
+
+
+def t5_block(out_dir, model_name, *, B=2, S=6, H=3, D=4):
+    """T5's self-attention: no 1/sqrt(d) scale, relative position bias [1,H,S,S] (a Gather of an
+    embedding table by bucket ids that are a graph input, so that it stays an operand)."""
+    rng = np.random.default_rng(len(model_name))
+    E = H * D
+    b = Block()
+    x = b.input("x", rnd(rng, (B, S, E)))
+    buckets = b.input("buckets", rng.integers(0, 16, (S, S)).astype(np.int64))
+    heads = {}
+    for role in "qkv":
+        y = b.op("MatMul", [x, b.const(rnd(rng, (E, E)) * 0.3, "W" + role)])
+        r = b.op("Reshape", [y, b.const(np.array([B, -1, H, D], np.int64), "shape")])
+        heads[role] = b.op("Transpose", [r], perm=[0, 2, 1, 3])
+    s = b.op("MatMul", [heads["q"], b.op("Transpose", [heads["k"]], perm=[0, 1, 3, 2])])
+    g = b.op("Transpose", [b.op("Gather", [b.const(rnd(rng, (16, H)), "rel_bias"), buckets])],
+             perm=[2, 0, 1])
+    s = b.op("Add", [s, b.op("Unsqueeze", [g, b.const(np.array([0], np.int64), "axes")])])
+    o = b.op("MatMul", [b.op("Softmax", [s], axis=-1), heads["v"]])
+    o = b.op("Transpose", [o], perm=[0, 2, 1, 3])
+    b.output(b.op("Reshape", [o, b.const(np.array([B, -1, E], np.int64), "shape")]))
+    b.save(out_dir, model_name)
+
+
 def torch_models(out_dir):
     """The 2-layer BERT of bench/bert.py and a 2-layer torchvision ViT, exported by torch."""
     import torch
@@ -225,6 +296,13 @@ def main():
     bert_block(out, "nm_mask_grows", B=1, mask_shape=(3, 1, 1, 5), zero_shape=True)
     bert_block(out, "nm_double", dtype=np.float64)
     bert_block(out, "nm_mask_scaled", mask_first=True)
+    gpt2_block(out, "gpt2_causal_past")
+    gpt2_block(out, "gpt2_causal_bias", fill=-np.inf, bias=True, P=0, S=7)
+    gpt2_block(out, "gpt2_long_past", B=1, S=3, P=1030, H=2, D=8)
+    t5_block(out, "t5_bias")
+    gpt2_block(out, "nm_where_scaled", where_first=True)
+    gpt2_block(out, "nm_where_fill", fill_input=True)
+    gpt2_block(out, "nm_where_grows", B=1, keep_shape=(2, 1, 5, 8))
     torch_models(out)
 
 

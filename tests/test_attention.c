@@ -36,12 +36,15 @@
 
 typedef struct geom {
     int64_t B, H, D, Sq, Sk;
-    int layout[4];     /* q, k, v, out: 0 [B,S,..], 1 [S,B,..] */
+    int layout[4];     /* q, k, v, out: 0 [B,S,..], 1 [S,B,..], 2 [B,H,S,D] (q, k, v) */
     int64_t width[3];  /* last dim of q, k, v */
     int64_t col[3];    /* first column of head 0 */
     int out_rank;
     bool merged;       /* mask against [B*H, Sq, Sk] */
     float scale;
+    int keep_rank;     /* a keep mask (bool) of these dims when > 0 */
+    int64_t keep_dims[4];
+    float fill;        /* the score where keep is false */
 } geom;
 
 static af_tensor *rand_tensor(int rank, const int64_t *dims) {
@@ -73,26 +76,34 @@ static af_node *fa_node(af_arena *a, const geom *g, int nin) {
     int64_t lay[4] = {g->layout[0], g->layout[1], g->layout[2], g->layout[3]};
     set_ints(n, "layout", lay, 4);
     set_ints(n, "offsets", g->col, 3);
+    if (g->keep_rank) af_node_add_attr(n, "fill", AF_ATTR_FLOAT)->f = g->fill;
     return n;
 }
 
-/* Rank-3 dims of q (i = 0) or k/v for the geometry's row order. */
-static void in_dims(const geom *g, int i, int64_t *d) {
+/* Dims of q (i = 0) or k/v for the geometry's row order; the rank (3, or 4 head-major). */
+static int in_dims(const geom *g, int i, int64_t *d) {
     int64_t S = i == 0 ? g->Sq : g->Sk;
+    if (g->layout[i] == 2) {
+        d[0] = g->B, d[1] = g->H, d[2] = S, d[3] = g->D;
+        return 4;
+    }
     d[0] = g->layout[i] ? S : g->B;
     d[1] = g->layout[i] ? g->B : S;
     d[2] = g->width[i];
+    return 3;
 }
 
 /* x[b, s, h, d] of input i, from the definition of the layout. */
 static double at(const geom *g, const af_tensor *t, int i, int64_t b, int64_t s, int64_t h,
                  int64_t d) {
+    if (g->layout[i] == 2)
+        return ((const float *)t->data)[((b * g->H + h) * t->dims[2] + s) * g->D + d];
     int64_t row = g->layout[i] ? s * g->B + b : b * t->dims[1] + s;
     return ((const float *)t->data)[row * g->width[i] + g->col[i] + h * g->D + d];
 }
 
-static double mask_at(const geom *g, const af_tensor *m, int64_t b, int64_t h, int64_t i,
-                      int64_t j) {
+static int64_t mask_off(const geom *g, const af_tensor *m, int64_t b, int64_t h, int64_t i,
+                        int64_t j) {
     int64_t full[4] = {b, h, i, j}, merged[3] = {b * g->H + h, i, j};
     const int64_t *idx = g->merged ? merged : full;
     int trank = g->merged ? 3 : 4;
@@ -101,12 +112,17 @@ static double mask_at(const geom *g, const af_tensor *m, int64_t b, int64_t h, i
         int64_t k = m->dims[a] == 1 ? 0 : idx[trank - m->rank + a];
         off = off * m->dims[a] + k;
     }
-    return ((const float *)m->data)[off];
+    return off;
+}
+
+static double mask_at(const geom *g, const af_tensor *m, int64_t b, int64_t h, int64_t i,
+                      int64_t j) {
+    return af_tensor_get_double(m, mask_off(g, m, b, h, i, j));
 }
 
 /* Attention from its definition, in double: softmax over all keys at once. */
 static void reference(const geom *g, const af_tensor *const *in, const af_tensor *mask,
-                      double *out) {
+                      const af_tensor *keep, double *out) {
     int64_t E = g->H * g->D;
     double *sc = malloc(sizeof(double) * (size_t)g->Sk);
     assert_non_null(sc);
@@ -119,6 +135,7 @@ static void reference(const geom *g, const af_tensor *const *in, const af_tensor
                     for (int64_t d = 0; d < g->D; d++)
                         dot += at(g, in[0], 0, b, i, h, d) * at(g, in[1], 1, b, j, h, d);
                     sc[j] = dot * g->scale + (mask ? mask_at(g, mask, b, h, i, j) : 0.0);
+                    if (keep && mask_at(g, keep, b, h, i, j) == 0.0) sc[j] = g->fill;
                     if (sc[j] > mx) mx = sc[j];
                 }
                 for (int64_t j = 0; j < g->Sk; j++) sum += exp(sc[j] - mx);
@@ -148,12 +165,26 @@ static af_status run(af_node *n, const af_tensor *const *in, af_tensor *out, af_
 static void check_geom(const geom *g, bool packed, int mask_rank, const int64_t *mask_dims,
                        float mask_fill_inf_keys) {
     af_arena *a = af_arena_new();
-    af_node *n = fa_node(a, g, mask_rank ? 4 : 3);
-    af_tensor *t[4] = {NULL, NULL, NULL, NULL};
+    af_node *n = fa_node(a, g, g->keep_rank ? 5 : mask_rank ? 4 : 3);
+    af_tensor *t[5] = {NULL, NULL, NULL, NULL, NULL};
     for (int i = 0; i < 3; i++) {
-        int64_t d[3];
-        in_dims(g, i, d);
-        t[i] = packed && i ? t[0] : rand_tensor(3, d);
+        int64_t d[4];
+        int r = in_dims(g, i, d);
+        t[i] = packed && i ? t[0] : rand_tensor(r, d);
+    }
+    if (g->keep_rank) {
+        /* Causal (key j visible to query i when j <= i + Sk - Sq) where the last two axes are
+         * [Sq, Sk]; else random, about 2 in 3 kept. */
+        const int64_t *kd = g->keep_dims;
+        int kr = g->keep_rank;
+        t[4] = af_tensor_new(AF_DTYPE_BOOL, kr, kd);
+        assert_non_null(t[4]);
+        unsigned char *p = t[4]->data;
+        bool causal = kr >= 2 && kd[kr - 2] == g->Sq && kd[kr - 1] == g->Sk;
+        for (int64_t e = 0; e < af_tensor_numel(t[4]); e++) {
+            int64_t jj = e % kd[kr - 1], ii = kr >= 2 ? e / kd[kr - 1] % kd[kr - 2] : 0;
+            p[e] = causal ? jj <= ii + g->Sk - g->Sq : tu_rnd() > -0.3;
+        }
     }
     if (mask_rank) {
         t[3] = rand_tensor(mask_rank, mask_dims);
@@ -164,10 +195,16 @@ static void check_geom(const geom *g, bool packed, int mask_rank, const int64_t 
         for (int64_t e = 0; e < af_tensor_numel(t[3]); e++)
             if (last > 1 && e % last < (int64_t)mask_fill_inf_keys) p[e] = -INFINITY;
     }
-    af_tensor y;
+    af_tensor y, yr;
     af_error err;
-    const af_tensor *in[4] = {t[0], t[1], t[2], t[3]};
+    const af_tensor *in[5] = {t[0], t[1], t[2], t[3], t[4]};
     assert_int_equal(run(n, in, &y, &err), AF_OK);
+    /* The reference twin on the same inputs. */
+    memset(&yr, 0, sizeof yr);
+    yr.rank = -1;
+    assert_int_equal(af_kernel_shape(n, in, &yr, &err), AF_OK);
+    assert_int_equal(af_tensor_alloc(&yr, &err), AF_OK);
+    assert_int_equal(ref_attention(n, in, &yr, NULL, &err), AF_OK);
     int64_t E = g->H * g->D, rows = g->B * g->Sq;
     assert_int_equal(y.rank, g->out_rank);
     assert_int_equal(af_tensor_numel(&y), rows * E);
@@ -177,19 +214,23 @@ static void check_geom(const geom *g, bool packed, int mask_rank, const int64_t 
     }
     double *want = malloc(sizeof(double) * (size_t)(rows * E));
     assert_non_null(want);
-    reference(g, in, t[3], want);
-    const float *got = y.data;
-    for (int64_t i = 0; i < rows * E; i++) {
-        if (isnan(want[i])) {
-            assert_true(isnan(got[i]));
-            continue;
+    reference(g, in, t[3], t[4], want);
+    for (int k = 0; k < 2; k++) {
+        const float *got = k ? yr.data : y.data;
+        for (int64_t i = 0; i < rows * E; i++) {
+            if (isnan(want[i])) {
+                assert_true(isnan(got[i]));
+                continue;
+            }
+            if (fabs(got[i] - want[i]) > 1e-5 + 1e-4 * fabs(want[i]))
+                fail_msg("%s kernel, element %lld: got %g, want %g", k ? "ref" : "fast",
+                         (long long)i, got[i], want[i]);
         }
-        if (fabs(got[i] - want[i]) > 1e-5 + 1e-4 * fabs(want[i]))
-            fail_msg("element %lld: got %g, want %g", (long long)i, got[i], want[i]);
     }
     free(want);
     af_tensor_release(&y);
-    for (int i = 0; i < 4; i++)
+    af_tensor_release(&yr);
+    for (int i = 0; i < 5; i++)
         if (t[i] && !(packed && i && i < 3)) af_tensor_free(t[i]);
     af_arena_free(a);
 }
@@ -247,6 +288,40 @@ static void test_kernel_masked_blocks(void **state) {
     check_geom(&g, false, 4, md, 130);
 }
 
+static void test_kernel_causal_past(void **state) {
+    (void)state;
+    /* GPT-2 with past keys: q rows [B, Sq, E], k and v head-major [B, H, Sk, D] with Sk > Sq,
+     * a causal keep mask [1, 1, Sq, Sk] (finite fill, as torch.finfo.min), then with an additive
+     * mask too and a -inf fill. */
+    geom g = {.B = 2, .H = 3, .D = 5, .Sq = 6, .Sk = 11, .layout = {0, 2, 2, 0},
+              .width = {15, 5, 5}, .out_rank = 3, .scale = 0.45f, .keep_rank = 4,
+              .keep_dims = {1, 1, 6, 11}, .fill = -3.4028235e38f};
+    check_geom(&g, false, 0, NULL, 0);
+    int64_t md[4] = {1, 3, 6, 11};
+    g.fill = -INFINITY;
+    check_geom(&g, false, 4, md, 0);
+    /* Every row order at once, q head-major too, and a random keep mask [B, 1, 1, Sk] with
+     * rows where every key may be dropped (-inf fill: NaN, as the unfused graph). */
+    geom h = {.B = 2, .H = 2, .D = 4, .Sq = 5, .Sk = 9, .layout = {2, 1, 2, 1},
+              .width = {8, 12, 8}, .col = {0, 4, 0}, .out_rank = 2, .scale = 1.0f,
+              .keep_rank = 4, .keep_dims = {2, 1, 1, 9}, .fill = -7.0f};
+    check_geom(&h, false, 0, NULL, 0);
+}
+
+static void test_kernel_causal_blocks(void **state) {
+    (void)state;
+    /* More keys than one fast-kernel block (1024): the online softmax with the keep mask, a
+     * partial query tile; heads merged ([B*H, Sq, Sk] keep of rank 3). */
+    geom g = {.B = 1, .H = 2, .D = 3, .Sq = 17, .Sk = 1100, .layout = {0, 2, 2, 0},
+              .width = {6, 3, 3}, .out_rank = 3, .scale = 0.8f, .keep_rank = 2,
+              .keep_dims = {17, 1100}, .fill = -1e30f};
+    check_geom(&g, false, 0, NULL, 0);
+    g.merged = true;
+    g.keep_rank = 3;
+    g.keep_dims[0] = 2, g.keep_dims[1] = 1, g.keep_dims[2] = 1100;
+    check_geom(&g, false, 0, NULL, 0);
+}
+
 static void test_shape_unknown_dims(void **state) {
     (void)state;
     af_arena *a = af_arena_new();
@@ -271,15 +346,18 @@ static void test_hostile(void **state) {
     (void)state;
     geom base = {.B = 2, .H = 2, .D = 4, .Sq = 5, .Sk = 5, .width = {8, 8, 8}, .out_rank = 3,
                  .scale = 1};
-    for (int c = 0; c < 9; c++) {
+    for (int c = 0; c < 13; c++) {
         af_arena *a = af_arena_new();
         geom g = base;
         if (c == 0) g.col[1] = 1;            /* columns past the width */
         if (c == 1) g.H = INT64_MAX / 2;     /* H*D overflows */
-        if (c == 2) g.layout[2] = 2;         /* bad layout */
+        if (c == 2) g.layout[2] = 3;         /* bad layout */
         if (c == 3) g.out_rank = 4;
         if (c == 4) g.D = 0;
-        af_node *n = fa_node(a, &g, c == 5 ? 4 : 3);
+        if (c == 9) g.layout[1] = 2;         /* head-major k that is rank 3 */
+        if (c >= 10) g.keep_rank = 4, g.fill = -1.0f;
+        if (c == 12) g.fill = NAN;
+        af_node *n = fa_node(a, &g, c == 5 ? 4 : c >= 10 ? 5 : 3);
         int64_t d[3];
         in_dims(&base, 0, d);
         af_tensor *q = rand_tensor(3, d), *k = rand_tensor(3, d), *m = NULL;
@@ -290,7 +368,13 @@ static void test_hostile(void **state) {
         if (c == 6) k->dims[1] = 4; /* v has 5 keys, k 4: dims disagree (data is larger) */
         if (c == 7) k->dtype = AF_DTYPE_INT32;
         if (c == 8) k->rank = 2, k->dims[1] = 40;
-        const af_tensor *in[4] = {q, k, q, m};
+        af_tensor *keep = NULL;
+        if (c >= 10) {
+            int64_t kd[4] = {1, 1, 5, c == 11 ? 4 : 5}; /* c 11: 4 keys of 5 */
+            keep = af_tensor_new(c == 10 ? AF_DTYPE_FLOAT : AF_DTYPE_BOOL, 4, kd);
+            assert_non_null(keep);
+        }
+        const af_tensor *in[5] = {q, k, q, m, keep};
         af_tensor y;
         af_error err;
         if (c == 6) in[2] = q;
@@ -300,6 +384,7 @@ static void test_hostile(void **state) {
         af_tensor_free(q);
         af_tensor_free(k);
         af_tensor_free(m);
+        af_tensor_free(keep);
         af_arena_free(a);
     }
 }
@@ -327,6 +412,13 @@ static const model_case cases[] = {
     {"nm_mask_grows", 0, "broadcast"},
     {"nm_double", 0, "float32"},
     {"nm_mask_scaled", 0, "before the scale"},
+    {"gpt2_causal_past", 1, NULL},
+    {"gpt2_causal_bias", 1, NULL},
+    {"gpt2_long_past", 1, NULL},
+    {"t5_bias", 1, NULL},
+    {"nm_where_scaled", 0, "last step before the softmax"},
+    {"nm_where_fill", 0, "constant scalar"},
+    {"nm_where_grows", 0, "broadcast"},
 };
 
 static const char *models_dir(void) {
@@ -488,6 +580,7 @@ int main(void) {
         cmocka_unit_test(test_kernel_bert_layout),  cmocka_unit_test(test_kernel_vit_packed),
         cmocka_unit_test(test_kernel_vit_sized),
         cmocka_unit_test(test_kernel_cross_blocks), cmocka_unit_test(test_kernel_masked_blocks),
+        cmocka_unit_test(test_kernel_causal_past),  cmocka_unit_test(test_kernel_causal_blocks),
         cmocka_unit_test(test_shape_unknown_dims),  cmocka_unit_test(test_hostile),
         cmocka_unit_test(test_rule_models),         cmocka_unit_test(test_lowered_qkv),
     };
