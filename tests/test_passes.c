@@ -295,7 +295,8 @@ static void test_shape_symbolic_dims_fold(void **state) {
     af_arena_free(t.a);
 }
 
-/* Shape(x)[0] + 0 of that x is a sum with a symbol: not a product, so nothing folds. */
+/* Reshape(x, [-1, N]) of x [N, 3, 4] (Shape(x)[0] + 0 is N): no constant shape says that (N
+ * is not x's dim 1), so the chain stays; the output still gets its dims [12, N] from it. */
 static void test_shape_symbolic_sum_stays(void **state) {
     (void)state;
     tg t = tg_new(17);
@@ -306,6 +307,60 @@ static void test_shape_symbolic_sum_stays(void **state) {
     assert_int_equal(af_pass_simplify(g, &err), AF_OK);
     assert_int_equal(g->nnodes, 6);
     assert_int_equal(count(g, "Shape"), 1);
+    assert_int_equal(g->outputs[0]->type.dims[0], 12);
+    assert_int_equal(g->outputs[0]->type.dims[1], g->inputs[0]->type.dims[0]);
+    af_arena_free(t.a);
+}
+
+/* Scalar dim `axis` of x: Gather(Shape(x), axis). */
+static af_value *dim_of(tg *t, af_value *x, int axis) {
+    af_value *idx = cst_in(t->g, AF_DTYPE_INT64, 0, NULL, (double[]){axis});
+    return mk_in(t->g, "Gather", 2, (af_value *[]){op1(t, "Shape", x), idx}, 1)->out[0];
+}
+
+/* GPT-2 with past keys, dynamic: Concat(past [N, 2, P, 3], new [N, 2, S, 3]) on axis 2 is
+ * (P+S) long, a sum leaf; Range(P, P + S, 1) is S long; table[:, :, K - S : K] with K the
+ * Concat's dim 2 is S long, and table[:, :, :, :K] is K long. Nothing else is known. */
+static void test_shape_symbolic_sums(void **state) {
+    (void)state;
+    tg t = tg_new(17);
+    const int64_t dp[] = {-1, 2, -1, 3}, dt[] = {1, 1, 16, 16};
+    af_value *past = input(&t, "past", 4, dp), *cur = input(&t, "cur", 4, dp);
+    af_node *cat = mk_in(t.g, "Concat", 2, (af_value *[]){past, cur}, 1);
+    attr_int(cat, "axis", 2);
+    output_in(t.g, cat->out[0]);
+    af_value *P = dim_of(&t, past, 2), *S = dim_of(&t, cur, 2), *K = dim_of(&t, cat->out[0], 2);
+    af_value *one = cst_in(t.g, AF_DTYPE_INT64, 0, NULL, (double[]){1});
+    af_value *range = mk_in(t.g, "Range", 3, (af_value *[]){P, op2(&t, "Add", P, S), one}, 1)->out[0];
+    output_in(t.g, range);
+    double zeros[256] = {0};
+    af_value *table = cst_in(t.g, AF_DTYPE_FLOAT, 4, dt, zeros);
+    af_value *axes0 = ints(&t, 1, (double[]){0});
+    af_value *st = op2(&t, "Unsqueeze", op2(&t, "Sub", K, S), axes0);
+    af_value *en = op2(&t, "Unsqueeze", K, ints(&t, 1, (double[]){0}));
+    af_value *rows = mk_in(t.g, "Slice", 4, (af_value *[]){table, st, en, ints(&t, 1, (double[]){2})}, 1)->out[0];
+    af_value *cols = mk_in(t.g, "Slice", 4, (af_value *[]){rows, ints(&t, 1, (double[]){0}), en,
+                                                            ints(&t, 1, (double[]){3})}, 1)->out[0];
+    output_in(t.g, cols);
+    finish_graph(t.g);
+    af_graph *g = t.g;
+    af_error err;
+    assert_int_equal(af_graph_infer_shapes(g, &err), AF_OK);
+    assert_int_equal(af_pass_simplify(g, &err), AF_OK);
+    int64_t p = g->inputs[0]->type.dims[2], s = g->inputs[1]->type.dims[2];
+    int64_t k = g->outputs[0]->type.dims[2];
+    assert_true(af_dim_is_sym(p) && af_dim_is_sym(s) && af_dim_is_sym(k));
+    assert_int_equal(k, af_dim_add(g, s, p)); /* one leaf, either order */
+    assert_int_equal(af_dim_sub(g, k, p), s);
+    assert_int_equal(af_dim_sub(g, k, s), p);
+    assert_int_equal(af_dim_sub(g, k, af_dim_mul(g, 2, s)), AF_DIM_UNKNOWN);
+    assert_int_equal(af_dim_add(g, 3, 4), 7);
+    assert_int_equal(af_dim_sub(g, 3, 4), AF_DIM_UNKNOWN); /* a dim is never negative */
+    assert_int_equal(g->outputs[1]->type.rank, 1);
+    assert_int_equal(g->outputs[1]->type.dims[0], s);
+    const int64_t want[4] = {1, 1, s, k};
+    assert_int_equal(g->outputs[2]->type.rank, 4);
+    for (int i = 0; i < 4; i++) assert_int_equal(g->outputs[2]->type.dims[i], want[i]);
     af_arena_free(t.a);
 }
 
@@ -1172,6 +1227,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_fold_shape_chain),
         cmocka_unit_test(test_shape_symbolic_dims_fold),
         cmocka_unit_test(test_shape_symbolic_sum_stays),
+        cmocka_unit_test(test_shape_symbolic_sums),
         cmocka_unit_test(test_overridable_default_not_folded),
         cmocka_unit_test(test_identity_and_dropout_removed),
         cmocka_unit_test(test_same_shape_reshape_removed),
