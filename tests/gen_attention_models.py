@@ -15,7 +15,10 @@ Writes OUT_DIR/NAME.onnx and, for each graph input i that needs a value, OUT_DIR
     a Where condition that grows the scores;
   - GPT-2 with past key/values (k, v Concat'ed after the past: Sk != Sq, read head-major) and a
     causal Where (a finite and a -inf fill; with a T5-style gathered bias; more keys than one
-    kernel block); T5's unscaled attention with a gathered relative position bias;
+    kernel block); T5's unscaled attention with a gathered relative position bias; Swin's
+    window attention, q, k, v Gathered from one packed [3, B, H, N, D] tensor, with its
+    relative position bias, and two near misses (heads split outside q/k/v; the packed tensor
+    a graph output);
   - the 2-layer BERT of bench/bert.py and a 2-layer torchvision ViT, as torch exports them.
 
 Invariant: deterministic (fixed seeds); every file passes onnx.checker.
@@ -252,6 +255,34 @@ def t5_block(out_dir, model_name, *, B=2, S=6, H=3, D=4):
     b.save(out_dir, model_name)
 
 
+def swin_block(out_dir, model_name, *, B=3, N=6, H=2, D=4, which_inner=False, packed_out=False):
+    """torchvision's Swin window attention: qkv Linear [B, N, 3E] -> Reshape [B, N, 3, H, D] ->
+    Transpose (2, 0, 3, 1, 4) -> Gather 0, 1, 2 (q, k, v) -> q * D^-0.5 -> QK^T + relative
+    position bias [1, H, N, N] (a constant) -> Softmax -> x V -> Transpose -> Reshape [B, N, E].
+    which_inner splits [H, 3, D] instead (the heads outside q/k/v: not columns of one input);
+    packed_out makes the [3, B, H, N, D] tensor a graph output too."""
+    rng = np.random.default_rng(len(model_name))
+    E = H * D
+    b = Block()
+    x = b.input("x", rnd(rng, (B, N, E)))
+    y = b.op("Add", [b.op("MatMul", [x, b.const(rnd(rng, (E, 3 * E)) * 0.3, "Wqkv")]),
+                     b.const(rnd(rng, (3 * E,)) * 0.1, "bqkv")])
+    split = [B, N, H, 3, D] if which_inner else [B, N, 3, H, D]
+    r = b.op("Reshape", [y, b.const(np.array(split, np.int64), "shape")])
+    packed = b.op("Transpose", [r], perm=[3, 0, 2, 1, 4] if which_inner else [2, 0, 3, 1, 4])
+    if packed_out:
+        b.output(packed)
+    q, k, v = (b.op("Gather", [packed, b.const(np.array(i, np.int64), "idx")], axis=0)
+               for i in range(3))
+    q = b.op("Mul", [q, b.const(np.array(D ** -0.5, np.float32), "scale")])
+    s = b.op("MatMul", [q, b.op("Transpose", [k], perm=[0, 1, 3, 2])])
+    s = b.op("Add", [s, b.const(rnd(rng, (1, H, N, N)), "rel_bias")])
+    o = b.op("MatMul", [b.op("Softmax", [s], axis=-1), v])
+    o = b.op("Transpose", [o], perm=[0, 2, 1, 3])
+    b.output(b.op("Reshape", [o, b.const(np.array([B, N, E], np.int64), "shape")]))
+    b.save(out_dir, model_name)
+
+
 def torch_models(out_dir):
     """The 2-layer BERT of bench/bert.py and a 2-layer torchvision ViT, exported by torch."""
     import torch
@@ -303,6 +334,9 @@ def main():
     gpt2_block(out, "nm_where_scaled", where_first=True)
     gpt2_block(out, "nm_where_fill", fill_input=True)
     gpt2_block(out, "nm_where_grows", B=1, keep_shape=(2, 1, 5, 8))
+    swin_block(out, "swin_window")
+    swin_block(out, "nm_swin_heads_outer", which_inner=True)
+    swin_block(out, "nm_swin_packed_out", packed_out=True)
     torch_models(out)
 
 

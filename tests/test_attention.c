@@ -419,6 +419,9 @@ static const model_case cases[] = {
     {"nm_where_scaled", 0, "last step before the softmax"},
     {"nm_where_fill", 0, "constant scalar"},
     {"nm_where_grows", 0, "broadcast"},
+    {"swin_window", 1, NULL},
+    {"nm_swin_heads_outer", 0, "right outside the heads"},
+    {"nm_swin_packed_out", 0, "graph output"},
 };
 
 static const char *models_dir(void) {

@@ -36,7 +36,7 @@
 #include <math.h>
 #include <string.h>
 
-enum { SYM_B, SYM_H, SYM_S, SYM_D, NSYM };
+enum { SYM_B, SYM_H, SYM_S, SYM_D, SYM_W, NSYM }; /* W: which of a packed q, k, v */
 enum { FA_MAX_CHAIN = 8 };
 
 typedef struct fa_label {
@@ -50,6 +50,8 @@ typedef struct fa_input {
     int64_t col;     /* first column of head 0 in src's last dim */
     int order;       /* 0: rows b*S+s; 1: rows s*B+b; 2: head-major [B, H, S, D] */
     bool head_major; /* src is read as [B, H, S, D]: no reshape, no split */
+    int64_t nw, which; /* packed by a Gather: W axis of size nw, this input's index; nw 0: not */
+    af_value *shared; /* the Gather's input, also read by the other inputs' Gathers */
     af_node *reshape;
     af_value *split; /* the reshape's input: src itself, or a Slice of it */
     fa_label labels[AF_MAX_RANK]; /* of the reshape's output */
@@ -217,7 +219,54 @@ static bool head_major(const af_value *x, const af_node *reader, const fa_label 
     af_value *next;
     double f;
     return !p || !(p->op == AF_OP_RESHAPE || (p->op == AF_OP_TRANSPOSE && p->nin == 1) ||
-                   (may_scale && scale_node(p, &next, &f)));
+                   p->op == AF_OP_GATHER || (may_scale && scale_node(p, &next, &f)));
+}
+
+/* A Gather of one of q, k, v from a packed [W, ...] tensor (Swin's qkv.reshape(B, N, 3, H,
+ * D).permute(2, 0, 3, 1, 4) then qkv[0], qkv[1], qkv[2]): axis 0, a constant scalar index. */
+static const char *gather_which(fa_input *in, const af_node *p, int r) {
+    int64_t k;
+    const af_value *d = p->nin == 2 ? p->in[0] : NULL, *i = p->nin == 2 ? p->in[1] : NULL;
+    if (!d || !i || af_attr_int(p, "axis", 0) != 0 || !af_value_is_const(i) || i->type.rank != 0 ||
+        (i->type.dtype != AF_DTYPE_INT64 && i->type.dtype != AF_DTYPE_INT32) ||
+        !known_f32(d, r + 1) || r + 1 > AF_MAX_RANK)
+        return "q/k/v gather is not a constant index of a packed axis 0";
+    in->nw = d->type.dims[0];
+    k = af_tensor_get_int(&i->type, 0);
+    if (in->nw < 1 || k < -in->nw || k >= in->nw) return "q/k/v gather index out of range";
+    in->which = k < 0 ? k + in->nw : k;
+    return NULL;
+}
+
+/* From the packed tensor x (labels l, rank r, read by the Gathers) back through transposes to
+ * the Reshape that splits [W, H, D] out of the projection's last dim; nodes already covered by
+ * another input's walk are not covered again. */
+static const char *walk_shared(fa_match *m, fa_input *in, af_value *x, fa_label *l, int r) {
+    const af_graph *g = m->softmax->graph;
+    for (int step = 0;; step++) {
+        const char *why;
+        if (step == FA_MAX_CHAIN) return "q/k/v chain too long";
+        if (x->is_output) return "packed q/k/v is a graph output";
+        if (!known_f32(x, r)) return "q/k/v head tensor not float32 with known dims";
+        af_node *p = producer(x, g);
+        if (!p) return "q/k/v is not reshaped/transposed into heads";
+        if (fuse_match_index(m->am, p) < 0 && (why = cover(m, p))) return why;
+        if (p->op == AF_OP_RESHAPE) {
+            in->reshape = p;
+            memcpy(in->labels, l, sizeof(fa_label) * (size_t)r);
+            in->rank = r;
+            if (p->nin < 2 || !af_value_is_const(p->in[1])) return "head reshape shape is not constant";
+            in->split = p->in[0];
+            return NULL;
+        }
+        int perm[AF_MAX_RANK];
+        fa_label lin[AF_MAX_RANK];
+        if (p->op != AF_OP_TRANSPOSE || p->nin != 1) return "q/k/v is not reshaped/transposed into heads";
+        if (!get_perm(p, r, perm)) return "transpose perm is not a permutation";
+        for (int i = 0; i < r; i++) lin[perm[i]] = l[i];
+        memcpy(l, lin, sizeof(fa_label) * (size_t)r);
+        x = p->in[0];
+    }
 }
 
 /* Walk back from a MatMul operand x (labels l, rank r) through transposes (and, for q and k,
@@ -259,6 +308,18 @@ static const char *walk_input(fa_match *m, fa_input *in, af_value *x, af_node *r
             next = p->in[0];
         } else if (may_scale && scale_node(p, &next, &f)) {
             m->scale *= f;
+        } else if (p->op == AF_OP_GATHER && !in->nw) {
+            if ((why = gather_which(in, p, r))) return why;
+            memmove(l + 1, l, sizeof(fa_label) * (size_t)r);
+            l[0] = lab1(SYM_W);
+            r++;
+            next = p->in[0];
+            in->shared = next;
+            /* The packed tensor and the nodes that made it are read by the other inputs'
+             * Gathers too: walk them without the single-reader guard (match_at checks that
+             * every reader is in the pattern) and cover them once. */
+            if ((why = walk_shared(m, in, next, l, r))) return why;
+            return NULL;
         } else {
             return "q/k/v is not reshaped/transposed into heads";
         }
@@ -308,6 +369,25 @@ static bool slice_window(const af_node *s, const af_value *data, int64_t *start,
     return true;
 }
 
+/* The W axis (which of a packed q, k, v) must sit right outside the heads in memory, so that
+ * the projection's hidden dim is [W, H, D] and input `which` is columns [which*E, +E). Then
+ * drop it from the labels (rank one less). */
+static bool drop_which(fa_label *l, int *rank, const int64_t *size) {
+    int seq[2 * AF_MAX_RANK], n = memory_seq(l, *rank, size, seq), w = -1, k = 0;
+    for (int i = 0; i < n; i++)
+        if (seq[i] == SYM_W) w = i;
+    if (w >= 0 && (w + 1 >= n || seq[w + 1] != (size[SYM_H] != 1 ? SYM_H : SYM_D))) return false;
+    for (int i = 0; i < *rank; i++) {
+        if (l[i].n == 1 && l[i].sym[0] == SYM_W) continue;
+        for (int j = 0; j < l[i].n; j++)
+            if (l[i].sym[j] == SYM_W) return false; /* W merged with another axis */
+        l[k++] = l[i];
+    }
+    if (k != *rank - 1) return false;
+    *rank = k;
+    return true;
+}
+
 /* Where the fused node reads one input: the reshape's input, or the packed tensor under a
  * constant Slice of it; then check the memory order of the head split and the rows. */
 static const char *place_input(fa_match *m, fa_input *in, int64_t S) {
@@ -320,16 +400,24 @@ static const char *place_input(fa_match *m, fa_input *in, int64_t S) {
         return NULL;
     }
     af_value *x = in->split;
-    if (!known_f32(x, 3) || x->type.dims[2] != m->E)
+    int64_t width = m->E, col = 0;
+    if (in->nw) { /* packed by a Gather: the hidden dim is [W, H, D] */
+        size[SYM_W] = in->nw;
+        if (!af_mul_i64(m->E, in->nw, &width) || !af_mul_i64(m->E, in->which, &col))
+            return "packed q/k/v too wide";
+    }
+    if (!known_f32(x, 3) || x->type.dims[2] != width)
         return "head reshape input is not [rows, rows, H*D] float32";
     if (!dims_fit(in->reshape->out[0], in->labels, in->rank, size))
         return "head reshape shape does not match the heads";
+    if (in->nw && !drop_which(in->labels, &in->rank, size))
+        return "packed q/k/v axis is not right outside the heads";
     in->src = x;
-    in->col = 0;
+    in->col = col;
     af_node *s = producer(x, g);
     int64_t st, en;
     if (s && s->op == AF_OP_SLICE && s->nin >= 1 && !fuse_edge(x) && known_f32(s->in[0], 3) &&
-        slice_window(s, s->in[0], &st, &en) && en - st == m->E &&
+        slice_window(s, s->in[0], &st, &en) && en - st == width && !in->nw &&
         s->in[0]->type.dims[0] == x->type.dims[0] && s->in[0]->type.dims[1] == x->type.dims[1]) {
         const char *why = cover(m, s);
         if (why) return why;
@@ -561,21 +649,29 @@ static const char *sizes(fa_match *m) {
         o->dims[r - 1] != m->D)
         return "QK^T and PV MatMul shapes disagree";
     /* E from a head split (the first input that has one); head-major inputs have none. */
+    /* (A Gather-packed split holds nw of them side by side.) */
     const af_value *src = NULL;
-    for (int i = 0; i < 3 && !src; i++) src = m->in[i].split;
+    int64_t nw = 1, w = 0;
+    for (int i = 0; i < 3 && !src; i++)
+        if ((src = m->in[i].split) && m->in[i].nw) nw = m->in[i].nw;
     if (src && !known_f32(src, 3)) return "head reshape input is not [rows, rows, H*D] float32";
     if (!src && r != 4) return "q/k/v is not reshaped/transposed into heads";
+    if (src) {
+        w = src->type.dims[2];
+        if (w % nw) return "hidden size is not a multiple of the packed count";
+        w /= nw;
+    }
     if (r == 4) {
         int64_t hd;
         m->B = sc->dims[0];
         m->H = sc->dims[1];
         if (m->D < 1 || m->H < 1 || !af_mul_i64(m->H, m->D, &hd))
             return "hidden != num_heads * head_dim";
-        if (src && hd != src->type.dims[2]) return "hidden != num_heads * head_dim";
+        if (src && hd != w) return "hidden != num_heads * head_dim";
         m->E = hd;
         if (m->E > INT32_MAX) return "hidden size too large";
     } else {
-        m->E = src->type.dims[2];
+        m->E = w;
         if (m->D < 1 || m->E < 1 || m->E % m->D) return "hidden size is not a multiple of head dim";
         if (m->E > INT32_MAX) return "hidden size too large";
         m->H = m->E / m->D;
@@ -632,6 +728,14 @@ static const char *match_at(af_node *s, fa_match *m) {
     for (int i = 0; i < m->am->n; i++)
         for (int j = i + 1; j < m->am->n; j++)
             if (m->am->node[i] == m->am->node[j]) return "a node is matched twice";
+    /* A packed tensor the Gathers read, and what made it, is read inside the pattern only. */
+    for (int i = 0; i < 3; i++)
+        for (af_value *x = m->in[i].shared; x && x != m->in[i].split; x = x->producer->in[0]) {
+            if (x->is_output) return "packed q/k/v is a graph output";
+            for (int u = 0; u < x->nuses; u++)
+                if (fuse_match_index(m->am, x->uses[u].node) < 0)
+                    return "packed q/k/v is read outside the attention";
+        }
     const af_value *ins[5] = {m->in[0].src, m->in[1].src, m->in[2].src, m->mask, m->keep};
     for (int i = 0; i < 5; i++)
         if (ins[i] && ins[i]->producer && fuse_match_index(m->am, ins[i]->producer) >= 0)
