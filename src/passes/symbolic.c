@@ -448,17 +448,24 @@ af_status pass_fold_symbolic(pass_scope *s, bool *changed, af_error *err) {
          * not one simplify round per layer later. An error is left to the run (simplify's
          * rule). */
         af_error scratch;
+        af_tensor before = {.rank = -1};
+        af_tensor_type_copy(&before, &nd->out[0]->type);
         (void)af_node_infer_shape(nd, &scratch);
         const vec *shape = nd->nin == 2 && nd->in[0] ? vec_of(&V, nd->in[1], g) : NULL;
         if ((nd->op == AF_OP_RESHAPE || nd->op == AF_OP_EXPAND) && shape)
             st = to_const_shape(s, nd, shape, changed, err);
-        if (!st && nd->op == AF_OP_RESHAPE && shape && !af_value_is_const(nd->in[1]) &&
-            refine_reshape(shape, nd))
+        /* The shape function forgets a refined dim every sweep; refining it again is a change
+         * only when the dims differ from the last sweep's (else simplify never settles). */
+        bool refined = false;
+        if (!st && nd->op == AF_OP_RESHAPE && shape && !af_value_is_const(nd->in[1]))
+            refined = refine_reshape(shape, nd);
+        if (nd->op == AF_OP_CONSTANT_OF_SHAPE || nd->op == AF_OP_SLICE || nd->op == AF_OP_EXPAND)
+            refined = refine(&V, nd);
+        if (nd->op == AF_OP_RANGE) refined = refine_range(&V, nd);
+        const af_tensor *now = &nd->out[0]->type;
+        if (refined && (now->rank != before.rank ||
+                        memcmp(now->dims, before.dims, sizeof(int64_t) * (size_t)(now->rank > 0 ? now->rank : 0))))
             *changed = true;
-        if ((nd->op == AF_OP_CONSTANT_OF_SHAPE || nd->op == AF_OP_SLICE ||
-             nd->op == AF_OP_EXPAND) && refine(&V, nd))
-            *changed = true;
-        if (nd->op == AF_OP_RANGE && refine_range(&V, nd)) *changed = true;
         af_value *y = nd->out[0];
         vec *x = y->id < V.n ? &V.v[y->id] : NULL;
         if (st || !x || y->is_const || !eval(&V, nd, x)) continue;
