@@ -196,6 +196,22 @@ def models():
     g.output(g.op("Gemm", [ln, g.const([16, 4]), g.const([4], "c")]))
     m["layernorm_gemm"] = g
 
+    g = G()  # RMSNorm feeding a MatMul + Relu (no bias: T5), a plain MatMul and a residual Add
+    x = g.input("x", [2, 5, 16])
+    rms = g.op("RMSNormalization", [x, g.const([16], "s", positive=True)], axis=-1, epsilon=1e-6)
+    y1 = g.op("Relu", [g.op("MatMul", [rms, g.const([16, 24])])])
+    y2 = g.op("MatMul", [rms, g.const([16, 16])])
+    y3 = g.op("Add", [rms, x])
+    for y in (y1, y2, y3):
+        g.output(y)
+    m["rmsnorm_matmul"] = g
+
+    g = G()  # RMSNorm read by one Gemm, through a Transpose that keeps the last axis
+    rms = g.op("RMSNormalization", [g.input("x", [3, 6, 16]), g.const([16], "s", positive=True)])
+    t = g.op("Transpose", [rms], perm=[1, 0, 2])
+    g.output(g.op("MatMul", [t, g.const([16, 4])]))
+    m["rmsnorm_transpose_matmul"] = g
+
     g = G()  # classification head: Conv+BN+Relu, GAP, Flatten, Gemm(transB)
     x = g.input("x", [2, 3, 8, 8])
     f = g.op("Relu", [g.bn(conv(g, x, 3, 6), 6)])
@@ -399,6 +415,18 @@ def models():
                                      g.const([4, 16], "s", positive=True)], name="ln_axis", axis=1)
     g.output(g.op("MatMul", [ln, g.const([16, 3])]))
     m["nm_ln_axis"] = g
+
+    g = G()  # RMSNorm over a middle axis
+    rms = g.op("RMSNormalization", [g.input("x", [2, 4, 16]),
+                                    g.const([4, 16], "s", positive=True)], name="rms_axis", axis=1)
+    g.output(g.op("MatMul", [rms, g.const([16, 3])]))
+    m["nm_rms_axis"] = g
+
+    g = G()  # RMSNorm read by a MatMul as B: no prologue there
+    rms = g.op("RMSNormalization", [g.input("x", [16, 8]), g.const([8], "s", positive=True)],
+               name="rms_as_b")
+    g.output(g.op("MatMul", [g.input("a", [3, 16]), rms]))
+    m["nm_rms_as_b"] = g
     return m
 
 

@@ -189,6 +189,11 @@ static const positive positives[] = {
      {{AF_OP_FUSED_MATMUL, 2}, {AF_OP_LAYER_NORMALIZATION, 1}, {AF_OP_ADD, 1}}, NULL},
     {"layernorm_gemm", AF_RULE_LAYER_NORM_MATMUL, 1, 1,
      {{AF_OP_FUSED_MATMUL, 1}, {AF_OP_LAYER_NORMALIZATION, 0}}, "LayerNormMatMulFusionOp"},
+    {"rmsnorm_matmul", AF_RULE_RMS_NORM_MATMUL, 1, 4,
+     {{AF_OP_FUSED_MATMUL, 2}, {AF_OP_RMS_NORMALIZATION, 1}, {AF_OP_ADD, 1}}, NULL},
+    {"rmsnorm_transpose_matmul", AF_RULE_RMS_NORM_MATMUL, 1, 2,
+     {{AF_OP_FUSED_MATMUL, 1}, {AF_OP_RMS_NORMALIZATION, 0}, {AF_OP_TRANSPOSE, 1}},
+     "RMSNormMatMulFusionOp"},
     {"conv_pool_fc", AF_RULE_CONV_POOL_FC, 1, 1, {{AF_OP_CONV_POOL_FC, 1}, {AF_OP_FUSED_CONV, 0}},
      "ConvBNReluFusionOp,ConvPoolFcFusionOp"},
     {"conv_pool_matmul", AF_RULE_CONV_POOL_FC, 1, 1, {{AF_OP_CONV_POOL_FC, 1}},
@@ -272,6 +277,33 @@ static void test_conv_epilogue(void **state) {
     af_model_free(m);
 }
 
+/* The RMSNorm prologue: FusedMatMul with ln_rms 1, the Scale as ln_scale and no ln_bias; an
+ * RMSNorm read as B is left alone (no prologue there, nothing to report). */
+static void test_rmsnorm_prologue(void **state) {
+    (void)state;
+    af_model *m = load("rmsnorm_matmul");
+    fuse(m, NULL, NULL);
+    int seen = 0;
+    for (int i = 0; i < m->graph->nnodes; i++) {
+        const af_node *f = m->graph->nodes[i];
+        if (f->op != AF_OP_FUSED_MATMUL) continue;
+        seen++;
+        assert_int_equal(af_attr_int(f, "ln_rms", 0), 1);
+        assert_true(f->nin >= 5 && f->in[3] && !f->in[4]);
+        assert_float_equal(af_attr_float(f, "ln_epsilon", 0), 1e-6f, 1e-12);
+    }
+    assert_int_equal(seen, 2);
+    af_model_free(m);
+    af_model *ref = load("nm_rms_as_b");
+    m = load("nm_rms_as_b");
+    fuse(m, NULL, NULL);
+    assert_int_equal(count_op(m->graph, AF_OP_RMS_NORMALIZATION), 1);
+    assert_int_equal(count_fused(m->graph), 0);
+    same_outputs("nm_rms_as_b", ref->graph, m->graph);
+    af_model_free(ref);
+    af_model_free(m);
+}
+
 /* ---- near misses ------------------------------------------------------------------------------ */
 
 typedef struct near_miss {
@@ -302,6 +334,8 @@ static const near_miss misses[] = {
     {"nm_se_gate_output", AF_RULE_SQUEEZE_EXCITE, "gap_se", "intermediate is a graph output",
      AF_OP_SQUEEZE_EXCITE, false},
     {"nm_ln_axis", AF_RULE_LAYER_NORM_MATMUL, "ln_axis", "normalisation axis is not the last",
+     AF_OP_FUSED_MATMUL, true},
+    {"nm_rms_axis", AF_RULE_RMS_NORM_MATMUL, "rms_axis", "normalisation axis is not the last",
      AF_OP_FUSED_MATMUL, true},
     {"nm_matmul_two_consumers", AF_RULE_MATMUL_BIAS_ACT, "mm_shared", "output feeds 2 consumers",
      AF_OP_FUSED_MATMUL, true},
@@ -742,6 +776,7 @@ int main(void) {
     setenv("AUTOFUSION_MACHINE_FILE", mf, 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_positive),        cmocka_unit_test(test_conv_epilogue),
+        cmocka_unit_test(test_rmsnorm_prologue),
         cmocka_unit_test(test_near_misses),     cmocka_unit_test(test_switch_file_lines),
         cmocka_unit_test(test_switch_file_json), cmocka_unit_test(test_switch_errors),
         cmocka_unit_test(test_switch_env),      cmocka_unit_test(test_disabled),

@@ -613,11 +613,14 @@ static af_graph *build_ln(tg *t, ln_opts o) {
     return t->g;
 }
 
-static void ln_case(ln_opts o, int want_ln, int want_nodes) {
+/* want_rms: RMSNormalization nodes expected (a LayerNorm refused for its mean is still the RMSNorm
+ * of x - mean, with gamma, the beta Add after it). */
+static void ln_case_rms(ln_opts o, int want_ln, int want_rms, int want_nodes) {
     tg t = tg_new(13);
     af_graph *g = build_ln(&t, o);
     check_pass(g, af_pass_canonicalize);
     assert_int_equal(count(g, "LayerNormalization"), want_ln);
+    assert_int_equal(count(g, "RMSNormalization"), want_rms);
     assert_int_equal(g->nnodes, want_nodes);
     if (want_ln == 1 && want_nodes == 1) {
         const af_node *n = g->nodes[0];
@@ -628,6 +631,8 @@ static void ln_case(ln_opts o, int want_ln, int want_nodes) {
     }
     af_arena_free(t.a);
 }
+
+static void ln_case(ln_opts o, int want_ln, int want_nodes) { ln_case_rms(o, want_ln, 0, want_nodes); }
 
 static void test_layernorm(void **state) {
     (void)state;
@@ -650,13 +655,13 @@ static void test_layernorm_near_misses(void **state) {
     (void)state;
     ln_opts o = LN_PLAIN;
     o.mean_escapes = true;
-    ln_case(o, 0, 9);
+    ln_case_rms(o, 0, 1, 4); /* ReduceMean, Sub, RMSNormalization, Add */
     o = LN_PLAIN;
     o.eps_input = true;
     ln_case(o, 0, 9);
     o = LN_PLAIN;
     o.mean_axis = 1;
-    ln_case(o, 0, 9);
+    ln_case_rms(o, 0, 1, 4);
     o = LN_PLAIN;
     o.exponent = 3.0;
     ln_case(o, 0, 9);
@@ -688,6 +693,115 @@ static void test_layernorm_more_near_misses(void **state) {
         }
         af_arena_free(t.a);
     }
+}
+
+/* ---- canonicalize: RMSNorm ----------------------------------------------------------------- */
+
+enum { RMS_DIV, RMS_ONE_OVER, RMS_RECIPROCAL, RMS_POW_HALF };
+
+typedef struct rms_opts {
+    bool mul_square;   /* x*x instead of Pow(x, 2) */
+    int norm;          /* x / Sqrt, x * (1 / Sqrt) (T5), x * Reciprocal(Sqrt), x * Pow(., -0.5) */
+    int gamma;         /* 0 none, 1 Mul(y, gamma), 2 Mul(gamma, y) (T5) */
+    bool residual;     /* x is also read by an Add (the residual): still an RMSNorm */
+    double exponent;   /* of the square */
+    double one;        /* numerator of 1 / Sqrt */
+    int64_t axis;      /* of the ReduceMean */
+    bool ms_escapes;   /* the mean square is also a graph output */
+    bool eps_input;    /* eps is a graph input */
+    bool other_x;      /* the normalisation multiplies another tensor than the squared one */
+} rms_opts;
+
+static const rms_opts RMS_PLAIN = {false, RMS_ONE_OVER, 2, false, 2.0, 1.0, -1, false, false, false};
+
+/* x [2,3,8] as T5's and LLaMA's RMSNorm exports. Nodes: 7 with gamma. */
+static af_graph *build_rms(tg *t, rms_opts o) {
+    const int64_t xd[] = {2, 3, 8}, c = 8;
+    af_value *x = input(t, "x", 3, xd), *x2 = o.other_x ? input(t, "x2", 3, xd) : x;
+    af_value *sq = o.mul_square ? op2(t, "Mul", x, x) : op2(t, "Pow", x, sc(t, o.exponent));
+    af_node *ms = mk_in(t->g, "ReduceMean", 1, (af_value *[]){sq}, 1);
+    attr_ints(ms, "axes", 1, &o.axis);
+    af_value *eps = o.eps_input ? input(t, "eps", 0, NULL) : sc(t, 1e-6);
+    af_value *v = op2(t, "Add", ms->out[0], eps), *y;
+    if (o.norm == RMS_POW_HALF) {
+        y = op2(t, "Mul", x2, op2(t, "Pow", v, sc(t, -0.5)));
+    } else {
+        af_value *sd = op1(t, "Sqrt", v);
+        if (o.norm == RMS_DIV) y = op2(t, "Div", x2, sd);
+        else if (o.norm == RMS_RECIPROCAL) y = op2(t, "Mul", op1(t, "Reciprocal", sd), x2);
+        else y = op2(t, "Mul", x2, op2(t, "Div", sc(t, o.one), sd));
+    }
+    double gv[8];
+    for (int i = 0; i < 8; i++) gv[i] = 0.5 + 0.1 * i;
+    af_value *gamma = cst_in(t->g, AF_DTYPE_FLOAT, 1, &c, gv);
+    if (o.gamma) y = o.gamma == 1 ? op2(t, "Mul", y, gamma) : op2(t, "Mul", gamma, y);
+    if (o.residual) y = op2(t, "Add", y, x);
+    output_in(t->g, y);
+    if (o.ms_escapes) output_in(t->g, ms->out[0]);
+    finish_graph(t->g);
+    return t->g;
+}
+
+static void rms_case(rms_opts o, int want_rms, int want_nodes) {
+    tg t = tg_new(13);
+    af_graph *g = build_rms(&t, o);
+    check_pass(g, af_pass_canonicalize);
+    assert_int_equal(count(g, "RMSNormalization"), want_rms);
+    assert_int_equal(g->nnodes, want_nodes);
+    assert_int_equal(count(g, "LayerNormalization"), 0);
+    if (want_rms == 1) {
+        const af_node *n = g->nodes[0];
+        assert_int_equal(n->op, AF_OP_RMS_NORMALIZATION);
+        assert_int_equal(af_attr_int(n, "axis", 0), -1);
+        assert_float_equal(af_attr_float(n, "epsilon", 0), 1e-6f, 1e-12);
+        assert_int_equal(n->nin, 2);
+    }
+    af_arena_free(t.a);
+}
+
+static void test_rmsnorm(void **state) {
+    (void)state;
+    rms_case(RMS_PLAIN, 1, 1);
+    rms_opts o = RMS_PLAIN;
+    o.mul_square = true;
+    o.norm = RMS_RECIPROCAL;
+    o.gamma = 1;
+    rms_case(o, 1, 1);
+    o = RMS_PLAIN;
+    o.norm = RMS_DIV;
+    o.gamma = 0; /* Scale of ones */
+    rms_case(o, 1, 1);
+    o = RMS_PLAIN;
+    o.norm = RMS_POW_HALF;
+    o.residual = true;
+    rms_case(o, 1, 2);
+    o = RMS_PLAIN;
+    o.axis = 2; /* the last axis written positively */
+    rms_case(o, 1, 1);
+}
+
+/* Each leaves the graph as it was: 7 nodes. */
+static void test_rmsnorm_near_misses(void **state) {
+    (void)state;
+    rms_opts o = RMS_PLAIN;
+    o.exponent = 3.0;
+    rms_case(o, 0, 7);
+    o = RMS_PLAIN;
+    o.one = 2.0;
+    rms_case(o, 0, 7);
+    o = RMS_PLAIN;
+    o.axis = 1;
+    rms_case(o, 0, 7);
+    o = RMS_PLAIN;
+    o.ms_escapes = true;
+    rms_case(o, 0, 7);
+    o = RMS_PLAIN;
+    o.eps_input = true;
+    rms_case(o, 0, 7);
+    o = RMS_PLAIN;
+    o.other_x = true;
+    o.norm = RMS_RECIPROCAL;
+    rms_case(o, 0, 7);
 }
 
 /* ---- canonicalize: GroupNorm --------------------------------------------------------------- */
@@ -1240,6 +1354,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_layernorm_near_misses),
         cmocka_unit_test(test_layernorm_more_near_misses),
+        cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_rmsnorm_near_misses),
         cmocka_unit_test(test_groupnorm),
         cmocka_unit_test(test_groupnorm_near_misses),
         cmocka_unit_test(test_instancenorm_as_groupnorm),

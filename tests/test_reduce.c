@@ -2,7 +2,7 @@
  * Reduce op over axes sets that give both of its forms (the last run reduced or kept), with
  * keepdims, noop_with_empty_axes, axes as attribute or input, dims of 1, odd sizes, NaN and
  * infinities; ArgMax / ArgMin with ties and select_last_index; InstanceNormalization of rank 3
- * to 5. Each case runs on the reference ISA (the oracle), then on every vector ISA the CPU has
+ * to 5; LayerNormalization and RMSNormalization. Each case runs on the reference ISA (the oracle), then on every vector ISA the CPU has
  * (and the one AUTOFUSION_ISA allows) at 1 and 2 threads; floats must agree within float
  * rounding, indices exactly. The fast kernel is also called directly, so a case it was meant to
  * take cannot pass by being declined; bad inputs must give the reference's error. */
@@ -158,6 +158,12 @@ static const rcase cases[] = {
     /* LayerNormalization over the last axes (torch's normalized_shape of 2 and 3 dims) */
     {"LayerNormalization", "axis=-2", 17, 4, {2, 5, 6, 7}, NOAX, FILL_BIG, true},
     {"LayerNormalization", "axis=1 epsilon=0.001", 17, 4, {3, 4, 5, 6}, NOAX, FILL_RAND, true},
+    /* RMSNormalization: rows with a vector tail, several axes, a bad axis */
+    {"RMSNormalization", "", 23, 3, {2, 5, 37}, NOAX, FILL_BIG, true},
+    {"RMSNormalization", "epsilon=0.001", 23, 2, {7, 16}, NOAX, FILL_RAND, true},
+    {"RMSNormalization", "axis=1", 23, 3, {3, 4, 5}, NOAX, FILL_RAND, true},
+    {"RMSNormalization", "", 23, 2, {3, 1}, NOAX, FILL_RAND, true},
+    {"RMSNormalization", "axis=3", 23, 3, {2, 4, 5}, NOAX, FILL_RAND, false}, /* axis out of range */
     /* CumSum: the second input is the axis (int64 [1]) */
     {"CumSum", "", 14, 2, {8, 4096}, 1, {1}, FILL_RAND, true},
     {"CumSum", "exclusive=1 reverse=1", 14, 2, {8, 333}, 1, {-1}, FILL_RAND, true},
@@ -216,6 +222,7 @@ static af_kernel_fn fast_fn(af_op op) {
     case AF_OP_TOPK: return fast_topk;
     case AF_OP_SOFTMAX: return fast_softmax;
     case AF_OP_LAYER_NORMALIZATION: return fast_layernorm;
+    case AF_OP_RMS_NORMALIZATION: return fast_rmsnorm;
     case AF_OP_LOG_SOFTMAX: return fast_log_softmax;
     case AF_OP_GROUP_NORM: return fast_group_norm;
     case AF_OP_CUMSUM: return fast_cumsum;
@@ -284,8 +291,9 @@ static void test_fast_vs_reference(void **state) {
         snprintf(what, sizeof what, "case %zu: %s %s on %d-D", c, rc->op, rc->attrs, rc->rank);
         af_arena *a = af_arena_new();
         af_op op = af_op_lookup("", rc->op);
-        bool inorm = op == AF_OP_INSTANCE_NORMALIZATION, lnorm = op == AF_OP_LAYER_NORMALIZATION;
-        int nin = inorm || lnorm ? 3 : rc->naxes >= 0 ? 2 : 1;
+        bool inorm = op == AF_OP_INSTANCE_NORMALIZATION, rms = op == AF_OP_RMS_NORMALIZATION;
+        bool lnorm = op == AF_OP_LAYER_NORMALIZATION || rms;
+        int nin = inorm || (lnorm && !rms) ? 3 : lnorm || rc->naxes >= 0 ? 2 : 1;
         int nout = rc->nout ? rc->nout : 1;
         af_node *n = tu_node(a, op, rc->opset, nin, nout, 8);
         for (int o = 0; o < nout; o++) /* outputs present (MaxPool's Indices is read) */
@@ -295,14 +303,15 @@ static void test_fast_vs_reference(void **state) {
         owned[0] = af_tensor_new(AF_DTYPE_FLOAT, rc->rank, rc->dims);
         assert_non_null(owned[0]);
         fill(owned[0], rc->fill);
-        if (lnorm) { /* Scale and B of the normalised dims [axis, rank) */
+        if (lnorm) { /* Scale and B (not RMSNorm's) of the normalised dims [axis, rank) */
             int64_t ax = af_attr_int(n, "axis", -1);
             ax = ax < 0 ? ax + rc->rank : ax;
+            if (ax < 0 || ax >= rc->rank) ax = rc->rank - 1; /* a bad axis: any Scale */
             owned[1] = af_tensor_new(AF_DTYPE_FLOAT, rc->rank - (int)ax, rc->dims + ax);
-            owned[2] = af_tensor_new(AF_DTYPE_FLOAT, rc->rank - (int)ax, rc->dims + ax);
-            assert_true(owned[1] && owned[2]);
+            owned[2] = rms ? NULL : af_tensor_new(AF_DTYPE_FLOAT, rc->rank - (int)ax, rc->dims + ax);
+            assert_true(owned[1] && (rms || owned[2]));
             fill(owned[1], FILL_POS);
-            fill(owned[2], FILL_RAND);
+            if (!rms) fill(owned[2], FILL_RAND);
         } else if (inorm) {
             int64_t cd[1] = {rc->dims[1]};
             owned[1] = af_tensor_new(AF_DTYPE_FLOAT, 1, cd);

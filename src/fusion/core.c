@@ -81,6 +81,7 @@ const char *fuse_core_init(fuse_core *c, af_node *src) {
         c->nfixed = 5;
         for (int i = 0; i < 5; i++) c->in[i] = input(src, i);
         c->ln = c->in[3] != NULL;
+        c->ln_rms = c->ln && af_attr_int(src, "ln_rms", 0) != 0;
         c->ln_epsilon = af_attr_float(src, "ln_epsilon", 1e-5f);
         return c->in[0] && c->in[1] ? fuse_epi_load(&c->epi, src, 5) : AF_NO_MATCH;
     case AF_OP_GROUP_NORM: /* the canonical form; its kernels run the epilogue per group */
@@ -141,6 +142,7 @@ af_node *fuse_core_build(fuse_core *c, const char *name, af_error *err) {
     }
     if (ok && c->ln && !af_node_attr(n, "ln_epsilon"))
         ok = af_node_set_float(n, "ln_epsilon", c->ln_epsilon);
+    if (ok && c->ln_rms && !af_node_attr(n, "ln_rms")) ok = af_node_set_int(n, "ln_rms", 1);
     if (!ok) {
         af_node_fail(err, src, AF_ERR_NOMEM, "out of memory");
         return NULL;

@@ -81,6 +81,7 @@ double af_cost_flops(const af_node *n) {
     case AF_OP_BATCH_NORMALIZATION: return 2.0 * out;
     case AF_OP_LAYER_NORMALIZATION:
     case AF_OP_GROUP_NORM: return 8.0 * out;
+    case AF_OP_RMS_NORMALIZATION: return 4.0 * out;
     case AF_OP_SOFTMAX:
     case AF_OP_LOG_SOFTMAX: return 5.0 * out;
     case AF_OP_MAX_POOL:

@@ -13,8 +13,10 @@
  *                    already folded into W and B. With transposed = 1 a ConvTranspose instead:
  *                    its attributes, W [C, M/group, k...].
  *   FusedMatMul      [A, B, bias?, ln_scale?, ln_bias?, operands...]; trans_a, trans_b, alpha,
- *                    ln_epsilon (LayerNorm prologue over A's last dim, iff ln_scale is given)
- *                    + epilogue. Y = epilogue(alpha * LN(A) x B + bias), numpy MatMul semantics.
+ *                    ln_epsilon (LayerNorm prologue over A's last dim, iff ln_scale is given),
+ *                    ln_rms (1: the prologue is an RMSNorm, x / sqrt(mean(x^2) + eps) * ln_scale,
+ *                    no ln_bias) + epilogue. Y = epilogue(alpha * LN(A) x B + bias), numpy
+ *                    MatMul semantics.
  *   FusedElementwise [X, operands...]; epilogue over X (output shaped like X).
  *   ConvPoolFc       [X, Wc, Bc?, Wfc, Bfc?, operands...]; Conv attributes + epilogue (on the
  *                    conv output) + fc_trans_b: Gemm(GlobalAveragePool(conv), Wfc) + Bfc.

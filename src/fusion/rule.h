@@ -121,6 +121,7 @@ typedef struct fuse_core {
     int nfixed;       /* inputs before the epilogue operands: 3, 5 or 1 */
     af_value *in[5];  /* those inputs (NULL: omitted) */
     bool ln;          /* FusedMatMul: LayerNorm prologue (in[3], in[4]) with ln_epsilon */
+    bool ln_rms;      /* ... an RMSNorm prologue instead (in[3] only; attribute ln_rms 1) */
     float ln_epsilon;
     float c_scale;    /* Gemm: beta, folded into a new constant C when not 1 */
     int c_step;       /* Gemm: C's epilogue step, or -1 (C in the bias slot or absent) */

@@ -656,6 +656,7 @@ static bool qkv_match(const af_node *att, qkv *q) {
             p->nin != p0->nin || (p->nin > 3 && p->in[3] != p0->in[3]) || (p->nin > 4 && p->in[4] != p0->in[4]) ||
             af_attr_int(p, "trans_a", 0) != af_attr_int(p0, "trans_a", 0) ||
             !same_value_attr(p, p0, "alpha", 1.0f) || !same_value_attr(p, p0, "ln_epsilon", 1e-5f) ||
+            af_attr_int(p, "ln_rms", 0) != af_attr_int(p0, "ln_rms", 0) ||
             v->type.rank != att->in[0]->type.rank)
             return false;
     }

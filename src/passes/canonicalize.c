@@ -3,6 +3,9 @@
  *   LayerNormalization(x, gamma, beta; axis=-1, epsilon)  from  ReduceMean, Sub, Pow 2 (or
  *       Mul d*d), ReduceMean, Add eps, Sqrt, Div (or Mul by Reciprocal / Pow -0.5), [Mul gamma],
  *       [Add beta]; absent gamma/beta become constants 1/0;
+ *   RMSNormalization(x, gamma; axis=-1, epsilon)  from  Pow 2 (or Mul x*x), ReduceMean, Add eps,
+ *       then LayerNorm's normalisations with x for x - mean (also x * (1 / Sqrt), torch's
+ *       rsqrt), [Mul gamma]; an absent gamma becomes constant 1;
  *   Gelu(x; approximate="none")   from  0.5*x*(1+Erf(x/sqrt2)), in the association orders
  *       torch and Hugging Face emit;
  *   Gelu(x; approximate="tanh")   from  0.5*x*(1+Tanh(sqrt(2/pi)*(x+0.044715*x^3)));
@@ -390,20 +393,23 @@ static af_value *ln_variance(const pass_scope *s, ln_match *l) {
     return add->out[0];
 }
 
-/* d / sqrt(ve), d * reciprocal(sqrt(ve)), d * ve^-0.5 or d / ve^0.5: the last node. */
+/* d / sqrt(ve), d * reciprocal(sqrt(ve)), d * (1 / sqrt(ve)) (torch's rsqrt), d * ve^-0.5 or
+ * d / ve^0.5: the last node. */
 static af_node *ln_normalise(const pass_scope *s, const af_value *ve, ln_match *l) {
-    af_node *u = pass_sole_user(s, ve), *r, *out = NULL;
+    af_node *u = pass_sole_user(s, ve), *r, *recip = NULL, *out = NULL;
     if (!u || u->nin < 1 || u->in[0] != ve || u->nout != 1) return NULL;
     bool root = u->op == AF_OP_SQRT ||
                 (u->op == AF_OP_POW && u->nin == 2 && scalar_is(u->in[1], l->x, 0.5));
     bool inv_root = u->op == AF_OP_POW && u->nin == 2 && scalar_is(u->in[1], l->x, -0.5);
-    if (root && (r = next(s, u->out[0], AF_OP_DIV)) && r->nin == 2 && r->in[0] == l->d &&
-        r->in[1] == u->out[0])
-        out = r;
-    if (root && !out && (r = next(s, u->out[0], AF_OP_RECIPROCAL))) {
-        af_node *mul = next(s, r->out[0], AF_OP_MUL);
-        if (mul && other_input(mul, r->out[0]) == l->d) {
-            take(&l->m, r);
+    if (root && (r = next(s, u->out[0], AF_OP_DIV)) && r->nin == 2 && r->in[1] == u->out[0]) {
+        if (r->in[0] == l->d) out = r;
+        else if (scalar_is(r->in[0], l->x, 1.0)) recip = r;
+    }
+    if (root && !out && !recip) recip = next(s, u->out[0], AF_OP_RECIPROCAL);
+    if (recip) {
+        af_node *mul = next(s, recip->out[0], AF_OP_MUL);
+        if (mul && other_input(mul, recip->out[0]) == l->d) {
+            take(&l->m, recip);
             out = mul;
         }
     }
@@ -484,6 +490,70 @@ static af_status layernorm(pass_scope *s, af_node *mean, bool *hit, af_error *er
     af_node_set_output(r, 0, l.y);
     *hit = true;
     return AF_OK;
+}
+
+/* ---- RMSNorm ------------------------------------------------------------------------------- */
+
+/* x / sqrt(ReduceMean(x^2) + eps) [* gamma] over the last axis, anchored at the ReduceMean: the
+ * square is Pow(x, 2) or Mul(x, x), the normalisation any of LayerNorm's (ln_normalise with
+ * d = x: T5's x * (1 / Sqrt), LLaMA's x * Reciprocal(Sqrt), x * Pow -0.5, x / Sqrt), gamma a
+ * float32 [width] on either side. x itself may have any other readers (the residual). */
+static bool rms_match_at(const pass_scope *s, af_node *var, ln_match *l) {
+    af_value *sqv = var->nin >= 1 ? var->in[0] : NULL;
+    af_node *sq = feeding(s, sqv, AF_OP_POW, var);
+    if (!sq) sq = feeding(s, sqv, AF_OP_MUL, var);
+    af_value *x = sq && sq->nin == 2 ? sq->in[0] : NULL;
+    if (!x || x->type.dtype != AF_DTYPE_FLOAT || x->type.rank < 1 || x->type.rank > AF_MAX_RANK)
+        return false;
+    if (sq->op == AF_OP_POW ? !scalar_is(sq->in[1], x, 2.0) : sq->in[1] != x) return false;
+    l->x = l->d = x;
+    l->rank = x->type.rank;
+    l->width = x->type.dims[l->rank - 1];
+    if (l->width < 1 || l->width > LN_MAX_WIDTH || !reduces_last(var, l->rank)) return false;
+    af_node *add = next(s, var->out[0], AF_OP_ADD);
+    af_value *eps = add ? other_input(add, var->out[0]) : NULL;
+    if (!eps || !shape_safe_scalar(eps, x, &l->eps) || !isfinite(l->eps) || l->eps < 0.0)
+        return false;
+    take(&l->m, sq);
+    take(&l->m, var);
+    take(&l->m, add);
+    if (!(l->norm = ln_normalise(s, add->out[0], l))) return false;
+    take(&l->m, l->norm);
+    l->y = l->norm->out[0];
+    af_node *mul = next(s, l->y, AF_OP_MUL);
+    af_value *p = mul ? other_input(mul, l->y) : NULL;
+    if (ln_param_ok(p, l)) {
+        l->gamma = p;
+        take(&l->m, mul);
+        l->y = mul->out[0];
+    }
+    return true;
+}
+
+static af_status rmsnorm(pass_scope *s, af_node *var, bool *hit, af_error *err) {
+    ln_match l = {0};
+    if (!rms_match_at(s, var, &l)) return AF_OK;
+    if (!l.gamma) l.gamma = ln_fill(s, &l, "rmsnorm_scale", 1.0f);
+    af_node *r = pass_node_new(s, AF_OP_RMS_NORMALIZATION, var, 2, 1);
+    if (!l.gamma || !r || !af_node_set_int(r, "axis", -1) ||
+        !af_node_set_float(r, "epsilon", (float)l.eps) || !provenance(r, &l.m))
+        return af_node_fail(err, var, AF_ERR_NOMEM, "out of memory canonicalizing");
+    af_status st = AF_OK;
+    for (int i = 0; i < l.m.n && !st; i++) st = pass_kill(s, l.m.nodes[i], err);
+    if (st) return st;
+    af_node_set_input(r, 0, l.x);
+    af_node_set_input(r, 1, l.gamma);
+    af_node_set_output(r, 0, l.y);
+    *hit = true;
+    return AF_OK;
+}
+
+/* ReduceMean anchors both norms: LayerNorm's mean first, else RMSNorm's mean square. */
+static af_status norm_at(pass_scope *s, af_node *mean, bool *hit, af_error *err) {
+    bool ln = false;
+    af_status st = layernorm(s, mean, &ln, err);
+    *hit = *hit || ln;
+    return st || ln ? st : rmsnorm(s, mean, hit, err);
 }
 
 /* LayerNormalization over the last axis written as a positive axis: make it -1. */
@@ -765,7 +835,7 @@ static af_status groupnorm(pass_scope *s, af_node *in, bool *hit, af_error *err)
 
 static af_status rewrite_at(pass_scope *s, af_node *n, bool *hit, af_error *err) {
     switch (n->op) {
-    case AF_OP_REDUCE_MEAN: return layernorm(s, n, hit, err);
+    case AF_OP_REDUCE_MEAN: return norm_at(s, n, hit, err);
     case AF_OP_ERF: return gelu_erf(s, n, hit, err);
     case AF_OP_TANH: return gelu_tanh(s, n, hit, err);
     case AF_OP_SIGMOID: return silu(s, n, hit, err);

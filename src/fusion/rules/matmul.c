@@ -5,7 +5,8 @@
  *                          is Relu;
  *  LayerNormMatMulFusionOp LayerNormalization over the last axis read as A by MatMul/Gemm/
  *                          FusedMatMul nodes -> each becomes a FusedMatMul normalising A's rows as
- *                          it reads them; the LayerNorm stays only for its other readers.
+ *                          it reads them; the LayerNorm stays only for its other readers;
+ *  RMSNormMatMulFusionOp   the same for RMSNormalization (FusedMatMul with ln_rms 1).
  *
  * Invariant: checks only read the graph and leave in the match everything apply needs; apply
  * re-derives the core with fuse_core_init (deterministic) and only allocates and rewires. */
@@ -119,7 +120,10 @@ af_status rule_matmul_bias_act_apply(af_fusion_ctx *cx, af_match *m, af_error *e
     return fuse_commit(cx, m, f, m->out[0], fuse_all(m), err);
 }
 
-/* ---- LayerNormMatMulFusionOp --------------------------------------------------------------- */
+/* ---- LayerNormMatMulFusionOp and RMSNormMatMulFusionOp --------------------------------------- */
+
+/* Both rules are one: the RMSNorm is a LayerNorm without mean and bias (the FusedMatMul's ln_rms
+ * attribute), so the products, the row ops and the refusals are the same. */
 
 /* Scratch use: node[0] the LayerNorm (kept; removed at the end when nothing reads it any more);
  * m->core a row op between the LayerNorm and some products, or NULL; then the products that take
@@ -211,8 +215,7 @@ static void collect(af_match *m, const af_node *ln, const af_value *a, bool via,
     }
 }
 
-const char *rule_layernorm_matmul_check(af_fusion_ctx *cx, af_node *ln, af_match *m) {
-    (void)cx;
+static const char *norm_matmul_check(af_node *ln, af_match *m) {
     af_value *x = input(ln, 0), *scale = input(ln, 1), *bias = input(ln, 2);
     af_value *y = ln->nout > 0 ? ln->out[0] : NULL;
     if (!x || !y) return AF_NO_MATCH;
@@ -225,7 +228,9 @@ const char *rule_layernorm_matmul_check(af_fusion_ctx *cx, af_node *ln, af_match
     int64_t k = x->type.dims[rank - 1];
     if (k < 0) return "shape is not known";
     if (!af_value_is_f32(scale) || scale->type.rank != 1 || scale->type.dims[0] != k)
-        return "LayerNorm scale is not 1-D";
+        return "norm scale is not 1-D";
+    if (ln->op == AF_OP_RMS_NORMALIZATION && (ln->nin != 2 || ln->nout != 1))
+        return "RMSNormalization is not X, Scale -> Y";
     if (bias && (!af_value_is_f32(bias) || bias->type.rank != 1 || bias->type.dims[0] != k))
         return "LayerNorm bias is not 1-D";
     for (int o = 1; o < ln->nout; o++)
@@ -242,6 +247,16 @@ const char *rule_layernorm_matmul_check(af_fusion_ctx *cx, af_node *ln, af_match
         collect(m, ln, t->out[0], true, &refused);
     }
     return m->nout > 0 ? NULL : refused;
+}
+
+const char *rule_layernorm_matmul_check(af_fusion_ctx *cx, af_node *ln, af_match *m) {
+    (void)cx;
+    return norm_matmul_check(ln, m);
+}
+
+const char *rule_rmsnorm_matmul_check(af_fusion_ctx *cx, af_node *rms, af_match *m) {
+    (void)cx;
+    return norm_matmul_check(rms, m);
 }
 
 /* A copy of row op t reading x instead of the LayerNorm output, placed right after t; NULL when
@@ -269,7 +284,7 @@ static af_value *row_copy(af_node *t, af_value *x, af_error *err) {
     return v;
 }
 
-af_status rule_layernorm_matmul_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
+static af_status norm_matmul_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
     af_node *ln = m->node[0], *t = m->core;
     af_value *moved = NULL;
     if (t && m->ival[0]) {
@@ -286,6 +301,7 @@ af_status rule_layernorm_matmul_apply(af_fusion_ctx *cx, af_match *m, af_error *
         core.in[3] = ln->in[1];
         core.in[4] = input(ln, 2);
         core.ln = true;
+        core.ln_rms = ln->op == AF_OP_RMS_NORMALIZATION;
         core.ln_epsilon = af_attr_float(ln, "epsilon", 1e-5f);
         af_node *f = fuse_core_build(&core, p->name, err);
         if (!f) return err ? err->code : AF_ERR_NOMEM;
@@ -297,4 +313,12 @@ af_status rule_layernorm_matmul_apply(af_fusion_ctx *cx, af_match *m, af_error *
     if (moved) fuse_remove_if_dead(cx, moved->producer);
     fuse_remove_if_dead(cx, ln);
     return AF_OK;
+}
+
+af_status rule_layernorm_matmul_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
+    return norm_matmul_apply(cx, m, err);
+}
+
+af_status rule_rmsnorm_matmul_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
+    return norm_matmul_apply(cx, m, err);
 }

@@ -85,6 +85,7 @@ static const fast_row rows[AF_OP_COUNT] = {
     [AF_OP_GATHER_ND] = {.kernel = fast_gather_nd, .in_types = ANY_DTYPE},
     [AF_OP_NON_ZERO] = {.kernel = fast_non_zero, .in_types = ANY_DTYPE},
     [AF_OP_LAYER_NORMALIZATION] = {.kernel = fast_layernorm},
+    [AF_OP_RMS_NORMALIZATION] = {.kernel = fast_rmsnorm},
     [AF_OP_SOFTMAX] = {.kernel = fast_softmax},
     [AF_OP_LOG_SOFTMAX] = {.kernel = fast_log_softmax},
     [AF_OP_REDUCE_SUM] = {.kernel = fast_reduce},

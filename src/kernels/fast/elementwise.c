@@ -171,6 +171,14 @@ static void ln_rows(void *ctx, int slot, int64_t begin, int64_t end) {
         v->layernorm(j->x + r * j->len, j->y + r * j->len, j->len, j->eps, j->scale, j->bias);
 }
 
+static void rms_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const row_job *j = ctx;
+    const af_vec_ops *v = af_vec();
+    for (int64_t r = begin; r < end; r++)
+        v->rmsnorm(j->x + r * j->len, j->y + r * j->len, j->len, j->eps, j->scale);
+}
+
 static void smax_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     (void)slot;
     const row_job *j = ctx;
@@ -352,6 +360,25 @@ af_status fast_layernorm(const af_node *n, const af_tensor *const *in, af_tensor
     int64_t outer = nn_prod(t, 0, axis), inner = nn_prod(t, axis, t->rank);
     return taken(run_layernorm(t, scale, b, af_attr_float(n, "epsilon", 1e-5f), outer, inner,
                                    &out[0], x));
+}
+
+/* RMSNormalization over the last axes with a whole-row Scale (what canonicalize makes). */
+af_status fast_rmsnorm(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                       af_error *err) {
+    (void)err;
+    int axis;
+    if (n->nin != 2 || n->nout != 1 || !same_ready(n, in, out) || !f32_ready(in[1]) ||
+        nn_layernorm_axis(n, in, &axis, NULL))
+        return AF_DECLINED;
+    const af_tensor *t = in[0];
+    int64_t rows = nn_prod(t, 0, axis), len = nn_prod(t, axis, t->rank);
+    if (t->dtype != AF_DTYPE_FLOAT || out[0].dtype != AF_DTYPE_FLOAT || len < 1 ||
+        af_tensor_numel(in[1]) != len)
+        return AF_DECLINED;
+    row_job j = {t->data, in[1]->data, NULL, out[0].data, len, af_attr_float(n, "epsilon", 1e-5f)};
+    af_exec_parallel(x, rows, af_exec_work_ns(x, 4.0 * (double)(rows * len), 8.0 * (double)(rows * len)),
+                     rms_rows, &j);
+    return AF_OK;
 }
 
 typedef struct cols_job {

@@ -22,6 +22,7 @@ AF_FAST_KERNEL(fast_unary);
 AF_FAST_KERNEL(fast_clip);
 AF_FAST_KERNEL(fast_binary);
 AF_FAST_KERNEL(fast_layernorm);
+AF_FAST_KERNEL(fast_rmsnorm);
 AF_FAST_KERNEL(fast_softmax);
 AF_FAST_KERNEL(fast_log_softmax);
 AF_FAST_KERNEL(fast_transpose);

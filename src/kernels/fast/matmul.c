@@ -144,7 +144,17 @@ static void mm_entries(void *ctx, int slot, int64_t begin, int64_t end) {
     }
 }
 
-/* LayerNorm (or the transpose of trans_a) of every A matrix into dst, in A's own layout. */
+/* One row of the prologue, LayerNorm or RMSNorm (ln_rms); y may be x. */
+static void mm_norm_row(const fused_mm *g, float eps, const float *x, float *y) {
+    const af_vec_ops *v = af_vec();
+    if (g->rms)
+        v->rmsnorm(x, y, g->k, eps, g->lns->data);
+    else
+        v->layernorm(x, y, g->k, eps, g->lns->data, g->lnb ? g->lnb->data : NULL);
+}
+
+/* LayerNorm or RMSNorm (or the transpose of trans_a) of every A matrix into dst, in A's own
+ * layout. */
 static void mm_prepare_a(const fused_mm *g, float eps, float *dst) {
     int64_t rows = af_tensor_numel(g->a) / (g->k > 0 ? g->k : 1);
     const float *a = g->a->data;
@@ -155,10 +165,7 @@ static void mm_prepare_a(const fused_mm *g, float eps, float *dst) {
                     dst[(r + i) * g->k + kk] = a[r * g->k + kk * g->m + i];
         return;
     }
-    const af_vec_ops *v = af_vec();
-    const float *bi = g->lnb ? g->lnb->data : NULL;
-    for (int64_t r = 0; r < rows; r++)
-        v->layernorm(a + r * g->k, dst + r * g->k, g->k, eps, g->lns->data, bi);
+    for (int64_t r = 0; r < rows; r++) mm_norm_row(g, eps, a + r * g->k, dst + r * g->k);
 }
 
 /* ---- half and bfloat16 (--precision_mode) --------------------------------------------------- */
@@ -201,7 +208,7 @@ static void mm_low_rows(void *ctx, int slot, int64_t begin, int64_t end) {
         memcpy(row, a, (size_t)g->k * sizeof(float));
         if (g->lns) {
             if (j->round_first) mm_round(gemm_type(g->bdtype), row, g->k, out);
-            v->layernorm(row, row, g->k, j->eps, g->lns->data, g->lnb ? g->lnb->data : NULL);
+            mm_norm_row(g, j->eps, row, row);
         }
         if (!bf) {
             v->round_f16(row, row, g->k);

@@ -40,6 +40,7 @@ void fused_conv_row(const fused_conv *c, int64_t b, int64_t m, int64_t od, int64
 typedef struct fused_mm {
     const af_tensor *a, *b, *bias, *lns, *lnb;
     bool ta, tb, a1, b1; /* trans flags; A or B 1-D */
+    bool rms;            /* ln_rms: the prologue is an RMSNorm (no mean, no ln_bias) */
     int64_t m, k, n;
     int nb;
     int64_t bdims[AF_MAX_RANK], astr[AF_MAX_RANK], bstr[AF_MAX_RANK];

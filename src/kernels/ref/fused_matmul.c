@@ -1,6 +1,7 @@
 /* FusedMatMul: Y = epilogue(alpha * op(LN(A)) x op(B) + bias) with numpy MatMul semantics
  * (1-D operands promoted, batch dims broadcast), Gemm's trans_a / trans_b on the last two dims,
- * an optional LayerNorm prologue over A's last dim (inputs 3 and 4, attr ln_epsilon) and a
+ * an optional LayerNorm prologue over A's last dim (inputs 3 and 4, attr ln_epsilon; ln_rms 1
+ * makes it an RMSNorm: input 3 only, no mean) and a
  * 1-D bias [N] (input 2).
  *
  * Invariant: A is read one row at a time into a row buffer (normalised there when the prologue
@@ -64,6 +65,9 @@ af_status fused_mm_setup(const af_node *n, const af_tensor *const *in, const af_
                             af_dtype_name(g->a->dtype != AF_DTYPE_FLOAT ? g->a->dtype : g->b->dtype));
     if (g->lnb && !g->lns)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "ln_bias without ln_scale");
+    g->rms = af_attr_int(n, "ln_rms", 0) != 0;
+    if (g->rms && (!g->lns || g->lnb))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "ln_rms needs ln_scale and no ln_bias");
     g->ta = af_attr_int(n, "trans_a", 0) != 0;
     g->tb = af_attr_int(n, "trans_b", 0) != 0;
     g->rank = -1;
@@ -158,7 +162,8 @@ static void mm_batch_strides(const fused_mm *g, const af_tensor *t, int nbo, int
     }
 }
 
-/* Row m of batch entry A (offset aoff) into row[0..K), LayerNorm applied when enabled. */
+/* Row m of batch entry A (offset aoff) into row[0..K), LayerNorm (or RMSNorm: no mean)
+ * applied when enabled. */
 static void mm_load_row(const fused_mm *g, int64_t aoff, int64_t m, float eps, float *row) {
     const float *a = (const float *)g->a->data + aoff;
     for (int64_t kk = 0; kk < g->k; kk++)
@@ -166,9 +171,11 @@ static void mm_load_row(const fused_mm *g, int64_t aoff, int64_t m, float eps, f
     if (!g->lns)
         return;
     double mean = 0.0, var = 0.0;
-    for (int64_t kk = 0; kk < g->k; kk++)
-        mean += row[kk];
-    mean /= (double)g->k;
+    if (!g->rms) { /* an RMSNorm keeps mean 0: var is then the mean square */
+        for (int64_t kk = 0; kk < g->k; kk++)
+            mean += row[kk];
+        mean /= (double)g->k;
+    }
     for (int64_t kk = 0; kk < g->k; kk++)
         var += (row[kk] - mean) * (row[kk] - mean);
     var /= (double)g->k;

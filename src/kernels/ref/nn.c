@@ -1020,6 +1020,54 @@ af_status ref_layernorm(const af_node *n, const af_tensor *const *in, af_tensor 
     return AF_OK;
 }
 
+/* RMSNormalization (opset 23): y = x / sqrt(mean(x^2) + eps) * Scale over dims [axis, rank),
+ * Scale broadcast onto those dims as LayerNormalization's is; no bias, one output. The
+ * canonical form of T5's and LLaMA's RMSNorm (passes/canonicalize.c). */
+static af_status rms_prepare(const af_node *n, const af_tensor *const *in, ln_geom *g,
+                             af_error *err) {
+    if (n->nin != 2 || n->nout != 1)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "RMSNormalization takes X and Scale and has one output");
+    return ln_prepare(n, in, g, err);
+}
+
+af_status shape_rmsnorm(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                        af_error *err) {
+    ln_geom g;
+    af_status st = rms_prepare(n, in, &g, err);
+    return st == AF_OK ? norm_shape_like_x(n, in, out, 1, err) : st;
+}
+
+af_status ref_rmsnorm(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *ex,
+                      af_error *err) {
+    (void)ex;
+    ln_geom g;
+    af_status st = rms_prepare(n, in, &g, err);
+    if (st == AF_OK)
+        st = norm_ready(n, in, out, err);
+    if (st != AF_OK)
+        return st;
+    const af_tensor *x = in[0], *scale = in[1];
+    int64_t outer = nn_prod(x, 0, g.axis), inner = nn_prod(x, g.axis, x->rank);
+    int64_t *si = ln_index(scale, x, g.axis, inner);
+    if (!si)
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+    double eps = af_attr_float(n, "epsilon", 1e-5f);
+    for (int64_t o = 0; o < outer; o++) {
+        double q = 0.0;
+        for (int64_t p = 0; p < inner; p++) {
+            double v = af_tensor_get_double(x, o * inner + p);
+            q += v * v;
+        }
+        double inv = 1.0 / sqrt((inner > 0 ? q / (double)inner : 0.0) + eps);
+        for (int64_t p = 0; p < inner; p++)
+            nn_put(&out[0], o * inner + p,
+                   af_tensor_get_double(x, o * inner + p) * inv * af_tensor_get_double(scale, si[p]));
+    }
+    af_free(si);
+    return AF_OK;
+}
+
 /* Split x around one axis: outer x len x inner, the layout of every "along an axis" op. */
 static void nn_split_axis(const af_tensor *x, int axis, int64_t *outer, int64_t *len,
                           int64_t *inner) {

@@ -179,6 +179,9 @@ typedef struct af_vec_ops {
      * mean and (biased) variance over x[0..n), n >= 1; y may be x. */
     void (*layernorm)(const float *x, float *y, int64_t n, float eps, const float *scale,
                       const float *bias);
+    /* One row of RMSNorm: y = x / sqrt(mean(x^2) + eps) * scale over x[0..n), n >= 1; y may
+     * be x. */
+    void (*rmsnorm)(const float *x, float *y, int64_t n, float eps, const float *scale);
     void (*dw_row)(const af_dw_row *p);
     /* Winograd F(4x4, 3x3), channels along the vectors. wino_in: the 6x6 input patch at x
      * (rows rs floats apart, positions c apart, c channels) to V = B^T d B, element (i, j) of

@@ -577,6 +577,29 @@ static void layernorm(const float *x, float *y, int64_t n, float eps, const floa
     }
 }
 
+/* RMSNorm: no mean, so the tail's padded lanes (zeros) add nothing to the sum of squares. */
+static void rmsnorm(const float *x, float *y, int64_t n, float eps, const float *scale) {
+    vf acc0 = {0}, acc1 = {0};
+    int64_t i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        vf a = vload(x + i), b = vload(x + i + VW);
+        acc0 += a * a;
+        acc1 += b * b;
+    }
+    for (; i + VW <= n; i += VW) {
+        vf a = vload(x + i);
+        acc0 += a * a;
+    }
+    if (i < n) {
+        vf a = vload_part(x + i, n - i);
+        acc1 += a * a;
+    }
+    vf iv = vsplat(1.0f / sqrtf(vsum(acc0 + acc1) / (float)n + eps));
+    for (i = 0; i + VW <= n; i += VW) vstore(y + i, vload(x + i) * iv * vload(scale + i));
+    if (i < n)
+        vstore_part(y + i, vload_part(x + i, n - i) * iv * vload_part(scale + i, n - i), n - i);
+}
+
 /* ---- depthwise convolution ------------------------------------------------------------------------ */
 
 /* Input row of kernel row kh (inside the image) of the output row p describes. */
@@ -1320,6 +1343,7 @@ const af_vec_ops VEC_TABLE = {
     .ep_tile = ep_tile,
     .unary = unary,
     .layernorm = layernorm,
+    .rmsnorm = rmsnorm,
     .gemv = gemv,
     .dw_row = dw_row,
     .wino_in = wino_in,
