@@ -466,13 +466,15 @@ static void test_fused_matmul_gemm(void **state) {
         }
 }
 
-/* Batched A and B (numpy broadcast), optional trans_b and LayerNorm prologue, against
- * [LayerNormalization] -> [Transpose B] -> MatMul -> Add bias -> epilogue chain. */
+/* Batched A and B (numpy broadcast), optional trans_b and LayerNorm (or RMSNorm) prologue,
+ * against [LayerNormalization | RMSNormalization] -> [Transpose B] -> MatMul -> Add bias ->
+ * epilogue chain. */
 typedef struct mm_case {
     int ar, br;
     int64_t ad[4], bd[4]; /* B as stored (with trans_b: last two dims swapped) */
     bool tb, ln, ln_bias, bias;
     int64_t n;
+    bool rms; /* with ln: ln_rms, no ln_bias */
 } mm_case;
 
 static void mm_case_run(const mm_case *mc, prog *p) {
@@ -489,11 +491,13 @@ static void mm_case_run(const mm_case *mc, prog *p) {
     set_int(f, "trans_b", mc->tb);
     if (mc->ln)
         set_float(f, "ln_epsilon", 1e-3f);
+    if (mc->rms)
+        set_int(f, "ln_rms", 1);
     prog_attach(f, p, 5);
     af_value *ra = A, *rb = B;
     if (mc->ln) {
         af_value *lin[3] = {A, lns, lnb};
-        af_node *ln = add(g, "LayerNormalization", lnb ? 3 : 2, lin);
+        af_node *ln = add(g, mc->rms ? "RMSNormalization" : "LayerNormalization", lnb ? 3 : 2, lin);
         set_int(ln, "axis", -1);
         set_float(ln, "epsilon", 1e-3f);
         ra = ln->out[0];
@@ -519,17 +523,20 @@ static void test_fused_matmul_batched(void **state) {
     (void)state;
     static const mm_case cases[] = {
         /* 3-D A with 2-D B, LN prologue with bias, 1-D bias */
-        {3, 2, {2, 5, 7}, {7, 3}, false, true, true, true, 3},
+        {3, 2, {2, 5, 7}, {7, 3}, false, true, true, true, 3, false},
         /* 4-D broadcast batch with trans_b, LN without bias */
-        {4, 4, {2, 1, 3, 4}, {1, 3, 5, 4}, true, true, false, false, 5},
+        {4, 4, {2, 1, 3, 4}, {1, 3, 5, 4}, true, true, false, false, 5, false},
         /* 2-D A with 3-D B */
-        {2, 3, {3, 6}, {4, 6, 2}, false, false, false, true, 2},
+        {2, 3, {3, 6}, {4, 6, 2}, false, false, false, true, 2, false},
         /* 1-D B: output [3] */
-        {2, 1, {3, 4}, {4}, false, false, false, false, 1},
+        {2, 1, {3, 4}, {4}, false, false, false, false, 1, false},
         /* 1-D A with LN: output [2, 5] */
-        {1, 3, {6}, {2, 6, 5}, false, true, true, true, 5},
+        {1, 3, {6}, {2, 6, 5}, false, true, true, true, 5, false},
         /* odd sizes: K = 17, N = 9 */
-        {3, 2, {3, 2, 17}, {17, 9}, false, true, true, true, 9},
+        {3, 2, {3, 2, 17}, {17, 9}, false, true, true, true, 9, false},
+        /* RMSNorm prologue: odd K, 3-D A; 4-D broadcast batch with trans_b */
+        {3, 2, {3, 2, 37}, {37, 9}, false, true, false, true, 9, true},
+        {4, 4, {2, 1, 3, 20}, {1, 3, 5, 20}, true, true, false, false, 5, true},
     };
     for (size_t c = 0; c < AF_COUNT(cases); c++) {
         const mm_case *mc = &cases[c];
@@ -830,6 +837,29 @@ static void test_bad_inputs(void **state) {
         af_value *ins[4] = {tu_const(g, 2, ad, -1.0, 1.0), tu_const(g, 2, bd, -1.0, 1.0), tu_const(g, 1, nd, -1.0, 1.0), v == 2 ? tu_const(g, 1, kd, -1.0, 1.0) : NULL};
         af_node *f = add(g, "FusedMatMul", 4, ins);
         mark_output(g, f->out[0]);
+        run_fails(g);
+        af_arena_free(a);
+    }
+    /* FusedMatMul ln_rms: without ln_scale; with an ln_bias. */
+    for (int v = 0; v < 2; v++) {
+        af_arena *a = af_arena_new();
+        af_graph *g = tu_graph(a, "test_fused", 8);
+        int64_t ad[2] = {3, 4}, bd[2] = {4, 2}, kd[1] = {4};
+        af_value *ins[5] = {tu_const(g, 2, ad, -1.0, 1.0), tu_const(g, 2, bd, -1.0, 1.0), NULL,
+                            v ? tu_const(g, 1, kd, 0.5, 1.5) : NULL, v ? tu_const(g, 1, kd, -1.0, 1.0) : NULL};
+        af_node *f = add(g, "FusedMatMul", 5, ins);
+        set_int(f, "ln_rms", 1);
+        mark_output(g, f->out[0]);
+        run_fails(g);
+        af_arena_free(a);
+    }
+    /* RMSNormalization with a third input. */
+    {
+        af_arena *a = af_arena_new();
+        af_graph *g = tu_graph(a, "test_fused", 8);
+        int64_t xd[2] = {3, 4}, kd[1] = {4};
+        af_value *ins[3] = {tu_const(g, 2, xd, -1.0, 1.0), tu_const(g, 1, kd, 0.5, 1.5), tu_const(g, 1, kd, -1.0, 1.0)};
+        mark_output(g, add(g, "RMSNormalization", 3, ins)->out[0]);
         run_fails(g);
         af_arena_free(a);
     }
