@@ -660,6 +660,39 @@ static void test_expand_depthwise(void **state) {
 }
 
 /* Channels-last regions have reorders at their edges only: the input's and the output's. */
+static af_value *transpose(af_graph *g, af_value *x, int r, const int64_t *perm) {
+    af_node *t = node(g, "Transpose", 1, &x);
+    set_ints(t, "perm", r, perm);
+    infer(g);
+    return t->out[0];
+}
+
+/* x [.., K] times a constant [K, n] plus a bias: a Linear layer on the last axis. */
+static af_value *linear(af_graph *g, af_value *x, int64_t n) {
+    int64_t wd[2] = {x->type.dims[x->type.rank - 1], n};
+    return op2(g, "Add", op2(g, "MatMul", x, tu_const(g, 2, wd, -0.4, 0.4)), vec(g, n, -0.5, 0.5));
+}
+
+/* A ConvNeXt block and the start of the next: depthwise 7x7, permute to NHWC, LayerNorm,
+ * Linear + Relu, Linear, permute back, layer scale [C, 1, 1], residual; a depthwise conv of
+ * the sum. The model's two permutes are the region's reorders: the whole block runs
+ * channels-last, with reorders only at the input and the output. With arg, the NHWC
+ * LayerNorm input is also a graph output, and the NHWC permute must stay for it. */
+static void b_convnext(af_graph *g, af_value *x, const void *arg) {
+    static const int64_t nhwc[4] = {0, 2, 3, 1}, nchw[4] = {0, 3, 1, 2};
+    int64_t ch = x->type.dims[1], sd[3] = {ch, 1, 1};
+    conv dw = {ch, {7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}, ch, NULL, true};
+    af_value *t = transpose(g, conv2d(g, x, &dw), 4, nhwc);
+    af_value *lin[3] = {t, vec(g, ch, 0.5, 1.5), vec(g, ch, -0.5, 0.5)};
+    af_node *ln = node(g, "LayerNormalization", 3, lin);
+    set_int(ln, "axis", -1);
+    infer(g);
+    af_value *h = linear(g, op1(g, "Relu", linear(g, ln->out[0], 2 * ch)), ch);
+    af_value *y = op2(g, "Mul", tu_const(g, 3, sd, 0.5, 1.5), transpose(g, h, 4, nchw));
+    mark_output(g, conv2d(g, op2(g, "Add", y, x), &dw));
+    if (arg) mark_output(g, t);
+}
+
 static void test_regions(void **state) {
     (void)state;
     static const lcase cases[] = {
@@ -679,6 +712,8 @@ static void test_regions(void **state) {
         {"resize nearest sizes", {2, 4, 9, 11}, b_resize, &rs_nearest, 2, 2},
         {"resize cubic", {1, 4, 8, 12}, b_resize, &rs_cubic, 2, 2},
         {"resize tf_crop_and_resize", {1, 4, 9, 11}, b_resize, &rs_crop, 2, 2},
+        {"convnext block", {1, 16, 9, 9}, b_convnext, NULL, 2, 2},
+        {"convnext block, NHWC permute also an output", {2, 8, 7, 6}, b_convnext, "", 4, 2},
     };
     for (size_t i = 0; i < AF_COUNT(cases); i++) check(&cases[i]);
 }
@@ -705,6 +740,15 @@ static af_value *convnd(af_graph *g, af_value *x, const convn *c) {
     set_ints(n, "pads", 2 * c->nsp, c->pads);
     infer(g);
     return n->out[0];
+}
+
+/* Whisper's and wav2vec2's 1-D stem: conv + Relu, [N, C, T] -> [N, T, C], Linear. */
+static void b_conv_permute_1d(af_graph *g, af_value *x, const void *arg) {
+    (void)arg;
+    static const int64_t ntc[3] = {0, 2, 1};
+    convn c = {1, 12, {3}, {2}, {1}, {1, 1}, 1, true};
+    af_value *y = op1(g, "Relu", convnd(g, x, &c));
+    mark_output(g, linear(g, transpose(g, y, 3, ntc), 10));
 }
 
 static void b_convn(af_graph *g, af_value *x, const void *arg) {
@@ -789,8 +833,10 @@ static void test_conv_1d_3d(void **state) {
                                  {1, 1, 1, 2, 1.5f}};
     lcase r1 = {"conv 1-D, Resize, conv", {1, 8, 23}, b_resizen, &rs1, 2, 2};
     lcase r3 = {"conv 3-D, Resize of H and W, conv", {1, 8, 3, 5, 6}, b_resizen, &rs3, 2, 2};
+    lcase p1 = {"conv 1-D, permute to [N, T, C], Linear", {2, 8, 21}, b_conv_permute_1d, NULL, 1, 1};
     check(&b1);
     check(&b3);
+    check(&p1);
     check(&h3);
     check(&r1);
     check(&r3);

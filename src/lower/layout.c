@@ -13,6 +13,9 @@
  * Transpose(v') back to NCHW right after it, for whoever still reads NCHW (a graph output, a
  * Reshape...). Transposes that nobody reads are removed by the dead-code pass that follows, so
  * a chain of channels-last ops has reorders only at its edges, never between two of its ops.
+ * The model's own Transposes between the two layouts are such reorders too (model_reorder):
+ * ConvNeXt's blocks, which permute to NHWC around their LayerNorm and Linear layers and back,
+ * then run channels-last from end to end.
  *
  * Each If/Loop/Scan body is a graph of its own with its own regions; a 4-D value a body reads
  * from an enclosing graph gets its Transpose inside the body.
@@ -427,6 +430,34 @@ static af_status convert(layout *L, af_node *n, af_error *err) {
     return AF_OK;
 }
 
+/* A model's own Transpose between NCHW and NHWC (ConvNeXt's permutes around its LayerNorms and
+ * Linear layers, the [N, C, T] -> [N, T, C] after Whisper's and wav2vec2's convolutions) is a
+ * reorder like the pass's own, so a region goes through it instead of paying for it:
+ *  - to NHWC, of a value x that has a twin: its output y is that twin, element for element (the
+ *    same dims, the same bytes), so y's readers read the twin and the Transpose dies;
+ *  - to NCHW, of any value z: z is the NHWC twin of its output, so channels-last readers of the
+ *    output read z (and the Transpose dies when nobody else reads the NCHW value).
+ * Not when y is a graph output or read inside a body (those keep the Transpose). */
+static void model_reorder(layout *L, af_node *n) {
+    af_value *x = n->nin == 1 ? n->in[0] : NULL, *y = n->nout == 1 ? n->out[0] : NULL;
+    if (n->op != AF_OP_TRANSPOSE || !spatial_f32(x) || !y || y->type.dtype != AF_DTYPE_FLOAT ||
+        y->graph != L->g || y->is_output)
+        return;
+    int r = x->type.rank;
+    const int64_t *perm;
+    if (y->type.rank != r || af_attr_ints(n, "perm", &perm) != r) return;
+    for (int u = 0; u < y->nuses; u++)
+        if (y->uses[u].node->graph != L->g) return;
+    size_t bytes = sizeof(int64_t) * (size_t)r;
+    af_value *t = twin_of(L, x);
+    if (!memcmp(perm, to_nhwc[r], bytes) && t && af_same_shape(&t->type, &y->type)) {
+        af_value_replace_uses(y, t);
+    } else if (!memcmp(perm, to_nchw[r], bytes) && x->graph == L->g && !af_value_is_const(x) &&
+               y->id < L->ntwin && !L->twin[y->id]) {
+        L->twin[y->id] = x;
+    }
+}
+
 /* One graph; its bodies are graphs of their own, each with its regions. */
 static af_status layout_graph(af_graph *g, af_error *err) {
     af_status st = AF_OK;
@@ -439,6 +470,7 @@ static af_status layout_graph(af_graph *g, af_error *err) {
     for (L.pos = 0; L.pos < g->nnodes && !st; L.pos++) {
         af_node *n = g->nodes[L.pos];
         if (wanted(&L, n)) st = convert(&L, n, err);
+        else model_reorder(&L, n);
     }
     return st;
 }
