@@ -710,9 +710,11 @@ typedef struct rms_opts {
     bool ms_escapes;   /* the mean square is also a graph output */
     bool eps_input;    /* eps is a graph input */
     bool other_x;      /* the normalisation multiplies another tensor than the squared one */
+    double times;      /* 0, or a constant scalar Mul after gamma (T5's d_model^-0.5) */
+    bool gamma_input;  /* gamma is a graph input (not a constant) */
 } rms_opts;
 
-static const rms_opts RMS_PLAIN = {false, RMS_ONE_OVER, 2, false, 2.0, 1.0, -1, false, false, false};
+static const rms_opts RMS_PLAIN = {false, RMS_ONE_OVER, 2, false, 2.0, 1.0, -1, false, false, false, 0, false};
 
 /* x [2,3,8] as T5's and LLaMA's RMSNorm exports. Nodes: 7 with gamma. */
 static af_graph *build_rms(tg *t, rms_opts o) {
@@ -733,8 +735,9 @@ static af_graph *build_rms(tg *t, rms_opts o) {
     }
     double gv[8];
     for (int i = 0; i < 8; i++) gv[i] = 0.5 + 0.1 * i;
-    af_value *gamma = cst_in(t->g, AF_DTYPE_FLOAT, 1, &c, gv);
+    af_value *gamma = o.gamma_input ? input(t, "gamma", 1, &c) : cst_in(t->g, AF_DTYPE_FLOAT, 1, &c, gv);
     if (o.gamma) y = o.gamma == 1 ? op2(t, "Mul", y, gamma) : op2(t, "Mul", gamma, y);
+    if (o.times != 0) y = op2(t, "Mul", y, sc(t, o.times));
     if (o.residual) y = op2(t, "Add", y, x);
     output_in(t->g, y);
     if (o.ms_escapes) output_in(t->g, ms->out[0]);
@@ -778,6 +781,15 @@ static void test_rmsnorm(void **state) {
     o = RMS_PLAIN;
     o.axis = 2; /* the last axis written positively */
     rms_case(o, 1, 1);
+    o = RMS_PLAIN;
+    o.times = 0.125; /* folded into gamma */
+    rms_case(o, 1, 1);
+    o.gamma = 0;
+    rms_case(o, 1, 1);
+    o = RMS_PLAIN;
+    o.times = 0.125;
+    o.gamma_input = true; /* gamma not constant: the scalar Mul stays after the norm */
+    rms_case(o, 1, 2);
 }
 
 /* Each leaves the graph as it was: 7 nodes. */

@@ -5,7 +5,8 @@
  *       [Add beta]; absent gamma/beta become constants 1/0;
  *   RMSNormalization(x, gamma; axis=-1, epsilon)  from  Pow 2 (or Mul x*x), ReduceMean, Add eps,
  *       then LayerNorm's normalisations with x for x - mean (also x * (1 / Sqrt), torch's
- *       rsqrt), [Mul gamma]; an absent gamma becomes constant 1;
+ *       rsqrt), [Mul gamma], [Mul by a constant scalar k, folded: gamma * k]; an absent gamma
+ *       becomes constant 1 (or k);
  *   Gelu(x; approximate="none")   from  0.5*x*(1+Erf(x/sqrt2)), in the association orders
  *       torch and Hugging Face emit;
  *   Gelu(x; approximate="tanh")   from  0.5*x*(1+Tanh(sqrt(2/pi)*(x+0.044715*x^3)));
@@ -338,6 +339,7 @@ typedef struct ln_match {
     int rank;
     int64_t width; /* x's last dim */
     double eps;
+    double times; /* RMSNorm: a constant scalar factor after it, folded into gamma (else 1) */
 } ln_match;
 
 /* r reduces x's last axis only, keeping it as 1. */
@@ -527,13 +529,35 @@ static bool rms_match_at(const pass_scope *s, af_node *var, ln_match *l) {
         take(&l->m, mul);
         l->y = mul->out[0];
     }
+    /* A constant scalar factor after it (T5 scales by d_model^-0.5 before its LM head) folds
+     * into a constant gamma, so that the product after it can take the norm as a prologue. */
+    l->times = 1.0;
+    double k;
+    mul = next(s, l->y, AF_OP_MUL);
+    p = mul ? other_input(mul, l->y) : NULL;
+    if (p && p != l->y && shape_safe_scalar(p, x, &k) && isfinite(k) &&
+        (!l->gamma || af_value_is_const(l->gamma))) {
+        l->times = k;
+        take(&l->m, mul);
+        l->y = mul->out[0];
+    }
     return true;
+}
+
+/* gamma * times as a new constant (the old one may have other readers); absent gamma: times. */
+static af_value *rms_scale(pass_scope *s, const ln_match *l) {
+    if (!l->gamma) return ln_fill(s, l, "rmsnorm_scale", (float)l->times);
+    if (l->times == 1.0) return l->gamma;
+    af_value *c = ln_fill(s, l, "rmsnorm_scale", 0.0f);
+    for (int64_t i = 0; c && i < l->width; i++)
+        ((float *)c->type.data)[i] = (float)(((const float *)l->gamma->type.data)[i] * l->times);
+    return c;
 }
 
 static af_status rmsnorm(pass_scope *s, af_node *var, bool *hit, af_error *err) {
     ln_match l = {0};
     if (!rms_match_at(s, var, &l)) return AF_OK;
-    if (!l.gamma) l.gamma = ln_fill(s, &l, "rmsnorm_scale", 1.0f);
+    l.gamma = rms_scale(s, &l);
     af_node *r = pass_node_new(s, AF_OP_RMS_NORMALIZATION, var, 2, 1);
     if (!l.gamma || !r || !af_node_set_int(r, "axis", -1) ||
         !af_node_set_float(r, "epsilon", (float)l.eps) || !provenance(r, &l.m))
