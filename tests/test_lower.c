@@ -751,6 +751,24 @@ static void b_conv_permute_1d(af_graph *g, af_value *x, const void *arg) {
     mark_output(g, linear(g, transpose(g, y, 3, ntc), 10));
 }
 
+/* ViT's token assembly in small: permuted activations [N, C, T] -> [N, T, C] concatenated with
+ * tokens that are not channels-last (a Reshape here), then an Add. No conv, no region: the
+ * permute must not start one (it would add a reorder for the other tokens and one back). */
+static void b_permute_concat(af_graph *g, af_value *x, const void *arg) {
+    (void)arg;
+    static const int64_t ntc[3] = {0, 2, 1};
+    int64_t td[3] = {x->type.dims[0], x->type.dims[2], x->type.dims[1]};
+    af_value *y = transpose(g, op1(g, "Relu", x), 3, ntc);
+    af_value *sh = af_value_new_const(g, "shape", AF_DTYPE_INT64, 1, (int64_t[]){3});
+    memcpy(sh->type.data, td, sizeof td);
+    af_value *r = op2(g, "Reshape", op1(g, "Neg", x), sh);
+    af_value *ins[2] = {r, y};
+    af_node *cat = node(g, "Concat", 2, ins);
+    set_int(cat, "axis", 1);
+    infer(g);
+    mark_output(g, op2(g, "Add", cat->out[0], tu_const(g, 1, &td[2], -1, 1)));
+}
+
 static void b_convn(af_graph *g, af_value *x, const void *arg) {
     mark_output(g, convnd(g, x, arg));
 }
@@ -836,7 +854,9 @@ static void test_conv_1d_3d(void **state) {
     lcase p1 = {"conv 1-D, permute to [N, T, C], Linear", {2, 8, 21}, b_conv_permute_1d, NULL, 1, 1};
     check(&b1);
     check(&b3);
+    lcase pc = {"permute and concat, no conv", {2, 6, 10}, b_permute_concat, NULL, 2, 0};
     check(&p1);
+    check(&pc);
     check(&h3);
     check(&r1);
     check(&r3);

@@ -430,13 +430,41 @@ static af_status convert(layout *L, af_node *n, af_error *err) {
     return AF_OK;
 }
 
+/* Would reader n of y (once y has a twin) run channels-last without a new reorder for its other
+ * inputs? A conv always (its region starts there anyway); another op when each of its other
+ * activation inputs is a constant or has a twin already. ConvNeXt's layer scale and residual
+ * (the residual is the block's input, channels-last) qualify; ViT's Concat of the class token
+ * with the permuted patches does not (it would need the token reordered, and a reorder back
+ * for the LayerNorm after it). */
+static bool joins_region(const layout *L, const af_node *n, const af_value *y) {
+    if (n->graph != L->g || !capable(n)) return false;
+    if (n->op == AF_OP_FUSED_CONV || n->op == AF_OP_CONV_POOL_FC) return n->in[0] == y;
+    int r = region_rank(n);
+    for (int i = 0; i < n->nin; i++) {
+        const af_value *v = n->in[i];
+        slot_kind k = slot_of(n, i);
+        if (!v || v == y || k == S_KEEP) continue;
+        if (!input_ok(v, k, r)) return false;
+        if (v->type.rank == r && !af_value_is_const(v) && !twin_of(L, v)) return false;
+    }
+    return true;
+}
+
+static bool read_into_region(const layout *L, const af_value *y) {
+    for (int u = 0; u < y->nuses; u++)
+        if (joins_region(L, y->uses[u].node, y)) return true;
+    return false;
+}
+
 /* A model's own Transpose between NCHW and NHWC (ConvNeXt's permutes around its LayerNorms and
  * Linear layers, the [N, C, T] -> [N, T, C] after Whisper's and wav2vec2's convolutions) is a
  * reorder like the pass's own, so a region goes through it instead of paying for it:
  *  - to NHWC, of a value x that has a twin: its output y is that twin, element for element (the
  *    same dims, the same bytes), so y's readers read the twin and the Transpose dies;
  *  - to NCHW, of any value z: z is the NHWC twin of its output, so channels-last readers of the
- *    output read z (and the Transpose dies when nobody else reads the NCHW value).
+ *    output read z (and the Transpose dies when nobody else reads the NCHW value); only when
+ *    one of those readers joins a region at no cost (joins_region), else the twin would
+ *    start a region of elementwise ops with reorders around it.
  * Not when y is a graph output or read inside a body (those keep the Transpose). */
 static void model_reorder(layout *L, af_node *n) {
     af_value *x = n->nin == 1 ? n->in[0] : NULL, *y = n->nout == 1 ? n->out[0] : NULL;
@@ -453,7 +481,7 @@ static void model_reorder(layout *L, af_node *n) {
     if (!memcmp(perm, to_nhwc[r], bytes) && t && af_same_shape(&t->type, &y->type)) {
         af_value_replace_uses(y, t);
     } else if (!memcmp(perm, to_nchw[r], bytes) && x->graph == L->g && !af_value_is_const(x) &&
-               y->id < L->ntwin && !L->twin[y->id]) {
+               y->id < L->ntwin && !L->twin[y->id] && read_into_region(L, y)) {
         L->twin[y->id] = x;
     }
 }
