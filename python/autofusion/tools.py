@@ -8,7 +8,8 @@ import os
 import numpy as np
 
 from . import _capi
-from ._capi import lib, text
+from ._capi import lib
+from .session import GraphOptimizationLevel, InferenceSession, SessionOptions, _options
 
 
 def _spec(value):
@@ -25,27 +26,32 @@ def _names(value):
     return ",".join(value)
 
 
-class _Session:
-    """A C session made from keyword options, freed on exit."""
+def _session_options(threads=0, no_fusion=False, precision_mode=None, disable_fusion=None,
+                     keep_fp32=None, input_shape=None, input_shape_range=None,
+                     fusion_switch_file=None):
+    """SessionOptions for the CLI's options given as keywords (lists, dicts or strings): they
+    travel as "autofusion.<option>" config entries, which session._options reads."""
+    so = SessionOptions()
+    so.intra_op_num_threads = threads
+    if no_fusion:
+        so.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
+    entries = {"precision_mode": precision_mode, "disable_fusion": _names(disable_fusion),
+               "keep_fp32": _names(keep_fp32), "input_shape": _spec(input_shape),
+               "input_shape_range": _spec(input_shape_range),
+               "fusion_switch_file": fusion_switch_file}
+    for key, value in entries.items():
+        if value:
+            so.add_session_config_entry("autofusion." + key, os.fspath(value))
+    return so
 
-    def __init__(self, model, threads=0, precision_mode=None, disable_fusion=None,
-                 keep_fp32=None, input_shape=None, input_shape_range=None,
-                 fusion_switch_file=None, no_fusion=False, no_lower=False):
-        o = _capi.Options()
-        lib.af_options_init(ctypes.byref(o))
-        o.threads = threads
-        o.no_fusion = int(no_fusion)
+
+class _Session:
+    """A C session made from keyword options (those of _session_options, and no_lower: the
+    graph the fusion report describes, for an ONNX export), freed on exit."""
+
+    def __init__(self, model, no_lower=False, **options):
+        o, self._keep = _options(_session_options(**options))
         o.no_lower = int(no_lower)
-        fields = {"precision_mode": precision_mode, "disable_fusion": _names(disable_fusion),
-                  "keep_fp32": _names(keep_fp32), "input_shape": _spec(input_shape),
-                  "input_shape_range": _spec(input_shape_range),
-                  "fusion_switch_file": fusion_switch_file}
-        self._keep = []
-        for key, value in fields.items():
-            if value:
-                b = os.fsencode(value)
-                self._keep.append(b)
-                setattr(o, key, b)
         handle = ctypes.c_void_p()
         _capi.call(lib.af_session_new, os.fsencode(model), ctypes.byref(o), ctypes.byref(handle))
         self.s = handle.value
@@ -163,7 +169,6 @@ def verify(model, precision_mode=None, inputs=None, rtol=None, atol=None, seed=0
     Returns {"ok", "rtol", "atol", "outputs": [{"name", "max_abs", "max_rel", "cosine",
     "over"}], "culprits": {"keep_fp32": [...], "disable_fusion": [...], "fixed": bool} or
     None, "trials"}."""
-    from .session import GraphOptimizationLevel, InferenceSession, SessionOptions
     d_rtol, d_atol = _tolerance(precision_mode)
     rtol = d_rtol if rtol is None else rtol
     atol = d_atol if atol is None else atol
@@ -171,18 +176,12 @@ def verify(model, precision_mode=None, inputs=None, rtol=None, atol=None, seed=0
     base_disable = _names(options.pop("disable_fusion", None))
     threads = options.pop("threads", 0)
 
-    def session(no_fusion=False, keep=None, disable=None, mode=precision_mode):
-        so = SessionOptions()
-        so.intra_op_num_threads = threads
-        if no_fusion:
-            so.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
-        entries = dict(options, precision_mode=None if no_fusion else mode,
-                       keep_fp32=",".join(x for x in (base_keep, keep) if x) or None,
-                       disable_fusion=",".join(x for x in (base_disable, disable) if x) or None)
-        for key, value in entries.items():
-            if value:
-                so.add_session_config_entry("autofusion." + key, _spec(value) if
-                                            key.startswith("input_shape") else value)
+    def session(no_fusion=False, keep=None, disable=None):
+        so = _session_options(threads=threads, no_fusion=no_fusion,
+                              precision_mode=None if no_fusion else precision_mode,
+                              keep_fp32=",".join(x for x in (base_keep, keep) if x) or None,
+                              disable_fusion=",".join(x for x in (base_disable, disable) if x) or None,
+                              **options)
         return InferenceSession(model, so)
 
     ref = session(no_fusion=True)

@@ -45,22 +45,27 @@ static af_status widen_data(af_graph *g, af_tensor *t, af_error *err) {
     return AF_OK;
 }
 
-/* A Cast of `from` to `to_type` into a new value (named after from, typed as from with
- * to_type), placed at position pos of g's nodes (-1: last). */
-static af_value *add_cast(af_graph *g, af_value *from, af_dtype to_type, int pos) {
+/* A new value of g typed as v but float32, named after it. */
+static af_value *float_twin(af_graph *g, const af_value *v) {
     char hint[256];
-    snprintf(hint, sizeof hint, "%s/%s", from->name, to_type == AF_DTYPE_FLOAT ? "float" : "half");
+    snprintf(hint, sizeof hint, "%s/float", v->name);
     const char *name = af_graph_unique_name(g, hint);
-    af_value *v = name ? af_value_new(g, name) : NULL;
-    af_node *n = v ? af_node_new(g, AF_OP_CAST, name, 1, 1) : NULL;
-    if (!n || !af_node_set_int(n, "to", to_type)) return NULL;
-    af_tensor_type_copy(&v->type, &from->type);
-    v->type.dtype = to_type;
-    memcpy(v->dim_param, from->dim_param, sizeof v->dim_param);
+    af_value *f = name ? af_value_new(g, name) : NULL;
+    if (!f) return NULL;
+    af_tensor_type_copy(&f->type, &v->type);
+    f->type.dtype = AF_DTYPE_FLOAT;
+    memcpy(f->dim_param, v->dim_param, sizeof f->dim_param);
+    return f;
+}
+
+/* A Cast node from -> to (to's type), at position pos of g's nodes (-1: last). */
+static bool add_cast(af_graph *g, af_value *from, af_value *to, int pos) {
+    af_node *n = af_node_new(g, AF_OP_CAST, to->name, 1, 1);
+    if (!n || !af_node_set_int(n, "to", to->type.dtype)) return false;
     af_node_set_input(n, 0, from);
-    af_node_set_output(n, 0, v);
+    af_node_set_output(n, 0, to);
     if (pos >= 0) af_node_move_last_to(g, pos);
-    return v;
+    return true;
 }
 
 /* The attribute-typed outputs: the dtype attributes of the ops that make tensors. */
@@ -87,35 +92,22 @@ static af_status widen_attr_tensors(af_graph *g, af_node *n, af_error *err) {
 
 /* The main graph's half inputs and outputs: casts at the boundary. */
 static af_status cast_interface(af_graph *g, af_error *err) {
-    for (int i = 0; i < g->ninputs; i++) {
+    for (int i = 0; i < g->ninputs; i++) { /* its readers read its float32 cast */
         af_value *in = g->inputs[i];
         if (!is_half(in->type.dtype) || in->is_const || in->is_output) continue;
-        af_value *f = add_cast(g, in, AF_DTYPE_FLOAT, 0);
+        af_value *f = float_twin(g, in);
         if (!f) return nomem(g, err);
-        af_node *cast = f->producer;
         af_value_replace_uses(in, f);
-        af_node_set_input(cast, 0, in); /* the cast itself still reads the input */
+        if (!add_cast(g, in, f, 0)) return nomem(g, err);
     }
-    for (int i = 0; i < g->noutputs; i++) {
+    for (int i = 0; i < g->noutputs; i++) { /* its producer writes float32, cast to it */
         af_value *out = g->outputs[i];
         if (!is_half(out->type.dtype) || !out->producer) continue;
-        /* the producer now writes a float32 value; the output is the cast of it */
-        af_node *p = out->producer;
-        int slot = out->producer_slot;
-        char hint[256];
-        snprintf(hint, sizeof hint, "%s/float", out->name);
-        const char *name = af_graph_unique_name(g, hint);
-        af_value *f = name ? af_value_new(g, name) : NULL;
+        af_value *f = float_twin(g, out);
         if (!f) return nomem(g, err);
-        af_tensor_type_copy(&f->type, &out->type);
-        f->type.dtype = AF_DTYPE_FLOAT;
-        memcpy(f->dim_param, out->dim_param, sizeof f->dim_param);
         af_value_replace_uses(out, f);
-        af_node_set_output(p, slot, f);
-        af_node *cast = af_node_new(g, AF_OP_CAST, name, 1, 1);
-        if (!cast || !af_node_set_int(cast, "to", out->type.dtype)) return nomem(g, err);
-        af_node_set_input(cast, 0, f);
-        af_node_set_output(cast, 0, out);
+        af_node_set_output(out->producer, out->producer_slot, f);
+        if (!add_cast(g, f, out, -1)) return nomem(g, err);
     }
     return AF_OK;
 }

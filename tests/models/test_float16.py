@@ -6,7 +6,6 @@ float16 interface kept, the island's Casts disappear, and the outputs stay withi
 rounding of the float32 model's (and of ONNX Runtime's, when onnxruntime-node is installed).
 """
 
-import glob
 import os
 import subprocess
 
@@ -17,9 +16,8 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 import autofusion_cli as afc
+from ort_node import ort_available, ort_outputs
 
-REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-ORT_DIR = os.environ.get("ORT_NODE_DIR") or os.path.join(REPO, "node_modules", "onnxruntime-node")
 
 
 def to_float16(src, dst, keep_io=False):
@@ -120,15 +118,10 @@ def test_float16_graph_fuses_and_loses_its_casts(af_bin, models, tmp_path):
         assert types == {"x": want, "y": want}
 
 
-@pytest.mark.skipif(not os.path.isdir(ORT_DIR), reason="onnxruntime-node is not installed")
+@pytest.mark.skipif(not ort_available(), reason="onnxruntime-node is not installed")
 def test_float16_against_onnx_runtime(af_bin, models, tmp_path):
     d, p = models
     got = run(af_bin, p["fp16"], os.path.join(d, "x16.npy"), str(tmp_path / "ours"))
-    out = str(tmp_path / "ort")
-    proc = subprocess.run(["node", os.path.join(REPO, "bench", "ort_bench.js"), p["fp16"], "--iterations=1",
-                           "--warmup=0", f"--input=x={os.path.join(d, 'x16.npy')}", f"--output_dir={out}"],
-                          capture_output=True, text=True, env=dict(os.environ, ORT_NODE_DIR=ORT_DIR))
-    assert proc.returncode == 0, proc.stderr
-    ref = np.load(glob.glob(os.path.join(out, "*.npy"))[0])
+    ref = ort_outputs(p["fp16"], {"x": np.load(os.path.join(d, "x16.npy"))}, str(tmp_path))["y"]
     assert ref.dtype == np.float16
     np.testing.assert_allclose(got.astype(np.float32), ref.astype(np.float32), rtol=0, atol=4e-3)

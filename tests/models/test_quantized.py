@@ -6,7 +6,6 @@ outputs where onnxruntime-node is installed. A ConvInteger whose int32 result is
 stays as it is and gives the exact integers.
 """
 
-import glob
 import os
 import subprocess
 
@@ -16,9 +15,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import autofusion_cli as afc
+from ort_node import ort_available, ort_outputs
 
-REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-ORT_DIR = os.environ.get("ORT_NODE_DIR") or os.path.join(REPO, "node_modules", "onnxruntime-node")
 
 RNG = np.random.default_rng(5)
 W1 = RNG.integers(-127, 128, (8, 3, 3, 3)).astype(np.int8)
@@ -126,16 +124,11 @@ def test_integer_result_read_as_int32_stays_exact(af_bin, case, tmp_path):
     assert np.array_equal(np.load(tmp_path / "c32.npy"), conv_int(q, zp, W1, W1_ZP).astype(np.int32))
 
 
-@pytest.mark.skipif(not os.path.isdir(ORT_DIR), reason="onnxruntime-node is not installed")
+@pytest.mark.skipif(not ort_available(), reason="onnxruntime-node is not installed")
 def test_dynamic_quantized_against_onnx_runtime(af_bin, case, tmp_path):
     d, x = case
     proc = afc.run(af_bin, str(d / "dynq.onnx"), inputs={"x": str(d / "x.npy")}, output_dir=str(tmp_path / "ours"))
     assert proc.returncode == 0, proc.stderr
-    out = str(tmp_path / "ort")
-    r = subprocess.run(["node", os.path.join(REPO, "bench", "ort_bench.js"), str(d / "dynq.onnx"), "--iterations=1",
-                        "--warmup=0", f"--input=x={d / 'x.npy'}", f"--output_dir={out}"],
-                       capture_output=True, text=True, env=dict(os.environ, ORT_NODE_DIR=ORT_DIR))
-    assert r.returncode == 0, r.stderr
-    ref = np.load(glob.glob(os.path.join(out, "y.npy"))[0])
+    ref = ort_outputs(str(d / "dynq.onnx"), {"x": x}, str(tmp_path))["y"]
     got = np.load(tmp_path / "ours" / "y.npy")
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())

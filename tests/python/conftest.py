@@ -5,7 +5,7 @@ Invariant: every model is built from a fixed seed, so reruns compare the same nu
 """
 
 import os
-import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -13,7 +13,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-ORT_DIR = os.environ.get("ORT_NODE_DIR") or os.path.join(REPO, "node_modules", "onnxruntime-node")
+sys.path.insert(0, os.path.join(REPO, "bench"))
+from ort_node import ort_available, ort_outputs  # noqa: E402,F401 (the tests import them from here)
 
 
 def mlp_weights():
@@ -84,20 +85,3 @@ def models(tmp_path_factory):
     make_embedding(paths["emb"])
     make_cnn(paths["cnn"])
     return paths
-
-
-def ort_available():
-    return os.path.isdir(ORT_DIR) and subprocess.run(["node", "--version"], capture_output=True).returncode == 0
-
-
-def ort_outputs(model, inputs, tmp):
-    """ONNX Runtime's outputs (onnxruntime-node, bench/ort_bench.js) for inputs {name: array}."""
-    args = ["node", os.path.join(REPO, "bench", "ort_bench.js"), model, "--threads=1", "--iterations=1",
-            "--warmup=0", f"--output_dir={tmp}"]
-    for name, arr in inputs.items():
-        f = os.path.join(tmp, f"in_{name}.npy")
-        np.save(f, arr)
-        args.append(f"--input={name}={f}")
-    r = subprocess.run(args, capture_output=True, text=True, env=dict(os.environ, ORT_NODE_DIR=ORT_DIR))
-    assert r.returncode == 0, r.stderr
-    return {f[:-4]: np.load(os.path.join(tmp, f)) for f in os.listdir(tmp) if f.endswith(".npy") and not f.startswith("in_")}
