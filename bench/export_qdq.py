@@ -8,7 +8,8 @@ through DequantizeLinear).
 
     /usr/bin/python3 bench/export_qdq.py OUT_DIR [--only resnet18,mobilenet_v2] [--batches N]
 
-Writes OUT_DIR/<name>_qdq.onnx for each model (random weights: the figures are about speed and
+Writes OUT_DIR/<name>_qdq.onnx for each model (random weights with the zoo's random
+normalisation statistics, bench/zoo_export.py's randomize(): the figures are about speed and
 agreement with ONNX Runtime, not accuracy). The quantizable ShuffleNet-v2 does not export (torch
 1.13 fails on its channel split). For benchmarks (BENCHMARKS.md "Quantized models")
 and tests.
@@ -19,6 +20,8 @@ import os
 
 import torch
 from torchvision.models import quantization as tq
+
+from zoo_export import randomize
 
 MODELS = {
     "resnet18": lambda: tq.resnet18(weights=None, quantize=False),
@@ -32,7 +35,7 @@ MODELS = {
 def export(name, path, batches, size=224):
     torch.manual_seed(0)
     torch.backends.quantized.engine = "qnnpack"
-    m = MODELS[name]().eval()
+    m = randomize(MODELS[name]())
     m.fuse_model()
     m.qconfig = torch.ao.quantization.get_default_qconfig("qnnpack")
     torch.ao.quantization.prepare(m, inplace=True)
