@@ -4,7 +4,9 @@
  * groups and depthwise, dilation, stride, padding, auto_pad, batched and broadcast matmul, trans
  * flags, 1-D operands), every epilogue op, operands broadcast per channel / as a full residual /
  * as a scalar / reversed, the LayerNorm prologue; shape functions with unknown dims; and bad
- * epilogue programs rejected with a status naming the node instead of a crash. */
+ * epilogue programs rejected with a status naming the node instead of a crash. The int8 form
+ * (quant = 1: an INT8 W, x_scale, x_zero_point, w_scale) against the float op fed the
+ * fake-quantized X and the dequantized W built here; bad quantization attributes rejected. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -898,6 +900,214 @@ static void test_bad_inputs(void **state) {
     af_arena_free(a);
 }
 
+/* ---- the int8 form (quant = 1) ------------------------------------------------------------------ */
+
+/* An INT8 constant with values uniform in [-128, 127]. */
+static af_value *i8_const(af_graph *g, int rank, const int64_t *dims) {
+    af_value *v = af_value_new_const(g, af_graph_unique_name(g, "q"), AF_DTYPE_INT8, rank, dims);
+    assert_non_null(v);
+    int8_t *p = v->type.data;
+    for (int64_t i = 0; i < af_tensor_numel(&v->type); i++)
+        p[i] = (int8_t)((int)floor((tu_rnd() + 1.0) * 128.0) - 128);
+    return v;
+}
+
+/* fq(X) of a float constant, written out here from the design's formula (division by s, round
+ * half to even, clamp to [0, 255] in the uint8 domain). */
+static af_value *fq_const(af_graph *g, const af_value *x, float s, int z) {
+    af_value *v = af_value_new_const(g, af_graph_unique_name(g, "fq"), AF_DTYPE_FLOAT,
+                                     x->type.rank, x->type.dims);
+    assert_non_null(v);
+    const float *src = x->type.data;
+    float *dst = v->type.data;
+    for (int64_t i = 0; i < af_tensor_numel(&v->type); i++) {
+        float q = nearbyintf(src[i] / s) + (float)z;
+        q = q < 0.0f ? 0.0f : q > 255.0f ? 255.0f : q;
+        dst[i] = (q - (float)z) * s;
+    }
+    return v;
+}
+
+/* W * w_scale[channel] of an INT8 constant, channel = i / inner % channels. */
+static af_value *deq_const(af_graph *g, const af_value *w, const float *ws, int nws,
+                           int64_t inner, int64_t channels) {
+    af_value *v = af_value_new_const(g, af_graph_unique_name(g, "dq"), AF_DTYPE_FLOAT,
+                                     w->type.rank, w->type.dims);
+    assert_non_null(v);
+    const int8_t *src = w->type.data;
+    float *dst = v->type.data;
+    for (int64_t i = 0; i < af_tensor_numel(&v->type); i++)
+        dst[i] = (float)src[i] * ws[nws == 1 ? 0 : i / inner % channels];
+    return v;
+}
+
+static void set_quant(af_node *n, float s, int z, int nws, const float *ws) {
+    set_int(n, "quant", 1);
+    set_float(n, "x_scale", s);
+    set_int(n, "x_zero_point", z);
+    set_floats(n, "w_scale", nws, ws);
+}
+
+/* Scales around 0.01 (so W * w_scale is about [-1.3, 1.3]), one or one per channel. */
+static int make_scales(float *ws, int64_t channels, bool per_channel) {
+    int nws = per_channel ? (int)channels : 1;
+    for (int i = 0; i < nws; i++)
+        ws[i] = 0.01f * (float)(1.25 + 0.75 * tu_rnd());
+    return nws;
+}
+
+/* A quantized FusedConv (X in [-1.5, 1.5], scale s, zero point z: s = 0.01 sends codes past
+ * both ends of [0, 255] for z = 0 and z = 255) against the float FusedConv of fq(X) and the
+ * dequantized W built above, both with program p. */
+static void quant_conv_run(const conv_case *cc, prog *p, float s, int z, bool per_ch) {
+    af_arena *a = af_arena_new();
+    af_graph *g = tu_graph(a, "test_fused", 8);
+    af_value *x, *wf, *b;
+    conv_consts(g, cc, &x, &wf, &b);
+    for (int64_t i = 0; i < af_tensor_numel(&x->type); i++)
+        ((float *)x->type.data)[i] *= 1.5f;
+    af_value *wq = i8_const(g, wf->type.rank, wf->type.dims);
+    float ws[64];
+    int nws = make_scales(ws, cc->m, per_ch);
+    int64_t inner = af_tensor_numel(&wq->type) / cc->m;
+    af_value *xr = fq_const(g, x, s, z), *wr = deq_const(g, wq, ws, nws, inner, cc->m);
+    prog_make_operands(g, p);
+    af_value *ins[3] = {x, wq, b}, *rins[3] = {xr, wr, b};
+    af_node *f = addn(g, "FusedConv", 3 + prog_operands(p), ins, 3);
+    set_conv_attrs(f, cc);
+    set_quant(f, s, z, nws, ws);
+    prog_attach(f, p, 3);
+    af_node *r = addn(g, "FusedConv", 3 + prog_operands(p), rins, 3);
+    set_conv_attrs(r, cc);
+    prog_attach(r, p, 3);
+    mark_output(g, f->out[0]);
+    mark_output(g, r->out[0]);
+    run_compare(g);
+    af_arena_free(a);
+}
+
+static void test_quant_conv(void **state) {
+    (void)state;
+    static const int zeros[3] = {0, 255, 131};
+    for (size_t c = 0; c < AF_COUNT(conv_cases); c++)
+        for (int zi = 0; zi < 3; zi++) {
+            const conv_case *cc = &conv_cases[c];
+            int64_t pc[AF_MAX_RANK], full[AF_MAX_RANK];
+            int pcr = per_channel(cc, pc), fr = conv_out_dims(cc, full);
+            prog p = {0};
+            p.s[p.n++] = bin(AF_EP_ADD, false, fr, full); /* residual */
+            p.s[p.n++] = zi == 2 ? bin(AF_EP_MUL, false, pcr, pc) : un(AF_EP_RELU, 0, 0);
+            quant_conv_run(cc, &p, zi == 2 ? 0.02f : 0.01f, zeros[zi], (c + (size_t)zi) % 2 == 0);
+        }
+}
+
+/* A quantized FusedMatMul against the float FusedMatMul of fq(A) and the dequantized B. */
+static void quant_mm_run(const mm_case *mc, prog *p, float s, int z, bool per_ch) {
+    af_arena *a = af_arena_new();
+    af_graph *g = tu_graph(a, "test_fused", 8);
+    int64_t nd[1] = {mc->n};
+    af_value *A = tu_const(g, mc->ar, mc->ad, -1.5, 1.5), *B = i8_const(g, mc->br, mc->bd);
+    af_value *bias = mc->bias ? tu_const(g, 1, nd, -1.0, 1.0) : NULL;
+    float ws[64];
+    int nws = make_scales(ws, mc->n, per_ch);
+    int64_t k = mc->ad[mc->ar - 1];
+    af_value *Ar = fq_const(g, A, s, z), *Br = deq_const(g, B, ws, nws, mc->tb ? k : 1, mc->n);
+    prog_make_operands(g, p);
+    af_value *ins[5] = {A, B, bias, NULL, NULL}, *rins[5] = {Ar, Br, bias, NULL, NULL};
+    af_node *f = addn(g, "FusedMatMul", 5 + prog_operands(p), ins, 5);
+    set_int(f, "trans_b", mc->tb);
+    set_quant(f, s, z, nws, ws);
+    prog_attach(f, p, 5);
+    af_node *r = addn(g, "FusedMatMul", 5 + prog_operands(p), rins, 5);
+    set_int(r, "trans_b", mc->tb);
+    prog_attach(r, p, 5);
+    mark_output(g, f->out[0]);
+    mark_output(g, r->out[0]);
+    run_compare(g);
+    af_arena_free(a);
+}
+
+static void test_quant_matmul(void **state) {
+    (void)state;
+    static const mm_case cases[] = {
+        /* 2-D, bias */
+        {2, 2, {5, 7}, {7, 3}, false, false, false, true, 3, false},
+        /* trans_b, no bias */
+        {2, 2, {4, 9}, {6, 9}, true, false, false, false, 6, false},
+        /* 3-D A over a 2-D B */
+        {3, 2, {2, 3, 5}, {5, 4}, false, false, false, true, 4, false},
+        /* 3-D A over a 3-D trans_b B */
+        {3, 3, {2, 3, 5}, {2, 4, 5}, true, false, false, true, 4, false},
+    };
+    static const int zeros[3] = {0, 255, 128};
+    for (size_t c = 0; c < AF_COUNT(cases); c++)
+        for (int zi = 0; zi < 3; zi++) {
+            prog p = {0};
+            int64_t nd[1] = {cases[c].n};
+            p.s[p.n++] = zi == 1 ? bin(AF_EP_ADD, false, 1, nd) : un(AF_EP_RELU, 0, 0);
+            quant_mm_run(&cases[c], &p, zi == 2 ? 0.02f : 0.01f, zeros[zi], (c + (size_t)zi) % 2 == 1);
+        }
+}
+
+/* Bad quantization attributes, each rejected with a status naming the node and the reason. */
+typedef struct bad_quant {
+    bool mm;       /* FusedMatMul (else FusedConv) */
+    bool w_float;  /* W float32 (else int8) */
+    int quant;     /* the quant attribute (-1: none) */
+    float x_scale;
+    int64_t z;
+    int nws;
+    const char *why; /* in the message */
+} bad_quant;
+
+static void test_quant_bad_attrs(void **state) {
+    (void)state;
+    static const bad_quant cases[] = {
+        {false, false, 1, 0.0f, 0, 1, "x_scale"},
+        {false, false, 1, -0.5f, 0, 1, "x_scale"},
+        {true, false, 1, INFINITY, 0, 1, "x_scale"},
+        {false, false, 1, NAN, 0, 1, "x_scale"},
+        {false, false, 1, 0.1f, 256, 1, "x_zero_point"},
+        {true, false, 1, 0.1f, -1, 1, "x_zero_point"},
+        {false, false, 1, 0.1f, 0, 2, "w_scale"},
+        {true, false, 1, 0.1f, 0, 4, "w_scale"},
+        {true, false, 1, 0.1f, 0, 0, "w_scale"},
+        {false, true, 1, 0.1f, 0, 1, "int8 W"},
+        {true, true, 1, 0.1f, 0, 1, "int8 W"},
+        {false, false, -1, 0.1f, 0, 1, "quant"},
+        {false, false, 2, 0.1f, 0, 1, "quant"},
+    };
+    for (size_t c = 0; c < AF_COUNT(cases); c++) {
+        const bad_quant *bq = &cases[c];
+        af_arena *a = af_arena_new();
+        af_graph *g = tu_graph(a, "test_fused", 8);
+        /* Conv: X [1, 2, 4, 4], W [3, 2, 3, 3]; MatMul: A [2, 5], B [5, 3]. */
+        int64_t xd[4] = {1, 2, 4, 4}, wd[4] = {3, 2, 3, 3}, ad[2] = {2, 5}, bd[2] = {5, 3};
+        af_value *x = bq->mm ? tu_const(g, 2, ad, -1.0, 1.0) : tu_const(g, 4, xd, -1.0, 1.0);
+        af_value *w = bq->w_float ? (bq->mm ? tu_const(g, 2, bd, -1.0, 1.0) : tu_const(g, 4, wd, -1.0, 1.0))
+                                  : (bq->mm ? i8_const(g, 2, bd) : i8_const(g, 4, wd));
+        af_value *ins[2] = {x, w};
+        af_node *f = add(g, bq->mm ? "FusedMatMul" : "FusedConv", 2, ins);
+        float ws[4] = {0.1f, 0.1f, 0.1f, 0.1f};
+        if (bq->quant >= 0)
+            set_int(f, "quant", bq->quant);
+        set_float(f, "x_scale", bq->x_scale);
+        set_int(f, "x_zero_point", bq->z);
+        if (bq->nws > 0)
+            set_floats(f, "w_scale", bq->nws, ws);
+        mark_output(g, f->out[0]);
+        af_tensor out[2];
+        af_error err = {0};
+        memset(out, 0, sizeof out);
+        assert_int_not_equal(af_exec_graph(g, NULL, out, &err), AF_OK);
+        if (!strstr(err.message, "node") || !strstr(err.message, bq->why)) {
+            fprintf(stderr, "case %zu: '%s' does not say '%s'\n", c, err.message, bq->why);
+            fail();
+        }
+        af_arena_free(a);
+    }
+}
+
 int main(void) {
     tu_rng = 0x5eed;
     const struct CMUnitTest tests[] = {
@@ -912,6 +1122,9 @@ int main(void) {
         cmocka_unit_test(test_shapes_unknown),
         cmocka_unit_test(test_bad_epilogues),
         cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_quant_conv),
+        cmocka_unit_test(test_quant_matmul),
+        cmocka_unit_test(test_quant_bad_attrs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -73,7 +73,10 @@ static af_status mm_decode(const af_node *n, const af_tensor *const *in, mm_prep
     const af_tensor *bv;
     af_status st = b_view(n, in, &p->view, &bv, err);
     p->packed = bv != NULL;
-    return st ? st : fused_mm_decode(n, in, bv, &p->g, &p->ep, err);
+    if (!st) st = fused_mm_decode(n, in, bv, &p->g, &p->ep, err);
+    /* The int8 form with its B not packed for the int8 core: the reference runs it. */
+    if (!st && p->g.quant.on && !p->packed) st = AF_DECLINED;
+    return st;
 }
 
 void *fast_prepare_fused_matmul(const af_node *n, const af_tensor *const *types) {

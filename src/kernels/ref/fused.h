@@ -9,6 +9,16 @@
 #include "kernels/ref/epilogue.h"
 #include "kernels/ref/nn_common.h"
 
+/* The int8 form of FusedConv / FusedMatMul (fused_quant.c): quant = 1, x_scale, x_zero_point
+ * (uint8 domain) and w_scale (1 value or one per output channel) over an INT8 W. */
+typedef struct fused_quant {
+    bool on;
+    float x_scale;
+    int x_zero;           /* [0, 255] */
+    const float *w_scale; /* the node's attribute (nw_scale values) */
+    int nw_scale;
+} fused_quant;
+
 
 /* A float32 convolution ready to run: Conv's geometry over X [N, C, spatial...] and
  * W [M, C/group, k...] (spatial dims padded in front to NN_MAXSP), plus bias [M] or NULL, and
@@ -53,6 +63,7 @@ typedef struct fused_mm {
     af_dtype bdtype;
     float alpha, eps;   /* attributes alpha and ln_epsilon */
     bool prologue_fp32; /* --precision_mode=mixed: the LayerNorm prologue reads float32 A */
+    fused_quant quant; /* quant = 1: the int8 form (fused_quant.c) */
 } fused_mm;
 
 
@@ -106,5 +117,30 @@ typedef void (*fused_se_fc)(const float *w, const float *b, const float *s_in, i
  * gate, the scaling. Scratch from ex (NULL: allocated). */
 af_status fused_se_run_nchw(const af_node *n, const fused_se *s, float *y, fused_se_fc fc, af_exec *ex,
                          af_error *err);
+
+
+
+/* Whether n carries quant = 1 (or another nonzero value, which fused_quant_decode refuses). */
+bool fused_quant_on(const af_node *n);
+/* Check n's quant attributes against W (NULL: not known; else it must be INT8 when quant = 1,
+ * and quant = 1 when it is INT8) and the output channel count (-1: unknown), into q; an error
+ * names the node and the bad attribute. */
+af_status fused_quant_decode(const af_node *n, const af_tensor *w, int64_t channels,
+                             fused_quant *q, af_error *err);
+/* The uint8 code of x: clamp(round_half_even(x / s) + z, 0, 255), a NaN coded 0. */
+static inline float fused_quant_code(float x, float s, float z) {
+    float r = nearbyintf(x / s) + z;
+    return r > 0.0f ? (r < 255.0f ? r : 255.0f) : 0.0f;
+}
+/* fq(x) = (code - z) * s. */
+static inline float fused_quant_fq(float x, float s, float z) {
+    return (fused_quant_code(x, s, z) - z) * s;
+}
+/* The float operands of the reference: xf = fq(X) and wf = W * w_scale[channel], channel =
+ * i / inner % channels for W's element i. Both allocated here (released by the caller, also
+ * when this fails). */
+af_status fused_quant_operands(const af_node *n, const fused_quant *q, const af_tensor *x,
+                               const af_tensor *w, int64_t inner, int64_t channels,
+                               af_tensor *xf, af_tensor *wf, af_error *err);
 
 #endif

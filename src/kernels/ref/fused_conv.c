@@ -242,8 +242,25 @@ af_status shape_fused_conv(const af_node *n, const af_tensor *const *in, af_tens
     if (x && x->dtype != AF_DTYPE_FLOAT)
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "FusedConv on %s (float32 only)",
                             af_dtype_name(x->dtype));
-    af_status st = af_attr_int(n, "transposed", 0) ? shape_conv_transpose(n, in, &out[0], err)
-                                                   : shape_conv(n, in, &out[0], err);
+    const af_tensor *wt = nn_in(n, in, 1);
+    fused_quant q;
+    af_status st = fused_quant_decode(n, wt, wt && wt->rank >= 1 ? wt->dims[0] : -1, &q, err);
+    if (st != AF_OK)
+        return st;
+    /* The int8 form: Conv's shape rules with W seen as the float it stands for. */
+    af_tensor wf;
+    const af_tensor *cin[3] = {x, wt, nn_in(n, in, 2)}, *const *core = in;
+    if (q.on) {
+        if (af_attr_int(n, "transposed", 0))
+            return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "quant on a transposed FusedConv");
+        if (wt) {
+            af_tensor_set_type(&wf, AF_DTYPE_FLOAT, wt->rank, wt->rank >= 0 ? wt->dims : NULL);
+            cin[1] = &wf;
+        }
+        core = cin;
+    }
+    st = af_attr_int(n, "transposed", 0) ? shape_conv_transpose(n, core, &out[0], err)
+                                         : shape_conv(n, core, &out[0], err);
     if (st != AF_OK)
         return st;
     return af_epilogue_validate(n, in, &out[0], err);
@@ -262,11 +279,9 @@ static af_status ref_fused_conv_transpose(const af_node *n, const af_tensor *con
     return st;
 }
 
-af_status ref_fused_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                               af_exec *ex, af_error *err) {
-    (void)ex;
-    if (af_attr_int(n, "channels_last", 0)) return af_ref_refuse_lowered(n, err);
-    if (af_attr_int(n, "transposed", 0)) return ref_fused_conv_transpose(n, in, out, ex, err);
+/* The float convolution with its epilogue. */
+static af_status ref_fused_conv_float(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                                      af_error *err) {
     fused_conv c;
     af_epilogue ep;
     af_status st = fused_conv_setup(n, in, &c, err);
@@ -291,4 +306,47 @@ af_status ref_fused_conv(const af_node *n, const af_tensor *const *in, af_tensor
                 }
     fused_conv_release(&c);
     return AF_OK;
+}
+
+/* quant = 1: the float convolution of fq(X) and W * w_scale[m] (fused_quant.c). */
+static af_status ref_fused_conv_quant(const af_node *n, const af_tensor *const *in,
+                                      af_tensor *out, af_error *err) {
+    const af_tensor *x = nn_in(n, in, 0), *wt = nn_in(n, in, 1);
+    if (!x || !wt)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input X or W");
+    if (af_attr_int(n, "transposed", 0))
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "quant on a transposed FusedConv");
+    if (wt->rank < 1 || wt->dims[0] < 1)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "W has no output channels");
+    fused_quant q;
+    af_status st = fused_quant_decode(n, wt, wt->dims[0], &q, err);
+    if (st != AF_OK)
+        return st;
+    int64_t per = af_tensor_numel(wt) / wt->dims[0];
+    af_tensor xf, wf;
+    st = fused_quant_operands(n, &q, x, wt, per > 0 ? per : 1, wt->dims[0], &xf, &wf, err);
+    const af_tensor **fin = st == AF_OK ? af_malloc((size_t)n->nin * sizeof(*fin)) : NULL;
+    if (st == AF_OK && !fin)
+        st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+    if (st == AF_OK) {
+        for (int i = 0; i < n->nin; i++)
+            fin[i] = in[i];
+        fin[0] = &xf;
+        fin[1] = &wf;
+        st = ref_fused_conv_float(n, fin, out, err);
+    }
+    af_free(fin);
+    af_tensor_release(&xf);
+    af_tensor_release(&wf);
+    return st;
+}
+
+af_status ref_fused_conv(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                               af_exec *ex, af_error *err) {
+    if (af_attr_int(n, "channels_last", 0)) return af_ref_refuse_lowered(n, err);
+    if (fused_quant_on(n)) return ref_fused_conv_quant(n, in, out, err);
+    if (af_attr_int(n, "transposed", 0)) return ref_fused_conv_transpose(n, in, out, ex, err);
+    fused_quant q; /* an int8 W without quant = 1 */
+    af_status st = fused_quant_decode(n, nn_in(n, in, 1), -1, &q, err);
+    return st ? st : ref_fused_conv_float(n, in, out, err);
 }

@@ -41,8 +41,8 @@ static af_status mm_vec(const af_node *n, const af_tensor *t, const char *what, 
 }
 
 /* Shapes, attributes and output type; works with unknown dims (then g->rank may be -1). */
-af_status fused_mm_setup(const af_node *n, const af_tensor *const *in, const af_tensor *b_view,
-                      fused_mm *g, af_error *err) {
+static af_status mm_setup_shapes(const af_node *n, const af_tensor *const *in,
+                                 const af_tensor *b_view, fused_mm *g, af_error *err) {
     memset(g, 0, sizeof(*g));
     g->a = nn_in(n, in, 0);
     g->b = nn_in(n, in, 1);
@@ -60,7 +60,9 @@ af_status fused_mm_setup(const af_node *n, const af_tensor *const *in, const af_
     if (b_view)
         g->b = b_view;
     bool low_b = g->packed && (g->b->dtype == AF_DTYPE_BFLOAT16 || g->b->dtype == AF_DTYPE_FLOAT16);
-    if (g->a->dtype != AF_DTYPE_FLOAT || (g->b->dtype != AF_DTYPE_FLOAT && !low_b))
+    /* The int8 form's B (fused_quant.c): checked by fused_mm_setup. */
+    bool q8_b = g->b->dtype == AF_DTYPE_INT8 && fused_quant_on(n);
+    if (g->a->dtype != AF_DTYPE_FLOAT || (g->b->dtype != AF_DTYPE_FLOAT && !low_b && !q8_b))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "FusedMatMul on %s (float32 only)",
                             af_dtype_name(g->a->dtype != AF_DTYPE_FLOAT ? g->a->dtype : g->b->dtype));
     if (g->lnb && !g->lns)
@@ -133,6 +135,19 @@ af_status fused_mm_setup(const af_node *n, const af_tensor *const *in, const af_
         st = mm_vec(n, g->lnb, "ln_bias", ak, err);
     if (st == AF_OK)
         st = mm_vec(n, g->bias, "bias", g->n, err);
+    return st;
+}
+
+af_status fused_mm_setup(const af_node *n, const af_tensor *const *in, const af_tensor *b_view,
+                         fused_mm *g, af_error *err) {
+    af_status st = mm_setup_shapes(n, in, b_view, g, err);
+    if (st != AF_OK)
+        return st;
+    /* quant = 1: its attributes against B's N output channels; a packed B (the fast kernels'
+     * int8 panels) was checked by its view. */
+    st = fused_quant_decode(n, g->packed ? NULL : g->b, g->rank >= 0 ? g->n : -1, &g->quant, err);
+    if (st == AF_OK && g->quant.on && g->lns)
+        st = af_node_fail(err, n, AF_ERR_UNSUPPORTED, "quant with a LayerNorm prologue");
     return st;
 }
 
@@ -232,9 +247,12 @@ static void mm_row(const fused_mm *g, const float *row, const float *b, const fl
             y[j] = (float)(alpha * acc[j]);
 }
 
-af_status fused_mm_decode(const af_node *n, const af_tensor *const *in, const af_tensor *b_view,
-                          fused_mm *g, af_epilogue *ep, af_error *err) {
-    af_status st = fused_mm_setup(n, in, b_view, g, err);
+/* fused_mm_decode; float_operands: in[0] and in[1] are the float operands the reference made
+ * for a quant = 1 node (its quant attributes were checked on the node's own inputs). */
+static af_status mm_decode(const af_node *n, const af_tensor *const *in, const af_tensor *b_view,
+                           bool float_operands, fused_mm *g, af_epilogue *ep, af_error *err) {
+    af_status st = float_operands ? mm_setup_shapes(n, in, b_view, g, err)
+                                  : fused_mm_setup(n, in, b_view, g, err);
     if (st != AF_OK)
         return st;
     if (g->rank < 0)
@@ -252,6 +270,11 @@ af_status fused_mm_decode(const af_node *n, const af_tensor *const *in, const af
     mm_batch_strides(g, g->a, g->a1 ? 0 : g->a->rank - 2, g->m * g->k, g->astr);
     mm_batch_strides(g, g->b, g->b1 ? 0 : g->b->rank - 2, g->k * g->n, g->bstr);
     return AF_OK;
+}
+
+af_status fused_mm_decode(const af_node *n, const af_tensor *const *in, const af_tensor *b_view,
+                          fused_mm *g, af_epilogue *ep, af_error *err) {
+    return mm_decode(n, in, b_view, false, g, ep, err);
 }
 
 af_status fused_mm_bind(const af_node *n, fused_mm *g, const af_tensor *const *in,
@@ -277,12 +300,14 @@ af_status fused_mm_prepare(const af_node *n, const af_tensor *const *in, af_tens
     return st ? st : fused_mm_bind(n, g, in, b_view, out, ep, err);
 }
 
-af_status ref_fused_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                                 af_exec *ex, af_error *err) {
-    (void)ex;
+/* The float product with its epilogue (float_operands: as in mm_decode). */
+static af_status ref_fused_matmul_float(const af_node *n, const af_tensor *const *in,
+                                        af_tensor *out, bool float_operands, af_error *err) {
     fused_mm g;
     af_epilogue ep;
-    af_status st = fused_mm_prepare(n, in, out, NULL, &g, &ep, err);
+    af_status st = mm_decode(n, in, NULL, float_operands, &g, &ep, err);
+    if (st == AF_OK)
+        st = fused_mm_bind(n, &g, in, NULL, out, &ep, err);
     if (st != AF_OK)
         return st;
     float alpha = g.alpha, eps = g.eps;
@@ -330,4 +355,41 @@ af_status ref_fused_matmul(const af_node *n, const af_tensor *const *in, af_tens
     af_free(acc);
     af_free(bt);
     return AF_OK;
+}
+
+/* quant = 1: the float product of fq(A) and B * w_scale[n] (fused_quant.c), B's channel its
+ * last dim ([.., K, N]) or, with trans_b, its second last ([.., N, K]). */
+static af_status ref_fused_matmul_quant(const af_node *n, const af_tensor *const *in,
+                                        af_tensor *out, af_error *err) {
+    fused_mm g;
+    af_status st = fused_mm_setup(n, in, NULL, &g, err);
+    if (st != AF_OK)
+        return st;
+    if (g.rank < 0)
+        return af_node_fail(err, n, AF_ERR_INTERNAL, "input shapes unknown at run time");
+    bool tb = g.tb && !g.b1;
+    af_tensor af, bf;
+    st = fused_quant_operands(n, &g.quant, g.a, g.b, tb ? (g.k > 0 ? g.k : 1) : 1,
+                              g.n > 0 ? g.n : 1, &af, &bf, err);
+    const af_tensor **fin = st == AF_OK ? af_malloc((size_t)n->nin * sizeof(*fin)) : NULL;
+    if (st == AF_OK && !fin)
+        st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+    if (st == AF_OK) {
+        for (int i = 0; i < n->nin; i++)
+            fin[i] = in[i];
+        fin[0] = &af;
+        fin[1] = &bf;
+        st = ref_fused_matmul_float(n, fin, out, true, err);
+    }
+    af_free(fin);
+    af_tensor_release(&af);
+    af_tensor_release(&bf);
+    return st;
+}
+
+af_status ref_fused_matmul(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                           af_exec *ex, af_error *err) {
+    (void)ex;
+    return fused_quant_on(n) ? ref_fused_matmul_quant(n, in, out, err)
+                             : ref_fused_matmul_float(n, in, out, false, err);
 }
