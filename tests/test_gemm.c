@@ -410,6 +410,42 @@ static void test_conversions(void **state) {
     af_isa_set(af_isa_best());
 }
 
+/* Fake quantization (AF_EP_FAKE_QUANT) in the vector kernels gives the reference's bits, lane
+ * for lane, on every ISA and every tail length: ties of x / s (round half to even), values that
+ * saturate at both ends, signed zeros, infinities and NaN, int8-style (z 128) and uint8-style
+ * (z 0, z 255) zero points, through the unary kernel and through the epilogue of a tile. */
+static void test_fake_quant(void **state) {
+    (void)state;
+    enum { N = 300 };
+    static const float sz[][2] = {{0.05f, 128.0f}, {0.1f, 0.0f}, {0.0173f, 255.0f}, {3.0f, 7.0f}};
+    float x[N], y[N], want[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = (float)((i % 97) - 48) * 0.025f; /* multiples of s / 2 for s = 0.05: ties */
+        if (i % 5 == 1) x[i] = (float)(i - 150) * 0.0137f;
+    }
+    x[3] = -0.0f, x[7] = 0.0f, x[11] = INFINITY, x[13] = -INFINITY, x[17] = NAN;
+    x[19] = 1e30f, x[23] = -1e30f, x[29] = 0.075f, x[31] = -0.125f;
+    FOR_EACH_ISA(isa) {
+        for (size_t c = 0; c < AF_COUNT(sz); c++) {
+            float s = sz[c][0], z = sz[c][1];
+            for (int i = 0; i < N; i++) want[i] = af_fake_quant(x[i], s, z);
+            for (int64_t n = 1; n <= 40; n++) { /* every tail, from the same start */
+                memset(y, 0, sizeof y);
+                af_vec()->unary(AF_EP_FAKE_QUANT, s, z, x, y, n);
+                assert_memory_equal(y, want, (size_t)n * sizeof(float));
+            }
+            memcpy(y, x, sizeof y);
+            af_epilogue ep = {.nsteps = 1, .rank = 2, .dims = {12, 25}};
+            ep.steps[0] = (af_ep_step){.op = AF_EP_FAKE_QUANT, .p0 = s, .p1 = z};
+            af_vep v;
+            af_vep_build(&ep, y, 25, &v);
+            af_vec()->ep_tile(&v, y, 25, 0, 0, 12, 25);
+            assert_memory_equal(y, want, 300 * sizeof(float));
+        }
+    }
+    af_isa_set(af_isa_best());
+}
+
 static void test_packing(void **state) {
     (void)state;
     /* Panel widths: 50 columns leave 18 after the first panel, more than 16: two 32-wide. */
@@ -427,6 +463,7 @@ int main(void) {
     tu_rng = 0x5eed;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_packing),
+        cmocka_unit_test(test_fake_quant),
         cmocka_unit_test(test_vep_kinds),
         cmocka_unit_test(test_shapes),
         cmocka_unit_test(test_large_and_threads),

@@ -6,6 +6,7 @@
 #include "ir/epilogue.h"
 #include "ir/plugin.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,7 +15,8 @@ bool af_ep_is_binary(int64_t op) {
 }
 
 bool af_ep_is_unary(int64_t op) {
-    return (op >= AF_EP_RELU && op <= AF_EP_ELU) || op == AF_EP_CUSTOM_UNARY;
+    return (op >= AF_EP_RELU && op <= AF_EP_ELU) || op == AF_EP_CUSTOM_UNARY ||
+           op == AF_EP_FAKE_QUANT;
 }
 
 const char *af_ep_unary_check(int64_t op, float p0, float p1) {
@@ -23,13 +25,19 @@ const char *af_ep_unary_check(int64_t op, float p0, float p1) {
         return "unknown activation";
     if (op == AF_EP_GELU && p0 != 0.0f && p0 != 1.0f)
         return "GELU form must be 0 (erf) or 1 (tanh)";
+    /* the kernels' clamp bounds -z and 255 - z must be integers, and y / s finite for finite y
+     * except where it saturates */
+    if (op == AF_EP_FAKE_QUANT && !(p0 > 0.0f && isfinite(p0)))
+        return "fake quantization scale must be positive and finite";
+    if (op == AF_EP_FAKE_QUANT && !(p1 >= 0.0f && p1 <= 255.0f && p1 == floorf(p1)))
+        return "fake quantization zero point must be an integer in [0, 255]";
     return NULL;
 }
 
 /* Ops whose parameters must be given (no neutral default exists). */
 static bool ep_needs_params(int64_t op) {
     return op == AF_EP_CLIP || op == AF_EP_LEAKY_RELU || op == AF_EP_HARD_SIGMOID ||
-           op == AF_EP_ELU;
+           op == AF_EP_ELU || op == AF_EP_FAKE_QUANT;
 }
 
 /* Whether operand type t broadcasts unidirectionally to y; unknown dims pass. */

@@ -33,7 +33,12 @@ typedef enum af_ep_op {
     AF_EP_TANH = 13,
     AF_EP_ELU = 14,         /* p0 alpha */
     AF_EP_CUSTOM_UNARY = 15, /* a plugin's ELEMWISE op: its map(p, y) */
-    AF_EP_CUSTOM_BINARY = 16 /* a plugin's BROADCAST op: its map2(p, y, operand) */
+    AF_EP_CUSTOM_BINARY = 16, /* a plugin's BROADCAST op: its map2(p, y, operand) */
+    /* p0 scale s (> 0, finite), p1 zero point z (an integer in [0, 255], the uint8 domain: an
+     * int8 zero point z8 is z8 + 128): a QuantizeLinear -> DequantizeLinear pair,
+     * fq(y) = (clamp(round_half_even(y / s) + z, 0, 255) - z) * s, the division in float32 as
+     * ONNX's QuantizeLinear divides. */
+    AF_EP_FAKE_QUANT = 17
 } af_ep_op;
 
 /* flags bit of a binary step: y = operand (op) y. */
@@ -62,8 +67,8 @@ typedef struct af_epilogue {
     af_ep_step steps[AF_EP_MAX_STEPS];
 } af_epilogue;
 
-/* True for ADD..DIV and CUSTOM_BINARY (steps with an operand); true for RELU..ELU and
- * CUSTOM_UNARY. */
+/* True for ADD..DIV and CUSTOM_BINARY (steps with an operand); true for RELU..ELU, CUSTOM_UNARY
+ * and FAKE_QUANT. */
 bool af_ep_is_binary(int64_t op);
 bool af_ep_is_unary(int64_t op);
 

@@ -1,7 +1,8 @@
-/* Kernels of the canonical activation forms the canonicalize pass creates (Gelu, Silu): float32
- * and float64, elementwise, output shaped like the input.
+/* Kernels of the canonical activation forms the canonicalize pass creates (Gelu, Silu,
+ * QuantizeDequantize): float32 and float64, elementwise, output shaped like the input.
  *
  * Invariant: each output element is computed from its input element alone, in double. */
+#include "kernels/ref/epilogue.h"
 #include "kernels/ref/ref.h"
 
 af_status shape_same(const af_node *n, const af_tensor *const *in, af_tensor *out,
@@ -52,4 +53,29 @@ af_status ref_silu(const af_node *n, const af_tensor *const *in, af_tensor *out,
     (void)x;
     (void)err;
     return map(in[0], &out[0], silu);
+}
+
+/* QuantizeDequantize (fake quantization, af_fake_quant): float32 as the QuantizeLinear ->
+ * DequantizeLinear pair it replaces computes it; float64 the same formula in double. */
+af_status ref_quantize_dequantize(const af_node *n, const af_tensor *const *in, af_tensor *out,
+                                  af_exec *x, af_error *err) {
+    (void)x;
+    float s = af_attr_float(n, "scale", 1.0f), z = af_attr_float(n, "zero_point", 0.0f);
+    const char *why = af_ep_unary_check(AF_EP_FAKE_QUANT, s, z);
+    if (why) return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "%s", why);
+    int64_t cnt = af_tensor_numel(in[0]);
+    if (in[0]->dtype == AF_DTYPE_FLOAT) {
+        const float *a = in[0]->data;
+        float *b = out[0].data;
+        for (int64_t i = 0; i < cnt; i++) b[i] = af_fake_quant(a[i], s, z);
+    } else {
+        const double *a = in[0]->data;
+        double *b = out[0].data;
+        for (int64_t i = 0; i < cnt; i++) {
+            double q = nearbyint(a[i] / s) + z;
+            q = q < 0.0 ? 0.0 : (q > 255.0 ? 255.0 : q);
+            b[i] = (q - z) * s;
+        }
+    }
+    return AF_OK;
 }

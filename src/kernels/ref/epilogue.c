@@ -30,6 +30,7 @@ float af_ep_unary(af_ep_op op, float x, float p0, float p1) {
         return (float)(0.5 * d * (1.0 + tanh(0.79788456080286535588 * (d + 0.044715 * d * d * d))));
     case AF_EP_TANH: return (float)tanh(d);
     case AF_EP_ELU: return x < 0.0f ? (float)((double)p0 * expm1(d)) : x;
+    case AF_EP_FAKE_QUANT: return af_fake_quant(x, p0, p1);
     default: return x; /* binary ops never reach here (af_epilogue_parse keeps them apart) */
     }
 }
@@ -151,6 +152,9 @@ static void ep_apply_unary(const af_ep_step *st, float *y, int64_t len) {
     case AF_EP_LEAKY_RELU:
         for (int64_t j = 0; j < len; j++)
             y[j] = y[j] < 0.0f ? p0 * y[j] : y[j];
+        break;
+    case AF_EP_FAKE_QUANT:
+        for (int64_t j = 0; j < len; j++) y[j] = af_fake_quant(y[j], p0, p1);
         break;
     default:
         for (int64_t j = 0; j < len; j++)

@@ -9,6 +9,18 @@
 #include "ir/epilogue.h"
 #include "kernels/ref/ref.h"
 
+/* Fake quantization (AF_EP_FAKE_QUANT): (clamp(round_half_even(x / s) + z, 0, 255) - z) * s,
+ * as a QuantizeLinear to 8 bits and a DequantizeLinear with the same scale and zero point (z in
+ * the uint8 domain) compute it: x / s divided in float32, the rounding under the default
+ * rounding mode (nearbyintf: ties to even). The integer in between is exact in float, so the
+ * one rounding is that of the product. NaN stays NaN. */
+static inline float af_fake_quant(float x, float s, float z) {
+    float q = nearbyintf(x / s) + z;
+    q = q < 0.0f ? 0.0f : q;
+    q = q > 255.0f ? 255.0f : q;
+    return (q - z) * s;
+}
+
 /* y = op(x) for a unary op accepted by af_ep_unary_check. */
 float af_ep_unary(af_ep_op op, float x, float p0, float p1);
 /* Apply ep to the contiguous run y[0..len) of the output whose first element has multi-index

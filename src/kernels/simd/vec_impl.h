@@ -110,6 +110,9 @@ static inline __attribute__((always_inline)) vf un_apply(int op, vf x, float p0,
     case UN_GELU_TANH: return vm_gelu_tanh(x);
     case AF_EP_TANH: return vm_tanh(x);
     case AF_EP_ELU: return vm_select(x < 0.0f, vm_expm1(x) * p0, x);
+    case AF_EP_FAKE_QUANT: /* af_fake_quant: the bounds -z, 255 - z are integers, so clamping
+                            * before the rounding is the same as clamping after it */
+        return vm_rint(vm_min(vsplat(255.0f - p1), vm_max(vsplat(-p1), x / p0))) * p0;
     case AF_VUN_EXP: return vm_exp(x);
     case AF_VUN_ERF: return vm_erf(x);
     case AF_VUN_RECIPROCAL: return vsplat(1.0f) / x;
@@ -409,6 +412,7 @@ static void un_rows(int op, float p0, float p1, const float *src, int64_t lds, f
         break;
     case AF_EP_TANH: UN_ROWS(AF_EP_TANH) break;
     case AF_EP_ELU: UN_ROWS(AF_EP_ELU) break;
+    case AF_EP_FAKE_QUANT: UN_ROWS(AF_EP_FAKE_QUANT) break;
     case AF_VUN_EXP: UN_ROWS(AF_VUN_EXP) break;
     case AF_VUN_ERF: UN_ROWS(AF_VUN_ERF) break;
     case AF_VUN_RECIPROCAL: UN_ROWS(AF_VUN_RECIPROCAL) break;
