@@ -541,6 +541,18 @@ static void test_broadcast_fast(void **state) {
         {"Where", "", 3, {S2(BOOL, 4, 1), S2(I64, 1, 7), S2(I64, 4, 7)}, fast_where},
         {"Where", "", 3, {S1(BOOL, 31), S1(BOOL, 31), S1(BOOL, 1)}, fast_where},
         {"Where", "", 3, {S2(BOOL, 3, 5), S2(F16, 3, 5), S1(F16, 5)}, fast_where},
+        /* Cast: float32 to and from half (threaded, and a vector tail), to float32 from
+         * bfloat16, double, integers and bool; the same dtype */
+        {"Cast", "to=10", 1, {S2(F32, 3, 70001)}, fast_cast},
+        {"Cast", "to=1", 1, {S2(F16, 5, 37)}, fast_cast},
+        {"Cast", "to=1", 1, {S1(F16, 70001)}, fast_cast},
+        {"Cast", "to=1", 1, {S2(BF16, 3, 33)}, fast_cast},
+        {"Cast", "to=1", 1, {S2(F64, 3, 33)}, fast_cast},
+        {"Cast", "to=1", 1, {S2(I64, 3, 33)}, fast_cast},
+        {"Cast", "to=1", 1, {S2(I32, 3, 33)}, fast_cast},
+        {"Cast", "to=1", 1, {S2(U8, 3, 33)}, fast_cast},
+        {"Cast", "to=1", 1, {S2(BOOL, 3, 33)}, fast_cast},
+        {"Cast", "to=7", 1, {S2(I64, 3, 33)}, fast_cast},
     };
     af_runtime *rt = NULL;
     af_error err;
@@ -548,6 +560,44 @@ static void test_broadcast_fast(void **state) {
     tu_rng = 16;
     for (size_t c = 0; c < AF_COUNT(cases); c++) bc_check(&cases[c], rt);
     af_runtime_free(rt);
+}
+
+/* Cast to half at the edges of its range, bit for bit with the reference on every ISA: overflow
+ * to infinity, the largest half, ties to even, half denormals, underflow to zero, NaN; and the
+ * pairs it leaves to the reference (float to integer saturates, to bfloat16). */
+static void test_cast_half_edges(void **state) {
+    (void)state;
+    static const float v[] = {65504.0f, 65519.0f, 65520.0f, 1e9f, -1e9f, 1.00048828125f,
+                              1.000732421875f, 5.96e-8f, 2.98e-8f, 1e-10f, -0.0f, 6.1e-5f,
+                              (float)NAN, (float)INFINITY, 3.14159f, -2.71828f, 0.333333f};
+    af_arena *a = af_arena_new();
+    af_node *n = make_node(a, "Cast", "to=10", 17, 1, 1);
+    int64_t len = 16 * 3 + 1; /* vectors and a tail */
+    af_tensor *x = af_tensor_new(F32, 1, &len);
+    for (int64_t i = 0; i < len; i++) ((float *)x->data)[i] = v[i % AF_COUNT(v)];
+    const af_tensor *in[1] = {x};
+    af_error err;
+    af_tensor want, got;
+    memset(&want, 0, sizeof want);
+    af_isa best = af_isa_best();
+    af_isa_set(AF_ISA_REFERENCE);
+    assert_int_equal(tu_run(n, in, &want, 1, &err), AF_OK);
+    for (int isa = AF_ISA_GENERIC; isa <= (int)best; isa++) {
+        af_isa_set((af_isa)isa);
+        memset(&got, 0, sizeof got);
+        assert_int_equal(tu_run(n, in, &got, 1, &err), AF_OK);
+        for (int64_t i = 0; i < len; i++)
+            if (((uint16_t *)got.data)[i] != ((uint16_t *)want.data)[i])
+                fail_msg("%s: %g to half gives 0x%04x, the reference 0x%04x", af_isa_name((af_isa)isa),
+                         (double)v[i % AF_COUNT(v)], ((uint16_t *)got.data)[i], ((uint16_t *)want.data)[i]);
+        af_tensor_release(&got);
+    }
+    af_isa_set(best);
+    assert_true(fast_cast_takes(F32, F16) && fast_cast_takes(I64, F32) && fast_cast_takes(U8, U8));
+    assert_false(fast_cast_takes(F32, I64) || fast_cast_takes(F32, BF16) || fast_cast_takes(I64, I32));
+    af_tensor_release(&want);
+    af_tensor_free(x);
+    af_arena_free(a);
 }
 
 /* What the fast broadcast kernels do not take they leave to the reference, which reports it:
@@ -598,6 +648,7 @@ int main(void) {
         cmocka_unit_test(test_kernel_rejects_bad_buffers),
         cmocka_unit_test(test_broadcast_fast),
         cmocka_unit_test(test_broadcast_fast_declines),
+        cmocka_unit_test(test_cast_half_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,6 +18,7 @@
  * otherwise AF_DECLINED and the reference kernel reports the problem. */
 #include "kernels/fast/fast.h"
 #include "kernels/ref/tensor_util.h"
+#include "kernels/simd/vec.h"
 
 #include <string.h>
 
@@ -538,5 +539,91 @@ af_status fast_gather(const af_node *n, const af_tensor *const *in, af_tensor *o
     j.shuffle = shuffle_groups(idx, nidx, dim, j.inner);
     run_gather(x, &j, outer, (double)outer * (double)nidx * (double)j.inner);
     af_free(idx);
+    return AF_OK;
+}
+
+/* ---- Cast ---------------------------------------------------------------------------------------
+ * The conversions that models spend time in: float32 to and from IEEE half (the edges of a
+ * float16 model, which computes in float32, and a converter's Cast islands) and from bfloat16,
+ * through the vector table; integers and bool to float32 with C's conversion, as the reference
+ * converts them (one rounding, to nearest). The same dtype is a copy. Anything else (float to
+ * integer, which saturates; to bfloat16, whose denormals the vector conversion may flush;
+ * integer to integer, shape arithmetic on a few elements) is the reference's, and the
+ * dispatcher says so before running (fast_cast_takes). */
+
+typedef struct cast_job {
+    const void *x;
+    void *y;
+    af_dtype from, to;
+    int64_t count;
+} cast_job;
+
+enum { CAST_CHUNK = 4096 }; /* elements per parallel item */
+
+#define CAST_LOOP(T)                                                                              \
+    for (int64_t i = 0; i < len; i++) y[i] = (float)((const T *)j->x)[b + i];
+
+static void cast_range(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const cast_job *j = ctx;
+    const af_vec_ops *v = af_vec();
+    int64_t b = begin * CAST_CHUNK, e = end * CAST_CHUNK < j->count ? end * CAST_CHUNK : j->count;
+    int64_t len = e - b;
+    if (j->to == AF_DTYPE_FLOAT16) {
+        v->to_f16((const float *)j->x + b, (uint16_t *)j->y + b, len);
+        return;
+    }
+    float *y = (float *)j->y + b;
+    switch (j->from) {
+    case AF_DTYPE_FLOAT16: v->from_f16((const uint16_t *)j->x + b, y, len); break;
+    case AF_DTYPE_BFLOAT16: v->from_bf16((const uint16_t *)j->x + b, y, len); break;
+    case AF_DTYPE_DOUBLE: CAST_LOOP(double) break;
+    case AF_DTYPE_INT8: CAST_LOOP(int8_t) break;
+    case AF_DTYPE_UINT8: CAST_LOOP(uint8_t) break;
+    case AF_DTYPE_BOOL: /* any nonzero byte is true */
+        for (int64_t i = 0; i < len; i++) y[i] = ((const uint8_t *)j->x)[b + i] != 0;
+        break;
+    case AF_DTYPE_INT16: CAST_LOOP(int16_t) break;
+    case AF_DTYPE_UINT16: CAST_LOOP(uint16_t) break;
+    case AF_DTYPE_INT32: CAST_LOOP(int32_t) break;
+    case AF_DTYPE_UINT32: CAST_LOOP(uint32_t) break;
+    case AF_DTYPE_INT64: CAST_LOOP(int64_t) break;
+    case AF_DTYPE_UINT64: CAST_LOOP(uint64_t) break;
+    default: AF_ASSERT(!"dtype checked by fast_cast");
+    }
+}
+#undef CAST_LOOP
+
+bool fast_cast_takes(af_dtype from, af_dtype to) {
+    if (from == to) return true;
+    if (to == AF_DTYPE_FLOAT16) return from == AF_DTYPE_FLOAT;
+    if (to != AF_DTYPE_FLOAT) return false;
+    switch (from) {
+    case AF_DTYPE_FLOAT16: case AF_DTYPE_BFLOAT16: case AF_DTYPE_DOUBLE: case AF_DTYPE_INT8:
+    case AF_DTYPE_UINT8: case AF_DTYPE_BOOL: case AF_DTYPE_INT16: case AF_DTYPE_UINT16:
+    case AF_DTYPE_INT32: case AF_DTYPE_UINT32: case AF_DTYPE_INT64: case AF_DTYPE_UINT64:
+        return true;
+    default: return false;
+    }
+}
+
+af_status fast_cast(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                    af_error *err) {
+    (void)err;
+    const af_tensor *a = n->nin >= 1 ? in[0] : NULL;
+    af_tensor *y = &out[0];
+    if (!a || !cp_ready(a, af_dtype_size(a->dtype)) || !cp_ready(y, af_dtype_size(y->dtype)) ||
+        af_tensor_numel(a) != af_tensor_numel(y))
+        return AF_DECLINED;
+    int64_t count = af_tensor_numel(a);
+    if (a->dtype == y->dtype) {
+        if (count > 0) memcpy(y->data, a->data, (size_t)count * af_dtype_size(a->dtype));
+        return AF_OK;
+    }
+    if (!fast_cast_takes(a->dtype, y->dtype)) return AF_DECLINED;
+    cast_job j = {a->data, y->data, a->dtype, y->dtype, count};
+    double bytes = (double)count * (double)(af_dtype_size(a->dtype) + af_dtype_size(y->dtype));
+    af_exec_parallel(x, (count + CAST_CHUNK - 1) / CAST_CHUNK, af_exec_work_ns(x, (double)count, bytes),
+                     cast_range, &j);
     return AF_OK;
 }

@@ -36,6 +36,8 @@ typedef struct fast_row {
     af_prepare_fn prepare; /* what the kernel can do once per node (NULL: nothing) */
     uint32_t in_types;     /* bits (1 << af_dtype) of the first input types it takes; 0: float32;
                               ANY_DTYPE: every dtype (kernels that move elements by size) */
+    bool (*pair)(af_dtype in, af_dtype out); /* NULL, or which (input 0, output 0) dtype pairs
+                                                it takes: a conversion's */
 } fast_row;
 
 #define ANY_DTYPE UINT32_MAX
@@ -80,6 +82,8 @@ static const fast_row rows[AF_OP_COUNT] = {
     [AF_OP_SPLIT] = {.kernel = fast_split},
     [AF_OP_GATHER] = {.kernel = fast_gather},
     [AF_OP_CONSTANT_OF_SHAPE] = {.kernel = fast_constant_of_shape, .in_types = ANY_DTYPE},
+    [AF_OP_CAST] = {.kernel = fast_cast, .in_types = ANY_DTYPE, .pair = fast_cast_takes},
+    [AF_OP_CAST_LIKE] = {.kernel = fast_cast, .in_types = ANY_DTYPE, .pair = fast_cast_takes},
     [AF_OP_SCATTER_ELEMENTS] = {.kernel = fast_scatter_elements, .in_types = ANY_DTYPE},
     [AF_OP_SCATTER] = {.kernel = fast_scatter_elements, .in_types = ANY_DTYPE},
     [AF_OP_GATHER_ND] = {.kernel = fast_gather_nd, .in_types = ANY_DTYPE},
@@ -169,7 +173,10 @@ const char *af_kernel_kind_name(af_kernel_kind k) {
 static bool takes_types(const af_node *n, const fast_row *r, const af_tensor *const *types) {
     const af_tensor *t = types ? types[0] : n->in[0] ? &n->in[0]->type : NULL;
     uint32_t ok = r->in_types ? r->in_types : 1u << AF_DTYPE_FLOAT;
-    return !t || t->dtype == AF_DTYPE_UNDEFINED || (t->dtype < 32 && (ok >> t->dtype & 1));
+    if (!t || t->dtype == AF_DTYPE_UNDEFINED) return true;
+    if (r->pair && n->nout >= 1 && n->out[0] && n->out[0]->type.dtype != AF_DTYPE_UNDEFINED)
+        return r->pair(t->dtype, n->out[0]->type.dtype);
+    return t->dtype < 32 && (ok >> t->dtype & 1);
 }
 
 af_kernel_kind af_kernel_choice(const af_node *n, const af_tensor *const *types) {

@@ -59,6 +59,9 @@ AF_FAST_KERNEL(fast_concat);
 AF_FAST_KERNEL(fast_split);
 AF_FAST_KERNEL(fast_gather);
 AF_FAST_KERNEL(fast_constant_of_shape);
+AF_FAST_KERNEL(fast_cast);
+/* The (from, to) dtype pairs fast_cast converts (it declines the others). */
+bool fast_cast_takes(af_dtype from, af_dtype to);
 /* select.c: data-dependent indexing by element size. */
 AF_FAST_KERNEL(fast_scatter_elements);
 AF_FAST_KERNEL(fast_gather_nd);

@@ -210,6 +210,11 @@ typedef struct af_vec_ops {
     /* y[i] = x[i] rounded to the nearest IEEE half value (beyond 65504: infinity), as float;
      * y may be x. */
     void (*round_f16)(const float *x, float *y, int64_t n);
+    /* Cast's conversions: y[i] = x[i] in IEEE half (rounded to nearest even, beyond 65504
+     * infinity), and half or bfloat16 x[i] widened to float (exact). */
+    void (*to_f16)(const float *x, uint16_t *y, int64_t n);
+    void (*from_f16)(const uint16_t *x, float *y, int64_t n);
+    void (*from_bf16)(const uint16_t *x, float *y, int64_t n);
     /* Sum of x[0..n) (float, accumulated in vector lanes). */
     float (*row_sum)(const float *x, int64_t n);
     /* out[j] = sum (or max) over r < rows of x[r * cols + j], rows >= 1. */

@@ -222,6 +222,39 @@ static void round_f16(const float *x, float *y, int64_t n) {
     for (; i < n; i++) y[i] = af_half_to_float(af_float_to_half(x[i]));
 }
 
+static void to_f16(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX512F__) && VW == 16
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(y + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+#elif defined(__F16C__) && VW == 8
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; i < n; i++) y[i] = af_float_to_half(x[i]);
+}
+
+static void from_f16(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+#if (defined(__AVX512F__) && VW == 16) || (defined(__F16C__) && VW == 8)
+    for (; i + VW <= n; i += VW) vstore(y + i, vload_half(x + i));
+#endif
+    for (; i < n; i++) y[i] = af_half_to_float(x[i]);
+}
+
+static void from_bf16(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) {
+        vu u;
+        for (int l = 0; l < VW; l++) u[l] = (uint32_t)x[i + l] << 16;
+        vf f;
+        memcpy(&f, &u, sizeof f);
+        vstore(y + i, f);
+    }
+    for (; i < n; i++) y[i] = af_bf16_to_float(x[i]);
+}
+
 /* ---- GEMM micro-kernels ------------------------------------------------------------------------ */
 
 /* acc += row k of A (MR broadcasts) x row k of B (NV vectors): float32 or half B. */
@@ -1344,6 +1377,9 @@ const af_vec_ops VEC_TABLE = {
     .ukr = {UKR_TYPE_TABLE(f32), UKR_TYPE_TABLE(f16), UKR_TYPE_TABLE(bf16)},
     .to_bf16 = to_bf16,
     .round_f16 = round_f16,
+    .to_f16 = to_f16,
+    .from_f16 = from_f16,
+    .from_bf16 = from_bf16,
     .ep_tile = ep_tile,
     .unary = unary,
     .layernorm = layernorm,
