@@ -5,7 +5,9 @@
  * epilogue op with operands per column, per row, full-size, scalar and in a generic broadcast
  * (which must fall back to the reference epilogue); and the low-precision types (half B, and
  * bfloat16 A and B in pairs along K, odd K padded) against double loops over the same rounded
- * operands. */
+ * operands; the int8 type U8S8 (uint8 codes of A, int8 B in quads with column sums, zero points
+ * 0 and 255, per-tensor and per-column scales, taps, epilogues) against exact integer sums and
+ * against the generic twin, and the uint8 conversion of A against the reference's formula. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +18,7 @@
 #include "kernels/simd/cpu.h"
 #include "kernels/fast/gemm.h"
 #include "kernels/ref/epilogue.h"
+#include "kernels/ref/fused.h"
 #include "runtime/exec.h"
 #include "util/util.h"
 
@@ -112,7 +115,7 @@ static void check_prob_t(const prob *p, const af_epilogue *ep, int threads, cons
     af_vep_build(ep, c, p->n, &v);
     af_gemm g = {t == AF_GEMM_BF16 ? (const void *)a16 : (const void *)a, p->mo, p->mi, p->rs_o,
                  p->rs_i, p->tap_off, p->ntaps, p->tap_len, packed, p->n, c, p->n, &v, 0, 0, t,
-                 NULL, NULL};
+                 NULL, NULL, NULL, 0};
     float *bscratch = NULL;
     if (rowscale) {
         size_t per = af_gemm_rowscale_floats(k, p->n);
@@ -459,6 +462,162 @@ static void test_packing(void **state) {
     assert_true(d[32] == 3 && d[33] == 6 && d[47] == 0);
 }
 
+/* ---- U8S8 ------------------------------------------------------------------------------------------ */
+
+/* Problem p (tap_len a multiple of 4; K rows of B past kb zero) in U8S8 on the ISA in force:
+ * A uint8 codes, B int8 ([-128, 127], both ends included), A's zero point z, scales per column
+ * or one for all, ep applied after; against (sum (a - z) b) * scale in exact integers, then the
+ * reference epilogue. The output goes to got (m x n) for the twin comparison. */
+static void check_u8s8(const prob *p, const af_epilogue *ep, int threads, int z, bool per_col,
+                       const char *what, float *got) {
+    int64_t m = p->mo * p->mi, k = prob_k(p), kb = p->kb ? p->kb : k;
+    uint8_t *a = malloc(p->a_len + 1);
+    int8_t *b = malloc((size_t)(k * p->n) + 1);
+    void *packed = malloc(af_gemm_packed_bytes(AF_GEMM_U8S8, kb, p->n));
+    float *scale = malloc((size_t)p->n * sizeof(float)), *c = got;
+    float *want = malloc((size_t)(m * p->n + 1) * sizeof(float));
+    assert_true(a && b && packed && scale && want);
+    for (size_t i = 0; i < p->a_len; i++) a[i] = (uint8_t)(i % 7 == 0 ? (i % 2 ? 255 : 0) : (tu_rnd() + 1.0) * 127.9);
+    for (int64_t i = 0; i < k * p->n; i++)
+        b[i] = i >= kb * p->n ? 0 : (int8_t)(i % 5 == 0 ? (i % 2 ? 127 : -128) : tu_rnd() * 127.9);
+    for (int64_t j = 0; j < p->n; j++) scale[j] = per_col || j == 0 ? (float)(0.01 * (1.5 + tu_rnd())) : scale[0];
+    af_gemm_pack_u8s8(b, kb, p->n, p->n, 1, packed);
+    af_vep v;
+    af_vep_build(ep, c, p->n, &v);
+    af_gemm g = {a, p->mo, p->mi, p->rs_o, p->rs_i, p->tap_off, p->ntaps, p->tap_len, packed, p->n,
+                 c, p->n, &v, 0, 0, AF_GEMM_U8S8, NULL, NULL, scale, z};
+    af_runtime *rt = NULL;
+    af_error err;
+    if (threads > 1) assert_int_equal(af_runtime_new(threads, &rt, &err), AF_OK);
+    for (int64_t i = 0; i < m * p->n; i++) c[i] = NAN;
+    run_ctx ctx = {&g};
+    af_runtime_call(rt, call_gemm, &ctx);
+    af_runtime_free(rt);
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t j = 0; j < p->n; j++) {
+            int64_t acc = 0;
+            for (int64_t kk = 0; kk < k; kk++) {
+                int64_t o = r / p->mi, i = r % p->mi, t = kk / p->tap_len, jj = kk % p->tap_len;
+                acc += ((int64_t)a[o * p->rs_o + i * p->rs_i + p->tap_off[t] + jj] - z) * b[kk * p->n + j];
+            }
+            want[r * p->n + j] = (float)((double)acc * scale[j]);
+        }
+    if (ep) af_epilogue_apply_at(ep, want, 0, m * p->n);
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s [%s, u8s8, M %lld, N %lld, K %lld, z %d, %s, %d threads]", what,
+             af_isa_name(af_isa_get()), (long long)m, (long long)p->n, (long long)k, z,
+             per_col ? "per column" : "per tensor", threads);
+    expect_close(c, want, m * p->n, k, buf);
+    free(a);
+    free(b);
+    free(packed);
+    free(scale);
+    free(want);
+}
+
+/* Each case on every ISA this CPU has, 1 and 2 threads, from the same random operands; every
+ * ISA's output within float rounding of the generic twin's (the integer sums are exact). */
+static void u8s8_case(const prob *p, const af_epilogue *ep, int z, bool per_col, const char *what) {
+    int64_t cnt = p->mo * p->mi * p->n;
+    float *twin = malloc((size_t)(cnt + 1) * sizeof(float)), *c = malloc((size_t)(cnt + 1) * sizeof(float));
+    assert_true(twin && c);
+    uint64_t seed = tu_rng;
+    FOR_EACH_ISA(isa)
+        for (int threads = 1; threads <= 2; threads++) {
+            tu_rng = seed;
+            check_u8s8(p, ep, threads, z, per_col, what, isa == AF_ISA_GENERIC && threads == 1 ? twin : c);
+            if (isa == AF_ISA_GENERIC && threads == 1) continue;
+            for (int64_t i = 0; i < cnt; i++)
+                if (!(fabs((double)c[i] - twin[i]) <= 1e-6 * (1.0 + fabs((double)twin[i]))))
+                    fail_msg("%s [%s, %d threads]: element %lld: %.9g, generic twin %.9g", what,
+                             af_isa_name(isa), threads, (long long)i, c[i], twin[i]);
+        }
+    af_isa_set(af_isa_best());
+    free(twin);
+    free(c);
+}
+
+static void test_u8s8(void **state) {
+    (void)state;
+    static const int64_t ms[] = {1, 5, 12, 13, 29};
+    static const int64_t ns[] = {7, 16, 33, 100};
+    static const int64_t ks[] = {4, 8, 36, 64, 516};
+    for (size_t i = 0; i < AF_COUNT(ms); i++)
+        for (size_t j = 0; j < AF_COUNT(ns); j++) {
+            prob p = plain(ms[i], ns[j], ks[(i + j) % AF_COUNT(ks)]);
+            u8s8_case(&p, NULL, (i + j) % 2 ? 255 : 0, j % 2 == 0, "plain");
+        }
+    /* odd K = 17 rounded to 20: B's rows 17..19 zero, A's padding bytes anything */
+    prob odd = plain(13, 50, 20);
+    odd.kb = 17;
+    u8s8_case(&odd, NULL, 131, true, "odd K");
+    /* a 3x3 conv's taps over a bordered image of 8 channels, stride 1 and 2 */
+    for (int64_t s = 1; s <= 2; s++) {
+        int64_t H = 9, W = 11, C = 8, OH = (H + 2 - 3) / s + 1, OW = (W + 2 - 3) / s + 1, Wp = W + 2;
+        prob p = {OH, OW, s * Wp * C, s * C, 9, C, 19,
+                  {0, C, 2 * C, Wp * C, Wp * C + C, Wp * C + 2 * C, 2 * Wp * C, 2 * Wp * C + C, 2 * Wp * C + 2 * C},
+                  (size_t)((H + 2) * Wp * C), 0};
+        u8s8_case(&p, NULL, 255, s == 1, "taps");
+        u8s8_case(&p, NULL, 0, s == 2, "taps");
+    }
+    /* epilogues: bias + Relu, bias + residual + Relu in registers, and steps on the tile */
+    static const ep_case eps[] = {
+        {"bias+relu", 2, {{AF_EP_ADD, AF_VEP_COL, 0}, {AF_EP_RELU, 0, 0}}, {{0}}},
+        {"bias+residual+relu", 3,
+         {{AF_EP_ADD, AF_VEP_COL, 0}, {AF_EP_ADD, AF_VEP_FULL, 0}, {AF_EP_RELU, 0, 0}}, {{0}}},
+        {"residual, sigmoid", 2, {{AF_EP_ADD, AF_VEP_FULL, 0}, {AF_EP_SIGMOID, 0, 0}}, {{0}}},
+    };
+    int64_t m = 29, n = 37;
+    float *col = rnd_buf((size_t)n), *full = rnd_buf((size_t)(m * n));
+    for (size_t e = 0; e < AF_COUNT(eps); e++) {
+        af_epilogue ep;
+        fill_ep(&ep, &eps[e], m, n, col, NULL, full, NULL, NULL);
+        prob p = plain(m, n, 40);
+        u8s8_case(&p, &ep, e % 2 ? 255 : 0, e != 1, eps[e].name);
+    }
+    free(col);
+    free(full);
+    /* packing: quads along K in the bytes of each column's word, column sums after the panels */
+    int8_t b[10] = {1, -2, 3, -4, 5, -6, 7, -8, 9, -10}; /* 5 x 2, row-major */
+    size_t bytes = af_gemm_packed_bytes(AF_GEMM_U8S8, 5, 2);
+    assert_int_equal(bytes, 4 * (2 * 16 + 16));
+    int8_t *d = malloc(bytes);
+    assert_non_null(d);
+    af_gemm_pack_u8s8(b, 5, 2, 2, 1, d);
+    assert_true(d[0] == 1 && d[1] == 3 && d[2] == 5 && d[3] == 7 && d[4] == -2 && d[7] == -8);
+    assert_true(d[8] == 0 && d[64] == 9 && d[65] == 0 && d[68] == -10);
+    const int32_t *cs = af_gemm_u8s8_colsum(d, 5, 2);
+    assert_true(cs[0] == 25 && cs[1] == -30 && cs[2] == 0 && cs[15] == 0);
+    free(d);
+}
+
+/* The uint8 codes of A (vec to_u8) against the reference's formula, bit for bit: ties to even,
+ * both clamps, NaN and infinities, every zero point class, on every ISA. */
+static void test_to_u8(void **state) {
+    (void)state;
+    enum { N = 1003 };
+    float x[N];
+    uint8_t y[N];
+    for (int i = 0; i < N; i++) x[i] = (float)(tu_rnd() * 3.0);
+    static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 0.005f, 0.015f, -0.005f,
+                                    -0.015f, 1.275f, 1.285f, -1.285f, 2.555f, 1e30f, -1e30f, 0.025f};
+    memcpy(x, special, sizeof special);
+    static const float scales[] = {0.01f, 0.02f, 1.0f / 255.0f};
+    static const int zeros[] = {0, 128, 255, 7};
+    FOR_EACH_ISA(isa)
+        for (size_t si = 0; si < AF_COUNT(scales); si++)
+            for (size_t zi = 0; zi < AF_COUNT(zeros); zi++) {
+                af_vec()->to_u8(x, y, N, scales[si], zeros[zi]);
+                for (int i = 0; i < N; i++) {
+                    float want = fused_quant_code(x[i], scales[si], (float)zeros[zi]);
+                    if ((float)y[i] != want)
+                        fail_msg("%s to_u8(%.9g, s %g, z %d) = %d, want %g", af_isa_name(isa), x[i],
+                                 scales[si], zeros[zi], y[i], want);
+                }
+            }
+    af_isa_set(af_isa_best());
+}
+
 int main(void) {
     tu_rng = 0x5eed;
     const struct CMUnitTest tests[] = {
@@ -472,6 +631,8 @@ int main(void) {
         cmocka_unit_test(test_epilogue),
         cmocka_unit_test(test_low_precision),
         cmocka_unit_test(test_conversions),
+        cmocka_unit_test(test_u8s8),
+        cmocka_unit_test(test_to_u8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -355,7 +355,7 @@ static void conv_dense(const conv_cl *g, const af_vep *ep, float *y, unsigned ch
                               y + row0 * g->m + gi * g->mg, g->m,
                               ep, row0, gi * g->mg, AF_GEMM_F32,
                               /* the squeeze-excite gate scales W's rows, a block at a time */
-                              g->gate ? g->gate + b * g->c : NULL, wg};
+                              g->gate ? g->gate + b * g->c : NULL, wg, NULL, 0};
                 af_gemm_run(ex, &gm);
             }
 }
@@ -455,7 +455,7 @@ static void conv_low(const conv_cl *g, const af_vep *ep, float *y, unsigned char
                       flat ? 1 : g->oh, flat ? g->oh * g->ow : g->ow, g->sh * wp * cp, g->sw * cp,
                       taps, ntaps, merged ? g->kw * cp : cp, g->wt, g->m,
                       y + b * g->oh * g->ow * g->m, g->m, ep, b * g->oh * g->ow, 0, g->wt_type,
-                      NULL, NULL};
+                      NULL, NULL, NULL, 0};
         af_gemm_run(ex, &gm);
     }
 }
@@ -499,7 +499,7 @@ static void wino_products(void *ctx, int slot, int64_t begin, int64_t end) {
     for (int64_t e = begin; e < end; e++) {
         af_gemm gm = {j->v + e * j->ntiles * g->c, 1, j->ntiles, 0, g->c, tap0, 1, g->c,
                       g->wt + (size_t)e * per, g->m, j->mt + e * j->ntiles * g->m, g->m, NULL, 0, 0,
-                      AF_GEMM_F32, NULL, NULL};
+                      AF_GEMM_F32, NULL, NULL, NULL, 0};
         af_gemm_run(NULL, &gm);
     }
 }
@@ -634,7 +634,7 @@ static void pro_expand_row(const pro_job *j, int64_t b, int64_t ih, float *dst) 
     static const int64_t tap0[1] = {0};
     int64_t row = b * g->h + ih;
     af_gemm gm = {g->pro_x + row * g->w * g->pro_c, 1, g->w, 0, g->pro_c, tap0, 1, g->pro_c,
-                  g->pro_wt, g->c, dst, g->c, j->pro, row * g->w, 0, AF_GEMM_F32, NULL, NULL};
+                  g->pro_wt, g->c, dst, g->c, j->pro, row * g->w, 0, AF_GEMM_F32, NULL, NULL, NULL, 0};
     af_gemm_run(NULL, &gm);
 }
 
@@ -804,7 +804,7 @@ static void convt_bands(void *ctx, int slot, int64_t begin, int64_t end) {
             for (int64_t gi = 0; gi < g->group; gi++) {
                 af_gemm gm = {xb + i0 * inner * g->c + gi * g->cg, 1, (i1 - i0) * inner, 0, g->c,
                               tap0, 1, g->cg, g->wt + (size_t)gi * per, taps * g->mg,
-                              cols + gi * taps * g->mg, taps * g->m, NULL, 0, 0, AF_GEMM_F32, NULL, NULL};
+                              cols + gi * taps * g->mg, taps * g->m, NULL, 0, 0, AF_GEMM_F32, NULL, NULL, NULL, 0};
                 af_gemm_run(NULL, &gm);
             }
             src = cols;
@@ -1117,7 +1117,7 @@ af_status fast_conv_pool_fc(const af_node *n, const af_tensor *const *in, af_ten
     af_vep_build(&fc_ep, out[0].data, c.classes, &fv);
     static const int64_t tap0[1] = {0};
     af_gemm gm = {pooled, 1, g->n, 0, g->m, tap0, 1, g->m, w, c.classes, out[0].data, c.classes,
-                  &fv, 0, 0, AF_GEMM_F32, NULL, NULL};
+                  &fv, 0, 0, AF_GEMM_F32, NULL, NULL, NULL, 0};
     af_gemm_run(ex, &gm);
     return AF_OK;
 }

@@ -49,9 +49,39 @@ int64_t af_gemm_bf16_k(int64_t k) {
     return (k + AF_GEMM_BF16_KB - 1) / AF_GEMM_BF16_KB * AF_GEMM_BF16_KB;
 }
 
+int64_t af_gemm_u8s8_k(int64_t k) {
+    return (k + AF_GEMM_U8S8_KB - 1) / AF_GEMM_U8S8_KB * AF_GEMM_U8S8_KB;
+}
+
 size_t af_gemm_packed_bytes(af_gemm_type t, int64_t k, int64_t n) {
+    if (t == AF_GEMM_U8S8) /* the quads, then one column sum per panel column */
+        return 4 * (af_gemm_packed_floats(af_gemm_u8s8_k(k) / 4, n) + af_gemm_packed_floats(1, n));
     size_t f = af_gemm_packed_floats(t == AF_GEMM_BF16 ? af_gemm_bf16_k(k) / 2 : k, n);
     return t == AF_GEMM_F16 ? 2 * f : 4 * f;
+}
+
+const int32_t *af_gemm_u8s8_colsum(const void *packed, int64_t k, int64_t n) {
+    return (const int32_t *)((const char *)packed +
+                             4 * af_gemm_packed_floats(af_gemm_u8s8_k(k) / 4, n));
+}
+
+void af_gemm_pack_u8s8(const int8_t *b, int64_t k, int64_t n, int64_t sk, int64_t sn, void *dst) {
+    int64_t np = (n + AF_GEMM_NR - 1) / AF_GEMM_NR, rows = af_gemm_u8s8_k(k) / 4;
+    int8_t *d = dst;
+    int32_t *colsum = (int32_t *)(d + 4 * af_gemm_packed_floats(rows, n));
+    for (int64_t p = 0; p < np; p++) {
+        int64_t w = panel_width(n, p), j0 = p * AF_GEMM_NR;
+        int8_t *dp = d + 4 * j0 * rows;
+        for (int64_t j = 0; j < w; j++) colsum[j0 + j] = 0;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < w; j++)
+                for (int64_t i = 0; i < 4; i++) {
+                    int64_t kk = 4 * r + i;
+                    int8_t v = j0 + j < n && kk < k ? b[kk * sk + (j0 + j) * sn] : 0;
+                    *dp++ = v;
+                    colsum[j0 + j] += v;
+                }
+    }
 }
 
 void af_gemm_pack_type(af_gemm_type t, const float *b, int64_t k, int64_t n, int64_t sk,
@@ -128,6 +158,7 @@ static void split_ep(const af_vep *v, reg_ep *r) {
 typedef struct gemm_job {
     const af_gemm *g;
     const af_vec_ops *v;
+    const int32_t *colsum;     /* U8S8: B's column sums (after its panels) */
     int64_t k, npanels, block; /* rows of a packed panel (K, or K / 2 pairs); panels per block */
     int64_t nblocks;
     int64_t tiles_per_row;     /* M tiles per outer index o */
@@ -187,12 +218,14 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, i
     int64_t w = panel_width(g->n, p), j0 = p * AF_GEMM_NR;
     int64_t valid = g->n - j0 < w ? g->n - j0 : w;
     int64_t row = g->ep_row0 + m, ld = g->ep ? g->ep->cols : 0;
-    /* Bytes per element of B (a 32-bit word per column and pair of rows for BF16) and of A. */
-    int64_t eb = g->type == AF_GEMM_F16 ? 2 : 4, ea = g->type == AF_GEMM_BF16 ? 2 : 4;
+    /* Bytes per element of B (a 32-bit word per column and pair of rows for BF16, quad of rows
+     * for U8S8) and of A. */
+    int64_t eb = g->type == AF_GEMM_F16 ? 2 : 4;
+    int64_t ea = g->type == AF_GEMM_BF16 ? 2 : g->type == AF_GEMM_U8S8 ? 1 : 4;
     const char *panel = ip && ip->bblk ? ip->bblk + (p - ip->blk * j->block) * AF_GEMM_NR * j->k * eb
                                        : (const char *)g->b + j0 * j->k * eb;
     af_ukr_args u = {a, g->rs_i, g->tap_off, g->ntaps, g->tap_len, NULL, w, NULL, 0,
-                     NULL, NULL, 0, NULL, NULL, 0, 0, 0};
+                     NULL, NULL, 0, NULL, NULL, 0, 0, 0, NULL, NULL, 0};
     if (j->nblocks == 1 && p == 0 && g->ntaps == 1 && g->rs_i == g->tap_len) {
         /* All of B stays in cache: bring in the next tile's rows of A instead (contiguous
          * here) while this tile's first panel runs; the panels after it find these in L1. */
@@ -233,6 +266,11 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, i
         u.ldres = ld;
         u.clamp = re->clamped ? re->clamp : NULL;
         u.last = got - (nv - 1) * v->vw;
+        if (g->type == AF_GEMM_U8S8) {
+            u.colsum = j->colsum + j0 + cc;
+            u.qscale = g->qscale + j0 + cc;
+            u.qzero = g->qzero;
+        }
         ukr[nv - 1][mr](&u);
         cc += got;
     }
@@ -305,25 +343,27 @@ static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
             run_panel_amx(j, (const uint16_t *)g->a + off, o * g->mi + i0, mr, p0 + rem % bl);
             continue;
         }
-        const void *a = g->type == AF_GEMM_BF16 ? (const void *)((const uint16_t *)g->a + off)
-                                                : (const void *)((const float *)g->a + off);
+        const void *a = g->type == AF_GEMM_BF16   ? (const void *)((const uint16_t *)g->a + off)
+                        : g->type == AF_GEMM_U8S8 ? (const void *)((const uint8_t *)g->a + off)
+                                                  : (const void *)((const float *)g->a + off);
         run_panel(j, a, o * g->mi + i0, mr, p0 + rem % bl, &ip);
     }
     if (j->amx) af_amx_end();
 }
 
-/* Rows of one packed panel: K, or its K / 2 pairs in BF16. */
+/* Rows of one packed panel: K, or its K / 2 pairs in BF16, its K / 4 quads in U8S8. */
 static int64_t panel_rows(const af_gemm *g) {
     AF_ASSERT(g->type != AF_GEMM_BF16 || g->tap_len % AF_GEMM_BF16_KB == 0);
+    AF_ASSERT(g->type != AF_GEMM_U8S8 || (g->tap_len % AF_GEMM_U8S8_KB == 0 && g->qscale));
     int64_t k = g->ntaps * g->tap_len;
-    return g->type == AF_GEMM_BF16 ? k / 2 : k;
+    return g->type == AF_GEMM_BF16 ? k / 2 : g->type == AF_GEMM_U8S8 ? k / 4 : k;
 }
 
 void af_gemm_rows(const af_gemm *g) {
     if (g->mo != 1 || g->mi <= 0 || g->n <= 0) return;
-    gemm_job j = {g, af_vec(), panel_rows(g), (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 1,
+    gemm_job j = {g, af_vec(), NULL, panel_rows(g), (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 1,
                   1, false, {0}, {0}, {0}};
-    AF_ASSERT(g->mi <= j.v->mr && g->type != AF_GEMM_BF16 && !g->b_rowscale);
+    AF_ASSERT(g->mi <= j.v->mr && g->type != AF_GEMM_BF16 && g->type != AF_GEMM_U8S8 && !g->b_rowscale);
     split_ep(g->ep, &j.rep);
     j.block = j.npanels;
     for (int64_t p = 0; p < j.npanels; p++) run_panel(&j, g->a, 0, g->mi, p, NULL);
@@ -347,11 +387,12 @@ size_t af_gemm_rowscale_floats(int64_t k, int64_t n) {
 
 void af_gemm_run(af_exec *x, const af_gemm *g) {
     if (g->mo <= 0 || g->mi <= 0 || g->n <= 0) return;
-    gemm_job j = {g, af_vec(), panel_rows(g), (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 0,
+    gemm_job j = {g, af_vec(), NULL, panel_rows(g), (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 0,
                   0, g->type == AF_GEMM_BF16 && af_cpu_amx(), {0}, {0}, {0}};
     split_ep(g->ep, &j.rep);
     j.block = block_panels(j.k, j.npanels, g->type == AF_GEMM_F16 ? 2 : 4);
     AF_ASSERT(!g->b_rowscale || (g->type == AF_GEMM_F32 && g->ntaps == 1 && g->b_scratch));
+    if (g->type == AF_GEMM_U8S8) j.colsum = af_gemm_u8s8_colsum(g->b, g->ntaps * g->tap_len, g->n);
     j.nblocks = (j.npanels + j.block - 1) / j.block;
     int64_t mr = j.amx ? 32 : j.v->mr;
     j.tiles_per_row = (g->mi + mr - 1) / mr;

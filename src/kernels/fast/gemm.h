@@ -43,6 +43,18 @@ size_t af_gemm_packed_bytes(af_gemm_type t, int64_t k, int64_t n);
 void af_gemm_pack_type(af_gemm_type t, const float *b, int64_t k, int64_t n, int64_t sk,
                        int64_t sn, void *dst);
 
+/* U8S8 (the int8 form, vec.h): B int8 in quads along K, K rounded up to a multiple of
+ * AF_GEMM_U8S8_KB with zero rows: each panel row is one 32-bit word per column holding K rows
+ * 4i .. 4i + 3 in its bytes, low to high (VPDPBUSD's layout); after the last panel, the int32
+ * column sums of B, one per panel column (0 past N). A holds uint8 codes, every tap a multiple of
+ * 4 bytes long. af_gemm_u8s8_k(k) is the rounded K. */
+#define AF_GEMM_U8S8_KB 4
+int64_t af_gemm_u8s8_k(int64_t k);
+/* Pack the int8 B[kk][j] = b[kk * sk + j * sn] into dst (af_gemm_packed_bytes(U8S8, k, n)). */
+void af_gemm_pack_u8s8(const int8_t *b, int64_t k, int64_t n, int64_t sk, int64_t sn, void *dst);
+/* The column sums of a U8S8 B packed for k rows (rounded or not) and n columns. */
+const int32_t *af_gemm_u8s8_colsum(const void *packed, int64_t k, int64_t n);
+
 /* One C = A x B. Output row m = o * mi + i (o < mo, i < mi) reads A at a + o * rs_o + i * rs_i,
  * its element k = t * tap_len + j at + tap_off[t] + j (K = ntaps * tap_len); it is written at
  * c + m * ldc, columns [0, n). A plain M x K matrix: mo = 1, mi = M, rs_i = lda, one tap
@@ -67,6 +79,10 @@ typedef struct af_gemm {
      * af_gemm_rowscale_floats floats, 64-byte aligned), where the block stays in L2. */
     const float *b_rowscale;
     float *b_scratch;
+    /* U8S8: A's zero point and the scale of each of the n columns (C = (A x B - qzero *
+     * colsum) * qscale, then ep); A offsets and strides count bytes. */
+    const float *qscale;
+    int32_t qzero;
 } af_gemm;
 
 /* Floats of one thread's part of b_scratch for a K x N B. */

@@ -16,6 +16,7 @@
 static struct {
     af_isa best;
     int bf16;    /* AVX512_BF16, and not switched off by AUTOFUSION_BF16=0 */
+    int vnni;    /* AVX512_VNNI, and not switched off by AUTOFUSION_VNNI=0 */
     int amx_off; /* AUTOFUSION_AMX=0 */
     size_t l1d, l2;
     int cores;
@@ -51,6 +52,8 @@ static void cpu_init(void) {
         const char *bf = getenv("AUTOFUSION_BF16"), *amx = getenv("AUTOFUSION_AMX");
         cpu.amx_off = amx && !strcmp(amx, "0");
         cpu.bf16 = cpuinfo_has_x86_avx512bf16() && !(bf && !strcmp(bf, "0"));
+        const char *vn = getenv("AUTOFUSION_VNNI");
+        cpu.vnni = cpuinfo_has_x86_avx512vnni() && !(vn && !strcmp(vn, "0"));
         const struct cpuinfo_cache *l1 = cpuinfo_get_l1d_cache(0), *l2 = cpuinfo_get_l2_cache(0);
         /* A cache shared by several cores counts for its share only. */
         if (l1 && l1->size) cpu.l1d = l1->size;
@@ -103,6 +106,10 @@ int af_cpu_bf16(void) {
     return af_isa_get() == AF_ISA_AVX512 && cpu.bf16;
 }
 
+int af_cpu_vnni(void) {
+    return af_isa_get() == AF_ISA_AVX512 && cpu.vnni;
+}
+
 size_t af_cpu_l1d(void) {
     pthread_once(&cpu_once, cpu_init);
     return cpu.l1d;
@@ -120,7 +127,12 @@ int af_cpu_cores(void) {
 
 const af_vec_ops *af_vec(void) {
     switch (af_isa_get()) {
-    case AF_ISA_AVX512: return af_cpu_bf16() ? &af_vec_avx512bf16 : &af_vec_avx512;
+    /* The bfloat16 table carries the VNNI kernels too (every AVX512_BF16 CPU has VNNI; with
+     * AUTOFUSION_VNNI=0 its U8S8 kernels still compute the same sums). */
+    case AF_ISA_AVX512:
+        return af_cpu_bf16()   ? &af_vec_avx512bf16
+               : af_cpu_vnni() ? &af_vec_avx512vnni
+                               : &af_vec_avx512;
     case AF_ISA_AVX2: return &af_vec_avx2;
     default: return &af_vec_generic;
     }

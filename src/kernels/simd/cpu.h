@@ -32,6 +32,10 @@ int af_isa_parse(const char *name);
  * not "0" (which makes the BF16 kernels widen to float32 instead, for tests). */
 int af_cpu_bf16(void);
 
+/* The CPU has AVX512_VNNI (VPDPBUSD, the U8S8 GEMM's dot product), the ISA in force is AVX-512,
+ * and AUTOFUSION_VNNI is not "0" (which makes the lowering run quantized ops in float32). */
+int af_cpu_vnni(void);
+
 /* AMX-BF16 tiles usable (kernels/gemm_amx.c), the ISA in force is AVX-512, and AUTOFUSION_AMX
  * is not "0": BF16 GEMMs then run on AMX. */
 int af_cpu_amx(void);

@@ -25,9 +25,18 @@
  *   F16   A float32 (holding values the caller rounded to half precision), B packed in IEEE
  *         half, widened in registers: fp32 arithmetic on half-precision data;
  *   BF16  A bfloat16, B packed in pairs of bfloat16 along K (the element pairs of the
- *         AVX512_BF16 dot product), fp32 accumulation. */
-typedef enum af_gemm_type { AF_GEMM_F32 = 0, AF_GEMM_F16 = 1, AF_GEMM_BF16 = 2 } af_gemm_type;
-#define AF_GEMM_TYPES 3
+ *         AVX512_BF16 dot product), fp32 accumulation;
+ *   U8S8  the int8 form of FusedConv / FusedMatMul (quant = 1): A the uint8 codes of the
+ *         activation, B int8 packed in quads along K (one 32-bit word per column for 4 K rows,
+ *         VPDPBUSD's layout), exact int32 accumulation, then in registers
+ *         c = (acc - qzero * colsum[j]) * qscale[j] before the epilogue. */
+typedef enum af_gemm_type {
+    AF_GEMM_F32 = 0,
+    AF_GEMM_F16 = 1,
+    AF_GEMM_BF16 = 2,
+    AF_GEMM_U8S8 = 3
+} af_gemm_type;
+#define AF_GEMM_TYPES 4
 
 /* One micro-kernel call: rows [0, mr) x columns [0, nv * vw) of C = A x B, overwritten.
  * Row r of A is read at a + r * rs; its k-th element (k = t * tap_len + i) at
@@ -61,6 +70,12 @@ typedef struct af_ukr_args {
     /* Columns of C's last vector per row in [1, VW]: fewer than VW are stored (and bias and res
      * read) with masks, so a panel's last columns need no tile aside. */
     int64_t last;
+    /* U8S8 only: the column sums of B and the scales of these columns (read like bias), and
+     * A's zero point: c = (acc - qzero * colsum[j]) * qscale[j], before bias and the rest. With
+     * U8S8, A offsets count bytes, B rows are quads of K rows and tap_len is a multiple of 4. */
+    const int32_t *colsum;
+    const float *qscale;
+    int32_t qzero;
 } af_ukr_args;
 
 typedef void (*af_ukr_fn)(const af_ukr_args *p);
@@ -207,6 +222,9 @@ typedef struct af_vec_ops {
     /* y[i] = x[i] in bfloat16, rounded to nearest even (NaN stays NaN; float32 denormals may
      * become zero, as AVX512_BF16's conversion makes them). */
     void (*to_bf16)(const float *x, uint16_t *y, int64_t n);
+    /* y[i] = clamp(round_half_even(x[i] / s) + z, 0, 255), a NaN coded 0: the uint8 codes of
+     * the int8 form's activation (kernels/ref/fused_quant.c), s > 0, z in [0, 255]. */
+    void (*to_u8)(const float *x, uint8_t *y, int64_t n, float s, int z);
     /* y[i] = x[i] rounded to the nearest IEEE half value (beyond 65504: infinity), as float;
      * y may be x. */
     void (*round_f16)(const float *x, float *y, int64_t n);
@@ -250,8 +268,11 @@ typedef struct af_vec_ops {
 } af_vec_ops;
 
 /* af_vec_avx512bf16 is af_vec_avx512 with its BF16 micro-kernels on the AVX512_BF16 dot product
- * (the others widen bfloat16 to float32 and use FMAs: same results up to rounding). */
-extern const af_vec_ops af_vec_avx512, af_vec_avx512bf16, af_vec_avx2, af_vec_generic;
+ * (the others widen bfloat16 to float32 and use FMAs: same results up to rounding) and its U8S8
+ * ones on AVX512_VNNI's VPDPBUSD; af_vec_avx512vnni has the VNNI ones only (CPUs with VNNI but
+ * no BF16). Elsewhere U8S8 widens the bytes to int32 lanes: the same sums, exactly. */
+extern const af_vec_ops af_vec_avx512, af_vec_avx512bf16, af_vec_avx512vnni, af_vec_avx2,
+    af_vec_generic;
 
 /* The table of the ISA in force (the generic one under AF_ISA_REFERENCE). */
 const af_vec_ops *af_vec(void);

@@ -208,6 +208,32 @@ static void to_bf16(const float *x, uint16_t *y, int64_t n) {
     for (; i < n; i++) y[i] = af_float_to_bf16(x[i]);
 }
 
+/* The uint8 codes: clamp(x / s, -z, 255 - z) rounded (the magic number rounds to nearest even
+ * within 2^22) plus z, the same as rounding first and clamping after (the bounds are
+ * integers); a NaN fails the first compare and becomes -z, code 0. */
+static void to_u8(const float *x, uint8_t *y, int64_t n, float s, int z) {
+    const float lo = (float)-z, hi = (float)(255 - z), magic = 12582912.0f;
+    int64_t i = 0;
+    vf sv = vsplat(s), lov = vsplat(lo), hiv = vsplat(hi), mv = vsplat(magic), zv = vsplat((float)z);
+    for (; i + VW <= n; i += VW) {
+        vf v = vm_min(hiv, vm_max(vload(x + i) / sv, lov));
+        vi q = __builtin_convertvector(((v + mv) - mv) + zv, vi);
+#if defined(__AVX512F__) && VW == 16
+        __m512i qi;
+        memcpy(&qi, &q, sizeof qi);
+        _mm_storeu_si128((__m128i *)(y + i), _mm512_cvtepi32_epi8(qi));
+#else
+        for (int l = 0; l < VW; l++) y[i + l] = (uint8_t)q[l];
+#endif
+    }
+    for (; i < n; i++) {
+        float v = x[i] / s;
+        v = v > lo ? v : lo;
+        v = v < hi ? v : hi;
+        y[i] = (uint8_t)(int32_t)(((v + magic) - magic) + (float)z);
+    }
+}
+
 static void round_f16(const float *x, float *y, int64_t n) {
     int64_t i = 0;
 #if defined(__AVX512F__) && VW == 16
@@ -315,6 +341,39 @@ static void from_bf16(const uint16_t *x, float *y, int64_t n) {
  * 64 channels with a bias, residual and Relu: 4% of its time). */
 #define UKR_FOR(v, n) _Pragma("GCC unroll 24") for (int v = 0; v < (n); v++)
 
+/* vector j of a row: whole, or the last one's first p->last floats */
+#define UKR_LOAD(q, j) (j == NV - 1 && last < VW ? vload_part(q, last) : vload(q))
+
+/* The epilogue's start in registers (bias, residual, clamp) and the store of the MR x NV
+ * accumulator vectors acc: the end of every micro-kernel. */
+#define UKR_FINISH_BODY(MR, NV, acc, p)                                                           \
+    const int64_t last = p->last;                                                                 \
+    if (p->bias)                                                                                  \
+        UKR_FOR(j, NV) {                                                                          \
+            vf bv = UKR_LOAD(p->bias + j * VW, j);                                                \
+            UKR_FOR(r, MR) acc[r][j] += bv;                                                       \
+        }                                                                                         \
+    if (p->res)                                                                                   \
+        UKR_FOR(r, MR) UKR_FOR(j, NV) acc[r][j] += UKR_LOAD(p->res + r * p->ldres + j * VW, j);   \
+    if (p->clamp) { /* un_apply's Clip */                                                         \
+        vf lo = vsplat(p->clamp[0]), hi = vsplat(p->clamp[1]);                                    \
+        UKR_FOR(r, MR) UKR_FOR(j, NV) acc[r][j] = vm_min(hi, vm_max(lo, acc[r][j]));              \
+    }                                                                                             \
+    /* C's base and stride in locals: the vector stores may alias anything, p included, so        \
+     * read through p they were loaded again before every store (48 loads a 12x32 tile). */       \
+    float *const c = p->c;                                                                        \
+    const int64_t ldc = p->ldc;                                                                   \
+    UKR_FOR(r, MR) UKR_FOR(j, NV) {                                                               \
+        float *q = c + r * ldc + j * VW;                                                          \
+        if (j == NV - 1 && last < VW) vstore_part(q, acc[r][j], last);                            \
+        else vstore(q, acc[r][j]);                                                                \
+    }                                                                                             \
+
+#define UKR_FINISH(MR, NV, acc, p)                                                                \
+    do {                                                                                          \
+        UKR_FINISH_BODY(MR, NV, acc, p)                                                           \
+    } while (0)
+
 /* MR x NV vectors of C, accumulated over every tap in registers and stored once. MR, NV, PF and
  * BT are constants at each instantiation below, so the accumulator array lives in registers and
  * the loops unroll completely; PF = 0 instantiations have no prefetch code in their K loop at
@@ -359,37 +418,100 @@ static inline __attribute__((always_inline)) void ukr_body(const int MR, const i
             for (int q = 0; q < (MR + 2) / 3; q++) ar[q]++;
         }
     }
-    /* vector j of a row: whole, or the last one's first p->last floats */
-    const int64_t last = p->last;
-#define UKR_LOAD(q, j) (j == NV - 1 && last < VW ? vload_part(q, last) : vload(q))
-    if (p->bias)
-        UKR_FOR(j, NV) {
-            vf bv = UKR_LOAD(p->bias + j * VW, j);
-            UKR_FOR(r, MR) acc[r][j] += bv;
+    UKR_FINISH(MR, NV, acc, p);
+}
+
+/* acc += the quad k of each A row (4 uint8 codes) x the quad row k of B (4 int8 per column):
+ * VPDPBUSD where this file is compiled for AVX512_VNNI, else the bytes widened to int32 lanes
+ * (the same exact sums: |acc| stays below 2^31 for K <= 65536, which the lowering checks). */
+#if defined(__AVX512VNNI__) && VW == 16
+#define UKR_STEP_U8S8(MR, NV)                                                                     \
+    do {                                                                                          \
+        __m512i bw[2];                                                                            \
+        for (int j = 0; j < NV; j++) bw[j] = _mm512_loadu_si512((const uint32_t *)b + j * VW);   \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                   \
+            uint32_t w;                                                                           \
+            memcpy(&w, ar[r / 3] + (r % 3) * rs, sizeof w);                                       \
+            __m512i av = _mm512_set1_epi32((int)w);                                               \
+            for (int j = 0; j < NV; j++)                                                          \
+                acc[r][j] = (vi)_mm512_dpbusd_epi32((__m512i)acc[r][j], av, bw[j]);               \
+        }                                                                                         \
+    } while (0)
+#else
+#define UKR_STEP_U8S8(MR, NV)                                                                     \
+    do {                                                                                          \
+        vi b0[2], b1[2], b2[2], b3[2];                                                            \
+        for (int j = 0; j < NV; j++) {                                                            \
+            vu w = vload_u((const uint32_t *)b + j * VW);                                         \
+            b0[j] = (vi)(w << 24) >> 24;                                                          \
+            b1[j] = (vi)(w << 16) >> 24;                                                          \
+            b2[j] = (vi)(w << 8) >> 24;                                                           \
+            b3[j] = (vi)w >> 24;                                                                  \
+        }                                                                                         \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {                                   \
+            const uint8_t *q = ar[r / 3] + (r % 3) * rs;                                          \
+            int32_t a0 = q[0], a1 = q[1], a2 = q[2], a3 = q[3];                                   \
+            for (int j = 0; j < NV; j++)                                                          \
+                acc[r][j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];                   \
+        }                                                                                         \
+    } while (0)
+#endif
+
+/* The U8S8 micro-kernel: int32 accumulators over every tap, then in registers
+ * (acc - qzero * colsum[j]) * qscale[j] (the int8 form's dequantization, exact up to the float
+ * conversion and the one rounding of the product) and UKR_FINISH. */
+static inline __attribute__((always_inline)) void ukr_u8s8_body(const int MR, const int NV,
+                                                                const int PF,
+                                                                const af_ukr_args *p) {
+    vi acc[VEC_MR][2];
+    UKR_FOR(r, MR) UKR_FOR(j, NV) acc[r][j] = (vi){0};
+    for (int r = 0; r < MR; r++)
+        for (int j = 0; j < NV * VW; j += 16) {
+            if (p->res) __builtin_prefetch(p->res + r * p->ldres + j, 0, 3);
+            __builtin_prefetch(p->c + r * p->ldc + j, 1, 3);
         }
-    if (p->res)
-        UKR_FOR(r, MR) UKR_FOR(j, NV) acc[r][j] += UKR_LOAD(p->res + r * p->ldres + j * VW, j);
-#undef UKR_LOAD
-    if (p->clamp) { /* un_apply's Clip */
-        vf lo = vsplat(p->clamp[0]), hi = vsplat(p->clamp[1]);
-        UKR_FOR(r, MR) UKR_FOR(j, NV) acc[r][j] = vm_min(hi, vm_max(lo, acc[r][j]));
+    const char *b = p->b, *pfp = p->pf;
+    const int64_t rs = p->rs, bs = p->bstride * 4, pfs = p->pf_step, len = p->tap_len / 4;
+    int64_t pfn = p->pf_steps;
+    for (int64_t t = 0; t < p->ntaps; t++) {
+        int64_t k = 0;
+        const uint8_t *ar[4]; /* as in ukr_body: rows r at ar[r / 3] + (r % 3) * rs */
+        for (int q = 0; q < (MR + 2) / 3; q++) ar[q] = (const uint8_t *)p->a + p->tap_off[t] + q * 3 * rs;
+        if (PF) {
+            int64_t kp = pfn < len ? pfn : len;
+            for (; k < kp; k++, b += bs, pfp += pfs) {
+                __builtin_prefetch(pfp, 0, 2);
+                __builtin_prefetch(pfp + 64, 0, 2);
+                UKR_STEP_U8S8(MR, NV);
+                for (int q = 0; q < (MR + 2) / 3; q++) ar[q] += 4;
+            }
+            pfn -= kp;
+        }
+        for (; k < len; k++, b += bs) {
+            UKR_STEP_U8S8(MR, NV);
+            for (int q = 0; q < (MR + 2) / 3; q++) ar[q] += 4;
+        }
     }
-    /* C's base and stride in locals: the vector stores may alias anything, p included, so
-     * read through p they were loaded again before every store (48 loads a 12x32 tile). */
-    float *const c = p->c;
-    const int64_t ldc = p->ldc;
-    UKR_FOR(r, MR) UKR_FOR(j, NV) {
-        float *q = c + r * ldc + j * VW;
-        if (j == NV - 1 && last < VW) vstore_part(q, acc[r][j], last);
-        else vstore(q, acc[r][j]);
+    vf out[VEC_MR][2];
+    {
+        const int64_t last = p->last;
+        UKR_FOR(j, NV) {
+            /* the zero point's share, in wrapping arithmetic (the difference fits in int32) */
+            vu zc = (vu)(vi)UKR_LOAD((const float *)(p->colsum + j * VW), j) * (uint32_t)p->qzero;
+            vf sc = UKR_LOAD(p->qscale + j * VW, j);
+            UKR_FOR(r, MR) out[r][j] = __builtin_convertvector((vi)((vu)acc[r][j] - zc), vf) * sc;
+        }
     }
+    UKR_FINISH(MR, NV, out, p);
 }
 
 #undef UKR_FOR
 
 #define UKR(T, BT, NV, MR)                                                                     \
     static void ukr_##T##_##NV##_##MR(const af_ukr_args *p) {                                   \
-        if (p->pf_steps) ukr_body(MR, NV, 1, BT, p);                                            \
+        if (BT == AF_GEMM_U8S8 && p->pf_steps) ukr_u8s8_body(MR, NV, 1, p);                     \
+        else if (BT == AF_GEMM_U8S8) ukr_u8s8_body(MR, NV, 0, p);                               \
+        else if (p->pf_steps) ukr_body(MR, NV, 1, BT, p);                                       \
         else ukr_body(MR, NV, 0, BT, p);                                                        \
     }
 #define UKR_ROWS(T, BT, NV)                                                                    \
@@ -411,6 +533,7 @@ static inline __attribute__((always_inline)) void ukr_body(const int MR, const i
 UKR_TYPE(f32, AF_GEMM_F32)
 UKR_TYPE(f16, AF_GEMM_F16)
 UKR_TYPE(bf16, AF_GEMM_BF16)
+UKR_TYPE(u8s8, AF_GEMM_U8S8)
 #define UKR_TABLE(T, NV)                                                                       \
     { NULL, ukr_##T##_##NV##_1, ukr_##T##_##NV##_2, ukr_##T##_##NV##_3, ukr_##T##_##NV##_4,    \
       ukr_##T##_##NV##_5, ukr_##T##_##NV##_6 UKR_HI(T, NV) }
@@ -1374,8 +1497,9 @@ const af_vec_ops VEC_TABLE = {
     .name = VEC_NAME,
     .vw = VW,
     .mr = VEC_MR,
-    .ukr = {UKR_TYPE_TABLE(f32), UKR_TYPE_TABLE(f16), UKR_TYPE_TABLE(bf16)},
+    .ukr = {UKR_TYPE_TABLE(f32), UKR_TYPE_TABLE(f16), UKR_TYPE_TABLE(bf16), UKR_TYPE_TABLE(u8s8)},
     .to_bf16 = to_bf16,
+    .to_u8 = to_u8,
     .round_f16 = round_f16,
     .to_f16 = to_f16,
     .from_f16 = from_f16,
