@@ -127,14 +127,16 @@ bool fused_quant_on(const af_node *n);
  * names the node and the bad attribute. */
 af_status fused_quant_decode(const af_node *n, const af_tensor *w, int64_t channels,
                              fused_quant *q, af_error *err);
-/* The uint8 code of x: clamp(round_half_even(x / s) + z, 0, 255), a NaN coded 0. */
+/* The uint8 code of x the int8 kernels compute with: clamp(round_half_even(x / s) + z, 0, 255),
+ * a NaN coded 0 (a code has no NaN). */
 static inline float fused_quant_code(float x, float s, float z) {
     float r = nearbyintf(x / s) + z;
     return r > 0.0f ? (r < 255.0f ? r : 255.0f) : 0.0f;
 }
-/* fq(x) = (code - z) * s. */
+/* fq(x) = (code - z) * s: the epilogue's fake quantization (AF_EP_FAKE_QUANT), the reference
+ * semantics of the int8 form; a NaN stays NaN there. */
 static inline float fused_quant_fq(float x, float s, float z) {
-    return (fused_quant_code(x, s, z) - z) * s;
+    return af_fake_quant(x, s, z);
 }
 /* The float operands of the reference: xf = fq(X) and wf = W * w_scale[channel], channel =
  * i / inner % channels for W's element i. Both allocated here (released by the caller, also

@@ -6,8 +6,10 @@
  *     Y = epilogue(op(fq(X), W * w_scale[channel]) + B),
  *     fq(x) = (clamp(round_half_even(x / s) + z, 0, 255) - z) * s,
  *
- * with the division by s (ONNX QuantizeLinear's formula, not a multiplication by 1/s) and a NaN
- * coded as 0 (the clamp's low end, as nn_clamp does it).
+ * with the division by s (ONNX QuantizeLinear's formula, not a multiplication by 1/s): the
+ * epilogue's AF_EP_FAKE_QUANT (af_fake_quant), so the float form a lowering falls back to
+ * computes the same. One exception in the int8 kernels: a NaN in X has no code and counts as
+ * code 0 there (fused_quant_code), where fq keeps it NaN.
  *
  * Invariant: the reference builds the float operands fq(X) and W * w_scale in float32, then runs
  * the float kernel on them, so its output has the bits of the float op fed those operands (the
