@@ -20,6 +20,7 @@ typedef struct stage_ctx {
     const af_fusion_config *fusion;
     af_fusion_report *rep; /* NULL: no report */
     const af_precision_cfg *prec;
+    bool fusing; /* the fusion stages run (af_optimize) */
 } stage_ctx;
 
 typedef struct stage {
@@ -36,6 +37,13 @@ static af_status shapes(af_graph *g, const stage_ctx *c, af_error *err) {
 static af_status simplify(af_graph *g, const stage_ctx *c, af_error *err) {
     (void)c;
     return af_pass_simplify(g, err);
+}
+
+/* The first simplify: when the int8 rule will run, the DequantizeLinear of 8-bit weights stays
+ * for it (passes/fold.c); the simplify after fusion folds what it left. */
+static af_status simplify_first(af_graph *g, const stage_ctx *c, af_error *err) {
+    bool keep = c->fusion ? !c->fusion->disabled[AF_RULE_QUANT_CONV_MATMUL] : c->fusing;
+    return af_pass_simplify_ex(g, keep, err);
 }
 
 static af_status canonicalize(af_graph *g, const stage_ctx *c, af_error *err) {
@@ -69,7 +77,7 @@ static af_status pack(af_graph *g, const stage_ctx *c, af_error *err) {
 /* THE order. The plan of the final graph comes last (af_compile). */
 static const stage stages[] = {
     {"shapes", ALWAYS, shapes},             /* types of every value, from the model's inputs */
-    {"simplify", SIMPLIFY, simplify},       /* folding (shape subgraphs too), Identity, dead code */
+    {"simplify", SIMPLIFY, simplify_first}, /* folding (shape subgraphs too), Identity, dead code */
     {"canonicalize", FUSE, canonicalize},   /* LayerNorm, Gelu, Silu, HardSwish in one form each */
     {"fuse", FUSE, fuse},                   /* the rule table (fusion/rules.def) */
     {"simplify", FUSE, simplify},           /* what fusion left dead */
@@ -107,7 +115,7 @@ static af_status run_groups(af_graph *g, unsigned groups, const stage_ctx *c, af
 
 af_status af_optimize(af_graph *g, const af_fusion_config *cfg, af_fusion_report *rep,
                       af_error *err) {
-    stage_ctx c = {cfg, rep, NULL};
+    stage_ctx c = {cfg, rep, NULL, true};
     if (rep && !rep->ops_before) rep->ops_before = count_nodes(g);
     af_status st = run_groups(g, 1u << SIMPLIFY | 1u << FUSE, &c, err);
     if (!st && rep) rep->ops_after = count_nodes(g);
@@ -115,12 +123,12 @@ af_status af_optimize(af_graph *g, const af_fusion_config *cfg, af_fusion_report
 }
 
 af_status af_simplify(af_graph *g, af_error *err) {
-    stage_ctx c = {NULL, NULL, NULL};
+    stage_ctx c = {NULL, NULL, NULL, false};
     return run_groups(g, 1u << SIMPLIFY, &c, err);
 }
 
 af_status af_lower(af_graph *g, const af_precision_cfg *prec, af_error *err) {
-    stage_ctx c = {NULL, NULL, prec};
+    stage_ctx c = {NULL, NULL, prec, false};
     if (af_isa_get() == AF_ISA_REFERENCE) return AF_OK;
     return run_groups(g, 1u << LOWER, &c, err);
 }

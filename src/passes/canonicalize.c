@@ -24,6 +24,8 @@
  *       [N, G, K], InstanceNormalization with constant scale 1 and bias 0, Reshape back to x's
  *       shape, [Mul gamma], [Add beta] with gamma/beta constants per channel ([C, 1, ...]);
  *       and from any other float32 InstanceNormalization with [C] scale and B (C groups);
+ *   QuantizeDequantize(x; scale, zero_point)  from  QuantizeLinear -> DequantizeLinear with the
+ *       same constant per-tensor parameters, and through data movement (qdq.c);
  * Existing LayerNormalization nodes get axis -1 when they normalise the last axis.
  *
  * Invariant: a rewrite fires only when every shape, constant, attribute and consumer it relies
@@ -892,6 +894,7 @@ static af_status canonicalize_graph(af_graph *g, af_error *err) {
     bool hit = false;
     for (int i = 0, n0 = g->nnodes; i < n0 && !st; i++)
         if (!pass_dead(&s, g->nodes[i])) st = rewrite_at(&s, g->nodes[i], &hit, err);
+    if (!st) st = pass_fake_quant(&s, &hit, err);
     pass_scope_sweep(&s);
     pass_scope_close(&s);
     return !st && hit ? af_graph_toposort(g, err) : st;

@@ -175,11 +175,29 @@ static af_status fold_shape(pass_scope *s, af_node *n, bool *changed, af_error *
     return store(s, n, &out, err);
 }
 
+/* A DequantizeLinear of 8-bit constant weights that a Conv, MatMul or Gemm reads as its weights
+ * (input 1). Before fusion it stays: folded, the int8 rule (fusion/rules/quant.c) would see
+ * float weights and could not take the 8-bit values and their scale back exactly; what the rule
+ * leaves is folded by the simplify after fusion (s->keep_qweights clear). */
+static bool quantized_weights(const af_node *n) {
+    if (n->op != AF_OP_DEQUANTIZE_LINEAR || n->nin < 2 || !n->in[0] || n->nout != 1 ||
+        !n->out[0] || (n->in[0]->type.dtype != AF_DTYPE_INT8 && n->in[0]->type.dtype != AF_DTYPE_UINT8))
+        return false;
+    const af_value *y = n->out[0];
+    for (int u = 0; u < y->nuses; u++) {
+        af_op op = y->uses[u].node->op;
+        if (y->uses[u].slot == 1 && (op == AF_OP_CONV || op == AF_OP_MATMUL || op == AF_OP_GEMM))
+            return true;
+    }
+    return false;
+}
+
 af_status pass_fold_constants(pass_scope *s, bool *changed, af_error *err) {
     af_status st = AF_OK;
     for (int i = 0; i < s->g->nnodes && !st; i++) {
         af_node *n = s->g->nodes[i];
-        if (pass_dead(s, n) || !foldable_op(n)) continue;
+        if (pass_dead(s, n) || !foldable_op(n) || (s->keep_qweights && quantized_weights(n)))
+            continue;
         if (inputs_const(n))
             st = fold_node(s, n, changed, err);
         else if ((n->op == AF_OP_SHAPE || n->op == AF_OP_SIZE) && n->nin >= 1 && n->in[0])

@@ -24,6 +24,9 @@ af_status af_node_infer_shape(af_node *n, af_error *err);
  * (Identity, inference-mode Dropout, Cast to the input's own type); removal of dead nodes.
  * Repeats until nothing changes. */
 af_status af_pass_simplify(af_graph *g, af_error *err);
+/* The same; with keep_qweights, a DequantizeLinear of 8-bit constant weights read by a Conv,
+ * MatMul or Gemm is not folded (the simplify before fusion: the int8 rule reads it). */
+af_status af_pass_simplify_ex(af_graph *g, bool keep_qweights, af_error *err);
 /* float16/bfloat16 values and ops computed in float32, the model's interface cast at its edges
  * (widen.c): the stage before shapes. */
 af_status af_pass_widen_halves(af_graph *g, af_error *err);
@@ -31,7 +34,8 @@ af_status af_pass_widen_halves(af_graph *g, af_error *err);
 /* Canonicalize (canonicalize.c): decomposed forms become one op each, so the fuser matches one
  * form: LayerNormalization from ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div[/Mul/Add], Gelu
  * (ai.autofusion) from its Erf and Tanh forms, Silu (ai.autofusion) from x*Sigmoid(x),
- * HardSwish from x*HardSigmoid(x) and x*Clip(x+3,0,6)/6. A rewrite fires only when every
+ * HardSwish from x*HardSigmoid(x) and x*Clip(x+3,0,6)/6, QuantizeDequantize (fake quantization)
+ * from QuantizeLinear -> DequantizeLinear pairs (qdq.c). A rewrite fires only when every
  * shape, constant, attribute and consumer count it relies on checks out. */
 af_status af_pass_canonicalize(af_graph *g, af_error *err);
 

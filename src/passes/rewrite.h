@@ -18,6 +18,9 @@ typedef struct pass_scope {
     bool *dead; /* by node id: removed by this pass, not swept yet */
     int ndead;
     int removed; /* nodes removed since open */
+    /* constant folding leaves DequantizeLinear of 8-bit constant weights alone (the int8
+     * fusion rule reads them; simplify before fusion sets it) */
+    bool keep_qweights;
 } pass_scope;
 
 af_status pass_scope_open(pass_scope *s, af_graph *g, af_error *err);
@@ -52,6 +55,13 @@ af_status pass_fix_captures(af_graph *g, af_error *err);
 /* ConvInteger / MatMulInteger read as float by Casts become float32 Conv / MatMul over the
  * shifted input and weights (integer.c); *changed is set when one was. */
 af_status pass_integer_as_float(af_graph *g, bool *changed, af_error *err);
+/* QLinearConv / QLinearMatMul become DequantizeLinear -> Conv / MatMul -> QuantizeLinear
+ * (qdq.c); *changed is set when one did. */
+af_status pass_qoperator_as_qdq(af_graph *g, bool *changed, af_error *err);
+/* QuantizeLinear -> DequantizeLinear pairs with the same constant per-tensor parameters become
+ * QuantizeDequantize nodes, and those that data movement separates from an equal one go
+ * (qdq.c); *hit is set when something changed (replacements are appended: toposort after). */
+af_status pass_fake_quant(pass_scope *s, bool *hit, af_error *err);
 /* Constant folding of one graph (fold.c); *changed is set when a node was folded. */
 af_status pass_fold_constants(pass_scope *s, bool *changed, af_error *err);
 /* Every If of g whose condition is a constant replaced by the branch it takes (fold_if.c);

@@ -1,6 +1,8 @@
 /* Simplify: constant folding (fold.c); an If with a known condition replaced by its branch
  * (fold_if.c); removal of copies (Identity, a Reshape to its input's shape, inference-mode
- * Dropout, Cast to the type its input already has); dead-node removal; repeated until nothing changes, in every graph and subgraph.
+ * Dropout, Cast to the type its input already has); dead-node removal; QOperator ops in their
+ * QDQ form (qdq.c) and integer products as float ones (integer.c); repeated until nothing
+ * changes, in every graph and subgraph.
  *
  * Invariant: graph outputs keep their names and order. A removed Identity whose output is a
  * graph output hands that name to the value it copied (its producer writes the output value
@@ -94,10 +96,11 @@ static af_status remove_dead(pass_scope *s, bool *changed, af_error *err) {
     return st;
 }
 
-static af_status simplify_round(af_graph *g, bool *changed, af_error *err) {
+static af_status simplify_round(af_graph *g, bool keep_qweights, bool *changed, af_error *err) {
     pass_scope s;
     af_status st = pass_scope_open(&s, g, err);
     if (st) return st;
+    s.keep_qweights = keep_qweights;
     st = pass_fold_constants(&s, changed, err);
     if (!st) st = pass_fold_symbolic(&s, changed, err);
     if (!st) st = remove_copies(&s, changed, err);
@@ -107,17 +110,18 @@ static af_status simplify_round(af_graph *g, bool *changed, af_error *err) {
     /* After the scope: inlining and the integer rewrite add values and nodes the scope's
      * arrays do not cover. */
     if (!st) st = pass_fold_if(g, changed, err);
+    if (!st) st = pass_qoperator_as_qdq(g, changed, err);
     return st ? st : pass_integer_as_float(g, changed, err);
 }
 
 /* Rounds until nothing changes. After a change, shapes are inferred again with the new
  * constants; an error there is left to the run (the import already checked the graph, and a
  * node that fails on its now-known inputs fails the same way when it runs). */
-static af_status simplify_rounds(af_graph *g, af_error *err) {
+static af_status simplify_rounds(af_graph *g, bool keep_qweights, af_error *err) {
     bool changed = true;
     for (int round = 0; changed && round < MAX_ROUNDS; round++) {
         changed = false;
-        af_status st = simplify_round(g, &changed, err);
+        af_status st = simplify_round(g, keep_qweights, &changed, err);
         if (st) return st;
         if (changed) {
             af_error scratch;
@@ -129,17 +133,21 @@ static af_status simplify_rounds(af_graph *g, af_error *err) {
 
 /* g first (constants it folds may let a body fold), then each body, then g again: values only
  * a body read may have died with it. */
-static af_status simplify_graph(af_graph *g, af_error *err) {
-    af_status st = simplify_rounds(g, err);
+static af_status simplify_graph(af_graph *g, bool keep_qweights, af_error *err) {
+    af_status st = simplify_rounds(g, keep_qweights, err);
     for (int i = 0; i < g->nnodes && !st; i++) {
         af_graph *sub;
         for (int k = 0; !st && (sub = pass_subgraph(g->nodes[i], k)); k++)
-            st = simplify_graph(sub, err);
+            st = simplify_graph(sub, keep_qweights, err);
     }
-    return st ? st : simplify_rounds(g, err);
+    return st ? st : simplify_rounds(g, keep_qweights, err);
+}
+
+af_status af_pass_simplify_ex(af_graph *g, bool keep_qweights, af_error *err) {
+    af_status st = simplify_graph(g, keep_qweights, err);
+    return st ? st : pass_fix_captures(g, err);
 }
 
 af_status af_pass_simplify(af_graph *g, af_error *err) {
-    af_status st = simplify_graph(g, err);
-    return st ? st : pass_fix_captures(g, err);
+    return af_pass_simplify_ex(g, false, err);
 }
