@@ -10,6 +10,12 @@ forms the fusion stage sees (LayerNormalization, and Gelu/Silu of the ai.autofus
     ConvPoolFc over Flatten/Gemm and Reshape/MatMul; SqueezeExcite; elementwise chains);
   - near misses: an intermediate with a second consumer, an intermediate that is a graph output,
     weights that are graph inputs, an operand whose broadcast does not fit, float64;
+  - quantized (QDQ) graphs for the int8 rule, q_*: QuantizeLinear -> DequantizeLinear around
+    the input of a Conv/MatMul/Gemm whose weights are DequantizeLinear of int8/uint8 constants
+    (per tensor and per channel), through MaxPool and Concat; and its near misses nm_q_*
+    (weights a graph input, per-channel zero points, shifted weights out of int8 range, Q/DQ
+    parameters that differ). These go through the whole optimizer (canonicalize makes the
+    fake quantizations), not af_fuse alone;
   - bn_identity: Conv + BatchNorm + Relu blocks whose BN parameters (and one conv weight) come
     through Identity nodes, as torch writes initializers it deduplicated (a freshly initialised
     torchvision model): the unfused graph (--no_fusion) must fold them and run on fast kernels.
@@ -427,6 +433,85 @@ def models():
                name="rms_as_b")
     g.output(g.op("MatMul", [g.input("a", [3, 16]), rms]))
     m["nm_rms_as_b"] = g
+    m.update(quant_models())
+    return m
+
+
+def qdq(g, x, scale, zp, dtype=np.uint8, dq_scale=None):
+    """x -> QuantizeLinear -> DequantizeLinear (per tensor); the DequantizeLinear's scale may
+    differ (a near miss)."""
+    s = g.const([], "qs", value=scale)
+    z = g.name("qz")
+    g.inits.append(numpy_helper.from_array(np.array(zp, dtype=dtype), z))
+    q = g.op("QuantizeLinear", [x, s, z])
+    ds = s if dq_scale is None else g.const([], "dqs", value=dq_scale)
+    return g.op("DequantizeLinear", [q, ds, z])
+
+
+def qweights(g, w, scale, zp=None, axis=None):
+    """DequantizeLinear of the constant 8-bit w (scale and zp scalars or per channel)."""
+    wn, sn = g.name("wq"), g.name("ws")
+    g.inits.append(numpy_helper.from_array(w, wn))
+    g.inits.append(numpy_helper.from_array(np.asarray(scale, np.float32), sn))
+    ins = [wn, sn]
+    if zp is not None:
+        zn = g.name("wz")
+        g.inits.append(numpy_helper.from_array(np.asarray(zp, w.dtype), zn))
+        ins.append(zn)
+    return g.op("DequantizeLinear", ins, **({} if axis is None else {"axis": axis}))
+
+
+def int8(shape, lo=-127, hi=128):
+    return rng.integers(lo, hi, shape).astype(np.int8)
+
+
+def quant_models():
+    m = {}
+    g = G()  # fq -> Conv (per-channel int8 weights, float bias) -> Relu -> fq
+    x = qdq(g, g.input("x", [1, 3, 8, 8]), 0.02, 120)
+    w = qweights(g, int8([4, 3, 3, 3]), [0.01, 0.02, 0.015, 0.03], [0, 0, 0, 0], axis=0)
+    y = g.op("Relu", [g.op("Conv", [x, w, g.const([4], "b")], name="qconv", pads=[1, 1, 1, 1])])
+    g.output(qdq(g, y, 0.01, 0))
+    m["q_conv_relu"] = g
+
+    g = G()  # int8 activations (zp -5) into a Gemm (transB, per-row weights) and uint8 weights
+    x = qdq(g, g.input("x", [3, 16]), 0.05, -5, np.int8)  # (zp 128) into a MatMul + bias
+    w = qweights(g, int8([8, 16]), np.linspace(0.01, 0.02, 8), axis=0)
+    g.output(g.op("Gemm", [x, w, g.const([8], "c")], name="qgemm", transB=1))
+    x2 = qdq(g, g.input("x2", [2, 3, 16]), 0.04, 100)
+    w2 = qweights(g, rng.integers(0, 256, [16, 6]).astype(np.uint8), 0.01, 128)
+    g.output(g.op("Add", [g.op("MatMul", [x2, w2], name="qmatmul"), g.const([6], "b")]))
+    m["q_gemm_matmul"] = g
+
+    g = G()  # fq -> MaxPool -> fq and fq, fq -> Concat -> fq: the inner ones go
+    x = qdq(g, g.input("x", [1, 4, 8, 8]), 0.03, 128)
+    p = g.op("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    y = g.op("Conv", [qdq(g, p, 0.03, 128), qweights(g, int8([4, 4, 1, 1]), 0.02)], name="qpool")
+    g.output(y)
+    a = qdq(g, g.input("a", [1, 2, 4, 4]), 0.025, 10)
+    b = qdq(g, g.input("b", [1, 2, 4, 4]), 0.025, 10)
+    c = g.op("Concat", [a, b], axis=1)
+    g.output(g.op("Conv", [qdq(g, c, 0.025, 10), qweights(g, int8([3, 4, 3, 3]), 0.01)],
+                  name="qcat", pads=[1, 1, 1, 1]))
+    m["q_pool_concat"] = g
+
+    def near(name, node, w=None, x_dq_scale=None):
+        g = G()
+        x = qdq(g, g.input("x", [1, 3, 6, 6]), 0.02, 128, dq_scale=x_dq_scale)
+        g.output(g.op("Conv", [x, w(g) if w else qweights(g, int8([4, 3, 3, 3]), 0.01)],
+                      name=node))
+        m[name] = g
+
+    def weight_input(g):
+        g.inputs.append(helper.make_tensor_value_info("wq", TensorProto.INT8, [4, 3, 3, 3]))
+        return g.op("DequantizeLinear", ["wq", g.const([], "ws", value=0.01)])
+
+    near("nm_q_weight_input", "qconv_w_input", weight_input)
+    near("nm_q_zp_channels", "qconv_zp",
+         lambda g: qweights(g, int8([4, 3, 3, 3], -100, 100), [0.01] * 4, [1, 2, 3, 4], axis=0))
+    near("nm_q_shift", "qconv_shift",
+         lambda g: qweights(g, rng.integers(0, 256, [4, 3, 3, 3]).astype(np.uint8), 0.01, 0))
+    near("nm_q_params_differ", "qconv_differ", x_dq_scale=0.03)
     return m
 
 

@@ -152,6 +152,13 @@ static void test_if_subgraph(void **state) {
     fail_each(fixture("AF_FUSION_MODELS_DIR"), "if_subgraph.onnx");
 }
 
+/* QDQ: the fake quantizations of canonicalize, their propagation, the int8 rule. */
+static void test_quantized(void **state) {
+    (void)state;
+    fail_each(fixture("AF_FUSION_MODELS_DIR"), "q_pool_concat.onnx");
+    fail_each(fixture("AF_FUSION_MODELS_DIR"), "q_conv_relu.onnx");
+}
+
 static void test_bert_block(void **state) {
     (void)state;
     fail_each(fixture("AF_ATTN_MODELS"), "bert_block.onnx");
@@ -164,6 +171,7 @@ int main(void) {
         cmocka_unit_test(test_conv_pool_fc),
         cmocka_unit_test(test_squeeze_excite),
         cmocka_unit_test(test_if_subgraph),
+        cmocka_unit_test(test_quantized),
         cmocka_unit_test(test_bert_block),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -383,6 +383,123 @@ static void test_near_misses(void **state) {
     }
 }
 
+/* ---- the int8 rule ----------------------------------------------------------------------------- */
+
+/* Quantized models go through the whole optimizer (simplify keeps the weights' DequantizeLinear,
+ * canonicalize pairs QuantizeLinear with DequantizeLinear, fusion, simplify): `fused` with
+ * af_optimize, `ref` with af_simplify (the unfused baseline: weights folded to float, the
+ * QuantizeLinear / DequantizeLinear nodes as they are). */
+static void optimize_pair(af_model *ref, af_model *m, af_fusion_report *rep) {
+    af_error err;
+    if (af_simplify(ref->graph, &err) != AF_OK) fail_msg("af_simplify: %s", err.message);
+    if (af_optimize(m->graph, NULL, rep, &err) != AF_OK) fail_msg("af_optimize: %s", err.message);
+    if (af_graph_verify(m->graph, &err) != AF_OK) fail_msg("verify: %s", err.message);
+}
+
+typedef struct quant_case {
+    const char *model;
+    int applied, nodes_after; /* QuantConvMatMul's matches; every node after */
+    want_op ops[3];
+} quant_case;
+
+static const quant_case quant_cases[] = {
+    {"q_conv_relu", 1, 1, {{AF_OP_FUSED_CONV, 1}, {AF_OP_QUANTIZE_LINEAR, 0}}},
+    {"q_gemm_matmul", 2, 2, {{AF_OP_FUSED_MATMUL, 2}, {AF_OP_DEQUANTIZE_LINEAR, 0}}},
+    /* the fake quantizations before the MaxPool and the Concat went */
+    {"q_pool_concat", 2, 4, {{AF_OP_FUSED_CONV, 2}, {AF_OP_QUANTIZE_DEQUANTIZE, 0}}},
+};
+
+/* Each quantized FusedConv / FusedMatMul of g has the int8 form's attributes and INT8 weights. */
+static int check_quant_nodes(const af_graph *g) {
+    int seen = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const af_node *n = g->nodes[i];
+        if ((n->op != AF_OP_FUSED_CONV && n->op != AF_OP_FUSED_MATMUL) || !af_attr_int(n, "quant", 0))
+            continue;
+        seen++;
+        const float *ws;
+        assert_true(af_attr_float(n, "x_scale", 0) > 0);
+        int64_t z = af_attr_int(n, "x_zero_point", -1);
+        assert_true(z >= 0 && z <= 255);
+        assert_true(af_attr_floats(n, "w_scale", &ws) >= 1);
+        assert_true(af_value_is_const(n->in[1]));
+        assert_int_equal(n->in[1]->type.dtype, AF_DTYPE_INT8);
+        assert_non_null(strstr(af_attr_str(n, "fusion_rule", ""), "QuantConvMatMulFusionOp"));
+    }
+    return seen;
+}
+
+static void test_quant(void **state) {
+    (void)state;
+    for (size_t c = 0; c < AF_COUNT(quant_cases); c++) {
+        const quant_case *q = &quant_cases[c];
+        af_model *ref = load(q->model), *m = load(q->model);
+        af_fusion_report rep;
+        af_fusion_report_init(&rep, q->model, af_machine_get());
+        optimize_pair(ref, m, &rep);
+        int applied = af_fusion_report_applied(&rep, AF_RULE_QUANT_CONV_MATMUL);
+        if (applied != q->applied)
+            fail_msg("%s: QuantConvMatMul applied %d times, want %d", q->model, applied, q->applied);
+        for (int k = 0; k < 3; k++)
+            if (q->ops[k].op && count_op(m->graph, q->ops[k].op) != q->ops[k].count)
+                fail_msg("%s: %d %s nodes, want %d", q->model, count_op(m->graph, q->ops[k].op),
+                         af_ops[q->ops[k].op].name, q->ops[k].count);
+        if (count_op(m->graph, AF_OP_COUNT) != q->nodes_after)
+            fail_msg("%s: %d nodes, want %d", q->model, count_op(m->graph, AF_OP_COUNT),
+                     q->nodes_after);
+        assert_int_equal(check_quant_nodes(m->graph), q->applied);
+        same_outputs(q->model, ref->graph, m->graph);
+        af_fusion_report_free(&rep);
+        af_model_free(ref);
+        af_model_free(m);
+    }
+}
+
+/* The conv stays float (its weights folded to float32 after fusion) with the reason. */
+static const near_miss quant_misses[] = {
+    {"nm_q_weight_input", AF_RULE_QUANT_CONV_MATMUL, "qconv_w_input",
+     "quantized weights are not constant", AF_OP_COUNT, false},
+    {"nm_q_zp_channels", AF_RULE_QUANT_CONV_MATMUL, "qconv_zp", "weight zero point is per channel",
+     AF_OP_COUNT, false},
+    {"nm_q_shift", AF_RULE_QUANT_CONV_MATMUL, "qconv_shift", "shifted weights leave [-128, 127]",
+     AF_OP_COUNT, false},
+    {"nm_q_params_differ", AF_RULE_QUANT_CONV_MATMUL, "qconv_differ",
+     "input is not a QuantizeLinear -> DequantizeLinear pair with one set of constant per-tensor "
+     "parameters", AF_OP_COUNT, false},
+};
+
+static void test_quant_misses(void **state) {
+    (void)state;
+    for (size_t c = 0; c < AF_COUNT(quant_misses); c++) {
+        const near_miss *nm = &quant_misses[c];
+        af_model *ref = load(nm->model), *m = load(nm->model);
+        af_fusion_report rep;
+        af_fusion_report_init(&rep, nm->model, af_machine_get());
+        optimize_pair(ref, m, &rep);
+        assert_int_equal(af_fusion_report_applied(&rep, nm->rule), 0);
+        assert_int_equal(check_quant_nodes(m->graph), 0);
+        bool found = false;
+        for (int i = 0; i < rep.nmisses; i++)
+            found |= rep.misses[i].rule == nm->rule && !strcmp(rep.misses[i].node, nm->node) &&
+                     !strcmp(rep.misses[i].reason, nm->reason);
+        if (!found) {
+            for (int i = 0; i < rep.nmisses; i++)
+                fprintf(stderr, "  miss: %s %s: %s\n", af_fusion_rule_name(rep.misses[i].rule),
+                        rep.misses[i].node, rep.misses[i].reason);
+            fail_msg("%s: no near miss '%s' at %s", nm->model, nm->reason, nm->node);
+        }
+        /* the weights run as float32 constants: what the rule did not take was folded */
+        if (strcmp(nm->model, "nm_q_weight_input") && count_op(m->graph, AF_OP_DEQUANTIZE_LINEAR) !=
+                                                         !strcmp(nm->model, "nm_q_params_differ"))
+            fail_msg("%s: %d DequantizeLinear left", nm->model,
+                     count_op(m->graph, AF_OP_DEQUANTIZE_LINEAR));
+        same_outputs(nm->model, ref->graph, m->graph);
+        af_fusion_report_free(&rep);
+        af_model_free(ref);
+        af_model_free(m);
+    }
+}
+
 /* ---- switches --------------------------------------------------------------------------------- */
 
 static const char *write_tmp(const char *name, const char *text) {
@@ -778,6 +895,7 @@ int main(void) {
         cmocka_unit_test(test_positive),        cmocka_unit_test(test_conv_epilogue),
         cmocka_unit_test(test_rmsnorm_prologue),
         cmocka_unit_test(test_near_misses),     cmocka_unit_test(test_switch_file_lines),
+        cmocka_unit_test(test_quant),           cmocka_unit_test(test_quant_misses),
         cmocka_unit_test(test_switch_file_json), cmocka_unit_test(test_switch_errors),
         cmocka_unit_test(test_switch_env),      cmocka_unit_test(test_disabled),
         cmocka_unit_test(test_report_text),     cmocka_unit_test(test_report_json),

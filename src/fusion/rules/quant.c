@@ -95,9 +95,12 @@ const char *rule_quant_check(af_fusion_ctx *cx, af_node *n, af_match *m) {
     (void)cx;
     if (n->op != AF_OP_CONV && n->op != AF_OP_MATMUL && n->op != AF_OP_GEMM) return AF_NO_MATCH;
     af_value *x = input(n, 0), *w = input(n, 1), *b = input(n, 2);
-    af_node *fq = x ? x->producer : NULL;
+    af_node *fq = x ? x->producer : NULL, *dq = w ? w->producer : NULL;
+    /* a quantized conv whose input canonicalize could not make one fake quantization */
+    if (fq && fq->op == AF_OP_DEQUANTIZE_LINEAR && dq && dq->op == AF_OP_DEQUANTIZE_LINEAR)
+        return "input is not a QuantizeLinear -> DequantizeLinear pair with one set of constant "
+               "per-tensor parameters";
     if (!fq || fq->op != AF_OP_QUANTIZE_DEQUANTIZE || fq->graph != n->graph || !w) return AF_NO_MATCH;
-    af_node *dq = w->producer;
     if (!dq || dq->op != AF_OP_DEQUANTIZE_LINEAR || dq->graph != n->graph || !dq->in[0])
         return af_value_is_const(w) ? "weights are float, not a DequantizeLinear"
                                     : "weights are not constant";
