@@ -102,7 +102,8 @@ typedef struct af_options {
                                    (AMX or AVX512_BF16) with float32 accumulation; "fp16":
                                    their weights and inputs in half precision, float32
                                    arithmetic; "mixed": bf16 with the precision-sensitive parts
-                                   of fused ops in float32. ATC's names are accepted too
+                                   of fused ops in float32; "int8": quantized with our
+                                   calibration (calibration_data below). ATC's names are accepted too
                                    (force_fp32, must_keep_origin_dtype, force_fp16,
                                    allow_fp32_to_fp16, allow_mix_precision) */
     const char *keep_fp32;      /* "A,B": fusion rules, node names or op types kept in float32 */
@@ -111,6 +112,16 @@ typedef struct af_options {
      * naming the input and the dim, and the smallest and largest shapes are planned when the
      * session is made. Saved in a .afm, which then keeps it (unless given again). */
     const char *input_shape_range;
+    /* precision_mode "int8": our post-training quantization. The float32 model is run over the
+     * calibration samples in this folder (subfolders of <input name>.npy or input_N.pb files,
+     * one sample each, or such files in the folder itself: one sample, or a batch split along
+     * dim 0 when the model's dim 0 is 1), then rewritten in QDQ form before fusion: the
+     * activation input of each Conv/MatMul/Gemm uint8 per tensor, its weights int8 per output
+     * channel; the sensitive ops stay float32 (listed in the report). */
+    const char *calibration_data;
+    /* "minmax", "percentile" (default; 99.99, or "percentile:99.9"), "entropy" (TensorRT's
+     * KL-divergence calibrator over a 2048-bin histogram of |x|) */
+    const char *calibration_method;
 } af_options;
 
 /* Defaults: all cores, fusion on, errors only. The environment also switches fusions off
@@ -208,7 +219,7 @@ af_status af_session_run(af_session *s, const char *const *names, const af_tenso
  * or "reference"; static string). */
 int af_session_threads(const af_session *s);
 const char *af_session_isa(const af_session *s);
-/* The precision mode the session was prepared with ("fp32", "bf16", "fp16", "mixed"; static):
+/* The precision mode the session was prepared with ("fp32", "bf16", "fp16", "mixed", "int8"; static):
  * a compiled model's own, or --precision_mode's canonical name. */
 const char *af_session_precision(const af_session *s);
 

@@ -4,6 +4,7 @@
 #include "autofusion.h"
 #include "autofusion_plugin.h"
 #include "driver/session.h"
+#include "lower/lower.h"
 #include "cli.h"
 
 #include <errno.h>
@@ -35,7 +36,9 @@ static const struct opt {
     {"plugin", PLUGIN, 0, LOADS | INSPECT, "LIB.so  load custom ops and fusion rules (repeatable)"},
     {"input_shape", STR, offsetof(cli, input_shape), LOADS, "\"name:1,3,224,224;...\"  fix symbolic dims"},
     {"input_shape_range", STR, offsetof(cli, input_shape_range), LOADS, "\"name:1,1~32,512;...\"  allowed dims (checked, pre-planned)"},
-    {"precision_mode", STR, offsetof(cli, precision_mode), LOADS, "fp32|bf16|fp16|mixed  (ATC's force_fp32, force_fp16, allow_mix_precision...)"},
+    {"precision_mode", STR, offsetof(cli, precision_mode), LOADS, "fp32|bf16|fp16|mixed|int8  (ATC's force_fp32, force_fp16, allow_mix_precision...)"},
+    {"calibration_data", STR, offsetof(cli, calibration_data), LOADS, "DIR  int8: calibration samples (<input>.npy or input_N.pb, or subfolders of them)"},
+    {"calibration_method", STR, offsetof(cli, calibration_method), LOADS, "minmax|percentile[:P]|entropy  int8 ranges (default percentile:99.99)"},
     {"keep_fp32", STR, offsetof(cli, keep_fp32), LOADS, "A,B  fusion rules, node names or op types kept in fp32"},
     {"disable_fusion", STR, offsetof(cli, disable_fusion), LOADS, "A,B  switch fusion rules off"},
     {"fusion_switch_file", STR, offsetof(cli, fusion_switch_file), LOADS, "F  ATC switch file (Name:off lines or JSON)"},
@@ -46,6 +49,7 @@ static const struct opt {
     {"seed", INT, offsetof(cli, seed), RUN | BENCH | VERIFY, "N  seed of random inputs (default 0)"},
     {"rtol", STR, offsetof(cli, rtol), VERIFY, "R  relative tolerance per element (default by precision)"},
     {"atol", STR, offsetof(cli, atol), VERIFY, "A  absolute tolerance per element (default by precision)"},
+    {"min_cosine", STR, offsetof(cli, min_cosine), VERIFY, "C  pass when each output's cosine with fp32 is >= C (int8's verdict: 0.99)"},
     {"iterations", INT, offsetof(cli, iterations), BENCH, "N  timed runs (default 50)"},
     {"warmup", INT, offsetof(cli, warmup), BENCH, "N  untimed runs first (default 5)"},
     {"threads", INT, offsetof(cli, threads), RUN | BENCH | COMPILE | VERIFY, "N  threads (default all cores)"},
@@ -261,6 +265,8 @@ void cli_options(const cli *c, af_options *opt) {
     opt->fusion_switch_file = c->fusion_switch_file;
     opt->precision_mode = c->precision_mode;
     opt->keep_fp32 = c->keep_fp32;
+    opt->calibration_data = c->calibration_data;
+    opt->calibration_method = c->calibration_method;
 }
 
 af_session *cli_session(const cli *c, const af_options *opt) {
@@ -590,7 +596,10 @@ static int check_compile_args(cli *c) {
 }
 
 /* The fused graph as ONNX for Netron: as fusion left it (the report's graph), before the
- * lowering for the fast kernels (channels-last reorders, packed weights) that the .afm holds. */
+ * lowering for the fast kernels (channels-last reorders, packed weights) that the .afm holds.
+ * Under int8 the quantized model before fusion instead: standard QuantizeLinear /
+ * DequantizeLinear around float ops, which ONNX Runtime runs (the same quantization, compared
+ * fairly). */
 static af_status export_fused(const cli *c, af_error *err) {
     af_options opt;
     af_options_init(&opt);
@@ -598,6 +607,11 @@ static af_status export_fused(const cli *c, af_error *err) {
     opt.disable_fusion = c->disable_fusion;
     opt.fusion_switch_file = c->fusion_switch_file;
     opt.no_lower = 1;
+    if (c->precision_mode && af_precision_parse(c->precision_mode) == AF_PREC_INT8) {
+        cli_options(c, &opt);
+        opt.no_fusion = 1;
+        opt.no_lower = 1;
+    }
     af_session *s = NULL;
     af_status st = af_session_new(c->model, &opt, &s, err);
     if (!st) st = af_session_export_onnx(s, c->export_onnx, err);

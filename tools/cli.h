@@ -23,6 +23,7 @@ typedef struct cli {
     bool compare, json, no_fusion;
     const char *output, *disable_fusion, *fusion_switch_file, *report, *log, *precision_mode;
     const char *keep_fp32, *rtol, *atol;
+    const char *calibration_data, *calibration_method, *min_cosine;
     const char *export_onnx, *profile;
     char *command_line; /* the compile command as given (stored in the .afm) */
 } cli;

@@ -10,6 +10,10 @@
  * and prints the smallest set found with the line that brings the model back within tolerance,
  * checked by one more run.
  *
+ * Under int8 the verdict is each output's cosine with the fp32 one (>= 0.99, or --min_cosine)
+ * unless --rtol or --atol is given, and the low-precision ops the search switches back are the
+ * quantized Conv/MatMul/Gemm nodes (by their names in the model, as --keep_fp32 takes them).
+ *
  * Exit status: 0 within tolerance, 1 over it (culprits named or not), 2 bad arguments. */
 #include "cli.h"
 #include "lower/lower.h"
@@ -34,6 +38,7 @@ typedef struct verify {
     af_tensor **want;
     int nout;
     double rtol, atol;
+    double min_cosine; /* > 0: an output passes on its cosine alone (int8's default verdict) */
     int tests;
 } verify;
 
@@ -106,12 +111,15 @@ static int trial(verify *v, const char *keep, const char *disable, bool print, b
     *ok = !rc;
     for (int i = 0; i < v->nout && !rc; i++) {
         diff d = compare(v->want[i], got[i], v->rtol, v->atol);
-        *ok &= d.bad == 0;
+        bool over = v->min_cosine > 0 ? !(d.cosine >= v->min_cosine) : d.bad != 0;
+        *ok &= !over;
         if (print)
             printf("  %-28s max abs %.3g  max rel %.3g  cosine %.6f  %s\n",
                    af_session_output_name(s, i), d.max_abs, d.max_rel, d.cosine,
-                   d.bad ? "OVER" : "ok");
-        if (print && d.bad)
+                   over ? "OVER" : "ok");
+        if (print && over && v->min_cosine > 0)
+            printf("  %*s cosine under %.6g\n", 28, "", v->min_cosine);
+        else if (print && d.bad)
             printf("  %*s %lld of %lld elements over %.3g + %.3g * |reference|\n", 28, "",
                    (long long)d.bad, (long long)af_tensor_numel(v->want[i]), v->atol, v->rtol);
     }
@@ -240,15 +248,18 @@ static double tolerance(const char *given, const char *precision, bool rel) {
     if (given) return strtod(given, NULL);
     if (!precision || af_precision_parse(precision) == AF_PREC_FP32) return rel ? 1e-3 : 1e-4;
     if (af_precision_parse(precision) == AF_PREC_FP16) return 1e-2;
+    if (af_precision_parse(precision) == AF_PREC_INT8) return 0.1; /* printed; cosine decides */
     return 5e-2; /* bf16, mixed: 8 significant bits on every GEMM input */
 }
 
 int cmd_verify(const cli *c) {
-    for (const char *t = c->rtol; t; t = t == c->rtol ? c->atol : NULL) {
+    for (int i = 0; i < 3; i++) {
+        const char *t = i == 0 ? c->rtol : i == 1 ? c->atol : c->min_cosine;
         char *end;
-        double x = strtod(t, &end);
-        if (*end || end == t || !(x >= 0)) {
-            fprintf(stderr, "autofusion verify: --rtol and --atol want a number >= 0, got '%s'\n", t);
+        double x = t ? strtod(t, &end) : 0;
+        if (t && (*end || end == t || !(x >= 0) || (i == 2 && !(x <= 1)))) {
+            fprintf(stderr, "autofusion verify: --rtol and --atol want a number >= 0, "
+                            "--min_cosine one in [0, 1], got '%s'\n", t);
             return 2;
         }
     }
@@ -270,10 +281,19 @@ int cmd_verify(const cli *c) {
     unsigned char *a = NULL, *b = NULL, *o = NULL;
     if (!want || !ops || !rules || inputs_make(c, rs, &in) || run_once(rs, &in, want)) goto done;
     verify v = {c, &in, want, nout, tolerance(c->rtol, c->precision_mode, true),
-                tolerance(c->atol, c->precision_mode, false), 0};
+                tolerance(c->atol, c->precision_mode, false), 0, 0};
+    /* int8 is judged by the cosine of each output (0.99 unless --min_cosine), per element only
+     * when --rtol or --atol is given: quantization moves single elements by whole steps */
+    bool int8 = c->precision_mode && af_precision_parse(c->precision_mode) == AF_PREC_INT8;
+    if (c->min_cosine) v.min_cosine = strtod(c->min_cosine, NULL);
+    else if (int8 && !c->rtol && !c->atol) v.min_cosine = 0.99;
     const char *mode = c->precision_mode ? c->precision_mode : "fp32";
-    printf("%s: fused, %s, against unfused fp32 (rtol %.3g, atol %.3g)\n", c->model, mode, v.rtol,
-           v.atol);
+    if (v.min_cosine > 0)
+        printf("%s: fused, %s, against unfused fp32 (cosine >= %.6g)\n", c->model, mode,
+               v.min_cosine);
+    else
+        printf("%s: fused, %s, against unfused fp32 (rtol %.3g, atol %.3g)\n", c->model, mode,
+               v.rtol, v.atol);
     bool ok = false;
     if (trial(&v, NULL, NULL, true, &ok)) goto done;
     if (ok) {

@@ -14,13 +14,16 @@
  * under AUTOFUSION_ISA=reference), or always. Canonicalize belongs to the fusion: it turns
  * several nodes into one op (a LayerNorm from seven), which is what a fusion does; the nodes it
  * replaces each run on a fast kernel (docs/design.md, section 7). */
-typedef enum stage_group { ALWAYS, SIMPLIFY, FUSE, LOWER } stage_group;
+typedef enum stage_group { ALWAYS, SIMPLIFY, QUANT, FUSE, LOWER } stage_group;
 
 typedef struct stage_ctx {
     const af_fusion_config *fusion;
     af_fusion_report *rep; /* NULL: no report */
     const af_precision_cfg *prec;
     bool fusing; /* the fusion stages run (af_optimize) */
+    const af_quant_table *quant; /* int8: the calibrated ranges (NULL: no quantization) */
+    const char *keep_fp32;
+    af_quant_result *qres; /* what the quantize stage decided */
 } stage_ctx;
 
 typedef struct stage {
@@ -44,6 +47,11 @@ static af_status simplify(af_graph *g, const stage_ctx *c, af_error *err) {
 static af_status simplify_first(af_graph *g, const stage_ctx *c, af_error *err) {
     bool keep = c->fusion ? !c->fusion->disabled[AF_RULE_QUANT_CONV_MATMUL] : c->fusing;
     return af_pass_simplify_ex(g, keep, err);
+}
+
+static af_status quantize(af_graph *g, const stage_ctx *c, af_error *err) {
+    if (!c->quant) return AF_OK;
+    return af_pass_quantize(g, c->quant, c->keep_fp32, c->qres, err);
 }
 
 static af_status canonicalize(af_graph *g, const stage_ctx *c, af_error *err) {
@@ -78,6 +86,7 @@ static af_status pack(af_graph *g, const stage_ctx *c, af_error *err) {
 static const stage stages[] = {
     {"shapes", ALWAYS, shapes},             /* types of every value, from the model's inputs */
     {"simplify", SIMPLIFY, simplify_first}, /* folding (shape subgraphs too), Identity, dead code */
+    {"quantize", QUANT, quantize},          /* int8: QDQ form from the calibrated ranges */
     {"canonicalize", FUSE, canonicalize},   /* LayerNorm, Gelu, Silu, HardSwish in one form each */
     {"fuse", FUSE, fuse},                   /* the rule table (fusion/rules.def) */
     {"simplify", FUSE, simplify},           /* what fusion left dead */
@@ -115,7 +124,7 @@ static af_status run_groups(af_graph *g, unsigned groups, const stage_ctx *c, af
 
 af_status af_optimize(af_graph *g, const af_fusion_config *cfg, af_fusion_report *rep,
                       af_error *err) {
-    stage_ctx c = {cfg, rep, NULL, true};
+    stage_ctx c = {.fusion = cfg, .rep = rep, .fusing = true};
     if (rep && !rep->ops_before) rep->ops_before = count_nodes(g);
     af_status st = run_groups(g, 1u << SIMPLIFY | 1u << FUSE, &c, err);
     if (!st && rep) rep->ops_after = count_nodes(g);
@@ -123,12 +132,12 @@ af_status af_optimize(af_graph *g, const af_fusion_config *cfg, af_fusion_report
 }
 
 af_status af_simplify(af_graph *g, af_error *err) {
-    stage_ctx c = {NULL, NULL, NULL, false};
+    stage_ctx c = {0};
     return run_groups(g, 1u << SIMPLIFY, &c, err);
 }
 
 af_status af_lower(af_graph *g, const af_precision_cfg *prec, af_error *err) {
-    stage_ctx c = {NULL, NULL, prec, false};
+    stage_ctx c = {.prec = prec};
     if (af_isa_get() == AF_ISA_REFERENCE) return AF_OK;
     return run_groups(g, 1u << LOWER, &c, err);
 }
@@ -205,7 +214,7 @@ static af_status precision_config(const af_options *o, const char *file, af_prec
     int m = af_precision_parse(o->precision_mode);
     if (m < 0)
         return af_fail(err, AF_ERR_INVALID_ARG,
-                       "%s: unknown precision mode '%s': fp32, bf16, fp16 or mixed (ATC's "
+                       "%s: unknown precision mode '%s': fp32, bf16, fp16, mixed or int8 (ATC's "
                        "force_fp32, must_keep_origin_dtype, force_fp16, allow_fp32_to_fp16, "
                        "allow_mix_precision, allow_mix_precision_bf16 also work)",
                        file, o->precision_mode);
@@ -252,11 +261,37 @@ static af_status sweep_constants(af_graph *g, af_error *err) {
     return ok ? AF_OK : af_fail(err, AF_ERR_NOMEM, "%s: out of memory", g->file ? g->file : "<model>");
 }
 
+/* The report's precision section under int8: the quantize stage's decisions. */
+static af_status report_int8(af_fusion_report *r, const af_quant_table *t,
+                             const af_quant_result *q, af_error *err) {
+    char note[256];
+    snprintf(note, sizeof note,
+             "calibrated on %d sample%s (%s); activations uint8 per tensor, weights int8 per %s; "
+             "every other op float32", t->samples, t->samples == 1 ? "" : "s", t->method,
+             q->per_tensor_weights ? "tensor (opset < 13)" : "output channel");
+    af_status st = af_fusion_report_precision(r, NULL, "int8", note, err);
+    for (int i = 0; i < q->n && !st; i++)
+        st = af_fusion_report_add_precision(r, q->e[i].node, q->e[i].op, "",
+                                            q->e[i].int8 ? "int8" : "fp32", q->e[i].why, err);
+    return st;
+}
+
 af_status af_compile(af_graph *g, const char *file, const af_options *opt, af_compiled *out,
                      af_error *err) {
+    return af_compile_with(g, file, opt, NULL, out, err);
+}
+
+af_status af_compile_with(af_graph *g, const char *file, const af_options *opt,
+                          const af_quant_table *calib, af_compiled *out, af_error *err) {
     af_fusion_config cfg;
     af_precision_cfg pc = {.mode = AF_PREC_FP32};
+    af_quant_result qres = {0};
     memset(out, 0, sizeof *out);
+    bool int8 = opt->precision_mode && af_precision_parse(opt->precision_mode) == AF_PREC_INT8;
+    if (int8 && !calib)
+        return af_fail(err, AF_ERR_INVALID_ARG,
+                       "%s: --precision_mode=int8 needs --calibration_data=DIR", file);
+    stage_ctx qc = {.quant = int8 ? calib : NULL, .keep_fp32 = opt->keep_fp32, .qres = &qres};
     /* float16/bfloat16 computed in float32 (passes/widen.c), then the types of every value;
      * the report counts the model's nodes, not the casts widening adds at its edges */
     int model_nodes = count_nodes(g);
@@ -272,19 +307,25 @@ af_status af_compile(af_graph *g, const char *file, const af_options *opt, af_co
         af_fusion_report_init(&out->report, file, af_machine_get());
         out->report.ops_before = model_nodes;
         out->fused = true;
-        st = af_optimize(g, &cfg, &out->report, err);
+        qc.fusion = &cfg;
+        qc.rep = &out->report;
+        st = run_groups(g, 1u << SIMPLIFY | 1u << QUANT | 1u << FUSE, &qc, err);
+        if (!st) out->report.ops_after = count_nodes(g);
     } else if (!st) {
-        st = af_simplify(g, err); /* the unfused baseline: everything but the fusion */
+        /* the unfused baseline: everything but the fusion */
+        st = run_groups(g, 1u << SIMPLIFY | 1u << QUANT, &qc, err);
     }
     /* Fused or not, the graph then runs on the fast kernels. */
     if (!st && !opt->no_lower) st = precision_config(opt, file, &pc, err);
     if (!st && !opt->no_lower) st = af_lower(g, &pc, err);
-    out->precision = af_precision_name(pc.mode);
-    if (!st && !opt->no_lower && out->fused && pc.mode != AF_PREC_FP32) {
+    out->precision = int8 ? "int8" : af_precision_name(pc.mode);
+    if (!st && out->fused && int8) st = report_int8(&out->report, calib, &qres, err);
+    else if (!st && !opt->no_lower && out->fused && pc.mode != AF_PREC_FP32) {
         const char *note = NULL;
         af_precision_supported(pc.mode, &note);
         st = af_fusion_report_precision(&out->report, g, out->precision, note, err);
     }
+    af_quant_result_free(&qres);
     if (!st) st = af_plan_build(g, &out->plan, err);
     if (!st) st = sweep_constants(g, err);
     if (st) af_compiled_free(out);

@@ -2,7 +2,7 @@
  * executor runs, in one function, af_compile. The session (session.c) calls it for an ONNX
  * model and runs the result; `autofusion compile` writes the result as an .afm file.
  *
- *   shapes  ->  simplify  ->  canonicalize, fuse, simplify  ->  lower, layout, simplify,
+ *   shapes  ->  simplify  ->  [quantize]  ->  canonicalize, fuse, simplify  ->  lower, layout, simplify,
  *   precision, pack  ->  plan
  *   (passes/)   (passes/)     (passes/, fusion/)                 (lower/)          (runtime/)
  *
@@ -19,6 +19,7 @@
 #include "autofusion.h"
 #include "fusion/fusion.h"
 #include "lower/lower.h"
+#include "passes/passes.h"
 #include "runtime/plan.h"
 
 /* What a compile made besides the graph itself. */
@@ -35,6 +36,11 @@ typedef struct af_compiled {
  * lowering. On error nothing is left to free in out. */
 af_status af_compile(af_graph *g, const char *file, const af_options *opt, af_compiled *out,
                      af_error *err);
+/* The same with the calibrated ranges of --precision_mode=int8 (driver/calibrate.h; NULL for
+ * other modes, an error under int8): after the first simplify the graph is quantized (QDQ form,
+ * passes/quantize.c), then fused and lowered as any other. */
+af_status af_compile_with(af_graph *g, const char *file, const af_options *opt,
+                          const af_quant_table *calib, af_compiled *out, af_error *err);
 void af_compiled_free(af_compiled *c);
 
 /* The stages in two halves, for tests and tools that run part of the order: the optimisation

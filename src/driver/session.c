@@ -17,6 +17,7 @@
  *
  * Invariant: a session's graph, plan and arena belong together: the plan is the file's only when
  * no --input_shape changed the types it was made for; a cached plan serves only its signature. */
+#include "driver/calibrate.h"
 #include "driver/compile.h"
 #include "driver/session.h"
 #include "format/afm.h"
@@ -81,7 +82,7 @@ void af_options_init(af_options *opt) {
 static af_status loaded(af_graph *g, af_plan **file_plan, const char *file_precision,
                         const af_options *opt, af_compiled *c, af_error *err) {
     c->precision = "fp32";
-    for (int p = 0; file_precision && p <= AF_PREC_MIXED; p++)
+    for (int p = 0; file_precision && p <= AF_PREC_INT8; p++)
         if (!strcmp(file_precision, af_precision_name((af_precision)p)))
             c->precision = af_precision_name((af_precision)p);
     if (*file_plan && !opt->input_shape) {
@@ -109,9 +110,16 @@ static af_status finish(af_model *m, af_plan *file_plan, const af_options *opt, 
     snprintf(s->model_version, sizeof s->model_version, "%lld", (long long)m->model_version);
     if (opt) s->opt = *opt;
     else af_options_init(&s->opt);
-    /* A compiled model is already optimised and lowered; an ONNX one goes through the driver. */
-    st = compiled ? loaded(m->graph, &file_plan, file_precision, &s->opt, &s->c, err)
-                  : af_compile(m->graph, m->path, &s->opt, &s->c, err);
+    /* A compiled model is already optimised and lowered; an ONNX one goes through the driver,
+     * calibrated first under int8 (a copy of the model run over the samples). */
+    af_quant_table *calib = NULL;
+    if (!compiled && s->opt.precision_mode &&
+        af_precision_parse(s->opt.precision_mode) == AF_PREC_INT8)
+        st = af_calibrate(m, &s->opt, &calib, err);
+    if (!st)
+        st = compiled ? loaded(m->graph, &file_plan, file_precision, &s->opt, &s->c, err)
+                      : af_compile_with(m->graph, m->path, &s->opt, calib, &s->c, err);
+    af_quant_table_free(calib);
     if (st) goto fail;
     if (s->c.fused && af_fusion_log_requested()) af_fusion_report_print(&s->c.report, stderr);
     st = af_runtime_new(s->opt.threads, &s->rt, err);
@@ -126,6 +134,7 @@ static af_status finish(af_model *m, af_plan *file_plan, const af_options *opt, 
     /* Borrowed strings are not kept past this call. */
     s->opt.input_shape = s->opt.disable_fusion = s->opt.fusion_switch_file = NULL;
     s->opt.precision_mode = s->opt.keep_fp32 = s->opt.input_shape_range = NULL;
+    s->opt.calibration_data = s->opt.calibration_method = NULL;
     *out = s;
     return AF_OK;
 fail:

@@ -171,9 +171,14 @@ void af_fusion_report_print(const af_fusion_report *r, FILE *f);
 char *af_fusion_report_json(const af_fusion_report *r);
 af_status af_fusion_report_write_json(const af_fusion_report *r, const char *path, af_error *err);
 /* Record the precision of every reported op of g (fused ops and GEMM cores, as the precision
- * pass marked them) under `mode`, with `note` (may be NULL) for the whole graph. */
+ * pass marked them; g NULL: none) under `mode`, with `note` (may be NULL) for the whole graph. */
 af_status af_fusion_report_precision(af_fusion_report *r, const af_graph *g, const char *mode,
                                      const char *note, af_error *err);
+/* One more precision entry (g NULL above leaves the list to these): int8, whose decisions the
+ * quantize pass made before fusion, on the model's own nodes. */
+af_status af_fusion_report_add_precision(af_fusion_report *r, const char *node, const char *op,
+                                         const char *rules, const char *precision,
+                                         const char *why, af_error *err);
 /* Applied matches of rule r over all its names (handy for tests and summaries). */
 int af_fusion_report_applied(const af_fusion_report *r, int rule);
 /* Overall estimated speedup: t_before / t_after (1 when nothing was estimated). */

@@ -84,7 +84,25 @@ af_status af_fusion_report_precision(af_fusion_report *r, const af_graph *g, con
     r->precision_note = dup(note);
     if (!r->precision_mode || (note && !r->precision_note))
         return af_fail(err, AF_ERR_NOMEM, "out of memory");
-    return precision_entries(r, g, err);
+    return g ? precision_entries(r, g, err) : AF_OK;
+}
+
+af_status af_fusion_report_add_precision(af_fusion_report *r, const char *node, const char *op,
+                                         const char *rules, const char *precision,
+                                         const char *why, af_error *err) {
+    af_precision_entry *e = af_realloc(r->prec, sizeof *e * (size_t)(r->nprec + 1));
+    if (!e) return af_fail(err, AF_ERR_NOMEM, "out of memory");
+    r->prec = e;
+    e = &r->prec[r->nprec++];
+    memset(e, 0, sizeof *e);
+    e->node = dup(node);
+    e->op = dup(op);
+    e->rules = dup(rules ? rules : "");
+    e->precision = dup(precision);
+    e->why = dup(why);
+    if (!e->node || !e->op || !e->rules || !e->precision || (why && !e->why))
+        return af_fail(err, AF_ERR_NOMEM, "out of memory");
+    return AF_OK;
 }
 
 /* "[AF] Precision: bf16 (...)": counts per precision, then every op that stays fp32 with its

@@ -25,8 +25,16 @@ af_status af_pass_layout(af_graph *g, af_error *err);
 af_status af_pass_pack(af_graph *g, af_error *err);
 
 /* Precision modes (precision.c): --precision_mode's names and ATC's aliases. */
-typedef enum af_precision { AF_PREC_FP32, AF_PREC_BF16, AF_PREC_FP16, AF_PREC_MIXED } af_precision;
-/* The mode a name means ("fp32", "bf16", "fp16", "mixed", "force_fp32", "allow_mix_precision",
+/* int8 is not a lowering decision: the graph itself is quantized before fusion (QDQ form,
+ * passes/quantize.c, calibrated by driver/calibrate.c); the precision pass leaves it alone. */
+typedef enum af_precision {
+    AF_PREC_FP32,
+    AF_PREC_BF16,
+    AF_PREC_FP16,
+    AF_PREC_MIXED,
+    AF_PREC_INT8
+} af_precision;
+/* The mode a name means ("fp32", "bf16", "fp16", "mixed", "int8", "force_fp32", "allow_mix_precision",
  * ...); -1 when unknown. */
 int af_precision_parse(const char *name);
 const char *af_precision_name(af_precision p);

@@ -30,6 +30,7 @@ static const struct {
     {"bf16", AF_PREC_BF16},
     {"fp16", AF_PREC_FP16},
     {"mixed", AF_PREC_MIXED},
+    {"int8", AF_PREC_INT8},
     /* ATC's names for the same things. */
     {"force_fp32", AF_PREC_FP32},
     {"must_keep_origin_dtype", AF_PREC_FP32},
@@ -46,7 +47,7 @@ int af_precision_parse(const char *name) {
 }
 
 const char *af_precision_name(af_precision p) {
-    return (unsigned)p < 4 ? modes[p].name : "?";
+    return (unsigned)p <= AF_PREC_INT8 ? modes[p].name : "?";
 }
 
 bool af_precision_supported(af_precision p, const char **why) {
@@ -217,7 +218,8 @@ static af_status mark_graph(af_graph *g, const af_precision_cfg *cfg, af_error *
 }
 
 af_status af_pass_precision(af_graph *g, const af_precision_cfg *cfg, af_error *err) {
-    if (!cfg || cfg->mode == AF_PREC_FP32) return AF_OK;
+    /* int8: the quantize pass decided before fusion (passes/quantize.c); the cores stay fp32 */
+    if (!cfg || cfg->mode == AF_PREC_FP32 || cfg->mode == AF_PREC_INT8) return AF_OK;
     af_status st = check_keep(g, cfg->keep_fp32, err);
     return st ? st : mark_graph(g, cfg, err);
 }

@@ -39,6 +39,42 @@ af_status af_pass_widen_halves(af_graph *g, af_error *err);
  * shape, constant, attribute and consumer count it relies on checks out. */
 af_status af_pass_canonicalize(af_graph *g, af_error *err);
 
+/* ---- int8 quantization (quantize.c) ---------------------------------------------------------
+ * --precision_mode=int8: the float32 graph in QDQ form from calibrated activation ranges. */
+
+/* The ranges calibration measured (driver/calibrate.c), by value name. */
+typedef struct af_quant_table {
+    int n;
+    char **names;   /* the activations: inputs of the ops af_quant_activations lists */
+    float *lo, *hi; /* their calibrated ranges */
+    int samples;    /* calibration samples run */
+    char method[48]; /* "minmax", "percentile 99.99", "entropy" */
+} af_quant_table;
+
+/* What the pass decided for one op: the Conv/MatMul/Gemm nodes (quantized, or float32 with
+ * why), the products of two activations, Softmax and LayerNormalization (float32, why). */
+typedef struct af_quant_entry {
+    char *node, *op, *why; /* owned; why NULL when quantized */
+    bool int8;
+} af_quant_entry;
+
+typedef struct af_quant_result {
+    af_quant_entry *e;
+    int n, nint8;
+    bool per_tensor_weights; /* opset < 13: one weight scale per tensor */
+} af_quant_result;
+void af_quant_result_free(af_quant_result *r);
+
+/* The activations calibration observes in g (after the first simplify): the float input 0 of
+ * every Conv/MatMul/Gemm with constant float32 weights, model inputs aside. *out is af_malloc'd
+ * (af_free it); the values belong to g. */
+af_status af_quant_activations(const af_graph *g, const af_value ***out, int *n, af_error *err);
+/* Rewrite g in QDQ form from the ranges in t; keep_fp32 (may be NULL) names nodes or op types
+ * that stay float32 (an unknown name is AF_ERR_INVALID_ARG). res receives the decisions (free
+ * with af_quant_result_free; nothing to free on error). */
+af_status af_pass_quantize(af_graph *g, const af_quant_table *t, const char *keep_fp32,
+                           af_quant_result *res, af_error *err);
+
 /* ---- opset-independent readers (rewrite.c) --------------------------------------------------
  * Kernels choose between an op's attribute form and its input form by the model's opset, so
  * the passes leave those forms as they are and read them through these instead. */

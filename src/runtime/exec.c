@@ -442,6 +442,13 @@ af_status af_exec_graph(const af_graph *g, const af_tensor *const *inputs, af_te
     return exec_top(g, NULL, NULL, NULL, inputs, outputs, err);
 }
 
+af_status af_exec_graph_on(const af_graph *g, af_runtime *rt, const af_tensor *const *inputs,
+                           af_tensor *outputs, af_error *err) {
+    af_status st = exec_top(g, NULL, NULL, rt, inputs, outputs, err);
+    if (rt) af_workers_park(rt->w);
+    return st;
+}
+
 af_status af_exec_graph_planned(const af_graph *g, const af_plan *p, void *arena,
                                 af_runtime *rt, const af_tensor *const *inputs,
                                 af_tensor *outputs, af_error *err) {

@@ -41,5 +41,9 @@ af_status af_runtime_kernel(af_runtime *rt, const af_node *n, const af_tensor *c
  * outputs[0..g->noutputs) receive tensors owning their data. On error nothing leaks. */
 af_status af_exec_graph(const af_graph *g, const af_tensor *const *inputs, af_tensor *outputs,
                         af_error *err);
+/* The same on rt's threads (rt prepared for g, or not), without a memory plan: every
+ * intermediate is allocated, so any input dims go (int8 calibration runs a graph this way). */
+af_status af_exec_graph_on(const af_graph *g, af_runtime *rt, const af_tensor *const *inputs,
+                           af_tensor *outputs, af_error *err);
 
 #endif
