@@ -118,7 +118,7 @@ static int trial(verify *v, const char *keep, const char *disable, bool print, b
                    af_session_output_name(s, i), d.max_abs, d.max_rel, d.cosine,
                    over ? "OVER" : "ok");
         if (print && over && v->min_cosine > 0)
-            printf("  %*s cosine under %.6g\n", 28, "", v->min_cosine);
+            printf("  %*s cosine under %.9g\n", 28, "", v->min_cosine);
         else if (print && d.bad)
             printf("  %*s %lld of %lld elements over %.3g + %.3g * |reference|\n", 28, "",
                    (long long)d.bad, (long long)af_tensor_numel(v->want[i]), v->atol, v->rtol);
@@ -289,7 +289,7 @@ int cmd_verify(const cli *c) {
     else if (int8 && !c->rtol && !c->atol) v.min_cosine = 0.99;
     const char *mode = c->precision_mode ? c->precision_mode : "fp32";
     if (v.min_cosine > 0)
-        printf("%s: fused, %s, against unfused fp32 (cosine >= %.6g)\n", c->model, mode,
+        printf("%s: fused, %s, against unfused fp32 (cosine >= %.9g)\n", c->model, mode,
                v.min_cosine);
     else
         printf("%s: fused, %s, against unfused fp32 (rtol %.3g, atol %.3g)\n", c->model, mode,

@@ -35,7 +35,8 @@ class Options(ctypes.Structure):
                 ("log_level", ctypes.c_int), ("no_fusion", ctypes.c_int),
                 ("disable_fusion", ctypes.c_char_p), ("fusion_switch_file", ctypes.c_char_p),
                 ("no_lower", ctypes.c_int), ("precision_mode", ctypes.c_char_p),
-                ("keep_fp32", ctypes.c_char_p), ("input_shape_range", ctypes.c_char_p)]
+                ("keep_fp32", ctypes.c_char_p), ("input_shape_range", ctypes.c_char_p),
+                ("calibration_data", ctypes.c_char_p), ("calibration_method", ctypes.c_char_p)]
 
 
 class ReferenceStats(ctypes.Structure):

@@ -6,7 +6,7 @@ What maps to what is in docs/python.md. In short: the graph optimization level s
 intra_op_num_threads, profiling writes our Chrome trace, optimized_model_filepath writes a .afm
 (or ONNX when the name ends in .onnx), and session config entries named "autofusion.<option>"
 set our own options (precision_mode, disable_fusion, keep_fp32, input_shape, input_shape_range,
-fusion_switch_file).
+fusion_switch_file, calibration_data, calibration_method).
 
 Invariants: a numpy input that is C-contiguous, aligned, native-endian and of the declared dtype
 is handed to the library without a copy (others are converted once); outputs are numpy arrays
@@ -30,7 +30,8 @@ from .errors import Fail, InvalidArgument
 
 _PROVIDERS = ["CPUExecutionProvider"]
 _OWN_CONFIG = ("precision_mode", "disable_fusion", "keep_fp32", "input_shape",
-               "input_shape_range", "fusion_switch_file")
+               "input_shape_range", "fusion_switch_file", "calibration_data",
+               "calibration_method")
 
 
 def get_available_providers():

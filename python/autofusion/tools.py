@@ -28,7 +28,7 @@ def _names(value):
 
 def _session_options(threads=0, no_fusion=False, precision_mode=None, disable_fusion=None,
                      keep_fp32=None, input_shape=None, input_shape_range=None,
-                     fusion_switch_file=None):
+                     fusion_switch_file=None, calibration_data=None, calibration_method=None):
     """SessionOptions for the CLI's options given as keywords (lists, dicts or strings): they
     travel as "autofusion.<option>" config entries, which session._options reads."""
     so = SessionOptions()
@@ -38,7 +38,8 @@ def _session_options(threads=0, no_fusion=False, precision_mode=None, disable_fu
     entries = {"precision_mode": precision_mode, "disable_fusion": _names(disable_fusion),
                "keep_fp32": _names(keep_fp32), "input_shape": _spec(input_shape),
                "input_shape_range": _spec(input_shape_range),
-               "fusion_switch_file": fusion_switch_file}
+               "fusion_switch_file": fusion_switch_file, "calibration_data": calibration_data,
+               "calibration_method": calibration_method}
     for key, value in entries.items():
         if value:
             so.add_session_config_entry("autofusion." + key, os.fspath(value))
@@ -49,8 +50,8 @@ class _Session:
     """A C session made from keyword options (those of _session_options, and no_lower: the
     graph the fusion report describes, for an ONNX export), freed on exit."""
 
-    def __init__(self, model, no_lower=False, **options):
-        o, self._keep = _options(_session_options(**options))
+    def __init__(self, model, no_lower=False, no_fusion=False, **options):
+        o, self._keep = _options(_session_options(no_fusion=no_fusion, **options))
         o.no_lower = int(no_lower)
         handle = ctypes.c_void_p()
         _capi.call(lib.af_session_new, os.fsencode(model), ctypes.byref(o), ctypes.byref(handle))
@@ -69,10 +70,12 @@ class _Session:
 
 def compile(model, output, export_onnx=None, **options):  # noqa: A001 (the CLI's verb)
     """Optimise `model` (.onnx) and write the compiled model to `output` (".afm" is added when
-    missing), as `autofusion compile` does; export_onnx also writes the fused graph as ONNX.
+    missing), as `autofusion compile` does; export_onnx also writes the fused graph as ONNX
+    (under precision_mode="int8" the quantized QDQ model before fusion, which ONNX Runtime runs).
     Options: precision_mode, disable_fusion (list or "A,B"), keep_fp32, input_shape
-    ({name: dims} or "name:d,d;..."), input_shape_range, fusion_switch_file, threads.
-    Returns the fusion report as a dict."""
+    ({name: dims} or "name:d,d;..."), input_shape_range, fusion_switch_file, threads,
+    calibration_data (a folder of samples) and calibration_method (minmax, percentile[:P],
+    entropy) for precision_mode="int8". Returns the fusion report as a dict."""
     path = os.fspath(output)
     if not path.endswith(".afm"):
         path += ".afm"
@@ -80,7 +83,8 @@ def compile(model, output, export_onnx=None, **options):  # noqa: A001 (the CLI'
         report = s.report()
         _capi.call(lib.af_session_save, s.s, os.fsencode(path), b"autofusion.compile (Python)")
     if export_onnx:
-        with _Session(model, no_lower=True, **options) as s:
+        int8 = (options.get("precision_mode") or "").lower() == "int8"
+        with _Session(model, no_lower=True, no_fusion=int8, **options) as s:
             _capi.call(lib.af_session_export_onnx, s.s, os.fsencode(export_onnx))
     return report
 
@@ -112,8 +116,11 @@ def load_plugin(path):
 # ---- verify ------------------------------------------------------------------------------------
 
 def _tolerance(precision_mode):
-    """The CLI's defaults (docs/cli.md): fp32 rtol 1e-3 atol 1e-4, fp16 1e-2, bf16/mixed 5e-2."""
+    """The CLI's defaults (docs/cli.md): fp32 rtol 1e-3 atol 1e-4, fp16 1e-2, bf16/mixed 5e-2
+    (int8: 0.1, printed; the CLI judges int8 by cosine)."""
     mode = (precision_mode or "fp32").lower()
+    if mode == "int8":
+        return 1e-1, 1e-1
     if mode in ("fp32", "force_fp32", "must_keep_origin_dtype"):
         return 1e-3, 1e-4
     if mode in ("fp16", "force_fp16", "allow_fp32_to_fp16"):
@@ -158,18 +165,23 @@ def _random_inputs(sess, seed):
 
 
 def verify(model, precision_mode=None, inputs=None, rtol=None, atol=None, seed=0,
-           max_trials=96, **options):
+           max_trials=96, min_cosine=None, **options):
     """The fused model (in precision_mode) against the unfused float32 graph on the same inputs
     (`inputs`: {name: array}, else random ones from `seed`), as `autofusion verify`: per output
     the largest absolute and relative error, the cosine and the elements over tolerance. Over
     tolerance, the culprits as the CLI finds them: the low-precision ops whose return to fp32
     fixes it, else the fusion rules whose switching off does (binary search, at most max_trials
-    runs), and whether those switches bring the model back within tolerance.
+    runs), and whether those switches bring the model back within tolerance. With min_cosine
+    (int8's default verdict, 0.99, when neither rtol nor atol is given) an output passes when its
+    cosine with the fp32 output is at least that.
 
     Returns {"ok", "rtol", "atol", "outputs": [{"name", "max_abs", "max_rel", "cosine",
     "over"}], "culprits": {"keep_fp32": [...], "disable_fusion": [...], "fixed": bool} or
     None, "trials"}."""
     d_rtol, d_atol = _tolerance(precision_mode)
+    if min_cosine is None and (precision_mode or "").lower() == "int8" and rtol is None \
+            and atol is None:
+        min_cosine = 0.99
     rtol = d_rtol if rtol is None else rtol
     atol = d_atol if atol is None else atol
     base_keep = _names(options.pop("keep_fp32", None))
@@ -196,10 +208,13 @@ def verify(model, precision_mode=None, inputs=None, rtol=None, atol=None, seed=0
         with session(keep=keep, disable=disable) as s:
             got = s.run(None, feed)
         figs = [dict(name=n, **_compare(w, g, rtol, atol)) for n, w, g in zip(names, want, got)]
+        if min_cosine:
+            return all(f["cosine"] >= min_cosine for f in figs), figs
         return all(f["over"] == 0 for f in figs), figs
 
     ok, figures = trial()
-    result = {"ok": ok, "rtol": rtol, "atol": atol, "outputs": figures, "culprits": None}
+    result = {"ok": ok, "rtol": rtol, "atol": atol, "min_cosine": min_cosine, "outputs": figures,
+              "culprits": None}
     if not ok:
         result["culprits"] = _culprits(model, session, trial, trials, max_trials)
     result["trials"] = trials[0]

@@ -163,6 +163,17 @@ static bool *downstream_gemms(const af_graph *g) {
     return reach;
 }
 
+/* The first ReduceMean of a LayerNorm written out (x - mean(x), ...): read by a Sub of x. */
+static bool decomposed_layernorm(const af_node *n) {
+    if (n->op != AF_OP_REDUCE_MEAN || !n->in[0] || !n->out[0]) return false;
+    for (int u = 0; u < n->out[0]->nuses; u++) {
+        const af_node *r = n->out[0]->uses[u].node;
+        if (r->op == AF_OP_SUB && r->nin == 2 && r->in[0] == n->in[0] && r->in[1] == n->out[0])
+            return true;
+    }
+    return false;
+}
+
 /* ---- the rewrite --------------------------------------------------------------------------- */
 
 /* Per-tensor uint8 parameters of the range [lo, hi] (widened to hold 0). */
@@ -322,6 +333,10 @@ af_status af_pass_quantize(af_graph *g, const af_quant_table *t, const char *kee
             else if (n->op == AF_OP_LAYER_NORMALIZATION)
                 st = add_entry(res, n, false, "normalisation stays float32 (mean and variance "
                                               "are precision-sensitive)", err);
+            else if (decomposed_layernorm(n))
+                st = add_entry(res, n, false, "a LayerNorm (ReduceMean, Sub, Pow, Sqrt, Div) "
+                                              "stays float32 (mean and variance are "
+                                              "precision-sensitive)", err);
             continue;
         }
         why = sensitive(g, n, reach, first_conv, keep_fp32);
