@@ -1182,7 +1182,7 @@ static void test_precision_rates(void **state) {
     for (size_t r = 0; r < AF_COUNT(rows); r++) {
         af_arena *a = af_arena_new();
         af_graph *g = build(a, &pw, 7);
-        af_precision_cfg pc = {rows[r].mode, NULL, rows[r].fp32, rows[r].bf16};
+        af_precision_cfg pc = {rows[r].mode, NULL, rows[r].fp32, rows[r].bf16, 0};
         af_error err;
         if (af_lower(g, &pc, &err)) fail_msg("%s", err.message);
         bool expect_low = rows[r].low && (bf16 || rows[r].mode == AF_PREC_FP16);

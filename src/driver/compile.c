@@ -68,6 +68,10 @@ static af_status lower(af_graph *g, const stage_ctx *c, af_error *err) {
     return af_pass_lower(g, err);
 }
 
+static af_status int8(af_graph *g, const stage_ctx *c, af_error *err) {
+    return af_pass_int8(g, c->prec, err);
+}
+
 static af_status layout(af_graph *g, const stage_ctx *c, af_error *err) {
     (void)c;
     return af_pass_layout(g, err);
@@ -91,6 +95,7 @@ static const stage stages[] = {
     {"fuse", FUSE, fuse},                   /* the rule table (fusion/rules.def) */
     {"simplify", FUSE, simplify},           /* what fusion left dead */
     {"lower", LOWER, lower},                /* Conv/MatMul/Gemm cores, BatchNorm scale-and-shift */
+    {"int8", LOWER, int8},                  /* int8-form cores: U8S8 GEMM or back to float32 */
     {"layout", LOWER, layout},              /* channels-last convolution regions */
     {"simplify", LOWER, simplify},          /* the reorders nobody reads */
     {"precision", LOWER, precision},        /* which cores run bf16 / fp16 (--precision_mode) */
@@ -317,6 +322,11 @@ af_status af_compile_with(af_graph *g, const char *file, const af_options *opt,
     }
     /* Fused or not, the graph then runs on the fast kernels. */
     if (!st && !opt->no_lower) st = precision_config(opt, file, &pc, err);
+    if (!st && !opt->no_lower && af_graph_has_quant(g)) { /* does int8 pay here? */
+        const af_machine *mach = af_machine_get();
+        pc.gemm_flops = mach->gemm_flops;
+        pc.gemm_int8_ops = mach->gemm_int8_ops;
+    }
     if (!st && !opt->no_lower) st = af_lower(g, &pc, err);
     out->precision = int8 ? "int8" : af_precision_name(pc.mode);
     if (!st && out->fused && int8) st = report_int8(&out->report, calib, &qres, err);

@@ -102,6 +102,8 @@ typedef struct af_machine {
     double flops;      /* float32 FLOP/s of an FMA loop (an FMA counts 2) */
     double gemm_flops; /* FLOP/s of the GEMM core (kernels/fast/gemm.h) on a cache-resident problem */
     double gemm_bf16_flops; /* the same in bfloat16 (AMX or AVX512_BF16); 0 without either */
+    double gemm_int8_ops;   /* the same in int8 (U8S8 on AVX512_VNNI), 2 per multiply-add; 0
+                               without VNNI */
     double bandwidth;  /* bytes/s (read + write) to and from memory */
     double l2_bandwidth, l3_bandwidth; /* the same within L2 and within 8 x L2 */
     double l2_bytes;   /* per-core L2 size (cpuinfo) */

@@ -169,8 +169,9 @@ static bool capable(const af_node *n) {
     switch (n->op) {
     case AF_OP_FUSED_CONV:
     case AF_OP_CONV_POOL_FC:
-        /* The int8 form (quant = 1) goes channels-last only where the lowering chose it. */
-        return n->nin >= 2 && af_value_is_const(n->in[1]) && !af_attr_int(n, "quant", 0) &&
+        /* The int8 form (quant = 1) goes channels-last only where int8.c chose int8. */
+        return n->nin >= 2 && af_value_is_const(n->in[1]) &&
+               (!af_attr_int(n, "quant", 0) || !strcmp(af_attr_str(n, "precision", ""), "int8")) &&
                n->in[1]->type.rank == n->in[0]->type.rank && !af_attr_int(n, "channels_last", 0);
     case AF_OP_SQUEEZE_EXCITE:
     case AF_OP_GLOBAL_AVERAGE_POOL:

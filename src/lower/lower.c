@@ -358,6 +358,61 @@ static af_status pack_conv_transposed(af_graph *g, af_node *n, af_error *err) {
     return AF_OK;
 }
 
+/* An int8-form node int8.c put on the U8S8 core. */
+static bool runs_int8(const af_node *n) {
+    return af_attr_int(n, "quant", 0) && !strcmp(af_attr_str(n, "precision", ""), "int8");
+}
+
+/* A constant for `bytes` of U8S8 panels (int8 quads and the column sums after them). */
+static af_value *packed_i8(af_graph *g, const char *hint, size_t bytes) {
+    int64_t len = (int64_t)bytes;
+    return af_value_new_const(g, af_graph_unique_name(g, hint), AF_DTYPE_INT8, 1, &len);
+}
+
+/* The int8 B of an int8 FusedMatMul ([K, N], or [N, K] with trans_b) as U8S8 panels, like
+ * pack_b: b_shape = [K, N], b_packed = 1, trans_b folded in. */
+static af_status pack_b_u8s8(af_graph *g, af_node *n, af_error *err) {
+    af_value *b = n->nin > 1 ? n->in[1] : NULL;
+    if (!b || !af_value_is_const(b) || b->type.dtype != AF_DTYPE_INT8 || b->type.rank != 2 ||
+        af_attr_int(n, "b_packed", 0))
+        return AF_OK;
+    bool tb = af_attr_int(n, "trans_b", 0) != 0;
+    int64_t k = b->type.dims[tb ? 1 : 0], nn = b->type.dims[tb ? 0 : 1], dims[2] = {k, nn};
+    af_value *p = packed_i8(g, "packed_b", af_gemm_packed_bytes(AF_GEMM_U8S8, k, nn));
+    if (!p || !af_node_set_ints(n, "b_shape", dims, 2) || !af_node_set_int(n, "b_packed", 1))
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
+    af_gemm_pack_u8s8(b->type.data, k, nn, tb ? 1 : nn, tb ? k : 1, p->type.data);
+    for (int a = 0; a < n->nattrs; a++)
+        if (!strcmp(n->attrs[a].name, "trans_b")) n->attrs[a].i = 0;
+    af_node_set_input(n, 1, p);
+    return AF_OK;
+}
+
+/* The int8 weights [M, C, k...] of an int8 channels-last FusedConv (one group) as U8S8 panels
+ * of B[t * cp + c][m] = W[m][c][t], t the kernel position, cp = C rounded up to a multiple of 4
+ * (rows of the padding channels zero): one tap of cp channels per kernel position, as the
+ * kernel converts X (kernels/fast/conv.c). w_shape, w_packed = 1. */
+static af_status pack_conv_u8s8(af_graph *g, af_node *n, af_error *err) {
+    const af_value *w = n->in[1];
+    const int64_t *d = w->type.dims;
+    int64_t m = d[0], c = d[1], taps = kernel_taps(w), cp = af_gemm_u8s8_k(c), k = taps * cp;
+    af_value *p = packed_i8(g, "packed_w", af_gemm_packed_bytes(AF_GEMM_U8S8, k, m));
+    int8_t *tmp = af_calloc((size_t)(k * m > 0 ? k * m : 1), 1);
+    if (!p || !tmp || !af_node_set_ints(n, "w_shape", d, w->type.rank) ||
+        !af_node_set_int(n, "w_packed", 1)) {
+        af_free(tmp);
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
+    }
+    const int8_t *src = w->type.data;
+    for (int64_t o = 0; o < m; o++)
+        for (int64_t ci = 0; ci < c; ci++)
+            for (int64_t tp = 0; tp < taps; tp++) tmp[(tp * cp + ci) * m + o] = src[(o * c + ci) * taps + tp];
+    af_gemm_pack_u8s8(tmp, k, m, m, 1, p->type.data);
+    af_free(tmp);
+    af_node_set_input(n, 1, p);
+    return AF_OK;
+}
+
 /* A channels-last FusedConv reads its constant weights packed:
  *   w_packed = 1: per group, the GEMM panels of B[k][m] with k = (kh * KW + kw) * Cg + c (the
  *                 order in which an NHWC input row holds a kernel window; for a 3-D kernel
@@ -370,6 +425,10 @@ static af_status pack_conv_transposed(af_graph *g, af_node *n, af_error *err) {
  * w_shape keeps the logical [M, Cg, KH, KW] (of the weights' rank). */
 static af_status pack_conv(af_graph *g, af_node *n, af_error *err) {
     af_value *w = n->nin > 1 ? n->in[1] : NULL;
+    if (runs_int8(n) && af_attr_int(n, "channels_last", 0) && !af_attr_int(n, "w_packed", 0) && w &&
+        af_value_is_const(w) && w->type.dtype == AF_DTYPE_INT8 && w->type.rank >= 3 &&
+        w->type.rank <= 5 && af_attr_int(n, "group", 1) == 1)
+        return pack_conv_u8s8(g, n, err);
     if (!af_attr_int(n, "channels_last", 0) || af_attr_int(n, "w_packed", 0) || !w ||
         !af_value_is_const(w) || !af_value_is_f32(w) || w->type.rank < 3 || w->type.rank > 5)
         return AF_OK;
@@ -750,7 +809,8 @@ af_status af_pass_pack(af_graph *g, af_error *err) {
         }
     for (int i = 0; i < g->nnodes && !st; i++) {
         af_node *n = g->nodes[i];
-        if (n->op == AF_OP_FUSED_MATMUL) st = pack_b(g, n, 1, "trans_b", "b_shape", "b_packed", err);
+        if (n->op == AF_OP_FUSED_MATMUL && runs_int8(n)) st = pack_b_u8s8(g, n, err);
+        else if (n->op == AF_OP_FUSED_MATMUL) st = pack_b(g, n, 1, "trans_b", "b_shape", "b_packed", err);
         else if (n->op == AF_OP_FUSED_CONV) st = pack_conv(g, n, err);
         else if (n->op == AF_OP_CONV_POOL_FC && af_attr_int(n, "channels_last", 0) &&
                  !(st = pack_conv(g, n, err)))

@@ -43,11 +43,21 @@ bool af_precision_supported(af_precision p, const char **why);
 typedef struct af_precision_cfg {
     af_precision mode;
     const char *keep_fp32; /* "A,B": rules, node names or op types that stay fp32 (may be NULL) */
-    /* the machine's calibrated GEMM rates (runtime/machine.c), FLOP/s; 0 when not measured */
-    double gemm_flops, gemm_bf16_flops;
+    /* the machine's calibrated GEMM rates (runtime/machine.c), FLOP/s (int8: operations/s);
+     * 0 when not measured */
+    double gemm_flops, gemm_bf16_flops, gemm_int8_ops;
 } af_precision_cfg;
 /* Mark each GEMM core with the precision it runs in (see precision.c); cfg NULL: fp32. An
  * unknown --keep_fp32 name is AF_ERR_INVALID_ARG. */
 af_status af_pass_precision(af_graph *g, const af_precision_cfg *cfg, af_error *err);
+
+/* Does g (or a body in it) hold a FusedConv / FusedMatMul in the int8 form (quant = 1)? */
+bool af_graph_has_quant(const af_graph *g);
+/* Where each int8-form node runs (int8.c): "precision" = "int8" on the U8S8 GEMM core when this
+ * CPU has AVX512_VNNI, cfg's int8 rate is at least 1.2x its fp32 rate (cfg NULL or rates 0: not
+ * measured, VNNI decides) and the kernels take the node; else rewritten to float32 (W
+ * dequantized, X through a QuantizeDequantize) with "precision_why". Runs before the layout
+ * pass. */
+af_status af_pass_int8(af_graph *g, const af_precision_cfg *cfg, af_error *err);
 
 #endif

@@ -204,6 +204,7 @@ static af_status mark_graph(af_graph *g, const af_precision_cfg *cfg, af_error *
             af_status st = mark_graph(sub, cfg, err);
             if (st) return st;
         }
+        if (!strcmp(af_attr_str(n, "precision", ""), "int8")) continue; /* int8.c chose */
         const char *why = low_precision_blocker(n);
         if (why == AF_NO_MATCH) continue;
         if (!why && kept(n, cfg->keep_fp32)) why = "--keep_fp32";

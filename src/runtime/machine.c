@@ -226,26 +226,35 @@ static double measure_bandwidth(size_t size) {
     return best > 0.0 ? best : 1e9;
 }
 
-/* Best rate of the GEMM core in type t (F32 or BF16; the ISA in force, one thread) on a
+/* Best rate of the GEMM core in type t (F32, BF16 or U8S8; the ISA in force, one thread) on a
  * 192 x 256 x 512 problem whose operands stay in cache: what convolutions and matrix products
- * run at. A BF16 A holds 32 rows more than M (AMX reads whole tiles). */
+ * run at (U8S8: 2 operations per multiply-add, as FLOPs count). A BF16 A holds 32 rows more than
+ * M (AMX reads whole tiles). */
 static double measure_gemm(af_gemm_type t) {
     enum { M = 192, N = 256, K = 512 };
-    size_t es = t == AF_GEMM_BF16 ? sizeof(uint16_t) : sizeof(float);
+    size_t es = t == AF_GEMM_BF16 ? sizeof(uint16_t) : t == AF_GEMM_U8S8 ? 1 : sizeof(float);
     void *a = af_calloc((size_t)(M + 32) * K, es);
     float *b = af_malloc(sizeof(float) * K * N), *c = af_malloc(sizeof(float) * M * N);
+    float *scale = af_malloc(sizeof(float) * N);
+    int8_t *b8 = af_malloc((size_t)K * N);
     void *p = af_malloc(af_gemm_packed_bytes(t, K, N));
     double best = 0.0;
-    if (a && b && c && p) {
+    if (a && b && c && p && scale && b8) {
         for (int i = 0; i < M * K; i++) {
             float v = (float)(i % 7) * 0.1f;
             if (t == AF_GEMM_BF16) ((uint16_t *)a)[i] = af_float_to_bf16(v);
+            else if (t == AF_GEMM_U8S8) ((uint8_t *)a)[i] = (uint8_t)(i % 251);
             else ((float *)a)[i] = v;
         }
-        for (int i = 0; i < K * N; i++) b[i] = (float)(i % 5) * 0.1f;
-        af_gemm_pack_type(t, b, K, N, N, 1, p);
+        for (int i = 0; i < K * N; i++) {
+            b[i] = (float)(i % 5) * 0.1f;
+            b8[i] = (int8_t)(i % 253 - 126);
+        }
+        for (int i = 0; i < N; i++) scale[i] = 1e-4f;
+        if (t == AF_GEMM_U8S8) af_gemm_pack_u8s8(b8, K, N, N, 1, p);
+        else af_gemm_pack_type(t, b, K, N, N, 1, p);
         static const int64_t tap0[1] = {0};
-        af_gemm g = {a, 1, M, 0, K, tap0, 1, K, p, N, c, N, NULL, 0, 0, t, NULL, NULL, NULL, 0};
+        af_gemm g = {a, 1, M, 0, K, tap0, 1, K, p, N, c, N, NULL, 0, 0, t, NULL, NULL, scale, 3};
         double start = now();
         for (int rep = 0; rep < 400 && (rep < 5 || now() - start < 0.1); rep++) {
             double t0 = now();
@@ -258,6 +267,8 @@ static double measure_gemm(af_gemm_type t) {
     af_free(b);
     af_free(c);
     af_free(p);
+    af_free(scale);
+    af_free(b8);
     return best;
 }
 
@@ -304,7 +315,7 @@ static double num(json_t *root, const char *key) {
     return json_number_value(json_object_get(root, key));
 }
 
-/* The file holds one record per ISA ({"version": 6, "avx512": {...}, "avx2": {...}}), so that
+/* The file holds one record per ISA ({"version": 7, "avx512": {...}, "avx2": {...}}), so that
  * runs on different ISAs (the tests' AUTOFUSION_ISA variants) do not evict each other's. Load
  * the record of the kernels' ISA now in force. */
 static bool load(const char *path, af_machine *m) {
@@ -312,18 +323,20 @@ static bool load(const char *path, af_machine *m) {
     json_t *root = json_load_file(path, 0, &e);
     if (!root) return false;
     const char *isa = af_isa_name(af_isa_get());
-    json_t *r = json_integer_value(json_object_get(root, "version")) == 6
+    json_t *r = json_integer_value(json_object_get(root, "version")) == 7
                     ? json_object_get(root, isa) : NULL;
     double gf = num(r, "peak_gflops"), gg = num(r, "gemm_gflops"), bw = num(r, "bandwidth_gbs");
     double b2 = num(r, "l2_bandwidth_gbs"), b3 = num(r, "l3_bandwidth_gbs"), l2 = num(r, "l2_bytes");
     double ho = num(r, "handoff_us"), wk = num(r, "wake_us"), gb = num(r, "gemm_bf16_gflops");
+    double gi = num(r, "gemm_int8_gops");
     bool ok = r && sane(gf, 0.01, 1e6) && sane(gg, 0.01, 1e6) && sane(bw, 0.01, 1e5) &&
               sane(b2, 0.01, 1e5) && sane(b3, 0.01, 1e5) && sane(l2, 1024, 1e10) &&
-              sane(ho, 0.0, 1e5) && sane(wk, 0.0, 1e5) && sane(gb, 0.0, 1e6);
+              sane(ho, 0.0, 1e5) && sane(wk, 0.0, 1e5) && sane(gb, 0.0, 1e6) && sane(gi, 0.0, 1e6);
     if (ok) {
         m->flops = gf * 1e9;
         m->gemm_flops = gg * 1e9;
         m->gemm_bf16_flops = gb * 1e9;
+        m->gemm_int8_ops = gi * 1e9;
         m->bandwidth = bw * 1e9;
         m->l2_bandwidth = b2 * 1e9;
         m->l3_bandwidth = b3 * 1e9;
@@ -355,13 +368,14 @@ static void store(const char *path, const af_machine *m) {
     json_error_t e;
     json_t *root = json_load_file(path, 0, &e);
     if (!root || !json_is_object(root) ||
-        json_integer_value(json_object_get(root, "version")) != 6) {
+        json_integer_value(json_object_get(root, "version")) != 7) {
         json_decref(root);
-        root = json_pack("{s:i}", "version", 6);
+        root = json_pack("{s:i}", "version", 7);
     }
-    json_t *r = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "peak_gflops",
+    json_t *r = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "peak_gflops",
                           m->flops / 1e9, "gemm_gflops", m->gemm_flops / 1e9, "gemm_bf16_gflops",
-                          m->gemm_bf16_flops / 1e9, "bandwidth_gbs", m->bandwidth / 1e9,
+                          m->gemm_bf16_flops / 1e9, "gemm_int8_gops", m->gemm_int8_ops / 1e9,
+                          "bandwidth_gbs", m->bandwidth / 1e9,
                           "l2_bandwidth_gbs", m->l2_bandwidth / 1e9,
                           "l3_bandwidth_gbs", m->l3_bandwidth / 1e9, "l2_bytes", m->l2_bytes,
                           "handoff_us", m->handoff_ns / 1e3, "wake_us", m->wake_ns / 1e3);
@@ -390,6 +404,8 @@ af_status af_machine_calibrate(const char *path, af_machine *m, af_error *err) {
     if (!(m->flops > 0.0)) m->flops = 1e9;
     m->gemm_flops = measure_gemm(AF_GEMM_F32);
     if (af_cpu_amx() || af_cpu_bf16()) m->gemm_bf16_flops = measure_gemm(AF_GEMM_BF16);
+    /* int8 only where VPDPBUSD runs it: elsewhere U8S8 widens bytes and never pays */
+    if (af_cpu_vnni()) m->gemm_int8_ops = measure_gemm(AF_GEMM_U8S8);
     if (!(m->gemm_flops > 0.0) || m->gemm_flops > m->flops) m->gemm_flops = m->flops;
     m->l2_bytes = (double)af_cpu_l2();
     m->bandwidth = measure_bandwidth((size_t)64 << 20);

@@ -50,6 +50,8 @@ typedef struct conv_cl {
      * and oh, ow... Y's, pd, ph, pw its begin pads as ONNX derives them */
     bool transposed;
     int pro_wi, pro_bi, gi;   /* inputs of pro_w, pro_b, in_scale (-1: none) */
+    /* the int8 form (quant = 1, kernels/ref/fused_quant.c): wt_type U8S8, one group */
+    fused_quant q;
 } conv_cl;
 
 #include <stddef.h>
@@ -118,9 +120,16 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
         g->pro = true;
     }
     g->packed = (int)af_attr_int(n, "w_packed", 0);
+    bool q8 = w->dtype == AF_DTYPE_INT8 && fused_quant_on(n);
     g->wt_type = w->dtype == AF_DTYPE_BFLOAT16 ? AF_GEMM_BF16
-                 : w->dtype == AF_DTYPE_FLOAT16 ? AF_GEMM_F16 : AF_GEMM_F32;
-    bool low_w = g->packed == 1 && g->wt_type != AF_GEMM_F32;
+                 : w->dtype == AF_DTYPE_FLOAT16 ? AF_GEMM_F16
+                 : q8                           ? AF_GEMM_U8S8
+                                                : AF_GEMM_F32;
+    bool low_w = (g->packed == 1 && g->wt_type != AF_GEMM_F32) || (q8 && !g->packed);
+    if (fused_quant_on(n) && (!q8 || g->pro || af_attr_int(n, "in_scale", -1) >= 0 || g->packed > 1))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "a channels-last int8 FusedConv takes int8 weights (w_packed 1), "
+                            "no pro_w, no in_scale");
     if (x->dtype != AF_DTYPE_FLOAT || (w->dtype != AF_DTYPE_FLOAT && !low_w) ||
         (b && b->dtype != AF_DTYPE_FLOAT))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "FusedConv on %s (float32 only)",
@@ -181,9 +190,14 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
     g->pd = win.pb[0], g->ph = win.pb[1], g->pw = win.pb[2];
     g->group = af_attr_int(n, "group", 1);
     g->mg = g->m / g->group;
-    if (r == 5 && g->packed && !g->transposed && (g->packed != 1 || g->wt_type != AF_GEMM_F32))
+    if (r == 5 && g->packed && !g->transposed &&
+        (g->packed != 1 || (g->wt_type != AF_GEMM_F32 && g->wt_type != AF_GEMM_U8S8)))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
-                            "a 3-D channels-last conv needs float32 GEMM panels (w_packed 1)");
+                            "a 3-D channels-last conv needs float32 or int8 GEMM panels (w_packed 1)");
+    if (g->wt_type == AF_GEMM_U8S8) {
+        st = fused_quant_decode(n, g->packed ? NULL : w, g->m, &g->q, err);
+        if (st != AF_OK) return st;
+    }
     if (g->packed == 3 && (g->kh != 3 || g->kw != 3 || g->sh != 1 || g->sw != 1 || g->dh != 1 ||
                            g->dw != 1 || g->group != 1))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
@@ -203,6 +217,8 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
         int64_t cp = g->wt_type == AF_GEMM_BF16 ? af_gemm_bf16_k(g->cg) : g->cg;
         int64_t want = g->packed == 2   ? g->kh * g->kw * g->m
                        : g->packed == 3 ? 36 * (int64_t)af_gemm_packed_floats(g->c, g->m)
+                       : g->wt_type == AF_GEMM_U8S8
+                           ? (int64_t)af_gemm_packed_bytes(AF_GEMM_U8S8, g->kd * g->kh * g->kw * af_gemm_u8s8_k(g->cg), g->m)
                        : g->wt_type != AF_GEMM_F32
                            ? (int64_t)(af_gemm_packed_bytes(g->wt_type, g->kh * g->kw * cp, g->m) / 2)
                            : g->group * (int64_t)af_gemm_packed_floats(g->kd * g->kh * g->kw * g->cg, g->mg);
@@ -458,6 +474,101 @@ static void conv_low(const conv_cl *g, const af_vep *ep, float *y, unsigned char
                       NULL, NULL, NULL, 0};
         af_gemm_run(ex, &gm);
     }
+}
+
+/* ---- int8 (the int8 form on U8S8 panels) ---------------------------------------------------------
+ * X converted once per run to uint8 codes (kernels/ref/fused_quant.c), in a bordered image of
+ * cp = C rounded up to 4 channels a position: borders and padding channels hold the zero point
+ * (code z is float 0; the padding channels also meet zero rows of B). Then, as conv_dense, one
+ * implicit GEMM per image and output plane (depth), one tap per kernel row (KW positions of cp
+ * bytes, contiguous) or per kernel position when dilated along W, on the U8S8 core with
+ * scale[m] = s_x * w_scale[m]. 1-D, 2-D and 3-D, one group. */
+typedef struct u8_job {
+    const conv_cl *g;
+    int64_t dp, hp, wp, cp;
+    uint8_t *img;
+} u8_job;
+
+/* Rows [begin, end) (over batch x padded planes x padded rows) of the code image. */
+static void u8_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const u8_job *p = ctx;
+    const conv_cl *g = p->g;
+    const af_vec_ops *v = af_vec();
+    const int z = g->q.x_zero;
+    const float s = g->q.x_scale;
+    int64_t c = g->c, cp = p->cp;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t b = r / (p->dp * p->hp), id = r / p->hp % p->dp - g->pd, ih = r % p->hp - g->ph;
+        uint8_t *d = p->img + r * p->wp * cp;
+        if (id < 0 || id >= g->d || ih < 0 || ih >= g->h) {
+            memset(d, z, (size_t)(p->wp * cp));
+            continue;
+        }
+        const float *x = g->x + (((b * g->d + id) * g->h + ih) * g->w) * c;
+        int64_t lo = g->pw, nw = g->w < p->wp - lo ? g->w : p->wp - lo;
+        memset(d, z, (size_t)(lo * cp));
+        if (cp == c) {
+            v->to_u8(x, d + lo * cp, nw * c, s, z); /* the row's positions in one call */
+        } else {
+            for (int64_t iw = 0; iw < nw; iw++) {
+                v->to_u8(x + iw * c, d + (lo + iw) * cp, c, s, z);
+                memset(d + (lo + iw) * cp + c, z, (size_t)(cp - c));
+            }
+        }
+        memset(d + (lo + nw) * cp, z, (size_t)((p->wp - lo - nw) * cp));
+    }
+}
+
+/* The image's extent, and the bytes of the image, the taps and the scales. */
+static size_t u8_sizes(const conv_cl *g, int64_t *dp, int64_t *hp, int64_t *wp, int64_t *cp,
+                       size_t *img) {
+    *hp = g->h, *wp = g->w, *dp = g->d;
+    if (needs_padding(g)) {
+        padded_extent(g, hp, wp);
+        *dp = padded_depth(g);
+    }
+    *cp = af_gemm_u8s8_k(g->c);
+    *img = ((size_t)(g->n * *dp * *hp * *wp * *cp) + 63) & ~(size_t)63;
+    return *img + (size_t)(g->kd * g->kh * g->kw) * sizeof(int64_t) + (size_t)g->m * sizeof(float);
+}
+
+static size_t u8_scratch_bytes(const conv_cl *g) {
+    int64_t dp, hp, wp, cp;
+    size_t img;
+    return u8_sizes(g, &dp, &hp, &wp, &cp, &img);
+}
+
+static void conv_u8s8(const conv_cl *g, const af_vep *ep, float *y, unsigned char *scratch,
+                      af_exec *ex) {
+    int64_t dp, hp, wp, cp;
+    size_t img;
+    u8_sizes(g, &dp, &hp, &wp, &cp, &img);
+    int64_t *taps = (int64_t *)(scratch + img);
+    float *scale = (float *)(taps + g->kd * g->kh * g->kw);
+    for (int64_t m = 0; m < g->m; m++)
+        scale[m] = g->q.x_scale * g->q.w_scale[g->q.nw_scale == 1 ? 0 : m];
+    u8_job j = {g, dp, hp, wp, cp, scratch};
+    af_exec_parallel(ex, g->n * dp * hp,
+                     af_exec_work_ns(ex, 0.0, 5.0 * (double)(g->n * dp * hp * wp * cp)), u8_rows, &j);
+    bool merged = g->dw == 1; /* a window row is KW * cp contiguous bytes */
+    int64_t ntaps = 0;
+    for (int64_t a = 0; a < g->kd; a++)
+        for (int64_t i = 0; i < g->kh; i++)
+            for (int64_t k = 0; k < (merged ? 1 : g->kw); k++)
+                taps[ntaps++] = ((a * g->dd * hp + i * g->dh) * wp + k * g->dw) * cp;
+    bool flat = g->kd == 1 && g->kh == 1 && g->kw == 1 && g->sd == 1 && g->sh == 1 && g->sw == 1 &&
+                !needs_padding(g);
+    int64_t planes = flat ? 1 : g->od, plane = g->oh * g->ow;
+    for (int64_t b = 0; b < g->n; b++)
+        for (int64_t zp = 0; zp < planes; zp++) {
+            int64_t row0 = (b * g->od + zp) * plane;
+            af_gemm gm = {j.img + ((b * dp + zp * g->sd) * hp) * wp * cp, flat ? 1 : g->oh,
+                          flat ? g->od * plane : g->ow, g->sh * wp * cp, g->sw * cp, taps, ntaps,
+                          merged ? g->kw * cp : cp, g->wt, g->m, y + row0 * g->m, g->m, ep, row0,
+                          0, AF_GEMM_U8S8, NULL, NULL, scale, g->q.x_zero};
+            af_gemm_run(ex, &gm);
+        }
 }
 
 /* ---- Winograd F(4x4, 3x3) --------------------------------------------------------------------------
@@ -875,6 +986,7 @@ static void conv_run(const conv_cl *g, const af_epilogue *ep, const af_epilogue 
     if (g->packed != 2) {
         if (g->b) af_vep_prepend(&vep, AF_EP_ADD, AF_VEP_COL, g->b);
         if (g->packed == 3) conv_winograd(g, &vep, y, scratch, ex);
+        else if (g->wt_type == AF_GEMM_U8S8) conv_u8s8(g, &vep, y, scratch, ex);
         else if (g->wt_type != AF_GEMM_F32) conv_low(g, &vep, y, scratch, ex);
         else conv_dense(g, &vep, y, scratch, ex);
         return;
@@ -910,6 +1022,7 @@ static void conv_run(const conv_cl *g, const af_epilogue *ep, const af_epilogue 
 
 static size_t conv_scratch_bytes(const conv_cl *g, bool mean, af_exec *ex) {
     if (g->transposed) return convt_scratch_bytes(g, af_exec_threads(ex));
+    if (g->packed == 1 && g->wt_type == AF_GEMM_U8S8) return u8_scratch_bytes(g);
     if (g->packed == 1)
         return g->wt_type != AF_GEMM_F32 ? low_scratch_bytes(g)
                                          : dense_scratch_bytes(g, af_exec_threads(ex));

@@ -14,9 +14,12 @@
 #include <stddef.h>
 #include <string.h>
 
-/* The GEMM element type of a B stored as dtype t (packed panels). */
+/* The GEMM element type of a B stored as dtype t (packed panels; int8: the int8 form's). */
 static af_gemm_type gemm_type(af_dtype t) {
-    return t == AF_DTYPE_BFLOAT16 ? AF_GEMM_BF16 : t == AF_DTYPE_FLOAT16 ? AF_GEMM_F16 : AF_GEMM_F32;
+    return t == AF_DTYPE_BFLOAT16 ? AF_GEMM_BF16
+           : t == AF_DTYPE_FLOAT16 ? AF_GEMM_F16
+           : t == AF_DTYPE_INT8    ? AF_GEMM_U8S8
+                                   : AF_GEMM_F32;
 }
 
 /* B packed at compile time: a 1-D tensor of exactly the packed size of b_shape = [K, N]
@@ -36,8 +39,10 @@ static af_status packed_view(const af_node *n, const af_tensor *const *in, af_te
     if (!b)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input A or B");
     af_gemm_type bt = gemm_type(b->dtype);
+    if (bt == AF_GEMM_U8S8 && !fused_quant_on(n))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "int8 packed B without quant = 1");
     int64_t want = (int64_t)(af_gemm_packed_bytes(bt, shape[0], shape[1]) /
-                             (bt == AF_GEMM_F32 ? 4 : 2));
+                             (bt == AF_GEMM_F32 ? 4 : bt == AF_GEMM_U8S8 ? 1 : 2));
     if (b->rank != 1 || (b->dims[0] >= 0 && b->dims[0] != want))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
                             "packed B must be 1-D with %lld elements for [%lld, %lld]",
@@ -267,6 +272,58 @@ static af_status mm_run_low(const af_node *n, const fused_mm *g, const af_vep *v
     return AF_OK;
 }
 
+/* ---- int8 (the int8 form on U8S8 panels) ------------------------------------------------------- */
+
+/* A's rows (nbatch * M of them) as uint8 codes in rows of kp bytes (K rounded up to 4; the
+ * padding bytes meet zero rows of B). */
+typedef struct mm_u8 {
+    const fused_mm *g;
+    int64_t kp;
+    uint8_t *a8;
+} mm_u8;
+
+static void mm_u8_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const mm_u8 *j = ctx;
+    const fused_mm *g = j->g;
+    const af_vec_ops *v = af_vec();
+    for (int64_t r = begin; r < end; r++) {
+        int64_t aoff, boff;
+        mm_offsets(g, r / g->m, &aoff, &boff);
+        const float *a = (const float *)g->a->data + aoff + r % g->m * g->k;
+        uint8_t *out = j->a8 + r * j->kp;
+        v->to_u8(a, out, g->k, g->quant.x_scale, g->quant.x_zero);
+        memset(out + g->k, g->quant.x_zero, (size_t)(j->kp - g->k));
+    }
+}
+
+/* The int8 form: A converted once, then one U8S8 GEMM over every row, scales s_x * w_scale[j]. */
+static af_status mm_run_u8s8(const af_node *n, const fused_mm *g, const af_vep *vep, float *y,
+                             af_exec *ex, af_error *err) {
+    if (g->ta || g->lns || !g->packed || g->quant.nw_scale < 1 ||
+        (g->quant.nw_scale != 1 && g->quant.nw_scale != g->n))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "int8 B needs a plain A and w_scale of 1 or N");
+    int64_t nbatch = 1;
+    for (int i = 0; i < g->nb; i++) nbatch *= g->bdims[i];
+    int64_t rows = nbatch * g->m;
+    mm_u8 j = {g, af_gemm_u8s8_k(g->k), NULL};
+    size_t a8 = ((size_t)(rows * j.kp) + 63) & ~(size_t)63;
+    unsigned char *scratch = af_exec_scratch(ex, a8 + (size_t)g->n * sizeof(float) + 64);
+    if (!scratch)
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory for %zu bytes of scratch",
+                            a8 + (size_t)g->n * sizeof(float));
+    j.a8 = scratch;
+    float *scale = (float *)(scratch + a8);
+    for (int64_t c = 0; c < g->n; c++)
+        scale[c] = g->quant.x_scale * g->quant.w_scale[g->quant.nw_scale == 1 ? 0 : c];
+    af_exec_parallel(ex, rows, af_exec_work_ns(ex, 0.0, 5.0 * (double)(rows * g->k)), mm_u8_rows, &j);
+    static const int64_t tap0[1] = {0};
+    af_gemm gm = {j.a8, 1, rows, 0, j.kp, tap0, 1, j.kp, g->b->data, g->n, y, g->n, vep, 0, 0,
+                  AF_GEMM_U8S8, NULL, NULL, scale, g->quant.x_zero};
+    af_gemm_run(ex, &gm);
+    return AF_OK;
+}
+
 /* Y = epilogue(alpha * op(LN(A)) x B + bias) on the GEMM core. */
 static af_status mm_run_fast(const af_node *n, const fused_mm *g, const af_epilogue *ep, float *y,
                              af_exec *ex, af_error *err) {
@@ -275,6 +332,7 @@ static af_status mm_run_fast(const af_node *n, const fused_mm *g, const af_epilo
     af_vep_build(ep, y, g->n, &vep);
     if (g->bias) af_vep_prepend(&vep, AF_EP_ADD, AF_VEP_COL, g->bias->data);
     if (alpha != 1.0f) af_vep_prepend(&vep, AF_EP_MUL, AF_VEP_SCALAR, &alpha);
+    if (gemm_type(g->bdtype) == AF_GEMM_U8S8) return mm_run_u8s8(n, g, &vep, y, ex, err);
     if (gemm_type(g->bdtype) != AF_GEMM_F32) return mm_run_low(n, g, &vep, y, ex, err);
     mm_fast f = {g, &vep, g->a->data, NULL, 0, y, 1};
     for (int i = 0; i < g->nb; i++) f.nbatch *= g->bdims[i];

@@ -1,0 +1,316 @@
+/* The int8 form of FusedConv / FusedMatMul (quant = 1, kernels/ref/fused_quant.c) through the
+ * lowering (lower/int8.c) and the fast kernels: every graph is built twice from the same seed;
+ * one copy runs as built on the reference kernels (AF_ISA_REFERENCE), the other is lowered and
+ * run on each ISA this CPU has with 1 and 2 threads (2 threads: the bits of 1 thread's), within
+ * float rounding of the reference. On a CPU with AVX512_VNNI the dense convs and the matmuls run
+ * on the U8S8 core (checked: "precision" int8, packed int8 weights) and the grouped / depthwise
+ * ones fall back to float32 (precision_why); with a calibrated int8 rate under 1.2x fp32 every
+ * node falls back. Cases: 1x1, 3x3 stride 1 and 2 with padding, dilation, channels not a
+ * multiple of 4, 1-D and 3-D, batch 2, zero points 0, 255 and inner, per-tensor and per-channel
+ * scales, epilogues (bias, Relu, residual, a sigmoid on the tile), matmuls with trans_b and a
+ * batched A; and bad quantization attributes rejected by the lowering's shape inference naming
+ * the node. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "test_util.h"
+
+#include "driver/compile.h"
+#include "ir/epilogue.h"
+#include "kernels/simd/cpu.h"
+#include "runtime/exec.h"
+#include "runtime/plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- building ------------------------------------------------------------------------------------ */
+
+static void set_int(af_node *n, const char *name, int64_t v) {
+    af_attr *a = af_node_add_attr(n, name, AF_ATTR_INT);
+    assert_non_null(a);
+    a->i = v;
+}
+
+static void set_float(af_node *n, const char *name, float v) {
+    af_attr *a = af_node_add_attr(n, name, AF_ATTR_FLOAT);
+    assert_non_null(a);
+    a->f = v;
+}
+
+static void set_ints(af_node *n, const char *name, int count, const int64_t *v) {
+    af_attr *a = af_node_add_attr(n, name, AF_ATTR_INTS);
+    assert_non_null(a);
+    a->n = count;
+    a->ints = af_arena_calloc(n->graph->arena, (size_t)count + 1, sizeof(int64_t));
+    memcpy(a->ints, v, (size_t)count * sizeof(int64_t));
+}
+
+static void set_floats(af_node *n, const char *name, int count, const float *v) {
+    af_attr *a = af_node_add_attr(n, name, AF_ATTR_FLOATS);
+    assert_non_null(a);
+    a->n = count;
+    a->floats = af_arena_calloc(n->graph->arena, (size_t)count + 1, sizeof(float));
+    memcpy(a->floats, v, (size_t)count * sizeof(float));
+}
+
+static af_value *i8_const(af_graph *g, int rank, const int64_t *dims) {
+    af_value *v = af_value_new_const(g, af_graph_unique_name(g, "q"), AF_DTYPE_INT8, rank, dims);
+    assert_non_null(v);
+    int8_t *p = v->type.data;
+    for (int64_t i = 0; i < af_tensor_numel(&v->type); i++)
+        p[i] = (int8_t)(i % 11 == 0 ? (i % 2 ? 127 : -128) : tu_rnd() * 127.9);
+    return v;
+}
+
+/* One quantized node: conv (nsp spatial dims; group; k, s, d, pads per dim) or matmul (A dims
+ * x, B [K, N] or [N, K] with trans_b). */
+typedef struct qcase {
+    const char *name;
+    bool mm;
+    int64_t x[5]; /* the input's dims (0 ends) */
+    int64_t m, group, k[3], s[3], d[3], pads[6];
+    bool tb;
+    int z;
+    float xs;
+    bool per_channel;
+    int ep; /* 0 none; 1 bias + Relu; 2 bias + residual + Relu; 3 residual + sigmoid */
+    bool int8; /* runs on the U8S8 core when the CPU has VNNI */
+} qcase;
+
+static int rank_of(const qcase *c) {
+    int r = 0;
+    while (r < 5 && c->x[r]) r++;
+    return r;
+}
+
+static void mark_output(af_graph *g, af_value *v) {
+    v->is_output = true;
+    g->outputs[g->noutputs++] = v;
+}
+
+static af_graph *build(af_arena *a, const qcase *c) {
+    tu_rng = 7;
+    af_graph *g = tu_graph(a, "test_quant", 8);
+    af_value *x = af_value_new(g, "x");
+    int r = rank_of(c), nsp = r - 2;
+    x->is_input = true;
+    af_tensor_set_type(&x->type, AF_DTYPE_FLOAT, r, c->x);
+    g->inputs[g->ninputs++] = x;
+    int64_t kk = c->x[r - 1], wd[5], nch = c->m;
+    af_value *w;
+    if (c->mm) {
+        wd[0] = c->tb ? c->m : kk;
+        wd[1] = c->tb ? kk : c->m;
+        w = i8_const(g, 2, wd);
+    } else {
+        wd[0] = c->m;
+        wd[1] = c->x[1] / c->group;
+        for (int i = 0; i < nsp; i++) wd[2 + i] = c->k[i];
+        w = i8_const(g, r, wd);
+    }
+    af_value *bias = c->ep == 1 || c->ep == 2 ? tu_const(g, 1, &nch, -1.0, 1.0) : NULL;
+    int nin = c->mm ? 5 : 3, slot = nin;
+    af_node *n = af_node_new(g, c->mm ? AF_OP_FUSED_MATMUL : AF_OP_FUSED_CONV, "qnode",
+                             nin + (c->ep >= 2), 1);
+    assert_non_null(n);
+    n->domain = AF_DOMAIN;
+    af_node_set_input(n, 0, x);
+    af_node_set_input(n, 1, w);
+    if (bias) af_node_set_input(n, 2, bias);
+    af_node_set_output(n, 0, af_value_new(g, "y"));
+    if (c->mm) {
+        set_int(n, "trans_b", c->tb);
+    } else {
+        set_int(n, "group", c->group);
+        set_ints(n, "kernel_shape", nsp, c->k);
+        set_ints(n, "strides", nsp, c->s);
+        set_ints(n, "dilations", nsp, c->d);
+        set_ints(n, "pads", 2 * nsp, c->pads);
+    }
+    float ws[64];
+    int nws = c->per_channel ? (int)c->m : 1;
+    for (int i = 0; i < nws; i++) ws[i] = (float)(0.004 * (1.5 + tu_rnd()));
+    set_int(n, "quant", 1);
+    set_float(n, "x_scale", c->xs);
+    set_int(n, "x_zero_point", c->z);
+    set_floats(n, "w_scale", nws, ws);
+    af_error err;
+    if (c->ep >= 2) { /* the residual: the output's shape, known once the node's is inferred */
+        if (af_graph_infer_shapes(g, &err)) fail_msg("%s: %s", c->name, err.message);
+        af_tensor *yt = &n->out[0]->type;
+        af_value *res = tu_const(g, yt->rank, yt->dims, -1.0, 1.0);
+        af_node_set_input(n, slot, res);
+        int64_t prog[6] = {AF_EP_ADD, slot, 0, c->ep == 2 ? AF_EP_RELU : AF_EP_SIGMOID, -1, 0};
+        float params[4] = {0};
+        set_ints(n, "epilogue", 6, prog);
+        set_floats(n, "epilogue_params", 4, params);
+    } else if (c->ep == 1) {
+        int64_t prog[3] = {AF_EP_RELU, -1, 0};
+        float params[2] = {0};
+        set_ints(n, "epilogue", 3, prog);
+        set_floats(n, "epilogue_params", 2, params);
+    }
+    mark_output(g, n->out[0]);
+    if (af_graph_infer_shapes(g, &err)) fail_msg("%s: %s", c->name, err.message);
+    return g;
+}
+
+/* ---- running -------------------------------------------------------------------------------------- */
+
+static af_tensor *input_of(const qcase *c) {
+    af_tensor *t = af_tensor_new(AF_DTYPE_FLOAT, rank_of(c), c->x);
+    assert_non_null(t);
+    tu_rng = 99;
+    for (int64_t i = 0; i < af_tensor_numel(t); i++) ((float *)t->data)[i] = (float)(1.5 * tu_rnd());
+    return t;
+}
+
+static void run(const qcase *c, af_graph *g, const af_tensor *x, af_tensor *out, af_runtime *rt) {
+    af_error err;
+    const af_tensor *in[1] = {x};
+    af_plan *p = NULL;
+    assert_int_equal(af_plan_build(g, &p, &err), AF_OK);
+    void *arena = p->arena_size ? aligned_alloc(64, (p->arena_size + 63) & ~(uint64_t)63) : NULL;
+    af_status st = af_exec_graph_planned(g, p, arena, rt, in, out, &err);
+    free(arena);
+    af_plan_free(p);
+    if (st) fail_msg("%s [%s]: %s", c->name, af_isa_name(af_isa_get()), err.message);
+}
+
+/* Within float rounding of the reference: the int8 sums are exact, the reference's are double
+ * sums of float-rounded products. */
+static void compare(const qcase *c, const af_tensor *want, const af_tensor *got) {
+    assert_int_equal(want->rank, got->rank);
+    int64_t n = af_tensor_numel(want);
+    const float *a = want->data, *b = got->data;
+    double scale = 0;
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs(a[i]));
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs((double)a[i] - b[i]) <= 1e-4 * fabs(a[i]) + 2e-5 * (scale > 1 ? scale : 1)))
+            fail_msg("%s (%s): element %lld: %.8g, reference %.8g", c->name,
+                     af_isa_name(af_isa_get()), (long long)i, b[i], a[i]);
+}
+
+/* The quantized node, by its name (the layout pass may put a reorder after it). */
+static const af_node *qnode(const af_graph *g) {
+    for (int i = 0; i < g->nnodes; i++)
+        if (!strcmp(g->nodes[i]->name, "qnode")) return g->nodes[i];
+    fail_msg("no node qnode");
+    return NULL;
+}
+
+/* The reference once; then lowered with cfg on every ISA, 1 and 2 threads; the int8 decision
+ * checked where expect_int8 says (on the best ISA). */
+static void check_cfg(const qcase *c, const af_precision_cfg *cfg, bool slow_int8) {
+    af_tensor *x = input_of(c);
+    af_isa best = af_isa_best();
+    af_arena *ra = af_arena_new();
+    af_graph *rg = build(ra, c);
+    af_isa_set(AF_ISA_REFERENCE);
+    af_tensor want;
+    memset(&want, 0, sizeof want);
+    run(c, rg, x, &want, NULL);
+    af_runtime *rt2 = NULL;
+    af_error err;
+    assert_int_equal(af_runtime_new(2, &rt2, &err), AF_OK);
+    for (af_isa isa = AF_ISA_GENERIC; isa <= best; isa++) {
+        af_isa_set(isa);
+        af_arena *a = af_arena_new();
+        af_graph *g = build(a, c);
+        if (af_lower(g, cfg, &err)) fail_msg("%s: %s", c->name, err.message);
+        const af_node *n = qnode(g);
+        const char *prec = af_attr_str(n, "precision", "");
+        bool want_int8 = c->int8 && af_cpu_vnni() && !slow_int8;
+        if (want_int8 != !strcmp(prec, "int8"))
+            fail_msg("%s [%s]: precision '%s' (%s)", c->name, af_isa_name(isa), prec,
+                     af_attr_str(n, "precision_why", "-"));
+        if (want_int8 && (n->in[1]->type.dtype != AF_DTYPE_INT8 || n->in[1]->type.rank != 1))
+            fail_msg("%s: int8 weights not packed", c->name);
+        if (!want_int8 && (af_attr_int(n, "quant", 0) || !af_node_attr(n, "precision_why")))
+            fail_msg("%s [%s]: not rewritten to float32 with a reason", c->name, af_isa_name(isa));
+        af_tensor one, two;
+        memset(&one, 0, sizeof one);
+        memset(&two, 0, sizeof two);
+        run(c, g, x, &one, NULL);
+        compare(c, &want, &one);
+        run(c, g, x, &two, rt2);
+        if (one.nbytes != two.nbytes || memcmp(one.data, two.data, one.nbytes))
+            fail_msg("%s on %s: 2 threads differ from 1", c->name, af_isa_name(isa));
+        af_tensor_release(&one);
+        af_tensor_release(&two);
+        af_arena_free(a);
+    }
+    af_isa_set(best);
+    af_runtime_free(rt2);
+    af_tensor_release(&want);
+    af_arena_free(ra);
+    af_tensor_free(x);
+}
+
+static const qcase cases[] = {
+    {"1x1", false, {1, 16, 8, 8}, 24, 1, {1, 1}, {1, 1}, {1, 1}, {0}, false, 0, 0.01f, true, 1, true},
+    {"3x3 pad 1, C 5", false, {1, 5, 9, 7}, 33, 1, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, false, 255, 0.01f, false, 2, true},
+    {"3x3 stride 2", false, {2, 8, 11, 11}, 16, 1, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, false, 128, 0.02f, true, 3, true},
+    {"3x3 dilation 2", false, {1, 4, 10, 9}, 8, 1, {3, 3}, {1, 1}, {2, 2}, {2, 2, 2, 2}, false, 37, 0.01f, true, 0, true},
+    {"1x1 stride 2 pad", false, {1, 12, 7, 9}, 20, 1, {1, 1}, {2, 2}, {1, 1}, {1, 0, 1, 1}, false, 0, 0.01f, false, 1, true},
+    {"1-D k5", false, {2, 6, 17}, 10, 1, {5}, {1}, {1}, {2, 2}, false, 200, 0.01f, true, 2, true},
+    {"3-D 3x3x3", false, {1, 4, 5, 6, 7}, 8, 1, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, false, 0, 0.01f, true, 1, true},
+    {"grouped", false, {1, 8, 6, 6}, 8, 2, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, false, 128, 0.01f, true, 1, false},
+    {"depthwise", false, {1, 8, 6, 6}, 8, 8, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, false, 0, 0.01f, false, 2, false},
+    {"matmul", true, {5, 37}, 19, 0, {0}, {0}, {0}, {0}, false, 0, 0.01f, true, 1, true},
+    {"matmul trans_b batched", true, {3, 4, 40}, 24, 0, {0}, {0}, {0}, {0}, true, 255, 0.02f, false, 2, true},
+    {"matmul odd K", true, {13, 3}, 50, 0, {0}, {0}, {0}, {0}, false, 129, 0.01f, true, 3, true},
+};
+
+static void test_quant_lowered(void **state) {
+    (void)state;
+    for (size_t i = 0; i < AF_COUNT(cases); i++) check_cfg(&cases[i], NULL, false);
+}
+
+/* A calibrated int8 rate under 1.2x the fp32 rate: every node runs float32 (precision_why). */
+static void test_quant_slow_int8(void **state) {
+    (void)state;
+    af_precision_cfg cfg = {AF_PREC_FP32, NULL, 100e9, 0, 110e9};
+    check_cfg(&cases[1], &cfg, true);
+    check_cfg(&cases[9], &cfg, true);
+}
+
+/* Bad quantization attributes fail shape inference, before any lowering, naming the node. */
+static void test_quant_bad(void **state) {
+    (void)state;
+    static const struct {
+        const char *attr;
+        float f;
+        int64_t i;
+    } bad[] = {{"x_scale", 0.0f, 0}, {"x_scale", INFINITY, 0}, {"x_zero_point", 0, 300}};
+    for (size_t b = 0; b < AF_COUNT(bad); b++) {
+        af_arena *a = af_arena_new();
+        af_graph *g = build(a, &cases[0]);
+        af_node *n = (af_node *)qnode(g);
+        for (int i = 0; i < n->nattrs; i++)
+            if (!strcmp(n->attrs[i].name, bad[b].attr)) {
+                n->attrs[i].f = bad[b].f;
+                n->attrs[i].i = bad[b].i;
+            }
+        af_error err;
+        memset(&err, 0, sizeof err);
+        assert_int_not_equal(af_graph_infer_shapes(g, &err), AF_OK);
+        if (!strstr(err.message, "qnode") || !strstr(err.message, bad[b].attr))
+            fail_msg("'%s' does not name the node and %s", err.message, bad[b].attr);
+        af_arena_free(a);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_quant_lowered),
+        cmocka_unit_test(test_quant_slow_int8),
+        cmocka_unit_test(test_quant_bad),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
