@@ -3,7 +3,7 @@
  * convolution and transformer shapes, single thread unless --threads=N.
  *
  *   build/bench/gemm_bench [--threads=N] [--reps=N] [--isa=avx512|avx2|generic] [--cold]
- *                          [--type=f32|f16|bf16] [--shape=M,N,K]
+ *                          [--type=f32|f16|bf16|u8s8] [--shape=M,N,K]
  *
  * --cold gives every run its own copy of B (and of the packed B), cycling through 512 MB of
  * them, so the weights come from memory as they do in a model larger than the caches.
@@ -12,7 +12,9 @@
  * median time of each as GFLOP/s and the ratio of medians (OpenBLAS / ours: > 1 means faster).
  * Outputs are compared (max abs difference relative to the largest output). --type runs our side
  * in half-precision B or bfloat16 A and B (--precision_mode's GEMMs; A converted before timing,
- * as B is packed before it), OpenBLAS in float32. */
+ * as B is packed before it), or in int8 (u8s8: A as uint8 codes of scale 1/254 and zero point 128,
+ * B as int8 of scale 1/254: the int8 form's GEMM, its error that of 8-bit operands), OpenBLAS in
+ * float32. */
 #include "kernels/simd/cpu.h"
 #include "kernels/fast/gemm.h"
 #include "runtime/exec.h"
@@ -55,6 +57,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--type=f16")) type = AF_GEMM_F16;
         else if (!strcmp(argv[i], "--type=bf16")) type = AF_GEMM_BF16;
         else if (!strcmp(argv[i], "--type=f32")) type = AF_GEMM_F32;
+        else if (!strcmp(argv[i], "--type=u8s8")) type = AF_GEMM_U8S8;
         else if (!strncmp(argv[i], "--isa=", 6)) {
             int isa = af_isa_parse(argv[i] + 6);
             if (isa < AF_ISA_GENERIC) {
@@ -64,7 +67,7 @@ int main(int argc, char **argv) {
             af_isa_set((af_isa)isa);
         } else {
             fprintf(stderr, "usage: gemm_bench [--threads=N] [--reps=N] [--isa=NAME] [--cold] "
-                            "[--type=f32|f16|bf16] [--shape=M,N,K]\n");
+                            "[--type=f32|f16|bf16|u8s8] [--shape=M,N,K]\n");
             return 2;
         }
     }
@@ -82,7 +85,7 @@ int main(int argc, char **argv) {
                                     {128, 768, 768},  {128, 3072, 768}, {197, 2304, 768},
                                     {3136, 64, 576},  {784, 256, 1152}, {196, 512, 2304},
                                     {128, 2304, 768}, {197, 768, 3072}, {49, 2048, 512}};
-    static const char *const tnames[] = {"f32", "f16", "bf16"};
+    static const char *const tnames[] = {"f32", "f16", "bf16", "u8s8"};
     printf("ISA %s, %s GEMM, %d thread(s), %d runs each, B %s; %s\n", af_isa_name(af_isa_get()),
            tnames[type], threads, reps, cold ? "from memory (--cold)" : "in cache",
            openblas_get_config());
@@ -105,19 +108,36 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < (size_t)M * K; i++) A[i] = (float)rand() / RAND_MAX - 0.5f;
         for (size_t i = 0; i < bfl; i++) B[i] = (float)rand() / RAND_MAX - 0.5f;
         for (int c = 1; c < copies; c++) memcpy(B + bfl * (size_t)c, B, bfl * sizeof(float));
-        for (int c = 0; c < copies; c++)
-            af_gemm_pack_type(type, B + bfl * (size_t)c, K, N, N, 1, P + pfl * (size_t)c);
+        /* u8s8: K rounded up to 4 (zero rows of B, zero-point bytes of A) */
+        int64_t kq = type == AF_GEMM_U8S8 ? af_gemm_u8s8_k(K) : K;
+        uint8_t *A8 = malloc((size_t)M * (size_t)kq + 1);
+        int8_t *B8 = malloc(bfl + 1);
+        float *scale = malloc(sizeof(float) * (size_t)N);
+        if (!A8 || !B8 || !scale) return 1;
+        for (size_t i = 0; i < bfl; i++) B8[i] = (int8_t)lrintf(B[i] * 254.0f);
+        for (int i = 0; i < N; i++) scale[i] = 1.0f / (254.0f * 254.0f);
+        for (int m = 0; m < M; m++) {
+            af_vec()->to_u8(A + (size_t)m * K, A8 + (size_t)m * kq, K, 1.0f / 254.0f, 128);
+            memset(A8 + (size_t)m * kq + K, 128, (size_t)(kq - K));
+        }
+        for (int c = 0; c < copies; c++) {
+            if (type == AF_GEMM_U8S8)
+                af_gemm_pack_u8s8(B8, K, N, N, 1, (char *)P + af_gemm_packed_bytes(type, K, N) * (size_t)c);
+            else
+                af_gemm_pack_type(type, B + bfl * (size_t)c, K, N, N, 1, P + pfl * (size_t)c);
+        }
         af_vec()->to_bf16(A, A16, (int64_t)M * K);
         static const int64_t tap0[1] = {0};
-        job j = {{type == AF_GEMM_BF16 ? (const void *)A16 : (const void *)A, 1, M, 0, K, tap0, 1,
-                  K, P, N, C1, N, NULL, 0, 0, type, NULL, NULL, NULL, 0}};
+        job j = {{type == AF_GEMM_BF16 ? (const void *)A16 : type == AF_GEMM_U8S8 ? (const void *)A8 : (const void *)A,
+                  1, M, 0, kq, tap0, 1, kq, P, N, C1, N, NULL, 0, 0, type, NULL, NULL, scale, 128}};
         for (int w = 0; w < 2; w++) { /* warm-up */
             af_runtime_call(rt, run, &j);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, B, N, 0.0f, C2, N);
         }
         for (int r = 0; r < reps; r++) {
             int c = r % copies;
-            j.g.b = P + pfl * (size_t)c;
+            j.g.b = type == AF_GEMM_U8S8 ? (const void *)((char *)P + af_gemm_packed_bytes(type, K, N) * (size_t)c)
+                                         : (const void *)(P + pfl * (size_t)c);
             double t = now();
             af_runtime_call(rt, run, &j);
             t1[r] = now() - t;
@@ -137,6 +157,7 @@ int main(int argc, char **argv) {
         printf("| %d | %d | %d | %.1f / %.1f | %.1f / %.1f | %.2f | %.1e |\n", M, N, K, fl / t1[0],
                fl / m1, fl / t2[0], fl / m2, m2 / m1, mx > 0 ? md / mx : md);
         free(A), free(B), free(C1), free(C2), free(P), free(t1), free(t2), free(A16);
+        free(A8), free(B8), free(scale);
     }
     af_runtime_free(rt);
     return 0;

@@ -322,7 +322,8 @@ af_status af_compile_with(af_graph *g, const char *file, const af_options *opt,
     }
     /* Fused or not, the graph then runs on the fast kernels. */
     if (!st && !opt->no_lower) st = precision_config(opt, file, &pc, err);
-    if (!st && !opt->no_lower && af_graph_has_quant(g)) { /* does int8 pay here? */
+    bool quant = !st && af_graph_has_quant(g);
+    if (!st && !opt->no_lower && quant) { /* does int8 pay here? */
         const af_machine *mach = af_machine_get();
         pc.gemm_flops = mach->gemm_flops;
         pc.gemm_int8_ops = mach->gemm_int8_ops;
@@ -330,7 +331,9 @@ af_status af_compile_with(af_graph *g, const char *file, const af_options *opt,
     if (!st && !opt->no_lower) st = af_lower(g, &pc, err);
     out->precision = int8 ? "int8" : af_precision_name(pc.mode);
     if (!st && out->fused && int8) st = report_int8(&out->report, calib, &qres, err);
-    else if (!st && !opt->no_lower && out->fused && pc.mode != AF_PREC_FP32) {
+    /* the report lists each core's precision: in a low-precision mode, and for a quantized
+     * model (int8 ops, and the ones left in float32 with why) */
+    if (!st && !opt->no_lower && out->fused && (pc.mode != AF_PREC_FP32 || quant)) {
         const char *note = NULL;
         af_precision_supported(pc.mode, &note);
         st = af_fusion_report_precision(&out->report, g, out->precision, note, err);
