@@ -69,6 +69,18 @@ static const char *node_blocker(const af_node *n) {
     return NULL;
 }
 
+/* An existing QuantizeDequantize of x with scale s and zero point z (several cores reading one
+ * activation, as BERT's Q, K and V projections do, share one), or NULL. */
+static af_value *shared_fq(const af_value *x, float s, int z) {
+    for (int u = 0; u < x->nuses; u++) {
+        const af_node *f = x->uses[u].node;
+        if (f->op == AF_OP_QUANTIZE_DEQUANTIZE && f->nout == 1 && f->out[0] &&
+            af_attr_float(f, "scale", 0.0f) == s && af_attr_float(f, "zero_point", -1.0f) == (float)z)
+            return f->out[0];
+    }
+    return NULL;
+}
+
 /* The float32 form of n (see the top): W * w_scale, X through a QuantizeDequantize. */
 static af_status to_float(af_graph *g, af_node *n, const char *why, af_error *err) {
     af_value *x = n->in[0], *w = n->in[1];
@@ -90,21 +102,25 @@ static af_status to_float(af_graph *g, af_node *n, const char *why, af_error *er
     if (!af_value_is_const(w) || !af_tensor_has_data(wt) || ch < 1 || inner < 1)
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "int8 form with a W that is not constant");
     af_value *wf = af_value_new_f32(g, "dequant_w", r, wt->dims);
-    af_node *f = af_node_new_ours(g, AF_OP_QUANTIZE_DEQUANTIZE, af_graph_unique_name(g, "fq"), 1);
-    af_value *y = f ? af_value_new(g, af_graph_unique_name(g, "fq_x")) : NULL;
-    if (!wf || !y || !af_node_set_float(f, "scale", q.x_scale) ||
-        !af_node_set_float(f, "zero_point", (float)q.x_zero) ||
-        !af_node_set_str(n, "precision", "fp32") || !af_node_set_str(n, "precision_why", why))
+    af_value *y = shared_fq(x, q.x_scale, q.x_zero);
+    if (!wf || !af_node_set_str(n, "precision", "fp32") || !af_node_set_str(n, "precision_why", why))
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+    if (!y) {
+        af_node *f = af_node_new_ours(g, AF_OP_QUANTIZE_DEQUANTIZE, af_graph_unique_name(g, "fq"), 1);
+        y = f ? af_value_new(g, af_graph_unique_name(g, "fq_x")) : NULL;
+        if (!y || !af_node_set_float(f, "scale", q.x_scale) ||
+            !af_node_set_float(f, "zero_point", (float)q.x_zero))
+            return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+        af_node_set_input(f, 0, x);
+        af_node_set_output(f, 0, y);
+        af_tensor_type_copy(&y->type, &x->type);
+        af_node_move_last_to(g, n->id);
+        af_graph_renumber(g);
+    }
     const int8_t *src = wt->data;
     float *dst = wf->type.data;
     for (int64_t i = 0; i < af_tensor_numel(wt); i++)
         dst[i] = (float)src[i] * q.w_scale[q.nw_scale == 1 ? 0 : i / inner % ch];
-    af_node_set_input(f, 0, x);
-    af_node_set_output(f, 0, y);
-    af_tensor_type_copy(&y->type, &x->type);
-    af_node_move_last_to(g, n->id);
-    af_graph_renumber(g);
     af_node_set_input(n, 0, y);
     af_node_set_input(n, 1, wf);
     af_node_drop_attr(n, "quant");

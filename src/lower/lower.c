@@ -503,7 +503,7 @@ static af_status fold_se(af_graph *g, af_node *se, af_error *err) {
     af_node *cv = y->uses[0].node;
     const int64_t *ws = NULL;
     if (cv->graph != g || cv->op != AF_OP_FUSED_CONV || y->uses[0].slot != 0 || !af_attr_int(cv, "channels_last", 0) ||
-        af_attr_int(cv, "transposed", 0) ||
+        af_attr_int(cv, "transposed", 0) || af_attr_int(cv, "quant", 0) || /* int8: no gate */
         af_attr_int(cv, "w_packed", 0) != 1 || af_attr_ints(cv, "w_shape", &ws) != 4 ||
         ws[2] != 1 || ws[3] != 1 || af_attr_int(cv, "group", 1) != 1 ||
         af_attr_int(cv, "in_scale", -1) >= 0 || !all_zero(cv, "pads") ||

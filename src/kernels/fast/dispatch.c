@@ -181,6 +181,9 @@ static bool takes_types(const af_node *n, const fast_row *r, const af_tensor *co
 
 af_kernel_kind af_kernel_choice(const af_node *n, const af_tensor *const *types) {
     const fast_row *r = fast_of(n->op);
+    /* the int8 form runs fast only on its packed int8 weights (the lowering's); else the
+     * fast FusedMatMul declines it */
+    if (af_attr_int(n, "quant", 0) && !lowered(n, r)) return ref_kind(n);
     if (runs_fast(n, r) && (n->nin < 1 || takes_types(n, r, types))) return AF_KERNEL_FAST;
     return ref_kind(n);
 }
