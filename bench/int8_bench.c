@@ -170,8 +170,10 @@ int main(int argc, char **argv) {
     printf("| stage (C, mid, HxW) | threads | fp32 median | int8 median | int8 / fp32 |\n");
     printf("|---|--:|--:|--:|--:|\n");
     double tot[2][3] = {{0}};
+    const char *only = getenv("INT8_BENCH_STAGE"); /* one stage, by index (profiling) */
     for (size_t si = 0; si < sizeof stages / sizeof stages[0]; si++) {
         const stage *s = &stages[si];
+        if (only && atoi(only) != (int)si) continue;
         prepared f, q;
         prepare(&f, s, false, &pc);
         prepare(&q, s, true, &pc);

@@ -1,6 +1,7 @@
 /* The machine the cost model estimates for (fusion/fusion.h: af_machine), measured on this
  * machine, one core, once: an FMA loop with independent accumulators, the GEMM core on a
- * cache-resident problem (what convolutions and matrix products reach), memcpy within L2, within
+ * cache-resident problem (what convolutions and matrix products reach; also in bfloat16 and in
+ * int8 where the CPU has the dot products, which the lowering compares with float32), memcpy within L2, within
  * a few times L2 and of a 64 MiB buffer (where a tensor of each size lives right after its
  * producer wrote it). The rates are cached as JSON in $XDG_CACHE_HOME/autofusion/machine.json
  * (else ~/.cache/autofusion/machine.json; $AUTOFUSION_MACHINE_FILE overrides the path), per
