@@ -5,7 +5,7 @@
  * float rounding of the reference. On a CPU with AVX512_VNNI the dense convs and the matmuls run
  * on the U8S8 core (checked: "precision" int8, packed int8 weights) and the grouped / depthwise
  * ones fall back to float32 (precision_why); with a calibrated int8 rate under 1.2x fp32 every
- * node falls back. Cases: 1x1, 3x3 stride 1 and 2 with padding, dilation, channels not a
+ * node falls back, cores sharing an activation through one QuantizeDequantize. Cases: 1x1, 3x3 stride 1 and 2 with padding, dilation, channels not a
  * multiple of 4, 1-D and 3-D, batch 2, zero points 0, 255 and inner, per-tensor and per-channel
  * scales, epilogues (bias, Relu, residual, a sigmoid on the tile), matmuls with trans_b and a
  * batched A; and bad quantization attributes rejected by the lowering's shape inference naming
@@ -280,6 +280,65 @@ static void test_quant_slow_int8(void **state) {
     check_cfg(&cases[9], &cfg, true);
 }
 
+/* Two cores reading one activation with the same quantization (BERT's Q, K, V projections)
+ * fall back to float32 through one shared QuantizeDequantize, and compute the reference's. */
+static void test_quant_shared_fq(void **state) {
+    (void)state;
+    af_precision_cfg slow = {AF_PREC_FP32, NULL, 100e9, 0, 110e9};
+    af_tensor want[2], got[2];
+    memset(want, 0, sizeof want);
+    memset(got, 0, sizeof got);
+    int64_t xd[2] = {6, 20};
+    af_tensor *x = af_tensor_new(AF_DTYPE_FLOAT, 2, xd);
+    assert_non_null(x);
+    for (int64_t i = 0; i < 120; i++) ((float *)x->data)[i] = (float)(1.5 * tu_rnd());
+    af_isa best = af_isa_best();
+    for (int lowered = 0; lowered < 2; lowered++) {
+        af_arena *a = af_arena_new();
+        tu_rng = 5;
+        af_graph *g = tu_graph(a, "test_quant", 8);
+        af_value *xv = af_value_new(g, "x");
+        xv->is_input = true;
+        af_tensor_set_type(&xv->type, AF_DTYPE_FLOAT, 2, xd);
+        g->inputs[g->ninputs++] = xv;
+        for (int k = 0; k < 2; k++) {
+            int64_t bd[2] = {20, 9 + k};
+            af_node *n = af_node_new(g, AF_OP_FUSED_MATMUL, k ? "proj_k" : "proj_q", 2, 1);
+            assert_non_null(n);
+            n->domain = AF_DOMAIN;
+            af_node_set_input(n, 0, xv);
+            af_node_set_input(n, 1, i8_const(g, 2, bd));
+            af_node_set_output(n, 0, af_value_new(g, k ? "yk" : "yq"));
+            float ws = 0.005f;
+            set_int(n, "quant", 1);
+            set_float(n, "x_scale", 0.02f);
+            set_int(n, "x_zero_point", 120);
+            set_floats(n, "w_scale", 1, &ws);
+            mark_output(g, n->out[0]);
+        }
+        af_error err;
+        if (af_graph_infer_shapes(g, &err)) fail_msg("%s", err.message);
+        qcase c = {"shared fq", true, {6, 20}, 0, 0, {0}, {0}, {0}, {0}, false, 0, 0, false, 0, false};
+        af_isa_set(lowered ? best : AF_ISA_REFERENCE);
+        if (lowered) {
+            if (af_lower(g, &slow, &err)) fail_msg("%s", err.message);
+            int fq = 0;
+            for (int i = 0; i < g->nnodes; i++) fq += g->nodes[i]->op == AF_OP_QUANTIZE_DEQUANTIZE;
+            assert_int_equal(fq, 1);
+        }
+        run(&c, g, x, lowered ? got : want, NULL);
+        af_arena_free(a);
+    }
+    af_isa_set(best);
+    for (int o = 0; o < 2; o++) {
+        qcase c = {"shared fq", true, {6, 20}, 0, 0, {0}, {0}, {0}, {0}, false, 0, 0, false, 0, false};
+        compare(&c, &want[o], &got[o]);
+        af_tensor_release(&want[o]);
+        af_tensor_release(&got[o]);
+    }
+    af_tensor_free(x);
+}
+
 /* Bad quantization attributes fail shape inference, before any lowering, naming the node. */
 static void test_quant_bad(void **state) {
     (void)state;
@@ -310,6 +369,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quant_lowered),
         cmocka_unit_test(test_quant_slow_int8),
+        cmocka_unit_test(test_quant_shared_fq),
         cmocka_unit_test(test_quant_bad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
