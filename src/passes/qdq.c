@@ -19,11 +19,14 @@
  *    formula with z = z8 + 128. As one elementwise op it joins conv/matmul epilogues and
  *    elementwise chains like an activation, and the int8 rule (fusion/rules/quant.c) finds
  *    the quantized input of a Conv/MatMul/Gemm as fq(x).
+ *    A DequantizeLinear after data movement on 8-bit values (QOperator models reshape uint8
+ *    tensors between their ops) moves before it first, so that it meets its QuantizeLinear.
  * 3. Fake quantization commutes with data movement for per-tensor parameters: fq -> M -> fq'
  *    with M a Reshape, Flatten, Squeeze, Unsqueeze, Transpose, MaxPool, Concat or nearest Resize
  *    and fq' with fq's parameters is M -> fq' (M moves or selects values, or takes a maximum of
  *    them, and fq is non-decreasing and idempotent: fq'(M(fq(x))) = fq(M(x))). So the fq before
  *    a MaxPool goes and the conv after it still reads fq(maxpool(...)) (pass_fake_quant too).
+ *    An fq that data movement alone separates from a Conv/MatMul/Gemm moves after it.
  *
  * Invariant: every rewrite computes what the nodes it replaces computed (the fake quantization
  * bit for bit; the QOperator forms within float rounding of the integer products), keeps the
@@ -333,8 +336,76 @@ static af_status propagate_at(pass_scope *s, af_node *b, bool *hit, af_error *er
     return AF_OK;
 }
 
+/* d = DequantizeLinear(M(q)) with M a data movement op on the 8-bit values read only by d, and
+ * d's parameters per tensor: M(DequantizeLinear(q)) instead (dequantization is elementwise and
+ * increasing, so it commutes with M as fq does), which lets q's QuantizeLinear meet its
+ * DequantizeLinear. QOperator models move uint8 tensors between their QLinear ops this way. */
+static af_status sink_at(pass_scope *s, af_node *d, bool *hit, af_error *err) {
+    qparams p;
+    af_value *v1 = in_at(d, 0), *v2 = d->nout == 1 ? d->out[0] : NULL;
+    af_node *m = v1 ? v1->producer : NULL;
+    if (!v2 || !m || m->graph != s->g || pass_dead(s, m) || m->op == AF_OP_CONCAT ||
+        !fq_commutes(m) || m->out[0] != v1 || pass_sole_user(s, v1) != d || !m->in[0] ||
+        !is8(m->in[0]->type.dtype) || !qparams_of(d, &p))
+        return AF_OK;
+    af_value *v0 = m->in[0];
+    af_node *nd = pass_node_new(s, AF_OP_DEQUANTIZE_LINEAR, d, d->nin, 1);
+    af_value *u = nd ? new_value(s, v0->name, "dequantized") : NULL;
+    if (!u) return af_node_fail(err, d, AF_ERR_NOMEM, "out of memory");
+    af_tensor_type_copy(&u->type, &v0->type);
+    memcpy(u->dim_param, v0->dim_param, sizeof u->dim_param);
+    u->type.dtype = AF_DTYPE_FLOAT;
+    af_node_set_input(nd, 0, v0);
+    for (int i = 1; i < d->nin; i++)
+        if (d->in[i]) af_node_set_input(nd, i, d->in[i]);
+    af_node_set_output(nd, 0, u);
+    af_status st = pass_kill(s, d, err);
+    if (st) return st;
+    af_node_set_input(m, 0, u);
+    af_node_set_output(m, 0, v2); /* v2 keeps its name; v1 goes unread */
+    *hit = true;
+    return AF_OK;
+}
+
+/* fq -> M1 -> ... -> Mk -> Conv|MatMul|Gemm (input 0), each M a data movement op with one data
+ * input read only along the chain: M1 -> ... -> Mk -> fq instead, so that the product reads
+ * fq(x) and the int8 rule takes it (a QOperator model reshapes between QLinearConv and
+ * QLinearMatMul). */
+static af_status hoist_at(pass_scope *s, af_node *fq, bool *hit, af_error *err) {
+    af_value *y = fq->out[0], *v = y;
+    af_node *m = pass_sole_user(s, y), *last = NULL;
+    for (int depth = 0; m && depth < 16; depth++) {
+        if (m->op == AF_OP_CONV || m->op == AF_OP_MATMUL || m->op == AF_OP_GEMM) break;
+        if (m->op == AF_OP_CONCAT || !fq_commutes(m) || m->in[0] != v || !af_value_is_f32(m->out[0]))
+            return AF_OK;
+        last = m;
+        v = m->out[0];
+        m = pass_sole_user(s, v);
+    }
+    if (!last || !m || (m->op != AF_OP_CONV && m->op != AF_OP_MATMUL && m->op != AF_OP_GEMM) ||
+        m->in[0] != v)
+        return AF_OK;
+    af_value *t = new_value(s, v->name, "moved");
+    if (!t) return af_node_fail(err, fq, AF_ERR_NOMEM, "out of memory");
+    af_tensor_type_copy(&t->type, &v->type);
+    memcpy(t->dim_param, v->dim_param, sizeof t->dim_param);
+    af_node *first = pass_sole_user(s, y);
+    af_node_set_input(first, 0, fq->in[0]);
+    af_node_set_output(last, 0, t);
+    af_node_set_input(fq, 0, t);
+    af_node_set_output(fq, 0, v); /* v keeps its name; y goes unread */
+    *hit = true;
+    return AF_OK;
+}
+
 af_status pass_fake_quant(pass_scope *s, bool *hit, af_error *err) {
     af_status st = AF_OK;
+    /* DequantizeLinear moved before data movement, repeatedly along a chain (new ones are
+     * appended, so the walk reaches them) */
+    for (int i = 0; i < s->g->nnodes && !st; i++) {
+        af_node *n = s->g->nodes[i];
+        if (!pass_dead(s, n) && n->op == AF_OP_DEQUANTIZE_LINEAR) st = sink_at(s, n, hit, err);
+    }
     for (int i = 0, n0 = s->g->nnodes; i < n0 && !st; i++) {
         af_node *n = s->g->nodes[i];
         if (!pass_dead(s, n) && n->op == AF_OP_QUANTIZE_LINEAR) st = pair_at(s, n, hit, err);
@@ -344,6 +415,12 @@ af_status pass_fake_quant(pass_scope *s, bool *hit, af_error *err) {
         af_node *n = s->g->nodes[i];
         if (!pass_dead(s, n) && n->op == AF_OP_QUANTIZE_DEQUANTIZE && n->nin == 1 && n->in[0])
             st = propagate_at(s, n, hit, err);
+    }
+    for (int i = 0; i < s->g->nnodes && !st; i++) {
+        af_node *n = s->g->nodes[i];
+        if (!pass_dead(s, n) && n->op == AF_OP_QUANTIZE_DEQUANTIZE && n->nin == 1 && n->in[0] &&
+            n->nout == 1 && n->out[0])
+            st = hoist_at(s, n, hit, err);
     }
     return st;
 }

@@ -1,0 +1,163 @@
+"""Statically quantized models (issue 18): QDQ as Debian's torch 1.13 exports an eager
+post-training-quantized model (qnnpack qconfig, opset 13: QuantizeLinear -> Cast ->
+DequantizeLinear around float ops, int8 weights and int32 biases read through
+DequantizeLinear), and the QOperator form (QLinearConv, QLinearMatMul) built with onnx.helper.
+Both must become quantized FusedConv / FusedMatMul nodes (the int8 rule, fusion/rules/quant.c;
+QLinear* through the QDQ form of passes/qdq.c) and agree with ONNX Runtime, which runs them with
+integer kernels: 99.9% of the output elements within one quantization step of the output (the
+float path rounds differently from the integer requantization now and then).
+"""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+import autofusion_cli as afc
+from ort_node import ort_available, ort_outputs
+
+RNG = np.random.default_rng(18)
+
+
+class TinyNet(torch.nn.Module):
+    """conv+relu, max pool, a residual block (conv+relu, conv, add+relu), average pool, linear:
+    the ops of a quantized ResNet at a tiny size."""
+
+    def __init__(self):
+        super().__init__()
+        self.quant = torch.ao.quantization.QuantStub()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.relu1 = torch.nn.ReLU()
+        self.pool = torch.nn.MaxPool2d(2)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.relu2 = torch.nn.ReLU()
+        self.conv3 = torch.nn.Conv2d(8, 8, 1)
+        self.add = torch.nn.quantized.FloatFunctional()
+        self.gap = torch.nn.AdaptiveAvgPool2d(1)
+        self.fc = torch.nn.Linear(8, 10)
+        self.dequant = torch.ao.quantization.DeQuantStub()
+
+    def forward(self, x):
+        x = self.pool(self.relu1(self.conv1(self.quant(x))))
+        y = self.conv3(self.relu2(self.conv2(x)))
+        x = self.add.add_relu(x, y)
+        return self.dequant(self.fc(torch.flatten(self.gap(x), 1)))
+
+
+def export_torch_qdq(path):
+    torch.manual_seed(0)
+    torch.backends.quantized.engine = "qnnpack"
+    m = TinyNet().eval()
+    torch.ao.quantization.fuse_modules(m, [["conv1", "relu1"], ["conv2", "relu2"]], inplace=True)
+    m.qconfig = torch.ao.quantization.get_default_qconfig("qnnpack")
+    torch.ao.quantization.prepare(m, inplace=True)
+    with torch.no_grad():
+        for _ in range(4):
+            m(torch.randn(2, 3, 16, 16))
+    torch.ao.quantization.convert(m, inplace=True)
+    torch.onnx.export(m, torch.randn(1, 3, 16, 16), path, opset_version=13,
+                      input_names=["input"], output_names=["output"],
+                      dynamic_axes={"input": {0: "N"}, "output": {0: "N"}})
+
+
+def make_qoperator(path):
+    """QuantizeLinear -> QLinearConv (per-channel int8 weights, int32 bias) -> QLinearMatMul
+    (after a Reshape of the uint8 tensor) -> DequantizeLinear."""
+    w1 = RNG.integers(-100, 100, (6, 3, 3, 3)).astype(np.int8)
+    w1s = np.linspace(0.004, 0.01, 6).astype(np.float32)
+    b1 = RNG.integers(-2000, 2000, 6).astype(np.int32)
+    w2 = RNG.integers(10, 250, (6 * 8 * 8, 5)).astype(np.uint8)  # zero point 130: int8 after
+    inits = [numpy_helper.from_array(a, n) for a, n in (
+        (np.array(0.02, np.float32), "xs"), (np.array(128, np.uint8), "xz"),
+        (w1, "w1"), (w1s, "w1s"), (np.zeros(6, np.int8), "w1z"), (b1, "b1"),
+        (np.array(0.03, np.float32), "ys"), (np.array(5, np.uint8), "yz"),
+        (np.array([2, -1], np.int64), "shape"),
+        (w2, "w2"), (np.array(0.002, np.float32), "w2s"), (np.array(130, np.uint8), "w2z"),
+        (np.array(0.05, np.float32), "zs"), (np.array(120, np.uint8), "zz"))]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("QLinearConv", ["xq", "xs", "xz", "w1", "w1s", "w1z", "ys", "yz", "b1"],
+                         ["yq"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Reshape", ["yq", "shape"], ["rq"]),
+        helper.make_node("QLinearMatMul", ["rq", "ys", "yz", "w2", "w2s", "w2z", "zs", "zz"], ["zq"]),
+        helper.make_node("DequantizeLinear", ["zq", "zs", "zz"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "qop", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+
+
+def output_step(model_path):
+    """The scale of the DequantizeLinear writing the graph output (one quantization step)."""
+    m = onnx.load(model_path)
+    consts = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    for n in m.graph.node:
+        if n.op_type == "Constant":
+            consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+    out = m.graph.output[0].name
+    dq = next(n for n in m.graph.node if out in n.output)
+    assert dq.op_type == "DequantizeLinear"
+    return float(consts[dq.input[1]])
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("qdq")
+    export_torch_qdq(str(d / "torch_qdq.onnx"))
+    make_qoperator(str(d / "qoperator.onnx"))
+    return d
+
+
+def report(af_bin, model, tmp_path):
+    out = tmp_path / "report.json"
+    proc = subprocess.run([af_bin, "compile", f"--model={model}", f"--output={tmp_path / 'm'}",
+                           f"--report={out}", f"--export_onnx={tmp_path / 'fused.onnx'}"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(out.read_text()), onnx.load(str(tmp_path / "fused.onnx"))
+
+
+@pytest.mark.parametrize("name,inp,shape,cores", [
+    ("torch_qdq.onnx", "input", (8, 3, 16, 16), 4),  # three convs and the linear layer
+    ("qoperator.onnx", "x", (2, 3, 16, 16), 2),
+])
+def test_quantized_model_fuses_int8(af_bin, models, tmp_path, name, inp, shape, cores):
+    rep, fused = report(af_bin, models / name, tmp_path)
+    rule = rep["graph_fusion"]["QuantConvMatMulFusionOp"]
+    assert rule["effect_times"] == cores, rule
+    ops = [n.op_type for n in fused.graph.node]
+    for gone in ("QLinearConv", "QLinearMatMul", "Conv", "MatMul", "Gemm"):
+        assert gone not in ops, ops
+    quant = [n for n in fused.graph.node if any(a.name == "quant" and a.i == 1 for a in n.attribute)]
+    assert len(quant) == cores, ops
+
+
+@pytest.mark.skipif(not ort_available(), reason="onnxruntime-node is not installed")
+@pytest.mark.parametrize("name,inp,shape", [
+    ("torch_qdq.onnx", "input", (8, 3, 16, 16)),
+    ("qoperator.onnx", "x", (2, 3, 16, 16)),
+])
+def test_quantized_model_against_onnx_runtime(af_bin, models, tmp_path, name, inp, shape):
+    x = RNG.standard_normal(shape).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    model = str(models / name)
+    (tmp_path / "ort").mkdir()
+    ref = next(iter(ort_outputs(model, {inp: x}, str(tmp_path / "ort")).values()))
+    for extra in ((), ("--no_fusion",)):
+        out = tmp_path / ("ours" + "".join(extra))
+        proc = afc.run(af_bin, model, inputs={inp: str(tmp_path / "x.npy")}, output_dir=str(out),
+                       extra=extra)
+        assert proc.returncode == 0, proc.stderr
+        got = np.load(next(out.glob("*.npy")))
+        assert got.shape == ref.shape
+        step = output_step(model)
+        within = np.abs(got - ref) <= step * 1.001
+        assert within.mean() >= 0.999, (extra, within.mean(), np.abs(got - ref).max(), step)
