@@ -20,12 +20,20 @@ static bool op_is_training(int op) {
     return op == AF_OP_ADAGRAD || op == AF_OP_ADAM || op == AF_OP_MOMENTUM;
 }
 
+/* The rows of the com.microsoft domain (ops_ms.def). */
+static bool op_is_ms(int op) {
+    return op >= AF_OP_QLINEAR_ADD && op <= AF_OP_QLINEAR_CONCAT;
+}
+
 af_op af_op_lookup(const char *domain, const char *op_type) {
     bool ours = domain && !strcmp(domain, AF_DOMAIN);
     bool training = domain && !strcmp(domain, "ai.onnx.preview.training");
+    bool ms = domain && !strcmp(domain, "com.microsoft");
     bool onnx = !domain || !*domain || !strcmp(domain, "ai.onnx");
-    for (int i = ours ? AF_OP_GELU : 0; (ours || onnx || training) && i < (ours ? AF_OP_CUSTOM : AF_OP_GELU); i++)
-        if (!strcmp(af_ops[i].name, op_type) && op_is_training(i) == training) return (af_op)i;
+    for (int i = ours ? AF_OP_GELU : 0;
+         (ours || onnx || training || ms) && i < (ours ? AF_OP_CUSTOM : AF_OP_GELU); i++)
+        if (!strcmp(af_ops[i].name, op_type) && op_is_training(i) == training && op_is_ms(i) == ms)
+            return (af_op)i;
     return !ours && af_plugin_op(domain, op_type) ? AF_OP_CUSTOM : AF_OP_COUNT;
 }
 

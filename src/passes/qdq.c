@@ -8,6 +8,9 @@
  *          -> Q(Conv(DQ(x, xs, xz), DQ(w, ws, wz; axis 0), B * xs * ws), ys, yz)
  *      QLinearMatMul(a, as, az, b, bs, bz, ys, yz)
  *          -> Q(MatMul(DQ(a, as, az), DQ(b, bs, bz)), ys, yz)
+ *    and the com.microsoft ops onnxruntime.quantization writes (ir/ops_ms.def): QLinearAdd,
+ *    QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool (NCHW),
+ *    QLinearConcat, likewise around Add, Mul, Sigmoid, LeakyRelu, GlobalAveragePool, Concat.
  *    One row per op in the table below says where the float op's operands and the output's
  *    parameters sit among the node's inputs. A per-row / per-column scale becomes the
  *    DequantizeLinear's axis. An int32 bias becomes float32 B * xs * ws (a constant), so these
@@ -48,18 +51,27 @@ static af_value *in_at(const af_node *n, int i) {
 
 /* ---- 1. QOperator -> QDQ ------------------------------------------------------------------- */
 
-/* Where a QOperator op keeps things: the float op, its quantized operands as (value, scale,
- * zero point) input triples (-1: none), the output's scale and zero point, an int32 bias. */
+/* One row per QOperator op: the float op it stands for and where its inputs sit: the
+ * quantized operands as (value, scale, zero point) triples from input `first` (nops of them; -1:
+ * triples up to the last input), the output's scale and zero point, an int32 bias (-1: none),
+ * and whether the node's attributes are the float op's (Conv's pads, LeakyRelu's alpha,
+ * Concat's axis). */
 typedef struct qop_row {
     af_op qop, op;
-    int nops;
-    int x[2]; /* first input of each operand's triple */
-    int ys, yz, bias;
+    int first, nops, ys, yz, bias;
+    bool attrs;
 } qop_row;
 
 static const qop_row qop_rows[] = {
-    {AF_OP_QLINEAR_CONV, AF_OP_CONV, 2, {0, 3}, 6, 7, 8},
-    {AF_OP_QLINEAR_MATMUL, AF_OP_MATMUL, 2, {0, 3}, 6, 7, -1},
+    {AF_OP_QLINEAR_CONV, AF_OP_CONV, 0, 2, 6, 7, 8, true},
+    {AF_OP_QLINEAR_MATMUL, AF_OP_MATMUL, 0, 2, 6, 7, -1, false},
+    /* com.microsoft (ir/ops_ms.def) */
+    {AF_OP_QLINEAR_ADD, AF_OP_ADD, 0, 2, 6, 7, -1, false},
+    {AF_OP_QLINEAR_MUL, AF_OP_MUL, 0, 2, 6, 7, -1, false},
+    {AF_OP_QLINEAR_SIGMOID, AF_OP_SIGMOID, 0, 1, 3, 4, -1, false},
+    {AF_OP_QLINEAR_LEAKY_RELU, AF_OP_LEAKY_RELU, 0, 1, 3, 4, -1, true},
+    {AF_OP_QLINEAR_GLOBAL_AVERAGE_POOL, AF_OP_GLOBAL_AVERAGE_POOL, 0, 1, 3, 4, -1, false},
+    {AF_OP_QLINEAR_CONCAT, AF_OP_CONCAT, 2, -1, 0, 1, -1, true},
 };
 
 /* The DequantizeLinear axis of operand k of a QOperator node: Conv's weights per output
@@ -67,10 +79,10 @@ static const qop_row qop_rows[] = {
  * scalar (no axis); -1: a scale this form cannot say. */
 static int qop_axis(const qop_row *r, int k, const af_value *x, const af_value *scale) {
     const af_tensor *t = &scale->type;
-    if (t->rank < 0 || x->type.rank < 1) return -1;
+    if (t->rank < 0 || x->type.rank < 0) return -1;
     int64_t cnt = af_tensor_numel(t);
     if (cnt == 1 && t->rank <= 1) return -2;
-    if (t->rank != 1) return -1;
+    if (t->rank != 1 || (r->op != AF_OP_CONV && r->op != AF_OP_MATMUL)) return -1;
     int axis = r->op == AF_OP_CONV ? (k == 1 ? 0 : -1)
                                     : (k == 0 ? x->type.rank - 2 : x->type.rank - 1);
     if (axis < 0 || x->type.rank < 2 || x->type.dims[axis] != cnt) return -1;
@@ -121,38 +133,48 @@ static af_value *conv_bias(pass_scope *s, const af_value *b, const af_value *xs,
     return f;
 }
 
+#define QOP_MAX 64 /* operands of a QLinearConcat rewritten */
+
 static af_status qop_rewrite(pass_scope *s, af_node *n, const qop_row *r, bool *changed,
                              af_error *err) {
     af_value *y = n->nout == 1 ? n->out[0] : NULL, *ys = in_at(n, r->ys), *yz = in_at(n, r->yz);
-    if (!y || !ys || !af_value_is_f32(ys) || (yz && !is8(yz->type.dtype))) return AF_OK;
-    int axes[2];
-    for (int k = 0; k < r->nops; k++) {
-        af_value *x = in_at(n, r->x[k]), *sc = in_at(n, r->x[k] + 1), *zp = in_at(n, r->x[k] + 2);
+    int nops = r->nops >= 0 ? r->nops : (n->nin - r->first) / 3;
+    if (!y || !ys || !af_value_is_f32(ys) || (yz && !is8(yz->type.dtype)) || nops < 1 ||
+        nops > QOP_MAX || (r->nops < 0 && (n->nin - r->first) % 3) ||
+        (r->op == AF_OP_GLOBAL_AVERAGE_POOL && af_attr_int(n, "channels_last", 0)))
+        return AF_OK; /* a form the reference kernel runs as it is */
+    int axes[QOP_MAX];
+    for (int k = 0; k < nops; k++) {
+        int at = r->first + 3 * k;
+        af_value *x = in_at(n, at), *sc = in_at(n, at + 1), *zp = in_at(n, at + 2);
         if (!x || !sc || !is8(x->type.dtype) || !af_value_is_f32(sc) ||
-            (zp && zp->type.dtype != x->type.dtype) ||
-            (axes[k] = qop_axis(r, k, x, sc)) == -1 || (axes[k] == -2 && zp && af_tensor_numel(&zp->type) != 1))
-            return AF_OK; /* a form the reference kernel runs as it is */
+            (zp && zp->type.dtype != x->type.dtype) || (axes[k] = qop_axis(r, k, x, sc)) == -1 ||
+            (axes[k] == -2 && zp && af_tensor_numel(&zp->type) != 1))
+            return AF_OK;
     }
     if (af_tensor_numel(&ys->type) != 1 || (yz && af_tensor_numel(&yz->type) != 1)) return AF_OK;
     af_value *bias = NULL, *b = in_at(n, r->bias);
     if (b) {
         bool bad;
-        bias = conv_bias(s, b, in_at(n, r->x[0] + 1), in_at(n, r->x[1] + 1), &bad);
+        bias = conv_bias(s, b, in_at(n, r->first + 1), in_at(n, r->first + 4), &bad);
         if (!bias) return bad ? AF_OK : af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     }
-    af_node *f = pass_node_new(s, r->op, n, bias ? 3 : r->nops, 1);
+    af_node *f = pass_node_new(s, r->op, n, bias ? 3 : nops, 1);
     af_node *q = f ? pass_node_new(s, AF_OP_QUANTIZE_LINEAR, n, yz ? 3 : 2, 1) : NULL;
     af_value *fy = q ? new_value(s, y->name, "float") : NULL;
     if (!fy) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
-    for (int k = 0; k < r->nops; k++) {
-        af_value *d = dequantize(s, n, n->in[r->x[k]], n->in[r->x[k] + 1], in_at(n, r->x[k] + 2),
-                                 axes[k]);
+    for (int k = 0; k < nops; k++) {
+        int at = r->first + 3 * k;
+        af_value *d = dequantize(s, n, n->in[at], n->in[at + 1], in_at(n, at + 2), axes[k]);
         if (!d) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
         af_node_set_input(f, k, d);
     }
     if (bias) af_node_set_input(f, 2, bias);
-    for (int i = 0; r->op == AF_OP_CONV && i < n->nattrs; i++) /* pads, strides, group... */
-        *af_node_add_attr(f, n->attrs[i].name, n->attrs[i].type) = n->attrs[i];
+    for (int i = 0; r->attrs && i < n->nattrs; i++) { /* pads, strides, group; alpha; axis */
+        af_attr *a = af_node_add_attr(f, n->attrs[i].name, n->attrs[i].type);
+        if (!a) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+        *a = n->attrs[i];
+    }
     af_node_set_output(f, 0, fy);
     af_node_set_input(q, 0, fy);
     af_node_set_input(q, 1, ys);

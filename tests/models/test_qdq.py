@@ -1,7 +1,9 @@
 """Statically quantized models (issue 18): QDQ as Debian's torch 1.13 exports an eager
 post-training-quantized model (qnnpack qconfig, opset 13: QuantizeLinear -> Cast ->
 DequantizeLinear around float ops, int8 weights and int32 biases read through
-DequantizeLinear), and the QOperator form (QLinearConv, QLinearMatMul) built with onnx.helper.
+DequantizeLinear), and the QOperator form built with onnx.helper (QLinearConv, QLinearMatMul; the com.microsoft ops
+QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearConcat,
+QLinearGlobalAveragePool).
 Both must become quantized FusedConv / FusedMatMul nodes (the int8 rule, fusion/rules/quant.c;
 QLinear* through the QDQ form of passes/qdq.c) and agree with ONNX Runtime, which runs them with
 integer kernels: 99.9% of the output elements within one quantization step of the output (the
@@ -95,6 +97,48 @@ def make_qoperator(path):
     onnx.save(m, path)
 
 
+def make_qoperator_ms(path):
+    """The com.microsoft QOperator ops onnxruntime.quantization writes, after a QLinearConv:
+    QLinearLeakyRelu, QLinearSigmoid, QLinearAdd and QLinearMul (broadcasting a per-channel
+    tensor), QLinearConcat, QLinearGlobalAveragePool; uint8 activations, int8 weights."""
+    w = RNG.integers(-100, 100, (4, 3, 3, 3)).astype(np.int8)
+    c = RNG.integers(0, 256, (1, 4, 1, 1)).astype(np.uint8)
+    inits = [numpy_helper.from_array(a, n) for a, n in (
+        (np.array(0.02, np.float32), "xs"), (np.array(128, np.uint8), "xz"),
+        (w, "w"), (np.array(0.006, np.float32), "ws"), (np.array(0, np.int8), "wz"),
+        (np.array(0.03, np.float32), "ys"), (np.array(120, np.uint8), "yz"),
+        (np.array(0.02, np.float32), "ls"), (np.array(100, np.uint8), "lz"),
+        (np.array(1.0 / 256, np.float32), "ss"), (np.array(0, np.uint8), "sz"),
+        (np.array(0.025, np.float32), "as_"), (np.array(90, np.uint8), "az"),
+        (c, "c"), (np.array(0.01, np.float32), "cs"), (np.array(128, np.uint8), "cz"),
+        (np.array(0.015, np.float32), "ms"), (np.array(110, np.uint8), "mz"),
+        (np.array(0.03, np.float32), "ks"), (np.array(100, np.uint8), "kz"),
+        (np.array(0.01, np.float32), "gs"), (np.array(80, np.uint8), "gz"))]
+    ms = "com.microsoft"
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("QLinearConv", ["xq", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["yq"],
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("QLinearLeakyRelu", ["yq", "ys", "yz", "ls", "lz"], ["lq"], domain=ms,
+                         alpha=0.1),
+        helper.make_node("QLinearSigmoid", ["lq", "ls", "lz", "ss", "sz"], ["sq"], domain=ms),
+        helper.make_node("QLinearAdd", ["lq", "ls", "lz", "sq", "ss", "sz", "as_", "az"], ["aq"],
+                         domain=ms),
+        helper.make_node("QLinearMul", ["aq", "as_", "az", "c", "cs", "cz", "ms", "mz"], ["mq"],
+                         domain=ms),
+        helper.make_node("QLinearConcat", ["ks", "kz", "mq", "ms", "mz", "lq", "ls", "lz"], ["kq"],
+                         domain=ms, axis=1),
+        helper.make_node("QLinearGlobalAveragePool", ["kq", "ks", "kz", "gs", "gz"], ["gq"],
+                         domain=ms, channels_last=0),
+        helper.make_node("DequantizeLinear", ["gq", "gs", "gz"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "qop_ms", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 10, 10])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8, 1, 1])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(ms, 1)])
+    m.ir_version = 8
+    onnx.save(m, path)
+
+
 def output_step(model_path):
     """The scale of the DequantizeLinear writing the graph output (one quantization step)."""
     m = onnx.load(model_path)
@@ -113,6 +157,7 @@ def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("qdq")
     export_torch_qdq(str(d / "torch_qdq.onnx"))
     make_qoperator(str(d / "qoperator.onnx"))
+    make_qoperator_ms(str(d / "qoperator_ms.onnx"))
     return d
 
 
@@ -128,13 +173,16 @@ def report(af_bin, model, tmp_path):
 @pytest.mark.parametrize("name,inp,shape,cores", [
     ("torch_qdq.onnx", "input", (8, 3, 16, 16), 4),  # three convs and the linear layer
     ("qoperator.onnx", "x", (2, 3, 16, 16), 2),
+    ("qoperator_ms.onnx", "x", (2, 3, 10, 10), 1),
 ])
 def test_quantized_model_fuses_int8(af_bin, models, tmp_path, name, inp, shape, cores):
     rep, fused = report(af_bin, models / name, tmp_path)
     rule = rep["graph_fusion"]["QuantConvMatMulFusionOp"]
     assert rule["effect_times"] == cores, rule
     ops = [n.op_type for n in fused.graph.node]
-    for gone in ("QLinearConv", "QLinearMatMul", "Conv", "MatMul", "Gemm"):
+    for gone in ("QLinearConv", "QLinearMatMul", "Conv", "MatMul", "Gemm", "QLinearAdd",
+                 "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat",
+                 "QLinearGlobalAveragePool", "QuantizeLinear", "DequantizeLinear"):
         assert gone not in ops, ops
     quant = [n for n in fused.graph.node if any(a.name == "quant" and a.i == 1 for a in n.attribute)]
     assert len(quant) == cores, ops
@@ -144,6 +192,7 @@ def test_quantized_model_fuses_int8(af_bin, models, tmp_path, name, inp, shape, 
 @pytest.mark.parametrize("name,inp,shape", [
     ("torch_qdq.onnx", "input", (8, 3, 16, 16)),
     ("qoperator.onnx", "x", (2, 3, 16, 16)),
+    ("qoperator_ms.onnx", "x", (2, 3, 10, 10)),
 ])
 def test_quantized_model_against_onnx_runtime(af_bin, models, tmp_path, name, inp, shape):
     x = RNG.standard_normal(shape).astype(np.float32)
