@@ -85,7 +85,8 @@ class G:
     def save(self, path):
         graph = helper.make_graph(self.nodes, os.path.basename(path), self.inputs, self.outputs,
                                   self.inits)
-        opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid(OURS, 1)]
+        opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid(OURS, 1),
+                  helper.make_opsetid("com.microsoft", 1)]
         model = helper.make_model(graph, opset_imports=opsets, producer_name="gen_fusion_models")
         onnx.save(model, path)
 
@@ -505,6 +506,31 @@ def quant_models():
     def weight_input(g):
         g.inputs.append(helper.make_tensor_value_info("wq", TensorProto.INT8, [4, 3, 3, 3]))
         return g.op("DequantizeLinear", ["wq", g.const([], "ws", value=0.01)])
+
+    g = G()  # the com.microsoft QOperator ops: reference kernels vs their QDQ form
+    ms = "com.microsoft"
+
+    def qparam(scale, zp):
+        z = g.name("z")
+        g.inits.append(numpy_helper.from_array(np.array(zp, np.uint8), z))
+        return [g.const([], "s", value=scale), z]
+
+    p0, p1, p2, p3, p4, p5, p6 = (qparam(0.02, 128), qparam(0.015, 100), qparam(1 / 256, 0),
+                                  qparam(0.02, 90), qparam(0.01, 120), qparam(0.03, 110),
+                                  qparam(0.01, 80))
+    xq = g.op("QuantizeLinear", [g.input("x", [1, 4, 5, 5])] + p0)
+    lq = g.op("QLinearLeakyRelu", [xq] + p0 + p1, domain=ms, alpha=0.2)
+    sq = g.op("QLinearSigmoid", [lq] + p1 + p2, domain=ms)
+    cn = g.name("c")
+    g.inits.append(numpy_helper.from_array(rng.integers(0, 256, (4, 1, 1)).astype(np.uint8), cn))
+    aq = g.op("QLinearAdd", [sq] + p2 + [cn] + p4 + p3, domain=ms)
+    mq = g.op("QLinearMul", [aq] + p3 + [lq] + p1 + p4, domain=ms)
+    kq = g.op("QLinearConcat", p5 + [mq] + p4 + [lq] + p1, domain=ms, axis=1)
+    gq = g.op("QLinearGlobalAveragePool", [kq] + p5 + p6, domain=ms)
+    g.output(g.op("DequantizeLinear", [gq] + p6))
+    nq = g.op("QLinearGlobalAveragePool", [lq] + p1 + p6, domain=ms, channels_last=1)
+    g.output(g.op("DequantizeLinear", [nq] + p6))
+    m["q_ms_ops"] = g
 
     near("nm_q_weight_input", "qconv_w_input", weight_input)
     near("nm_q_zp_channels", "qconv_zp",

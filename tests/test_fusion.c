@@ -455,6 +455,44 @@ static void test_quant(void **state) {
     }
 }
 
+/* The com.microsoft QOperator ops run on their reference kernels as imported (no pass) and as
+ * DequantizeLinear -> float op -> QuantizeLinear after the optimizer: the same numbers but
+ * where the float32 and the double paths round a value across a quantization step (the outputs
+ * are dequantized with scale 0.01). The channels-last QLinearGlobalAveragePool has no QDQ form
+ * and stays. */
+static void test_quant_ms(void **state) {
+    (void)state;
+    af_model *raw = load("q_ms_ops"), *m = load("q_ms_ops");
+    af_error err;
+    if (af_optimize(m->graph, NULL, NULL, &err) != AF_OK) fail_msg("af_optimize: %s", err.message);
+    assert_int_equal(count_op(m->graph, AF_OP_QLINEAR_ADD) + count_op(m->graph, AF_OP_QLINEAR_MUL) +
+                         count_op(m->graph, AF_OP_QLINEAR_SIGMOID) +
+                         count_op(m->graph, AF_OP_QLINEAR_LEAKY_RELU) +
+                         count_op(m->graph, AF_OP_QLINEAR_CONCAT),
+                     0);
+    assert_int_equal(count_op(m->graph, AF_OP_QLINEAR_GLOBAL_AVERAGE_POOL), 1);
+    af_tensor **in = make_inputs(raw->graph);
+    af_tensor *want = run(raw->graph, in), *got = run(m->graph, in);
+    for (int o = 0; o < 2; o++) {
+        int64_t n = af_tensor_numel(&want[o]), off = 0;
+        assert_int_equal(n, af_tensor_numel(&got[o]));
+        assert_int_equal(n, o == 0 ? 8 : 5);
+        const float *w = want[o].data, *f = got[o].data;
+        for (int64_t i = 0; i < n; i++) {
+            assert_true(fabs((double)w[i] - f[i]) <= 0.0101);
+            off += w[i] != f[i];
+        }
+        assert_true(off <= n / 4);
+        af_tensor_release(&want[o]);
+        af_tensor_release(&got[o]);
+    }
+    free(want);
+    free(got);
+    free_tensors(in, raw->graph->ninputs);
+    af_model_free(raw);
+    af_model_free(m);
+}
+
 /* The conv stays float (its weights folded to float32 after fusion) with the reason. */
 static const near_miss quant_misses[] = {
     {"nm_q_weight_input", AF_RULE_QUANT_CONV_MATMUL, "qconv_w_input",
@@ -896,6 +934,7 @@ int main(void) {
         cmocka_unit_test(test_rmsnorm_prologue),
         cmocka_unit_test(test_near_misses),     cmocka_unit_test(test_switch_file_lines),
         cmocka_unit_test(test_quant),           cmocka_unit_test(test_quant_misses),
+        cmocka_unit_test(test_quant_ms),
         cmocka_unit_test(test_switch_file_json), cmocka_unit_test(test_switch_errors),
         cmocka_unit_test(test_switch_env),      cmocka_unit_test(test_disabled),
         cmocka_unit_test(test_report_text),     cmocka_unit_test(test_report_json),
