@@ -448,6 +448,13 @@ static void test_quant(void **state) {
             fail_msg("%s: %d nodes, want %d", q->model, count_op(m->graph, AF_OP_COUNT),
                      q->nodes_after);
         assert_int_equal(check_quant_nodes(m->graph), q->applied);
+        af_error err;
+        assert_int_equal(af_fusion_report_quant(&rep, m->graph, &err), AF_OK);
+        assert_int_equal(rep.int8_cores, q->applied);
+        assert_int_equal(rep.nqfloat, 0);
+        char *text = print_report(&rep);
+        assert_non_null(strstr(text, "Quantized model: "));
+        free(text);
         same_outputs(q->model, ref->graph, m->graph);
         af_fusion_report_free(&rep);
         af_model_free(ref);
@@ -526,6 +533,16 @@ static void test_quant_misses(void **state) {
                         rep.misses[i].node, rep.misses[i].reason);
             fail_msg("%s: no near miss '%s' at %s", nm->model, nm->reason, nm->node);
         }
+        /* the report's quantization section lists the conv in float32 with the reason */
+        af_error err;
+        assert_int_equal(af_fusion_report_quant(&rep, m->graph, &err), AF_OK);
+        assert_int_equal(rep.int8_cores, 0);
+        assert_int_equal(rep.nqfloat, 1);
+        assert_string_equal(rep.qfloat[0].why, nm->reason);
+        char *text = print_report(&rep);
+        assert_non_null(strstr(text, nm->reason));
+        assert_non_null(strstr(text, "Quantized model: 0 of 1 Conv/MatMul/Gemm cores int8"));
+        free(text);
         /* the weights run as float32 constants: what the rule did not take was folded */
         if (strcmp(nm->model, "nm_q_weight_input") && count_op(m->graph, AF_OP_DEQUANTIZE_LINEAR) !=
                                                          !strcmp(nm->model, "nm_q_params_differ"))

@@ -300,6 +300,7 @@ af_status af_compile_with(af_graph *g, const char *file, const af_options *opt,
     /* float16/bfloat16 computed in float32 (passes/widen.c), then the types of every value;
      * the report counts the model's nodes, not the casts widening adds at its edges */
     int model_nodes = count_nodes(g);
+    bool quantized = int8 || af_graph_is_quantized(g); /* the report's quantization section */
     af_status st = af_pass_widen_halves(g, err);
     if (!st) st = opt->input_shape ? af_apply_input_shape(g, opt->input_shape, err)
                                    : af_graph_infer_shapes(g, err);
@@ -339,6 +340,7 @@ af_status af_compile_with(af_graph *g, const char *file, const af_options *opt,
         st = af_fusion_report_precision(&out->report, g, out->precision, note, err);
     }
     af_quant_result_free(&qres);
+    if (!st && out->fused && quantized) st = af_fusion_report_quant(&out->report, g, err);
     if (!st) st = af_plan_build(g, &out->plan, err);
     if (!st) st = sweep_constants(g, err);
     if (st) af_compiled_free(out);

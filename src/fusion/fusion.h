@@ -141,6 +141,12 @@ typedef struct af_precision_entry {
     bool prologue_fp32;      /* mixed: its sensitive prologue reads float32 */
 } af_precision_entry;
 
+/* A Conv / MatMul / Gemm (or the fused op made from one) of a quantized model that runs in
+ * float32, and why. */
+typedef struct af_quant_core {
+    char *node, *op, *why; /* owned */
+} af_quant_core;
+
 #define AF_FUSION_MAX_STATS (2 * AF_RULE_MAX)
 
 typedef struct af_fusion_report {
@@ -157,6 +163,12 @@ typedef struct af_fusion_report {
     char *precision_note;              /* owned; e.g. why the mode fell back to fp32 */
     af_precision_entry *prec;
     int nprec;
+    /* quantized models (af_fusion_report_quant): the quantization section */
+    bool quantized;
+    int int8_cores;        /* GEMM cores running int8 */
+    af_quant_core *qfloat; /* the GEMM cores left in float32 */
+    int nqfloat;
+    char *qother;          /* owned: the other ops, "Add x8, MaxPool x1", or NULL */
 } af_fusion_report;
 
 /* Empty report for `model` (a name for the header line; may be NULL), with estimates for
@@ -168,8 +180,9 @@ void af_fusion_report_print(const af_fusion_report *r, FILE *f);
 /* The JSON report as a malloc'd string (af_free() it); NULL when out of memory. Keys: "model",
  * "graph_fusion" {name: {pattern, match_times, effect_times, fused_into, estimated_speedup,
  * near_misses [{node, op_type, reason}], disabled, disabled_by}}, "ops_before", "ops_after",
- * "overall_estimated_speedup", "machine" {peak_gflops, bandwidth_gbs}, and with a precision mode
- * "precision" {mode, note, ops [{node, op, rules, precision, why, prologue_fp32}]}. */
+ * "overall_estimated_speedup", "machine" {peak_gflops, bandwidth_gbs}, with a precision mode
+ * "precision" {mode, note, ops [{node, op, rules, precision, why, prologue_fp32}]}, and for a
+ * quantized model "quantization" {int8_cores, float_cores [{node, op, why}], other_ops}. */
 char *af_fusion_report_json(const af_fusion_report *r);
 af_status af_fusion_report_write_json(const af_fusion_report *r, const char *path, af_error *err);
 /* Record the precision of every reported op of g (fused ops and GEMM cores, as the precision
@@ -181,6 +194,15 @@ af_status af_fusion_report_precision(af_fusion_report *r, const af_graph *g, con
 af_status af_fusion_report_add_precision(af_fusion_report *r, const char *node, const char *op,
                                          const char *rules, const char *precision,
                                          const char *why, af_error *err);
+/* Does g (or a body) hold quantization: QuantizeLinear, DequantizeLinear, a QOperator op
+ * (QLinear*), DynamicQuantizeLinear, ConvInteger or MatMulInteger? */
+bool af_graph_is_quantized(const af_graph *g);
+/* The quantization section of the report of a quantized model, from its final graph g: how
+ * many GEMM cores (Conv, MatMul, Gemm and the fused ops made of them) run int8, every one left
+ * in float32 with why (the int8 rule's near miss, the lowering's precision_why, or no quantized
+ * input or weights), and the other compute ops by type (float32 between quantization points:
+ * the int8 form covers GEMM cores only). Sets r->quantized. */
+af_status af_fusion_report_quant(af_fusion_report *r, const af_graph *g, af_error *err);
 /* Applied matches of rule r over all its names (handy for tests and summaries). */
 int af_fusion_report_applied(const af_fusion_report *r, int rule);
 /* Overall estimated speedup: t_before / t_after (1 when nothing was estimated). */

@@ -40,6 +40,10 @@ void af_fusion_report_free(af_fusion_report *r) {
         af_free(e->node), af_free(e->op), af_free(e->rules), af_free(e->precision), af_free(e->why);
     }
     af_free(r->prec);
+    for (int i = 0; i < r->nqfloat; i++)
+        af_free(r->qfloat[i].node), af_free(r->qfloat[i].op), af_free(r->qfloat[i].why);
+    af_free(r->qfloat);
+    af_free(r->qother);
     af_free(r->precision_mode);
     af_free(r->precision_note);
     af_free(r->model);
@@ -103,6 +107,127 @@ af_status af_fusion_report_add_precision(af_fusion_report *r, const char *node, 
     if (!e->node || !e->op || !e->rules || !e->precision || (why && !e->why))
         return af_fail(err, AF_ERR_NOMEM, "out of memory");
     return AF_OK;
+}
+
+/* ---- the quantization section -------------------------------------------------------------- */
+
+static bool quant_op(af_op op) {
+    switch (op) {
+    case AF_OP_QUANTIZE_LINEAR: case AF_OP_DEQUANTIZE_LINEAR: case AF_OP_DYNAMIC_QUANTIZE_LINEAR:
+    case AF_OP_CONV_INTEGER: case AF_OP_MATMUL_INTEGER: case AF_OP_QLINEAR_CONV:
+    case AF_OP_QLINEAR_MATMUL: case AF_OP_QUANTIZE_DEQUANTIZE:
+        return true;
+    default:
+        return op >= AF_OP_QLINEAR_ADD && op <= AF_OP_QLINEAR_CONCAT; /* com.microsoft */
+    }
+}
+
+bool af_graph_is_quantized(const af_graph *g) {
+    for (int i = 0; i < g->nnodes; i++) {
+        const af_graph *sub;
+        if (quant_op(g->nodes[i]->op)) return true;
+        for (int k = 0; (sub = pass_subgraph(g->nodes[i], k)); k++)
+            if (af_graph_is_quantized(sub)) return true;
+    }
+    return false;
+}
+
+/* Ops with a GEMM core, which the int8 form can take. */
+static bool gemm_core(af_op op) {
+    return op == AF_OP_CONV || op == AF_OP_CONV_TRANSPOSE || op == AF_OP_MATMUL ||
+           op == AF_OP_GEMM || op == AF_OP_FUSED_CONV || op == AF_OP_FUSED_MATMUL ||
+           op == AF_OP_CONV_POOL_FC || op == AF_OP_CONV_INTEGER || op == AF_OP_MATMUL_INTEGER ||
+           op == AF_OP_QLINEAR_CONV || op == AF_OP_QLINEAR_MATMUL;
+}
+
+/* Why the GEMM core n runs in float32: the lowering's reason, the int8 rule's near miss at n or
+ * at a node n was fused from, or what is left. */
+static const char *float_why(const af_fusion_report *r, const af_node *n) {
+    const char *why = af_attr_str(n, "precision_why", NULL);
+    if (why) return why;
+    if (n->op == AF_OP_CONV_INTEGER || n->op == AF_OP_MATMUL_INTEGER || n->op == AF_OP_QLINEAR_CONV ||
+        n->op == AF_OP_QLINEAR_MATMUL)
+        return "integer op kept as it is (weights or zero points of a form no rewrite takes): "
+               "reference kernel";
+    /* integer.c's float form of ConvInteger/MatMulInteger reads DequantizeLinear(x, 1, zp) of a
+     * DynamicQuantizeLinear (through the layout pass's reorders) */
+    const af_value *x = n->nin > 0 ? n->in[0] : NULL;
+    for (int hop = 0; x && x->producer && hop < 4; hop++, x = x->producer->nin ? x->producer->in[0] : NULL)
+        if (x->producer->op == AF_OP_DYNAMIC_QUANTIZE_LINEAR)
+            return "dynamically quantized (DynamicQuantizeLinear + ConvInteger/MatMulInteger): "
+                   "float32 products of the integer values (passes/integer.c)";
+    const af_attr *fused = af_node_attr(n, "fused_nodes");
+    for (int i = 0; i < r->nmisses; i++) {
+        const af_fusion_miss *m = &r->misses[i];
+        if (m->rule != AF_RULE_QUANT_CONV_MATMUL) continue;
+        if (!strcmp(m->node, n->name)) return m->reason;
+        for (int k = 0; fused && fused->type == AF_ATTR_STRINGS && k < fused->n; k++)
+            if (fused->strings[k] && !strcmp(m->node, fused->strings[k])) return m->reason;
+    }
+    if (r->cfg.disabled[AF_RULE_QUANT_CONV_MATMUL]) return "QuantConvMatMulFusionOp is disabled";
+    return "input or weights not quantized (no QuantizeLinear -> DequantizeLinear before it, "
+           "or float weights)";
+}
+
+/* Tally of the other compute ops by type: counts[op]. */
+static af_status quant_walk(af_fusion_report *r, const af_graph *g, int *counts, af_error *err) {
+    for (int i = 0; i < g->nnodes; i++) {
+        const af_node *n = g->nodes[i];
+        const af_graph *sub;
+        for (int k = 0; (sub = pass_subgraph(n, k)); k++) {
+            af_status st = quant_walk(r, sub, counts, err);
+            if (st) return st;
+        }
+        if (!gemm_core(n->op)) {
+            if (!af_ops[n->op].direct && n->op != AF_OP_CUSTOM) counts[n->op]++;
+            continue;
+        }
+        if (af_attr_int(n, "quant", 0) && !af_attr_str(n, "precision_why", NULL)) {
+            r->int8_cores++;
+            continue;
+        }
+        af_quant_core *e = af_realloc(r->qfloat, sizeof *e * (size_t)(r->nqfloat + 1));
+        if (!e) return af_fail(err, AF_ERR_NOMEM, "out of memory");
+        r->qfloat = e;
+        e = &r->qfloat[r->nqfloat++];
+        e->node = dup(n->name);
+        e->op = dup(af_ops[n->op].name);
+        e->why = dup(float_why(r, n));
+        if (!e->node || !e->op || !e->why) return af_fail(err, AF_ERR_NOMEM, "out of memory");
+    }
+    return AF_OK;
+}
+
+af_status af_fusion_report_quant(af_fusion_report *r, const af_graph *g, af_error *err) {
+    int *counts = af_calloc(AF_OP_COUNT, sizeof *counts);
+    if (!counts) return af_fail(err, AF_ERR_NOMEM, "out of memory");
+    r->quantized = true;
+    af_status st = quant_walk(r, g, counts, err);
+    char buf[1024];
+    size_t len = 0;
+    buf[0] = 0;
+    for (int op = 0; op < AF_OP_COUNT && !st; op++)
+        if (counts[op] && len < sizeof buf - 64)
+            len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s x%d", len ? ", " : "",
+                                    af_ops[op].name, counts[op]);
+    af_free(counts);
+    if (!st && len && !(r->qother = dup(buf))) st = af_fail(err, AF_ERR_NOMEM, "out of memory");
+    return st;
+}
+
+/* "[AF] Quantized model: 20 of 21 Conv/MatMul/Gemm cores run int8", then each core left in
+ * float32 with its reason, then the other ops. */
+static void print_quant(const af_fusion_report *r, FILE *f) {
+    if (!r->quantized) return;
+    fprintf(f, "[AF] Quantized model: %d of %d Conv/MatMul/Gemm cores int8 (QuantConvMatMulFusionOp)\n",
+            r->int8_cores, r->int8_cores + r->nqfloat);
+    for (int i = 0; i < r->nqfloat; i++)
+        fprintf(f, "[AF]   float32 %-16s %s: %s\n", r->qfloat[i].op, r->qfloat[i].node,
+                r->qfloat[i].why);
+    if (r->qother)
+        fprintf(f, "[AF]   float32 other ops: %s (between quantization points: int8 runs in the "
+                   "Conv/MatMul/Gemm cores only)\n",
+                r->qother);
 }
 
 /* "[AF] Precision: bf16 (...)": counts per precision, then every op that stays fp32 with its
@@ -192,6 +317,7 @@ void af_fusion_report_print(const af_fusion_report *r, FILE *f) {
     fprintf(f, "[AF] Total operators before fusion: %d\n", r->ops_before);
     fprintf(f, "[AF] Total operators after fusion: %d\n", r->ops_after);
     fprintf(f, "[AF] Overall estimated speedup: %.2fx\n", ratio(r->t_before, r->t_after));
+    print_quant(r, f);
     print_precision(r, f);
 }
 
@@ -211,6 +337,25 @@ static json_t *precision_json(const af_fusion_report *r) {
         if (x) fail |= json_array_append_new(ops, x);
     }
     json_decref(ops);
+    if (fail) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* The "quantization" object of the JSON report; NULL when out of memory. */
+static json_t *quant_json(const af_fusion_report *r) {
+    json_t *o = json_object(), *cores = json_array();
+    int fail = !o || !cores || json_object_set_new(o, "int8_cores", json_integer(r->int8_cores));
+    for (int i = 0; i < r->nqfloat && !fail; i++) {
+        json_t *x = json_pack("{s:s, s:s, s:s}", "node", r->qfloat[i].node, "op", r->qfloat[i].op,
+                              "why", r->qfloat[i].why);
+        fail = !x || json_array_append_new(cores, x);
+    }
+    if (!fail) fail = json_object_set(o, "float_cores", cores);
+    if (!fail) fail = json_object_set_new(o, "other_ops", r->qother ? json_string(r->qother) : json_null());
+    json_decref(cores);
     if (fail) {
         json_decref(o);
         return NULL;
@@ -292,6 +437,10 @@ char *af_fusion_report_json(const af_fusion_report *r) {
                                  m->bandwidth / 1e9, "l2_bandwidth_gbs", m->l2_bandwidth / 1e9,
                                  "l3_bandwidth_gbs", m->l3_bandwidth / 1e9);
         fail |= !mach || json_object_set_new(root, "machine", mach);
+        if (r->quantized) {
+            json_t *qj = quant_json(r);
+            fail |= !qj || json_object_set_new(root, "quantization", qj);
+        }
         if (r->precision_mode) {
             json_t *pj = precision_json(r);
             fail |= !pj || json_object_set_new(root, "precision", pj);

@@ -186,6 +186,10 @@ def test_quantized_model_fuses_int8(af_bin, models, tmp_path, name, inp, shape, 
         assert gone not in ops, ops
     quant = [n for n in fused.graph.node if any(a.name == "quant" and a.i == 1 for a in n.attribute)]
     assert len(quant) == cores, ops
+    q = rep["quantization"]
+    assert q["int8_cores"] + len(q["float_cores"]) == cores, q
+    for c in q["float_cores"]:  # only the lowering may keep one in float32, and says why
+        assert c["why"], c
 
 
 @pytest.mark.skipif(not ort_available(), reason="onnxruntime-node is not installed")
