@@ -214,3 +214,55 @@ def test_quantized_model_against_onnx_runtime(af_bin, models, tmp_path, name, in
         step = output_step(model)
         within = np.abs(got - ref) <= step * 1.001
         assert within.mean() >= 0.999, (extra, within.mean(), np.abs(got - ref).max(), step)
+
+
+def bad_ms_model(path, op, inputs, input_types, **attrs):
+    init = [numpy_helper.from_array(np.array(0.1, np.float32), "s"),
+            numpy_helper.from_array(np.array(3, np.uint8), "z"),
+            numpy_helper.from_array(np.array([0.1, 0.2], np.float32), "s2"),
+            numpy_helper.from_array(np.array(3, np.int8), "z8")]
+    ins = [helper.make_tensor_value_info(n, t, d) for n, t, d in input_types]
+    g = helper.make_graph([helper.make_node(op, inputs, ["y"], name="bad", domain="com.microsoft", **attrs)],
+                          "bad", ins, [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], init)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    onnx.save(m, path)
+
+
+U8 = TensorProto.UINT8
+
+
+@pytest.mark.parametrize("op,inputs,types,attrs,word", [
+    ("QLinearAdd", ["a", "s"], [("a", U8, [2, 3])], {}, "input 3 or its scale is missing"),
+    ("QLinearAdd", ["a", "s", "z", "b", "s", "z", "s", "z"], [("a", U8, [2, 3]), ("b", U8, [4, 3])], {},
+     "do not broadcast"),
+    ("QLinearAdd", ["a", "s", "z8", "a", "s", "z", "s", "z"], [("a", U8, [2, 3])], {}, "zero point of input 0"),
+    ("QLinearMul", ["a", "s2", "z", "a", "s", "z", "s", "z"], [("a", U8, [2, 2])], {}, "not one float"),
+    ("QLinearGlobalAveragePool", ["a", "s", "z", "s", "z"], [("a", U8, [5])], {}, "rank 1"),
+    ("QLinearConcat", ["s", "z", "a", "s"], [("a", U8, [2, 3])], {"axis": 0}, "triples"),
+    ("QLinearConcat", ["s", "z", "a", "s", "z", "a", "s", "z"], [("a", U8, [2, 3])], {"axis": 7}, "axis"),
+    ("QLinearConcat", ["s", "z", "a", "s", "z", "b", "s", "z"], [("a", U8, [2, 3]), ("b", U8, [2, 4])],
+     {"axis": 0}, "differs in dim 1"),
+    ("QLinearSigmoid", ["a", "s", "z", "s", "z"], [("a", TensorProto.FLOAT, [2, 3])], {}, "not 8-bit"),
+])
+def test_malformed_qoperator_ops_fail_cleanly(af_bin, tmp_path, op, inputs, types, attrs, word):
+    path = str(tmp_path / "bad.onnx")
+    bad_ms_model(path, op, inputs, types, **attrs)
+    proc = afc.run(af_bin, path)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)
+    assert "node 'bad'" in proc.stderr and word in proc.stderr, proc.stderr
+
+
+def test_channels_last_gap_keeps_its_kernel(af_bin, tmp_path):
+    """A QLinearGlobalAveragePool with channels_last has no QDQ form: its reference kernel runs."""
+    path = str(tmp_path / "gap.onnx")
+    bad_ms_model(path, "QLinearGlobalAveragePool", ["a", "s", "z", "s", "z"], [("a", U8, [1, 3, 3, 2])],
+                 channels_last=1)
+    a = RNG.integers(0, 256, (1, 3, 3, 2)).astype(np.uint8)
+    np.save(tmp_path / "a.npy", a)
+    proc = afc.run(af_bin, path, inputs={"a": str(tmp_path / "a.npy")}, output_dir=str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    got = np.load(tmp_path / "out" / "y.npy")
+    mean = ((a.astype(np.float64) - 3) * 0.1).mean(axis=(1, 2), keepdims=True)
+    want = np.clip(np.rint(mean / 0.1) + 3, 0, 255).astype(np.uint8)
+    assert got.shape == (1, 1, 1, 2) and np.array_equal(got, want)
