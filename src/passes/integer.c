@@ -101,8 +101,11 @@ static af_status rewrite(pass_scope *s, af_node *n, bool *changed, af_error *err
     af_node_set_input(r, 0, xs);
     af_node_set_input(r, 1, wf);
     af_node_set_output(r, 0, y);
-    for (int i = 0; conv && i < n->nattrs; i++) /* auto_pad, dilations, group, kernel_shape... */
-        *af_node_add_attr(r, n->attrs[i].name, n->attrs[i].type) = n->attrs[i];
+    for (int i = 0; conv && i < n->nattrs; i++) { /* auto_pad, dilations, group, kernel_shape... */
+        af_attr *a = af_node_add_attr(r, n->attrs[i].name, n->attrs[i].type);
+        if (!a) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+        *a = n->attrs[i];
+    }
     /* the Casts to float read y now: each becomes a copy that simplify drops */
     af_value_replace_uses(n->out[0], y);
     af_status st = pass_kill(s, n, err);
