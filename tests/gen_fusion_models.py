@@ -496,6 +496,15 @@ def quant_models():
                   name="qcat", pads=[1, 1, 1, 1]))
     m["q_pool_concat"] = g
 
+    g = G()  # fq -> nearest Resize -> fq (the first goes); fq -> Transpose -> MatMul (fq moves)
+    x = qdq(g, g.input("x", [1, 4, 4, 4]), 0.02, 128)
+    r = g.op("Resize", [x, "", g.const([4], "scales", value=[1, 1, 2, 2])], mode="nearest")
+    g.output(g.op("Conv", [qdq(g, r, 0.02, 128), qweights(g, int8([3, 4, 1, 1]), 0.01)],
+                  name="qresize"))
+    t = g.op("Transpose", [qdq(g, g.input("a", [1, 8, 4]), 0.03, 100)], perm=[0, 2, 1])
+    g.output(g.op("MatMul", [t, qweights(g, int8([8, 3]), 0.02)], name="qtranspose"))
+    m["q_resize_transpose"] = g
+
     def near(name, node, w=None, x_dq_scale=None):
         g = G()
         x = qdq(g, g.input("x", [1, 3, 6, 6]), 0.02, 128, dq_scale=x_dq_scale)

@@ -407,6 +407,8 @@ static const quant_case quant_cases[] = {
     {"q_gemm_matmul", 2, 2, {{AF_OP_FUSED_MATMUL, 2}, {AF_OP_DEQUANTIZE_LINEAR, 0}}},
     /* the fake quantizations before the MaxPool and the Concat went */
     {"q_pool_concat", 2, 4, {{AF_OP_FUSED_CONV, 2}, {AF_OP_QUANTIZE_DEQUANTIZE, 0}}},
+    /* the fq before the Resize went; the one before the Transpose moved after it */
+    {"q_resize_transpose", 2, 4, {{AF_OP_FUSED_CONV, 1}, {AF_OP_FUSED_MATMUL, 1}, {AF_OP_QUANTIZE_DEQUANTIZE, 0}}},
 };
 
 /* Each quantized FusedConv / FusedMatMul of g has the int8 form's attributes and INT8 weights. */
