@@ -7,7 +7,8 @@
  *
  * Activations are uint8 asymmetric per tensor (the range [lo, hi], widened to hold 0, over 255
  * steps); weights int8 symmetric per output channel (zero point 0, scale max|w| / 127; per
- * tensor before opset 13, whose DequantizeLinear has no axis); biases stay float32. A value read
+ * tensor before opset 13, whose DequantizeLinear has no axis); biases stay float32; an inference
+ * BatchNormalization after a Conv is folded into it first. A value read
  * by several quantized ops gets one Q/DQ pair; float readers keep reading the float value.
  *
  * What stays float32, each with its reason in the report: an op whose activation is a model
@@ -284,6 +285,73 @@ static bool range_of(const af_quant_table *t, const char *name, float *lo, float
     return false;
 }
 
+/* The inference BatchNormalization that is the only reader of conv's output, with constant
+ * float32 parameters of one value per output channel; NULL when there is none. */
+static af_node *bn_after(const af_node *conv) {
+    const af_value *y = conv->out[0];
+    af_node *bn = y && !y->is_output ? af_value_sole_reader(y) : NULL;
+    if (!bn || bn->op != AF_OP_BATCH_NORMALIZATION || bn->nin < 5 || bn->in[0] != y ||
+        af_attr_int(bn, "training_mode", 0) || !bn->out[0])
+        return NULL;
+    for (int o = 1; o < bn->nout; o++)
+        if (bn->out[o] && (bn->out[o]->nuses || bn->out[o]->is_output)) return NULL;
+    int64_t m = conv->in[1]->type.dims[0];
+    for (int k = 1; k < 5; k++) {
+        const af_value *p = bn->in[k];
+        if (!af_value_is_const(p) || !af_value_is_f32(p) || af_tensor_numel(&p->type) != m)
+            return NULL;
+    }
+    const af_value *b = conv->nin > 2 ? conv->in[2] : NULL;
+    if (b && (!af_value_is_const(b) || !af_value_is_f32(b) || af_tensor_numel(&b->type) != m))
+        return NULL;
+    return bn;
+}
+
+/* Conv -> BatchNormalization as one Conv with the normalisation in its weights and bias, so
+ * that the weights are quantized as they are used (ONNX Runtime's quantizer folds it first
+ * too) and the QDQ model is DQ -> Conv -> Relu, the pattern int8 convolutions match. The Conv
+ * then writes the BatchNormalization's output value (names downstream unchanged). */
+static af_status fold_bn(af_graph *g, af_node *conv, af_node *bn, af_error *err) {
+    const af_value *w = conv->in[1], *b = conv->nin > 2 ? conv->in[2] : NULL;
+    int64_t m = w->type.dims[0], inner = af_tensor_numel(&w->type) / (m ? m : 1);
+    const float *gamma = bn->in[1]->type.data, *beta = bn->in[2]->type.data;
+    const float *mean = bn->in[3]->type.data, *var = bn->in[4]->type.data;
+    double eps = af_attr_float(bn, "epsilon", 1e-5f);
+    char hint[512];
+    snprintf(hint, sizeof hint, "%s/bn_folded", w->name);
+    const char *wname = af_graph_unique_name(g, hint);
+    af_value *wf = wname ? af_value_new_const(g, wname, AF_DTYPE_FLOAT, w->type.rank, w->type.dims)
+                         : NULL;
+    af_value *bf = wf ? af_value_new_f32(g, "bias_bn_folded", 1, &m) : NULL;
+    if (!bf) return af_node_fail(err, conv, AF_ERR_NOMEM, "out of memory");
+    const float *src = w->type.data, *bias = b ? b->type.data : NULL;
+    float *dw = wf->type.data, *db = bf->type.data;
+    for (int64_t c = 0; c < m; c++) {
+        double s = gamma[c] / sqrt((double)var[c] + eps);
+        for (int64_t i = 0; i < inner; i++) dw[c * inner + i] = (float)(src[c * inner + i] * s);
+        db[c] = (float)(((bias ? bias[c] : 0.0) - mean[c]) * s + beta[c]);
+    }
+    af_node_set_input(conv, 1, wf);
+    if (conv->nin > 2) af_node_set_input(conv, 2, bf);
+    else if (af_node_add_input(conv, bf) < 0) return af_node_fail(err, conv, AF_ERR_NOMEM, "out of memory");
+    af_value *y = bn->out[0];
+    af_node_remove(bn);
+    af_node_set_output(conv, 0, y);
+    return AF_OK;
+}
+
+/* Every Conv candidate followed by a foldable BatchNormalization, folded. */
+static af_status fold_batchnorms(af_graph *g, af_error *err) {
+    for (int i = 0; i < g->nnodes; i++) {
+        af_node *n = g->nodes[i], *bn;
+        const char *why;
+        if (n->op != AF_OP_CONV || !weights_of(n, &why) || !(bn = bn_after(n))) continue;
+        af_status st = fold_bn(g, n, bn, err);
+        if (st) return st;
+    }
+    return AF_OK;
+}
+
 /* Why candidate n stays float32 (NULL: it is quantized). */
 static const char *sensitive(const af_graph *g, const af_node *n, const bool *reach,
                              int first_conv, const char *keep) {
@@ -307,6 +375,7 @@ af_status af_pass_quantize(af_graph *g, const af_quant_table *t, const char *kee
                        file, (long long)opset);
     res->per_tensor_weights = opset < 13; /* DequantizeLinear's axis came with opset 13 */
     af_status st = check_keep(g, keep_fp32, err);
+    if (!st) st = fold_batchnorms(g, err);
     if (st) return st;
     af_graph_renumber(g);
     bool *reach = downstream_gemms(g);

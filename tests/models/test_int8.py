@@ -7,7 +7,8 @@
   - the QDQ graph (--export_onnx) has one QuantizeLinear/DequantizeLinear pair per quantized
     activation (uint8, per tensor, shared by the ops that read it) and one int8 per-channel
     DequantizeLinear per quantized weight; the sensitive ops stay float32 and the report gives
-    each its reason; --keep_fp32 keeps a named node float;
+    each its reason; --keep_fp32 keeps a named node float; a BatchNormalization after a Conv is
+    folded into it before its weights are quantized;
   - cosine with the float32 model >= 0.99 on held-out inputs, for minmax, percentile and
     entropy calibration (percentile and entropy clip the range that minmax takes whole);
   - the three sample layouts (subfolders of .npy, one stacked .npy split along dim 0, ONNX
@@ -193,6 +194,32 @@ def test_convnet_qdq_graph_and_report(af_bin, convnet, tmp_path):
     for n in g.node:
         if n.op_type == "QuantizeLinear":
             assert inits[n.input[2]].dtype == np.uint8 and inits[n.input[1]].shape == ()
+
+
+def test_batchnorm_folded_before_quantizing(af_bin, convnet, tmp_path):
+    """A Conv -> BatchNormalization (export without constant folding) is quantized as one Conv
+    whose weights hold the normalisation: the QDQ model is DQ -> Conv -> Relu."""
+    torch.manual_seed(SEED)
+    model = ConvNet()
+    for b in (model.b1, model.b2):
+        b.running_mean.uniform_(-0.2, 0.2)
+        b.running_var.uniform_(0.5, 1.5)
+    path = str(tmp_path / "bn.onnx")
+    torch.onnx.export(model.eval(), torch.from_numpy(convnet["held"][:1]), path,
+                      input_names=["input"], output_names=["out"], opset_version=13,
+                      do_constant_folding=False, training=torch.onnx.TrainingMode.PRESERVE)
+    assert sum(n.op_type == "BatchNormalization" for n in onnx.load(path).graph.node) == 2
+    m = dict(convnet, model=path)
+    compile_int8(af_bin, m, str(tmp_path / "bn8"))
+    g, producer, inits, ops = graph_facts(str(tmp_path / "bn8.onnx"))
+    assert "BatchNormalization" not in ops and ops["QuantizeLinear"] == 2
+    c2 = next(n for n in g.node if n.name == "/c2/Conv")
+    assert reads_qdq(c2, producer, inits) == (True, True) and len(c2.input) == 3
+    d = tmp_path / "run"
+    d.mkdir()
+    want = run(af_bin, path, convnet["held"][:1], str(d))
+    got = run(af_bin, str(tmp_path / "bn8.afm"), convnet["held"][:1], str(d))
+    assert cosine(want, got) >= 0.99
 
 
 def test_attention_keeps_sensitive_ops_float(af_bin, attention, tmp_path):
