@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-enum { HIST_BINS = 2048, QUANT_BINS = 128, MAX_SAMPLES = 100000 };
+enum { HIST_BINS = 2048, QUANT_BINS = 256, MAX_SAMPLES = 100000 };
 
 /* ---- the method ---------------------------------------------------------------------------- */
 
@@ -410,7 +410,7 @@ static void observe_hist(act_stats *a, const af_tensor *t) {
     if (!(w > 0) || !isfinite(w)) return;
     for (int64_t i = 0; i < n; i++) {
         double v = fabs(x[i]);
-        if (v != v) continue;
+        if (v != v || v == 0) continue; /* exact zeros (a ReLU's) quantize exactly at any range */
         int b = (int)(v / w);
         a->hist[b >= HIST_BINS ? HIST_BINS - 1 : b < 0 ? 0 : b] += 1;
     }
@@ -441,11 +441,12 @@ static double kl_divergence(const double *p, const double *q, int n) {
 }
 
 /* TensorRT's entropy calibration (as pytorch-quantization computes it): for each threshold of
- * i bins (128..2048), the reference P is the histogram cut at i with the outliers added to its
- * last bin, the candidate Q the first i bins merged into 128 levels and spread back evenly over
+ * i bins (nq..2048), the reference P is the histogram cut at i with the outliers added to its
+ * last bin, the candidate Q the first i bins merged into nq levels and spread back evenly over
  * their nonzero bins; the threshold is the edge of the i with the least KL(P || Q) (the last of
- * equals). Returns i. */
-static int entropy_bin(const double *h) {
+ * equals). nq is the levels |x| gets: 128 for a signed tensor (TensorRT's int8), 256 for one
+ * that is never negative (a ReLU's output: uint8 spends every level on [0, hi]). Returns i. */
+static int entropy_bin(const double *h, int nq) {
     double *p = af_malloc(sizeof *p * HIST_BINS), *q = af_malloc(sizeof *q * HIST_BINS);
     double sum[QUANT_BINS];
     int cnt[QUANT_BINS], best = HIST_BINS;
@@ -454,19 +455,19 @@ static int entropy_bin(const double *h) {
         af_free(p), af_free(q);
         return HIST_BINS;
     }
-    for (int k = QUANT_BINS; k < HIST_BINS; k++) tail += h[k];
-    for (int i = QUANT_BINS; i <= HIST_BINS; i++) {
-        if (i > QUANT_BINS) tail -= h[i - 1];
+    for (int k = nq; k < HIST_BINS; k++) tail += h[k];
+    for (int i = nq; i <= HIST_BINS; i++) {
+        if (i > nq) tail -= h[i - 1];
         memcpy(p, h, sizeof *p * (size_t)i);
         p[i - 1] += tail;
         memset(sum, 0, sizeof sum);
         memset(cnt, 0, sizeof cnt);
         for (int k = 0; k < i; k++) {
-            int j = (int)((int64_t)k * QUANT_BINS / i);
+            int j = (int)((int64_t)k * nq / i);
             if (h[k] != 0) sum[j] += h[k], cnt[j]++;
         }
         for (int k = 0; k < i; k++) {
-            int j = (int)((int64_t)k * QUANT_BINS / i);
+            int j = (int)((int64_t)k * nq / i);
             q[k] = h[k] != 0 ? sum[j] / cnt[j] : 0;
         }
         double d = kl_divergence(p, q, i);
@@ -578,7 +579,8 @@ static af_status calibrate(const af_model *m, const af_options *opt, af_quant_ta
     for (int k = 0; !st && k < c.nact; k++) {
         double lo = a[k].lo, hi = a[k].hi;
         if (meth != MINMAX && a[k].amax > 0 && isfinite(a[k].amax)) {
-            int bin = meth == ENTROPY ? entropy_bin(a[k].hist) : percentile_bin(a[k].hist, pct);
+            int bin = meth == ENTROPY ? entropy_bin(a[k].hist, lo >= 0 ? 256 : 128)
+                                      : percentile_bin(a[k].hist, pct);
             double th = a[k].amax * bin / HIST_BINS;
             lo = fmax(lo, -th), hi = fmin(hi, th);
         }

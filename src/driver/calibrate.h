@@ -6,8 +6,12 @@
  * each activation's range comes from those runs by the method:
  *   minmax      the smallest and largest value seen;
  *   percentile  |x| clipped at its P-th percentile (default 99.99) of a 2048-bin histogram;
- *   entropy     TensorRT's calibrator: the clip threshold of |x| whose 128-level quantization
- *               of the 2048-bin histogram is nearest to it in KL divergence;
+ *   entropy     TensorRT's calibrator: the clip threshold of |x| whose quantization (128
+ *               levels, 256 for a tensor never negative) of the 2048-bin histogram is nearest
+ *               to it in KL divergence;
+ * (the histograms leave exact zeros out: a ReLU's zeros, often half a tensor, are exact at any
+ * range, and counted they pull the threshold down: entropy on ResNet-50 measured cosine 0.983
+ * with them, 0.9999 without)
  * (the histograms need a first pass for each tensor's largest |x|, so those run the samples
  * twice). The result is kept for the process (keyed by the model's bytes, the folder, the
  * method and the input shapes), so that verify's culprit search, which compiles the model again
