@@ -53,13 +53,13 @@ typedef struct af_quant_table {
 
 /* What the pass decided for one op: the Conv/MatMul/Gemm nodes (quantized, or float32 with
  * why), the products of two activations, Softmax and LayerNormalization (float32, why). */
-typedef struct af_quant_entry {
+typedef struct af_quant_decision {
     char *node, *op, *why; /* owned; why NULL when quantized */
     bool int8;
-} af_quant_entry;
+} af_quant_decision;
 
 typedef struct af_quant_result {
-    af_quant_entry *e;
+    af_quant_decision *e;
     int n, nint8;
     bool per_tensor_weights; /* opset < 13: one weight scale per tensor */
 } af_quant_result;

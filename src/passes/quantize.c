@@ -87,7 +87,7 @@ af_status af_quant_activations(const af_graph *g, const af_value ***out, int *n,
 
 static af_status add_entry(af_quant_result *r, const af_node *n, bool int8, const char *why,
                            af_error *err) {
-    af_quant_entry *e = af_realloc(r->e, sizeof *e * (size_t)(r->n + 1));
+    af_quant_decision *e = af_realloc(r->e, sizeof *e * (size_t)(r->n + 1));
     if (!e) return af_fail(err, AF_ERR_NOMEM, "out of memory");
     r->e = e;
     e = &r->e[r->n];
