@@ -1029,6 +1029,42 @@ static void test_dead_taps(void **state) {
     }
 }
 
+/* Windows reaching far outside X (dilated convs on small images, as in an ASPP head): the fast
+ * kernel runs one GEMM per kernel position over the outputs it reaches, adding into Y, then the
+ * epilogue (conv.c, vt_choose); a 3x3 conv with padding 1 keeps the padded path. Geometries:
+ * 2-D with bias and batch 2, two groups with strides and asymmetric pads, 5x5, outputs whose
+ * windows are all padding (bias and epilogue only), 1-D and 3-D; and an ASPP-style block whose
+ * second conv carries BN, a residual Add and Relu into the epilogue pass. */
+static void b_dilated_block(af_graph *g, af_value *x, const void *arg) {
+    const conv *c = arg;
+    af_value *y = op1(g, "Relu", batchnorm(g, conv2d(g, x, c)));
+    mark_output(g, op1(g, "Relu", op2(g, "Add", batchnorm(g, conv2d(g, y, c)), y)));
+}
+
+static void test_valid_taps(void **state) {
+    (void)state;
+    static const conv c2[] = {
+        {24, {3, 3}, {1, 1}, {6, 6}, {6, 6, 6, 6}, 1, NULL, true},
+        {12, {3, 3}, {2, 2}, {5, 4}, {5, 3, 4, 6}, 2, NULL, true},
+        {17, {5, 5}, {1, 1}, {3, 3}, {6, 6, 6, 6}, 1, NULL, false},
+        {6, {3, 3}, {1, 1}, {1, 1}, {5, 5, 5, 4}, 1, NULL, true},
+    };
+    static const int64_t xs[4][4] = {{2, 20, 8, 7}, {1, 10, 9, 11}, {1, 9, 7, 9}, {1, 5, 4, 4}};
+    for (size_t i = 0; i < AF_COUNT(c2); i++) {
+        lcase c = {"valid taps", {xs[i][0], xs[i][1], xs[i][2], xs[i][3]}, b_conv, &c2[i], 2, 1};
+        check(&c);
+    }
+    static const conv blk = {16, {3, 3}, {1, 1}, {5, 5}, {5, 5, 5, 5}, 1, NULL, false};
+    lcase b = {"valid taps block", {2, 16, 7, 6}, b_dilated_block, &blk, 2, 2};
+    check(&b);
+    static const convn one = {1, 8, {3}, {1}, {9}, {9, 9}, 1, true};
+    static const convn three = {3, 8, {3, 3, 3}, {1, 1, 1}, {3, 4, 4}, {3, 4, 4, 3, 4, 4}, 1, true};
+    lcase c1 = {"valid taps 1-D", {2, 6, 12}, b_convn, &one, 2, 1};
+    lcase c3 = {"valid taps 3-D", {1, 6, 4, 6, 5}, b_convn, &three, 2, 1};
+    check(&c1);
+    check(&c3);
+}
+
 /* GroupNorm between convs (a wav2vec2 feature extractor's first layer; a 2-D one): one
  * channels-last region, the GroupNorm's statistics taken over positions of NHWC rows. */
 static void b_groupnorm(af_graph *g, af_value *x, const void *arg) {
@@ -1207,6 +1243,7 @@ int main(void) {
         cmocka_unit_test(test_conv_transpose),
         cmocka_unit_test(test_bn_activation),
         cmocka_unit_test(test_dead_taps),
+        cmocka_unit_test(test_valid_taps),
         cmocka_unit_test(test_groupnorm_channels_last),
         cmocka_unit_test(test_depthwise),
         cmocka_unit_test(test_expand_depthwise),

@@ -192,7 +192,12 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, i
     const char *panel = ip && ip->bblk ? ip->bblk + (p - ip->blk * j->block) * AF_GEMM_NR * j->k * eb
                                        : (const char *)g->b + j0 * j->k * eb;
     af_ukr_args u = {a, g->rs_i, g->tap_off, g->ntaps, g->tap_len, NULL, w, NULL, 0,
-                     NULL, NULL, 0, NULL, NULL, 0, 0, 0};
+                     NULL, NULL, 0, NULL, NULL, 0, 0, 0, NULL};
+    int64_t tap_b[AF_GEMM_MAX_SPARSE_TAPS];
+    if (g->tap_k) { /* B element offsets in this panel, whose rows are w wide */
+        for (int64_t t = 0; t < g->ntaps; t++) tap_b[t] = g->tap_k[t] * w;
+        u.tap_b = tap_b;
+    }
     if (j->nblocks == 1 && p == 0 && g->ntaps == 1 && g->rs_i == g->tap_len) {
         /* All of B stays in cache: bring in the next tile's rows of A instead (contiguous
          * here) while this tile's first panel runs; the panels after it find these in L1. */
@@ -302,12 +307,13 @@ static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
         if (mr == 0) continue;
         int64_t off = o * g->rs_o + i0 * g->rs_i;
         if (j->amx) {
-            run_panel_amx(j, (const uint16_t *)g->a + off, o * g->mi + i0, mr, p0 + rem % bl);
+            run_panel_amx(j, (const uint16_t *)g->a + off, o * (g->cs_o ? g->cs_o : g->mi) + i0, mr,
+                          p0 + rem % bl);
             continue;
         }
         const void *a = g->type == AF_GEMM_BF16 ? (const void *)((const uint16_t *)g->a + off)
                                                 : (const void *)((const float *)g->a + off);
-        run_panel(j, a, o * g->mi + i0, mr, p0 + rem % bl, &ip);
+        run_panel(j, a, o * (g->cs_o ? g->cs_o : g->mi) + i0, mr, p0 + rem % bl, &ip);
     }
     if (j->amx) af_amx_end();
 }
@@ -315,7 +321,8 @@ static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
 /* Rows of one packed panel: K, or its K / 2 pairs in BF16. */
 static int64_t panel_rows(const af_gemm *g) {
     AF_ASSERT(g->type != AF_GEMM_BF16 || g->tap_len % AF_GEMM_BF16_KB == 0);
-    int64_t k = g->ntaps * g->tap_len;
+    AF_ASSERT(!g->tap_k || (g->type != AF_GEMM_BF16 && g->kp > 0 && g->ntaps <= AF_GEMM_MAX_SPARSE_TAPS));
+    int64_t k = g->kp ? g->kp : g->ntaps * g->tap_len;
     return g->type == AF_GEMM_BF16 ? k / 2 : k;
 }
 

@@ -300,6 +300,7 @@ static inline __attribute__((always_inline)) void ukr_body(const int MR, const i
     const int64_t len = BT == AF_GEMM_BF16 ? p->tap_len / 2 : p->tap_len;
     int64_t pfn = p->pf_steps;
     for (int64_t t = 0; t < p->ntaps; t++) {
+        if (BT != AF_GEMM_BF16 && p->tap_b) b = (const char *)p->b + p->tap_b[t] * esz;
         const void *a = BT == AF_GEMM_BF16 ? (const void *)((const uint16_t *)p->a + p->tap_off[t])
                                            : (const void *)((const float *)p->a + p->tap_off[t]);
         int64_t k = 0;
