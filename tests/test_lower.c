@@ -601,6 +601,19 @@ static void test_depthwise(void **state) {
         lcase c = {"depthwise", {i < 5 ? 2 : 1, dws[i].m, i < 5 ? 17 : 9, 10}, b_conv, &dws[i], 2, 1};
         check(&c);
     }
+    /* Stride 2 on rows wide enough for blocks of 8 outputs (their shared input columns, the
+     * padding read as zeros at both edges): 3x3 and 5x5, channels off the vector width,
+     * asymmetric and no padding, odd and even widths. */
+    static const conv s2[] = {
+        {72, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 72, NULL, true},
+        {40, {5, 5}, {2, 2}, {1, 1}, {2, 1, 2, 3}, 40, NULL, true},
+        {20, {3, 3}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 20, NULL, false},
+        {33, {5, 5}, {1, 2}, {1, 1}, {2, 2, 2, 2}, 33, NULL, true},
+    };
+    for (size_t i = 0; i < AF_COUNT(s2); i++) {
+        lcase c = {"depthwise stride 2", {1, s2[i].m, 11, i % 2 ? 38 : 37}, b_conv, &s2[i], 2, 1};
+        check(&c);
+    }
 }
 
 /* An inverted-residual block: 1x1 expand + BN + SiLU, depthwise conv (geometry arg) + BN +
