@@ -391,7 +391,6 @@ static void conv_valid_taps(const conv_cl *g, const af_vep *ep, float *y, af_exe
         vt_range(g->oh, g->h, kh, g->sh, g->dh, g->ph, &h0, &h1);
         vt_range(g->ow, g->w, kw, g->sw, g->dw, g->pw, &w0, &w1);
         if (d0 == d1 || h0 == h1 || w0 == w1) continue;
-        int64_t tk[1] = {t * g->cg};
         for (int64_t b = 0; b < g->n; b++)
             for (int64_t z = d0; z < d1; z++)
                 for (int64_t gi = 0; gi < g->group; gi++) {
@@ -402,7 +401,7 @@ static void conv_valid_taps(const conv_cl *g, const af_vep *ep, float *y, af_exe
                     af_gemm gm = {g->x + (((b * g->d + xd) * g->h + xh) * g->w + xw) * g->c + gi * g->cg,
                                   h1 - h0, w1 - w0, g->sh * g->w * g->c, g->sw * g->c, tap0, 1, g->cg,
                                   g->wt + (size_t)gi * per, g->mg, y + row0 * g->m + gi * g->mg, g->m,
-                                  &acc, row0, gi * g->mg, AF_GEMM_F32, NULL, NULL, tk, kp, g->ow};
+                                  &acc, row0, gi * g->mg, AF_GEMM_F32, NULL, NULL, t * g->cg, kp, g->ow};
                     af_gemm_run(ex, &gm);
                 }
     }
@@ -472,7 +471,7 @@ static void conv_dense(const conv_cl *g, const af_vep *ep, float *y, unsigned ch
                               y + row0 * g->m + gi * g->mg, g->m,
                               ep, row0, gi * g->mg, AF_GEMM_F32,
                               /* the squeeze-excite gate scales W's rows, a block at a time */
-                              g->gate ? g->gate + b * g->c : NULL, wg, NULL, 0, 0};
+                              g->gate ? g->gate + b * g->c : NULL, wg, 0, 0, 0};
                 af_gemm_run(ex, &gm);
             }
 }
@@ -572,7 +571,7 @@ static void conv_low(const conv_cl *g, const af_vep *ep, float *y, unsigned char
                       flat ? 1 : g->oh, flat ? g->oh * g->ow : g->ow, g->sh * wp * cp, g->sw * cp,
                       taps, ntaps, merged ? g->kw * cp : cp, g->wt, g->m,
                       y + b * g->oh * g->ow * g->m, g->m, ep, b * g->oh * g->ow, 0, g->wt_type,
-                      NULL, NULL, NULL, 0, 0};
+                      NULL, NULL, 0, 0, 0};
         af_gemm_run(ex, &gm);
     }
 }
@@ -616,7 +615,7 @@ static void wino_products(void *ctx, int slot, int64_t begin, int64_t end) {
     for (int64_t e = begin; e < end; e++) {
         af_gemm gm = {j->v + e * j->ntiles * g->c, 1, j->ntiles, 0, g->c, tap0, 1, g->c,
                       g->wt + (size_t)e * per, g->m, j->mt + e * j->ntiles * g->m, g->m, NULL, 0, 0,
-                      AF_GEMM_F32, NULL, NULL, NULL, 0, 0};
+                      AF_GEMM_F32, NULL, NULL, 0, 0, 0};
         af_gemm_run(NULL, &gm);
     }
 }
@@ -751,7 +750,7 @@ static void pro_expand_row(const pro_job *j, int64_t b, int64_t ih, float *dst) 
     static const int64_t tap0[1] = {0};
     int64_t row = b * g->h + ih;
     af_gemm gm = {g->pro_x + row * g->w * g->pro_c, 1, g->w, 0, g->pro_c, tap0, 1, g->pro_c,
-                  g->pro_wt, g->c, dst, g->c, j->pro, row * g->w, 0, AF_GEMM_F32, NULL, NULL, NULL, 0, 0};
+                  g->pro_wt, g->c, dst, g->c, j->pro, row * g->w, 0, AF_GEMM_F32, NULL, NULL, 0, 0, 0};
     af_gemm_run(NULL, &gm);
 }
 
@@ -921,7 +920,7 @@ static void convt_bands(void *ctx, int slot, int64_t begin, int64_t end) {
             for (int64_t gi = 0; gi < g->group; gi++) {
                 af_gemm gm = {xb + i0 * inner * g->c + gi * g->cg, 1, (i1 - i0) * inner, 0, g->c,
                               tap0, 1, g->cg, g->wt + (size_t)gi * per, taps * g->mg,
-                              cols + gi * taps * g->mg, taps * g->m, NULL, 0, 0, AF_GEMM_F32, NULL, NULL, NULL, 0, 0};
+                              cols + gi * taps * g->mg, taps * g->m, NULL, 0, 0, AF_GEMM_F32, NULL, NULL, 0, 0, 0};
                 af_gemm_run(NULL, &gm);
             }
             src = cols;
@@ -1234,7 +1233,7 @@ af_status fast_conv_pool_fc(const af_node *n, const af_tensor *const *in, af_ten
     af_vep_build(&fc_ep, out[0].data, c.classes, &fv);
     static const int64_t tap0[1] = {0};
     af_gemm gm = {pooled, 1, g->n, 0, g->m, tap0, 1, g->m, w, c.classes, out[0].data, c.classes,
-                  &fv, 0, 0, AF_GEMM_F32, NULL, NULL, NULL, 0, 0};
+                  &fv, 0, 0, AF_GEMM_F32, NULL, NULL, 0, 0, 0};
     af_gemm_run(ex, &gm);
     return AF_OK;
 }

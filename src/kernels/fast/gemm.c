@@ -190,24 +190,20 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, i
     /* Bytes per element of B (a 32-bit word per column and pair of rows for BF16) and of A. */
     int64_t eb = g->type == AF_GEMM_F16 ? 2 : 4, ea = g->type == AF_GEMM_BF16 ? 2 : 4;
     const char *panel = ip && ip->bblk ? ip->bblk + (p - ip->blk * j->block) * AF_GEMM_NR * j->k * eb
-                                       : (const char *)g->b + j0 * j->k * eb;
+                                       : (const char *)g->b + (j0 * j->k + g->k0 * w) * eb;
     af_ukr_args u = {a, g->rs_i, g->tap_off, g->ntaps, g->tap_len, NULL, w, NULL, 0,
-                     NULL, NULL, 0, NULL, NULL, 0, 0, 0, NULL};
-    int64_t tap_b[AF_GEMM_MAX_SPARSE_TAPS];
-    if (g->tap_k) { /* B element offsets in this panel, whose rows are w wide */
-        for (int64_t t = 0; t < g->ntaps; t++) tap_b[t] = g->tap_k[t] * w;
-        u.tap_b = tap_b;
-    }
+                     NULL, NULL, 0, NULL, NULL, 0, 0, 0};
     if (j->nblocks == 1 && p == 0 && g->ntaps == 1 && g->rs_i == g->tap_len) {
         /* All of B stays in cache: bring in the next tile's rows of A instead (contiguous
          * here) while this tile's first panel runs; the panels after it find these in L1. */
         u.pf = (const char *)a + mr * g->rs_i * ea;
         u.pf_steps = (mr * g->tap_len * ea / 64 + 1) / 2;
         u.pf_step = 128;
-    } else if (ip && ip->tile > ip->first && ip->blk + 1 < j->nblocks) {
+    } else if (ip && ip->tile > ip->first && ip->blk + 1 < j->nblocks && !g->kp) {
         /* a slice of the next block, shared among the tiles after the thread's first here (a
          * thread that came in halfway through the block, as the one after a split does,
-         * still fetches all of it) */
+         * still fetches all of it); not with a range of B's rows (kp), whose panels hold rows
+         * this GEMM never reads */
         int64_t p0 = ip->blk * j->block, bl = j->npanels - p0 < j->block ? j->npanels - p0 : j->block;
         int64_t n0 = (p0 + bl) * AF_GEMM_NR, n1 = (p0 + bl + j->block) * AF_GEMM_NR;
         if (n1 > g->n) n1 = g->n;
@@ -321,7 +317,8 @@ static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
 /* Rows of one packed panel: K, or its K / 2 pairs in BF16. */
 static int64_t panel_rows(const af_gemm *g) {
     AF_ASSERT(g->type != AF_GEMM_BF16 || g->tap_len % AF_GEMM_BF16_KB == 0);
-    AF_ASSERT(!g->tap_k || (g->type != AF_GEMM_BF16 && g->kp > 0 && g->ntaps <= AF_GEMM_MAX_SPARSE_TAPS));
+    AF_ASSERT((!g->k0 && !g->kp) || (g->type != AF_GEMM_BF16 && !g->b_rowscale &&
+                                      g->k0 + g->ntaps * g->tap_len <= g->kp));
     int64_t k = g->kp ? g->kp : g->ntaps * g->tap_len;
     return g->type == AF_GEMM_BF16 ? k / 2 : k;
 }
@@ -357,7 +354,8 @@ void af_gemm_run(af_exec *x, const af_gemm *g) {
     gemm_job j = {g, af_vec(), panel_rows(g), (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 0,
                   0, g->type == AF_GEMM_BF16 && af_cpu_amx(), {0}, {0}, {0}};
     split_ep(g->ep, &j.rep);
-    j.block = block_panels(j.k, j.npanels, g->type == AF_GEMM_F16 ? 2 : 4);
+    /* blocks sized by the rows the products read (a range of them with kp) */
+    j.block = block_panels(g->kp ? g->ntaps * g->tap_len : j.k, j.npanels, g->type == AF_GEMM_F16 ? 2 : 4);
     AF_ASSERT(!g->b_rowscale || (g->type == AF_GEMM_F32 && g->ntaps == 1 && g->b_scratch));
     j.nblocks = (j.npanels + j.block - 1) / j.block;
     int64_t mr = j.amx ? 32 : j.v->mr;

@@ -25,9 +25,6 @@
 #include "kernels/simd/vec.h"
 #include "kernels/kernel.h"
 
-/* Most taps of a GEMM with tap_k (sparse taps). */
-#define AF_GEMM_MAX_SPARSE_TAPS 256
-
 /* Floats of a packed K x N matrix. */
 size_t af_gemm_packed_floats(int64_t k, int64_t n);
 /* Pack B[kk][j] = b[kk * sk + j * sn] (kk < k, j < n) into dst (af_gemm_packed_floats(k, n)
@@ -70,12 +67,10 @@ typedef struct af_gemm {
      * af_gemm_rowscale_floats floats, 64-byte aligned), where the block stays in L2. */
     const float *b_rowscale;
     float *b_scratch;
-    /* Sparse taps (F32 and F16 only; zero: dense). tap_k NULL: tap t multiplies B rows
-     * [t * tap_len, (t + 1) * tap_len); else rows [tap_k[t], tap_k[t] + tap_len), so a
-     * convolution can leave out the kernel positions whose windows are all padding. kp: rows of
-     * each packed panel of B (0: ntaps * tap_len; set it whenever tap_k skips rows). */
-    const int64_t *tap_k;
-    int64_t kp;
+    /* A range of B's rows (F32 and F16 only; zeros: all of them): the products use rows
+     * [k0, k0 + ntaps * tap_len) of B packed with kp rows per panel (kp 0: ntaps * tap_len), so
+     * a convolution can multiply one kernel position's rows of its packed weights. */
+    int64_t k0, kp;
     /* Output rows between outer indices o and o + 1 (0: mi): output row m of (o, i) is
      * o * cs_o + i, for C (c + m * ldc) and the epilogue (ep_row0 + m) alike, so a GEMM can
      * cover a rectangle of a convolution's output positions narrower than its rows. */

@@ -61,9 +61,6 @@ typedef struct af_ukr_args {
     /* Columns of C's last vector per row in [1, VW]: fewer than VW are stored (and bias and res
      * read) with masks, so a panel's last columns need no tile aside. */
     int64_t last;
-    /* NULL, or per tap where its B rows start (in B elements from b, a multiple of bstride):
-     * taps that skip rows of B (af_gemm.tap_k). */
-    const int64_t *tap_b;
 } af_ukr_args;
 
 typedef void (*af_ukr_fn)(const af_ukr_args *p);
