@@ -348,10 +348,10 @@ static void b_block(af_graph *g, af_value *x, const void *arg) {
     mark_output(g, op1(g, "Relu", op2(g, "Add", z, y)));
 }
 
-/* Conv -> MaxPool / AveragePool / GlobalAveragePool on channels-last. */
+/* Conv -> MaxPool / AveragePool / GlobalAveragePool on channels-last; the conv has 24 channels,
+ * or *arg (the pooling kernels take four vectors of channels at a time, then the rest). */
 static void b_pools(af_graph *g, af_value *x, const void *arg) {
-    (void)arg;
-    conv c1 = {24, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, NULL, true};
+    conv c1 = {arg ? *(const int64_t *)arg : 24, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, NULL, true};
     af_value *y = conv2d(g, x, &c1);
     af_value *p1 = pool(g, "MaxPool", y, 3, 2, 1, false, false);
     af_value *p2 = pool(g, "AveragePool", p1, 3, 2, 1, true, true);
@@ -706,11 +706,14 @@ static void b_convnext(af_graph *g, af_value *x, const void *arg) {
     if (arg) mark_output(g, t);
 }
 
+static const int64_t pool72 = 72;
+
 static void test_regions(void **state) {
     (void)state;
     static const lcase cases[] = {
         {"resnet block", {1, 8, 12, 12}, b_block, NULL, 2, 2},
         {"pools", {2, 5, 15, 15}, b_pools, NULL, 3, 5},
+        {"pools, 72 channels", {1, 5, 13, 14}, b_pools, &pool72, 3, 5},
         {"squeeze-excite", {1, 16, 9, 9}, b_se, NULL, 2, 2},
         {"squeeze-excite, chunked depthwise", {1, 480, 6, 7}, b_se, NULL, 2, 2},
         {"head", {2, 16, 7, 7}, b_head, NULL, 2, 1},
