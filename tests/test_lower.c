@@ -672,6 +672,34 @@ static void test_expand_depthwise(void **state) {
     unsetenv("AUTOFUSION_MERGE_EXPAND");
 }
 
+/* The merge by size (AUTOFUSION_MERGE_EXPAND unset) with a dynamic batch, as the zoo's exports
+ * have: one image's expanded tensor over half the L2 merges whatever the batch (the size test
+ * once multiplied by the unknown batch, -1, and no dynamically exported block merged). */
+static void test_expand_depthwise_dynamic(void **state) {
+    (void)state;
+    static const mb_case mb = {96, {0, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 0, NULL, true}, false, true};
+    int64_t side = (int64_t)ceil(sqrt(0.75 * (double)af_cpu_l2() / (96.0 * 4.0)));
+    lcase c = {"expand + depthwise, dynamic batch", {1, 8, side, side}, b_mbconv, &mb, 2, 2};
+    for (int dynamic = 0; dynamic < 2; dynamic++) {
+        af_arena *a = af_arena_new();
+        af_graph *g = build(a, &c, 7);
+        af_error err;
+        if (dynamic) {
+            g->inputs[0]->type.dims[0] = -1;
+            for (int i = 0; i < g->nnodes; i++)
+                for (int o = 0; o < g->nodes[i]->nout; o++)
+                    if (g->nodes[i]->out[o] && g->nodes[i]->out[o]->type.rank > 0)
+                        g->nodes[i]->out[o]->type.dims[0] = -1;
+            if (af_graph_infer_shapes(g, &err)) fail_msg("%s", err.message);
+        }
+        if (af_optimize(g, NULL, NULL, &err) || af_lower(g, NULL, &err)) fail_msg("%s", err.message);
+        int merged = 0;
+        for (int i = 0; i < g->nnodes; i++) merged += af_attr_int(g->nodes[i], "pro_w", -1) >= 0;
+        if (merged != 1) fail_msg("%s batch: %d merged expand convs, expected 1", dynamic ? "dynamic" : "static", merged);
+        af_arena_free(a);
+    }
+}
+
 /* Channels-last regions have reorders at their edges only: the input's and the output's. */
 static af_value *transpose(af_graph *g, af_value *x, int r, const int64_t *perm) {
     af_node *t = node(g, "Transpose", 1, &x);
@@ -1263,6 +1291,7 @@ int main(void) {
         cmocka_unit_test(test_groupnorm_channels_last),
         cmocka_unit_test(test_depthwise),
         cmocka_unit_test(test_expand_depthwise),
+        cmocka_unit_test(test_expand_depthwise_dynamic),
         cmocka_unit_test(test_winograd),
         cmocka_unit_test(test_regions),
         cmocka_unit_test(test_matmul),
