@@ -129,7 +129,7 @@ int main(int argc, char **argv) {
         af_vec()->to_bf16(A, A16, (int64_t)M * K);
         static const int64_t tap0[1] = {0};
         job j = {{type == AF_GEMM_BF16 ? (const void *)A16 : type == AF_GEMM_U8S8 ? (const void *)A8 : (const void *)A,
-                  1, M, 0, kq, tap0, 1, kq, P, N, C1, N, NULL, 0, 0, type, NULL, NULL, scale, 128}};
+                  1, M, 0, kq, tap0, 1, kq, P, N, C1, N, NULL, 0, 0, type, NULL, NULL, 0, 0, 0, scale, 128}};
         for (int w = 0; w < 2; w++) { /* warm-up */
             af_runtime_call(rt, run, &j);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, B, N, 0.0f, C2, N);

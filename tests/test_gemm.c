@@ -115,7 +115,7 @@ static void check_prob_t(const prob *p, const af_epilogue *ep, int threads, cons
     af_vep_build(ep, c, p->n, &v);
     af_gemm g = {t == AF_GEMM_BF16 ? (const void *)a16 : (const void *)a, p->mo, p->mi, p->rs_o,
                  p->rs_i, p->tap_off, p->ntaps, p->tap_len, packed, p->n, c, p->n, &v, 0, 0, t,
-                 NULL, NULL, NULL, 0};
+                 NULL, NULL, 0, 0, 0, NULL, 0};
     float *bscratch = NULL;
     if (rowscale) {
         size_t per = af_gemm_rowscale_floats(k, p->n);
@@ -187,6 +187,61 @@ static void test_large_and_threads(void **state) {
         check_prob(&q, NULL, 2, "wide");
         prob t = plain(601, 72, 96); /* B small next to A and C: a part of the M tiles per thread */
         check_prob(&t, NULL, 3, "tall");
+    }
+    af_isa_set(af_isa_best());
+}
+
+/* A range of B's rows and a box of outputs (conv.c's valid-taps path): B packed with kp = 35
+ * rows, the GEMM multiplying rows 14 to 27 only (k0, two taps of 7), over 3 x 5 rows written
+ * into a 4 x 8 grid of outputs from (1, 2) on (cs_o = 8), adding into what C holds (a residual
+ * that is C itself) and then Relu; the outputs outside the box keep their values. */
+static void test_row_range(void **state) {
+    (void)state;
+    enum { KP = 35, K0 = 14, TL = 7, N = 40, MO = 3, MI = 5, RS_O = 50, RS_I = 9, OW = 8, ROWS = 32, ROW0 = 10 };
+    static const int64_t tap_off[2] = {0, 11};
+    FOR_EACH_ISA(isa) {
+        for (int threads = 1; threads <= 2; threads++) {
+            size_t alen = (size_t)((MO - 1) * RS_O + (MI - 1) * RS_I + 11 + TL);
+            float *a = rnd_buf(alen), *b = rnd_buf(KP * N), *c = rnd_buf(ROWS * N);
+            float *want = malloc(ROWS * N * sizeof(float)), *packed = malloc(af_gemm_packed_floats(KP, N) * sizeof(float));
+            assert_true(want && packed);
+            af_gemm_pack(b, KP, N, N, 1, packed);
+            for (int64_t r = 0; r < ROWS; r++)
+                for (int64_t j = 0; j < N; j++) {
+                    int64_t o = r / OW - ROW0 / OW, i = r % OW - ROW0 % OW;
+                    double v = c[r * N + j];
+                    if (o >= 0 && o < MO && i >= 0 && i < MI) {
+                        for (int t = 0; t < 2; t++)
+                            for (int64_t e = 0; e < TL; e++)
+                                v += (double)a[o * RS_O + i * RS_I + tap_off[t] + e] * b[(K0 + t * TL + e) * N + j];
+                        v = v > 0 ? v : 0;
+                    }
+                    want[r * N + j] = (float)v;
+                }
+            af_vep v;
+            memset(&v, 0, sizeof v);
+            v.nsteps = 2;
+            v.cols = N;
+            v.y = c;
+            v.steps[0] = (af_vep_step){AF_EP_ADD, AF_VEP_FULL, 0, 0.0f, 0.0f, c};
+            v.steps[1] = (af_vep_step){AF_EP_RELU, AF_VEP_NONE, 0, 0.0f, 0.0f, NULL};
+            af_gemm g = {a, MO, MI, RS_O, RS_I, tap_off, 2, TL, packed, N, c + ROW0 * N, N, &v, ROW0, 0,
+                         AF_GEMM_F32, NULL, NULL, K0, KP, OW, NULL, 0};
+            af_runtime *rt = NULL;
+            af_error err;
+            if (threads > 1) assert_int_equal(af_runtime_new(threads, &rt, &err), AF_OK);
+            run_ctx ctx = {&g};
+            af_runtime_call(rt, call_gemm, &ctx);
+            af_runtime_free(rt);
+            char buf[128];
+            snprintf(buf, sizeof buf, "row range [%s, %d threads]", af_isa_name(isa), threads);
+            expect_close(c, want, ROWS * N, 2 * TL, buf);
+            free(a);
+            free(b);
+            free(c);
+            free(want);
+            free(packed);
+        }
     }
     af_isa_set(af_isa_best());
 }
@@ -485,7 +540,7 @@ static void check_u8s8(const prob *p, const af_epilogue *ep, int threads, int z,
     af_vep v;
     af_vep_build(ep, c, p->n, &v);
     af_gemm g = {a, p->mo, p->mi, p->rs_o, p->rs_i, p->tap_off, p->ntaps, p->tap_len, packed, p->n,
-                 c, p->n, &v, 0, 0, AF_GEMM_U8S8, NULL, NULL, scale, z};
+                 c, p->n, &v, 0, 0, AF_GEMM_U8S8, NULL, NULL, 0, 0, 0, scale, z};
     af_runtime *rt = NULL;
     af_error err;
     if (threads > 1) assert_int_equal(af_runtime_new(threads, &rt, &err), AF_OK);
@@ -628,6 +683,7 @@ int main(void) {
         cmocka_unit_test(test_large_and_threads),
         cmocka_unit_test(test_rowscale),
         cmocka_unit_test(test_taps),
+        cmocka_unit_test(test_row_range),
         cmocka_unit_test(test_epilogue),
         cmocka_unit_test(test_low_precision),
         cmocka_unit_test(test_conversions),

@@ -348,10 +348,10 @@ static void b_block(af_graph *g, af_value *x, const void *arg) {
     mark_output(g, op1(g, "Relu", op2(g, "Add", z, y)));
 }
 
-/* Conv -> MaxPool / AveragePool / GlobalAveragePool on channels-last. */
+/* Conv -> MaxPool / AveragePool / GlobalAveragePool on channels-last; the conv has 24 channels,
+ * or *arg (the pooling kernels take four vectors of channels at a time, then the rest). */
 static void b_pools(af_graph *g, af_value *x, const void *arg) {
-    (void)arg;
-    conv c1 = {24, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, NULL, true};
+    conv c1 = {arg ? *(const int64_t *)arg : 24, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1, NULL, true};
     af_value *y = conv2d(g, x, &c1);
     af_value *p1 = pool(g, "MaxPool", y, 3, 2, 1, false, false);
     af_value *p2 = pool(g, "AveragePool", p1, 3, 2, 1, true, true);
@@ -601,6 +601,19 @@ static void test_depthwise(void **state) {
         lcase c = {"depthwise", {i < 5 ? 2 : 1, dws[i].m, i < 5 ? 17 : 9, 10}, b_conv, &dws[i], 2, 1};
         check(&c);
     }
+    /* Stride 2 on rows wide enough for blocks of 8 outputs (their shared input columns, the
+     * padding read as zeros at both edges): 3x3 and 5x5, channels off the vector width,
+     * asymmetric and no padding, odd and even widths. */
+    static const conv s2[] = {
+        {72, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 72, NULL, true},
+        {40, {5, 5}, {2, 2}, {1, 1}, {2, 1, 2, 3}, 40, NULL, true},
+        {20, {3, 3}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 20, NULL, false},
+        {33, {5, 5}, {1, 2}, {1, 1}, {2, 2, 2, 2}, 33, NULL, true},
+    };
+    for (size_t i = 0; i < AF_COUNT(s2); i++) {
+        lcase c = {"depthwise stride 2", {1, s2[i].m, 11, i % 2 ? 38 : 37}, b_conv, &s2[i], 2, 1};
+        check(&c);
+    }
 }
 
 /* An inverted-residual block: 1x1 expand + BN + SiLU, depthwise conv (geometry arg) + BN +
@@ -659,6 +672,34 @@ static void test_expand_depthwise(void **state) {
     unsetenv("AUTOFUSION_MERGE_EXPAND");
 }
 
+/* The merge by size (AUTOFUSION_MERGE_EXPAND unset) with a dynamic batch, as the zoo's exports
+ * have: one image's expanded tensor over half the L2 merges whatever the batch (the size test
+ * once multiplied by the unknown batch, -1, and no dynamically exported block merged). */
+static void test_expand_depthwise_dynamic(void **state) {
+    (void)state;
+    static const mb_case mb = {96, {0, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 0, NULL, true}, false, true};
+    int64_t side = (int64_t)ceil(sqrt(0.75 * (double)af_cpu_l2() / (96.0 * 4.0)));
+    lcase c = {"expand + depthwise, dynamic batch", {1, 8, side, side}, b_mbconv, &mb, 2, 2};
+    for (int dynamic = 0; dynamic < 2; dynamic++) {
+        af_arena *a = af_arena_new();
+        af_graph *g = build(a, &c, 7);
+        af_error err;
+        if (dynamic) {
+            g->inputs[0]->type.dims[0] = -1;
+            for (int i = 0; i < g->nnodes; i++)
+                for (int o = 0; o < g->nodes[i]->nout; o++)
+                    if (g->nodes[i]->out[o] && g->nodes[i]->out[o]->type.rank > 0)
+                        g->nodes[i]->out[o]->type.dims[0] = -1;
+            if (af_graph_infer_shapes(g, &err)) fail_msg("%s", err.message);
+        }
+        if (af_optimize(g, NULL, NULL, &err) || af_lower(g, NULL, &err)) fail_msg("%s", err.message);
+        int merged = 0;
+        for (int i = 0; i < g->nnodes; i++) merged += af_attr_int(g->nodes[i], "pro_w", -1) >= 0;
+        if (merged != 1) fail_msg("%s batch: %d merged expand convs, expected 1", dynamic ? "dynamic" : "static", merged);
+        af_arena_free(a);
+    }
+}
+
 /* Channels-last regions have reorders at their edges only: the input's and the output's. */
 static af_value *transpose(af_graph *g, af_value *x, int r, const int64_t *perm) {
     af_node *t = node(g, "Transpose", 1, &x);
@@ -693,11 +734,14 @@ static void b_convnext(af_graph *g, af_value *x, const void *arg) {
     if (arg) mark_output(g, t);
 }
 
+static const int64_t pool72 = 72;
+
 static void test_regions(void **state) {
     (void)state;
     static const lcase cases[] = {
         {"resnet block", {1, 8, 12, 12}, b_block, NULL, 2, 2},
         {"pools", {2, 5, 15, 15}, b_pools, NULL, 3, 5},
+        {"pools, 72 channels", {1, 5, 13, 14}, b_pools, &pool72, 3, 5},
         {"squeeze-excite", {1, 16, 9, 9}, b_se, NULL, 2, 2},
         {"squeeze-excite, chunked depthwise", {1, 480, 6, 7}, b_se, NULL, 2, 2},
         {"head", {2, 16, 7, 7}, b_head, NULL, 2, 1},
@@ -1029,6 +1073,42 @@ static void test_dead_taps(void **state) {
     }
 }
 
+/* Windows reaching far outside X (dilated convs on small images, as in an ASPP head): the fast
+ * kernel runs one GEMM per kernel position over the outputs it reaches, adding into Y, then the
+ * epilogue (conv.c, vt_choose); a 3x3 conv with padding 1 keeps the padded path. Geometries:
+ * 2-D with bias and batch 2, two groups with strides and asymmetric pads, 5x5, outputs whose
+ * windows are all padding (bias and epilogue only), 1-D and 3-D; and an ASPP-style block whose
+ * second conv carries BN, a residual Add and Relu into the epilogue pass. */
+static void b_dilated_block(af_graph *g, af_value *x, const void *arg) {
+    const conv *c = arg;
+    af_value *y = op1(g, "Relu", batchnorm(g, conv2d(g, x, c)));
+    mark_output(g, op1(g, "Relu", op2(g, "Add", batchnorm(g, conv2d(g, y, c)), y)));
+}
+
+static void test_valid_taps(void **state) {
+    (void)state;
+    static const conv c2[] = {
+        {24, {3, 3}, {1, 1}, {6, 6}, {6, 6, 6, 6}, 1, NULL, true},
+        {12, {3, 3}, {2, 2}, {5, 4}, {5, 3, 4, 6}, 2, NULL, true},
+        {17, {5, 5}, {1, 1}, {3, 3}, {6, 6, 6, 6}, 1, NULL, false},
+        {6, {3, 3}, {1, 1}, {1, 1}, {5, 5, 5, 4}, 1, NULL, true},
+    };
+    static const int64_t xs[4][4] = {{2, 20, 8, 7}, {1, 10, 9, 11}, {1, 9, 7, 9}, {1, 5, 4, 4}};
+    for (size_t i = 0; i < AF_COUNT(c2); i++) {
+        lcase c = {"valid taps", {xs[i][0], xs[i][1], xs[i][2], xs[i][3]}, b_conv, &c2[i], 2, 1};
+        check(&c);
+    }
+    static const conv blk = {16, {3, 3}, {1, 1}, {5, 5}, {5, 5, 5, 5}, 1, NULL, false};
+    lcase b = {"valid taps block", {2, 16, 7, 6}, b_dilated_block, &blk, 2, 2};
+    check(&b);
+    static const convn one = {1, 8, {3}, {1}, {9}, {9, 9}, 1, true};
+    static const convn three = {3, 8, {3, 3, 3}, {1, 1, 1}, {3, 4, 4}, {3, 4, 4, 3, 4, 4}, 1, true};
+    lcase c1 = {"valid taps 1-D", {2, 6, 12}, b_convn, &one, 2, 1};
+    lcase c3 = {"valid taps 3-D", {1, 6, 4, 6, 5}, b_convn, &three, 2, 1};
+    check(&c1);
+    check(&c3);
+}
+
 /* GroupNorm between convs (a wav2vec2 feature extractor's first layer; a 2-D one): one
  * channels-last region, the GroupNorm's statistics taken over positions of NHWC rows. */
 static void b_groupnorm(af_graph *g, af_value *x, const void *arg) {
@@ -1207,9 +1287,11 @@ int main(void) {
         cmocka_unit_test(test_conv_transpose),
         cmocka_unit_test(test_bn_activation),
         cmocka_unit_test(test_dead_taps),
+        cmocka_unit_test(test_valid_taps),
         cmocka_unit_test(test_groupnorm_channels_last),
         cmocka_unit_test(test_depthwise),
         cmocka_unit_test(test_expand_depthwise),
+        cmocka_unit_test(test_expand_depthwise_dynamic),
         cmocka_unit_test(test_winograd),
         cmocka_unit_test(test_regions),
         cmocka_unit_test(test_matmul),

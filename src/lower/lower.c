@@ -591,10 +591,16 @@ static bool expand_into_dw(const af_node *d, const af_node *e) {
         e->in[1]->type.dtype != AF_DTYPE_FLOAT || y->type.rank != 4 ||
         af_attr_int(d, "w_packed", 0) != 2 || af_attr_int(d, "pro_w", -1) >= 0)
         return false;
+    /* The size of one image's expanded tensor: a dynamic batch (dims[0] unknown) counts as 1,
+     * as the batch the zoo's exports run at (before, a dynamic batch made the size negative,
+     * so no block of a dynamically exported MobileNet or MNASNet merged); an unknown spatial or
+     * channel dim keeps the two convs apart. */
     const int64_t *yd = y->type.dims;
     size_t l2 = af_cpu_l2();
-    double tensor = 4.0 * (double)(yd[0] * yd[1] * yd[2] * yd[3]), weights = 4.0 * (double)(ws[0] * ws[1]);
-    if (merge_expand_mode() == 1 && (tensor < 0.5 * (double)l2 || weights > (double)l2 / 4))
+    int64_t batch = yd[0] > 0 ? yd[0] : 1;
+    bool known = yd[1] > 0 && yd[2] > 0 && yd[3] > 0;
+    double tensor = 4.0 * (double)(batch * yd[1] * yd[2] * yd[3]), weights = 4.0 * (double)(ws[0] * ws[1]);
+    if (merge_expand_mode() == 1 && (!known || tensor < 0.5 * (double)l2 || weights > (double)l2 / 4))
         return false;
     int np = af_attr_ints(e, "epilogue", &prog);
     for (int s = 0; s + 2 < np; s += 3)

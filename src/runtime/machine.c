@@ -255,7 +255,7 @@ static double measure_gemm(af_gemm_type t) {
         if (t == AF_GEMM_U8S8) af_gemm_pack_u8s8(b8, K, N, N, 1, p);
         else af_gemm_pack_type(t, b, K, N, N, 1, p);
         static const int64_t tap0[1] = {0};
-        af_gemm g = {a, 1, M, 0, K, tap0, 1, K, p, N, c, N, NULL, 0, 0, t, NULL, NULL, scale, 3};
+        af_gemm g = {a, 1, M, 0, K, tap0, 1, K, p, N, c, N, NULL, 0, 0, t, NULL, NULL, 0, 0, 0, scale, 3};
         double start = now();
         for (int rep = 0; rep < 400 && (rep < 5 || now() - start < 0.1); rep++) {
             double t0 = now();

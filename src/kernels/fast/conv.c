@@ -315,6 +315,118 @@ static double pad_ns(const conv_cl *g, int64_t dp, int64_t hp, int64_t wp, af_ex
     return af_exec_work_ns(ex, 0.0, 4.0 * (double)(g->n * (dp * hp * wp + g->d * g->h * g->w) * g->c));
 }
 
+/* ---- valid taps only: one GEMM per kernel position over the outputs whose input it reaches ----
+ * Along each axis, the outputs o whose input o * s - p + t * dil lies inside X for kernel
+ * position t form one range, so for each kernel position the outputs it reaches are a box.
+ * When the windows reach far outside X (a dilated conv on a small image: DeepLabV3's ASPP, 3x3
+ * with dilation 12 on 14x14, where 18% of window positions are inside X), the padded path
+ * spends most of its products on zeros. This path fills Y with zeros, then runs one GEMM per
+ * kernel position over its box (K = Cg, reading X in place: no zero-bordered copy), adding into
+ * Y in registers (the residual of the micro-kernels, Y itself), then the epilogue over Y. Each
+ * kernel position's rows of B are read once, as the padded path reads all of B once: B is the
+ * large operand of such layers (8.8 MB for the ASPP conv). Taken when its work, counted in
+ * micro-kernel tiles, is under the padded path's: a 3x3 conv with padding 1 keeps the copy. */
+enum { VT_MAX_TAPS = 1024 };
+
+/* The outputs [*o0, *o1) of one axis that kernel position t reaches. */
+static void vt_range(int64_t out, int64_t in, int64_t t, int64_t s, int64_t dil, int64_t p, int64_t *o0,
+                     int64_t *o1) {
+    int64_t off = t * dil - p; /* input = o * s + off, inside [0, in) */
+    int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s, hi = in - 1 - off < 0 ? 0 : (in - 1 - off) / s + 1;
+    if (hi > out) hi = out;
+    *o0 = lo < hi ? lo : hi;
+    *o1 = hi;
+}
+
+/* Micro-kernel work of one GEMM row of `mi` outputs: its rows plus a fixed cost per tile (the
+ * B loads a tile shares among its rows, the C stores), in rows. */
+static double vt_row_cost(int64_t mi) {
+    int64_t mr = af_vec()->mr, tiles = (mi + mr - 1) / mr;
+    return (double)mi + 4.0 * (double)tiles;
+}
+
+/* Whether conv_dense runs g one kernel position at a time: float32 panels, no gate, windows
+ * reaching outside X, and less work by vt_row_cost than the padded path. */
+static bool vt_choose(const conv_cl *g) {
+    int64_t taps = g->kd * g->kh * g->kw;
+    if (g->gate || !needs_padding(g) || taps > VT_MAX_TAPS) return false;
+    double valid = 0.0;
+    for (int64_t t = 0; t < taps; t++) {
+        int64_t d0, d1, h0, h1, w0, w1;
+        vt_range(g->od, g->d, t / (g->kh * g->kw), g->sd, g->dd, g->pd, &d0, &d1);
+        vt_range(g->oh, g->h, t / g->kw % g->kh, g->sh, g->dh, g->ph, &h0, &h1);
+        vt_range(g->ow, g->w, t % g->kw, g->sw, g->dw, g->pw, &w0, &w1);
+        /* K = Cg, and the load and store of Y's row (about 4 elements' worth of products) */
+        if (w1 > w0) valid += (double)((d1 - d0) * (h1 - h0)) * vt_row_cost(w1 - w0) * (double)(g->cg + 4);
+    }
+    valid = valid * (double)g->group + 4.0 * (double)(g->od * g->oh * g->ow); /* + zeroing Y, the epilogue pass */
+    /* padded: every output, every tap, and the copy (a float copied costs about 2 / Mg of a
+     * row-element's Mg multiply-adds) */
+    int64_t hp, wp;
+    padded_extent(g, &hp, &wp);
+    double padded = (double)(g->od * g->oh) * vt_row_cost(g->ow) * (double)(taps * g->cg * g->group) +
+                    2.0 * (double)(padded_depth(g) * hp * wp * g->c) / (double)g->mg;
+    /* a margin for what the count leaves out (a parallel loop per kernel position, Y's two extra
+     * passes): ResNet-50's 3x3 convs at 7x7, which it counts 15% cheaper, keep the padded path */
+    return valid < 0.7 * padded;
+}
+
+typedef struct vt_job {
+    const af_vep *ep;
+    float *y;
+    int64_t m; /* columns */
+    bool zero; /* zero rows, else run the epilogue on them */
+} vt_job;
+
+static void vt_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const vt_job *j = ctx;
+    float *y = j->y + begin * j->m;
+    if (j->zero) memset(y, 0, (size_t)((end - begin) * j->m) * sizeof(float));
+    else af_vec()->ep_tile(j->ep, y, j->m, begin, 0, end - begin, j->m);
+}
+
+static void conv_valid_taps(const conv_cl *g, const af_vep *ep, float *y, af_exec *ex) {
+    int64_t taps = g->kd * g->kh * g->kw, kp = taps * g->cg, rows = g->n * g->od * g->oh * g->ow;
+    size_t per = af_gemm_packed_floats(kp, g->mg);
+    double fill_ns = af_exec_work_ns(ex, 0.0, 4.0 * (double)(rows * g->m));
+    vt_job zj = {ep, y, g->m, true};
+    af_exec_parallel(ex, rows, fill_ns, vt_rows, &zj);
+    /* the products add into Y in registers: Y is each GEMM's residual (read before written) */
+    af_vep acc;
+    memset(&acc, 0, sizeof acc);
+    acc.nsteps = 1;
+    acc.cols = g->m;
+    acc.y = y;
+    acc.steps[0] = (af_vep_step){AF_EP_ADD, AF_VEP_FULL, 0, 0.0f, 0.0f, y};
+    static const int64_t tap0[1] = {0};
+    for (int64_t t = 0; t < taps; t++) {
+        int64_t kd = t / (g->kh * g->kw), kh = t / g->kw % g->kh, kw = t % g->kw;
+        int64_t d0, d1, h0, h1, w0, w1;
+        vt_range(g->od, g->d, kd, g->sd, g->dd, g->pd, &d0, &d1);
+        vt_range(g->oh, g->h, kh, g->sh, g->dh, g->ph, &h0, &h1);
+        vt_range(g->ow, g->w, kw, g->sw, g->dw, g->pw, &w0, &w1);
+        if (d0 == d1 || h0 == h1 || w0 == w1) continue;
+        for (int64_t b = 0; b < g->n; b++)
+            for (int64_t z = d0; z < d1; z++)
+                for (int64_t gi = 0; gi < g->group; gi++) {
+                    /* the box's first output, and the input this kernel position reads for it */
+                    int64_t row0 = ((b * g->od + z) * g->oh + h0) * g->ow + w0;
+                    int64_t xd = z * g->sd - g->pd + kd * g->dd, xh = h0 * g->sh - g->ph + kh * g->dh;
+                    int64_t xw = w0 * g->sw - g->pw + kw * g->dw;
+                    af_gemm gm = {g->x + (((b * g->d + xd) * g->h + xh) * g->w + xw) * g->c + gi * g->cg,
+                                  h1 - h0, w1 - w0, g->sh * g->w * g->c, g->sw * g->c, tap0, 1, g->cg,
+                                  g->wt + (size_t)gi * per, g->mg, y + row0 * g->m + gi * g->mg, g->m,
+                                  &acc, row0, gi * g->mg, AF_GEMM_F32, NULL, NULL, t * g->cg, kp, g->ow, NULL, 0};
+                    af_gemm_run(ex, &gm);
+                }
+    }
+    if (ep->nsteps || ep->generic) {
+        vt_job ej = {ep, y, g->m, false};
+        af_exec_parallel(ex, rows, fill_ns, vt_rows, &ej);
+    }
+}
+
 /* Scratch conv_dense needs on `threads` threads: the zero-bordered image when the windows
  * reach outside X, the blocks of gated weights (one per thread) and the tap offsets. */
 static size_t dense_scratch_bytes(const conv_cl *g, int threads) {
@@ -331,6 +443,10 @@ static size_t dense_scratch_bytes(const conv_cl *g, int threads) {
  * dense_scratch_bytes of it). */
 static void conv_dense(const conv_cl *g, const af_vep *ep, float *y, unsigned char *scratch,
                        af_exec *ex) {
+    if (vt_choose(g)) {
+        conv_valid_taps(g, ep, y, ex);
+        return;
+    }
     bool pad = needs_padding(g);
     int64_t hp = g->h, wp = g->w, dp = pad ? padded_depth(g) : g->d;
     if (pad) padded_extent(g, &hp, &wp);
@@ -371,7 +487,7 @@ static void conv_dense(const conv_cl *g, const af_vep *ep, float *y, unsigned ch
                               y + row0 * g->m + gi * g->mg, g->m,
                               ep, row0, gi * g->mg, AF_GEMM_F32,
                               /* the squeeze-excite gate scales W's rows, a block at a time */
-                              g->gate ? g->gate + b * g->c : NULL, wg, NULL, 0};
+                              g->gate ? g->gate + b * g->c : NULL, wg, 0, 0, 0, NULL, 0};
                 af_gemm_run(ex, &gm);
             }
 }
@@ -471,7 +587,7 @@ static void conv_low(const conv_cl *g, const af_vep *ep, float *y, unsigned char
                       flat ? 1 : g->oh, flat ? g->oh * g->ow : g->ow, g->sh * wp * cp, g->sw * cp,
                       taps, ntaps, merged ? g->kw * cp : cp, g->wt, g->m,
                       y + b * g->oh * g->ow * g->m, g->m, ep, b * g->oh * g->ow, 0, g->wt_type,
-                      NULL, NULL, NULL, 0};
+                      NULL, NULL, 0, 0, 0, NULL, 0};
         af_gemm_run(ex, &gm);
     }
 }
@@ -566,7 +682,7 @@ static void conv_u8s8(const conv_cl *g, const af_vep *ep, float *y, unsigned cha
             af_gemm gm = {j.img + ((b * dp + zp * g->sd) * hp) * wp * cp, flat ? 1 : g->oh,
                           flat ? g->od * plane : g->ow, g->sh * wp * cp, g->sw * cp, taps, ntaps,
                           merged ? g->kw * cp : cp, g->wt, g->m, y + row0 * g->m, g->m, ep, row0,
-                          0, AF_GEMM_U8S8, NULL, NULL, scale, g->q.x_zero};
+                          0, AF_GEMM_U8S8, NULL, NULL, 0, 0, 0, scale, g->q.x_zero};
             af_gemm_run(ex, &gm);
         }
 }
@@ -610,7 +726,7 @@ static void wino_products(void *ctx, int slot, int64_t begin, int64_t end) {
     for (int64_t e = begin; e < end; e++) {
         af_gemm gm = {j->v + e * j->ntiles * g->c, 1, j->ntiles, 0, g->c, tap0, 1, g->c,
                       g->wt + (size_t)e * per, g->m, j->mt + e * j->ntiles * g->m, g->m, NULL, 0, 0,
-                      AF_GEMM_F32, NULL, NULL, NULL, 0};
+                      AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0};
         af_gemm_run(NULL, &gm);
     }
 }
@@ -745,7 +861,7 @@ static void pro_expand_row(const pro_job *j, int64_t b, int64_t ih, float *dst) 
     static const int64_t tap0[1] = {0};
     int64_t row = b * g->h + ih;
     af_gemm gm = {g->pro_x + row * g->w * g->pro_c, 1, g->w, 0, g->pro_c, tap0, 1, g->pro_c,
-                  g->pro_wt, g->c, dst, g->c, j->pro, row * g->w, 0, AF_GEMM_F32, NULL, NULL, NULL, 0};
+                  g->pro_wt, g->c, dst, g->c, j->pro, row * g->w, 0, AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0};
     af_gemm_run(NULL, &gm);
 }
 
@@ -915,7 +1031,7 @@ static void convt_bands(void *ctx, int slot, int64_t begin, int64_t end) {
             for (int64_t gi = 0; gi < g->group; gi++) {
                 af_gemm gm = {xb + i0 * inner * g->c + gi * g->cg, 1, (i1 - i0) * inner, 0, g->c,
                               tap0, 1, g->cg, g->wt + (size_t)gi * per, taps * g->mg,
-                              cols + gi * taps * g->mg, taps * g->m, NULL, 0, 0, AF_GEMM_F32, NULL, NULL, NULL, 0};
+                              cols + gi * taps * g->mg, taps * g->m, NULL, 0, 0, AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0};
                 af_gemm_run(NULL, &gm);
             }
             src = cols;
@@ -1230,7 +1346,7 @@ af_status fast_conv_pool_fc(const af_node *n, const af_tensor *const *in, af_ten
     af_vep_build(&fc_ep, out[0].data, c.classes, &fv);
     static const int64_t tap0[1] = {0};
     af_gemm gm = {pooled, 1, g->n, 0, g->m, tap0, 1, g->m, w, c.classes, out[0].data, c.classes,
-                  &fv, 0, 0, AF_GEMM_F32, NULL, NULL, NULL, 0};
+                  &fv, 0, 0, AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0};
     af_gemm_run(ex, &gm);
     return AF_OK;
 }

@@ -223,7 +223,7 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, i
     int64_t eb = g->type == AF_GEMM_F16 ? 2 : 4;
     int64_t ea = g->type == AF_GEMM_BF16 ? 2 : g->type == AF_GEMM_U8S8 ? 1 : 4;
     const char *panel = ip && ip->bblk ? ip->bblk + (p - ip->blk * j->block) * AF_GEMM_NR * j->k * eb
-                                       : (const char *)g->b + j0 * j->k * eb;
+                                       : (const char *)g->b + (j0 * j->k + g->k0 * w) * eb;
     af_ukr_args u = {a, g->rs_i, g->tap_off, g->ntaps, g->tap_len, NULL, w, NULL, 0,
                      NULL, NULL, 0, NULL, NULL, 0, 0, 0, NULL, NULL, 0};
     if (j->nblocks == 1 && p == 0 && g->ntaps == 1 && g->rs_i == g->tap_len) {
@@ -232,10 +232,11 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, i
         u.pf = (const char *)a + mr * g->rs_i * ea;
         u.pf_steps = (mr * g->tap_len * ea / 64 + 1) / 2;
         u.pf_step = 128;
-    } else if (ip && ip->tile > ip->first && ip->blk + 1 < j->nblocks) {
+    } else if (ip && ip->tile > ip->first && ip->blk + 1 < j->nblocks && !g->kp) {
         /* a slice of the next block, shared among the tiles after the thread's first here (a
          * thread that came in halfway through the block, as the one after a split does,
-         * still fetches all of it) */
+         * still fetches all of it); not with a range of B's rows (kp), whose panels hold rows
+         * this GEMM never reads */
         int64_t p0 = ip->blk * j->block, bl = j->npanels - p0 < j->block ? j->npanels - p0 : j->block;
         int64_t n0 = (p0 + bl) * AF_GEMM_NR, n1 = (p0 + bl + j->block) * AF_GEMM_NR;
         if (n1 > g->n) n1 = g->n;
@@ -340,13 +341,14 @@ static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
         if (mr == 0) continue;
         int64_t off = o * g->rs_o + i0 * g->rs_i;
         if (j->amx) {
-            run_panel_amx(j, (const uint16_t *)g->a + off, o * g->mi + i0, mr, p0 + rem % bl);
+            run_panel_amx(j, (const uint16_t *)g->a + off, o * (g->cs_o ? g->cs_o : g->mi) + i0, mr,
+                          p0 + rem % bl);
             continue;
         }
         const void *a = g->type == AF_GEMM_BF16   ? (const void *)((const uint16_t *)g->a + off)
                         : g->type == AF_GEMM_U8S8 ? (const void *)((const uint8_t *)g->a + off)
                                                   : (const void *)((const float *)g->a + off);
-        run_panel(j, a, o * g->mi + i0, mr, p0 + rem % bl, &ip);
+        run_panel(j, a, o * (g->cs_o ? g->cs_o : g->mi) + i0, mr, p0 + rem % bl, &ip);
     }
     if (j->amx) af_amx_end();
 }
@@ -355,7 +357,9 @@ static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
 static int64_t panel_rows(const af_gemm *g) {
     AF_ASSERT(g->type != AF_GEMM_BF16 || g->tap_len % AF_GEMM_BF16_KB == 0);
     AF_ASSERT(g->type != AF_GEMM_U8S8 || (g->tap_len % AF_GEMM_U8S8_KB == 0 && g->qscale));
-    int64_t k = g->ntaps * g->tap_len;
+    AF_ASSERT((!g->k0 && !g->kp) || (g->type != AF_GEMM_BF16 && g->type != AF_GEMM_U8S8 &&
+                                      !g->b_rowscale && g->k0 + g->ntaps * g->tap_len <= g->kp));
+    int64_t k = g->kp ? g->kp : g->ntaps * g->tap_len;
     return g->type == AF_GEMM_BF16 ? k / 2 : g->type == AF_GEMM_U8S8 ? k / 4 : k;
 }
 
@@ -390,7 +394,8 @@ void af_gemm_run(af_exec *x, const af_gemm *g) {
     gemm_job j = {g, af_vec(), NULL, panel_rows(g), (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 0,
                   0, g->type == AF_GEMM_BF16 && af_cpu_amx(), {0}, {0}, {0}};
     split_ep(g->ep, &j.rep);
-    j.block = block_panels(j.k, j.npanels, g->type == AF_GEMM_F16 ? 2 : 4);
+    /* blocks sized by the rows the products read (a range of them with kp) */
+    j.block = block_panels(g->kp ? g->ntaps * g->tap_len : j.k, j.npanels, g->type == AF_GEMM_F16 ? 2 : 4);
     AF_ASSERT(!g->b_rowscale || (g->type == AF_GEMM_F32 && g->ntaps == 1 && g->b_scratch));
     if (g->type == AF_GEMM_U8S8) j.colsum = af_gemm_u8s8_colsum(g->b, g->ntaps * g->tap_len, g->n);
     j.nblocks = (j.npanels + j.block - 1) / j.block;

@@ -79,6 +79,14 @@ typedef struct af_gemm {
      * af_gemm_rowscale_floats floats, 64-byte aligned), where the block stays in L2. */
     const float *b_rowscale;
     float *b_scratch;
+    /* A range of B's rows (F32 and F16 only; zeros: all of them): the products use rows
+     * [k0, k0 + ntaps * tap_len) of B packed with kp rows per panel (kp 0: ntaps * tap_len), so
+     * a convolution can multiply one kernel position's rows of its packed weights. */
+    int64_t k0, kp;
+    /* Output rows between outer indices o and o + 1 (0: mi): output row m of (o, i) is
+     * o * cs_o + i, for C (c + m * ldc) and the epilogue (ep_row0 + m) alike, so a GEMM can
+     * cover a rectangle of a convolution's output positions narrower than its rows. */
+    int64_t cs_o;
     /* U8S8: A's zero point and the scale of each of the n columns (C = (A x B - qzero *
      * colsum) * qscale, then ep); A offsets and strides count bytes. */
     const float *qscale;

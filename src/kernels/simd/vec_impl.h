@@ -767,6 +767,15 @@ static inline const float *dw_xrow(const af_dw_row *p, int64_t kh) {
     return p->xrows ? p->xrows[kh] : p->x + (p->oh * p->sh - p->ph + kh * p->dh) * p->w * p->c;
 }
 
+/* The epilogue's leading Relu or Clip on n sums in registers (cl = {lo, hi}), as the GEMM's
+ * micro-kernels apply it: a pass over the stored block for it cost 3x3 layers of 32 to 72
+ * channels about a tenth of their time. */
+#define DW_CLAMP(acc, n, cl)                                                                       \
+    do {                                                                                          \
+        vf lo_ = vsplat((cl)[0]), hi_ = vsplat((cl)[1]);                                          \
+        for (int i_ = 0; i_ < (n); i_++) (acc)[i_] = vm_min(hi_, vm_max(lo_, (acc)[i_]));         \
+    } while (0)
+
 /* Channels [c0, c0 + nc) of outputs ow0 .. ow0 + NB - 1, all of whose kernel columns are inside
  * the row (checked by the caller); the outputs share each weight vector load. Each output's
  * sum is a chain of dependent FMAs (one per tap), and the NB chains are what the two FMA ports
@@ -775,7 +784,7 @@ static inline const float *dw_xrow(const af_dw_row *p, int64_t kh) {
  * rows again. */
 static inline __attribute__((always_inline)) void dw_block(const int NB, const af_dw_row *p,
                                                           int64_t khlo, int64_t khhi, int64_t ow0,
-                                                          int64_t c0, int64_t nc) {
+                                                          int64_t c0, int64_t nc, const float *cl) {
     const int64_t c = p->c;
     vf acc[8];
     vf bv = p->bias ? (nc == VW ? vload(p->bias + c0) : vload_part(p->bias + c0, nc)) : (vf){0};
@@ -792,6 +801,7 @@ static inline __attribute__((always_inline)) void dw_block(const int NB, const a
             }
         }
     }
+    if (cl) DW_CLAMP(acc, NB, cl);
     for (int i = 0; i < NB; i++) {
         float *y = p->y + (ow0 + i) * c + c0;
         if (nc == VW) vstore(y, acc[i]);
@@ -799,34 +809,52 @@ static inline __attribute__((always_inline)) void dw_block(const int NB, const a
     }
 }
 
-/* The same for stride 1 and dilation 1 with KW kernel columns: the NB + KW - 1 input columns
- * a kernel row covers are loaded once and shared by the NB outputs and KW taps (27 loads per
- * 36 FMAs for 3x3 and 4 outputs instead of 45). */
+/* The same for stride SW (1 or 2) and dilation 1 with KW kernel columns: the (NB - 1) * SW + KW
+ * input columns a kernel row covers are each loaded once and shared by the NB outputs and KW taps
+ * (27 loads per 36 FMAs for 3x3, stride 1 and 4 outputs instead of 45; 19 per 40 for 5x5,
+ * stride 2 and 8 outputs instead of 45: a stride-2 layer ran each output's own loads before,
+ * and its edge columns one at a time, and took about twice ONNX Runtime's time). */
 static inline __attribute__((always_inline)) void dw_block_s1(const int NB, const int KW,
-                                                             const int FULL, const int EDGE,
-                                                             const af_dw_row *p, int64_t khlo,
-                                                             int64_t khhi, int64_t ow0,
-                                                             int64_t c0, int64_t nc) {
+                                                             const int SW, const int FULL,
+                                                             const int EDGE, const af_dw_row *p,
+                                                             int64_t khlo, int64_t khhi,
+                                                             int64_t ow0, int64_t c0, int64_t nc,
+                                                             const float *cl) {
 #define DW_LD(q) (FULL ? vload(q) : vload_part(q, nc))
     const int64_t c = p->c;
+    const int NX = (NB - 1) * SW + KW;
     vf acc[8];
     vf bv = p->bias ? DW_LD(p->bias + c0) : (vf){0};
     for (int i = 0; i < NB; i++) acc[i] = bv;
     /* EDGE: some input columns lie in the padding; they are zeros (adding 0 * w to a sum
      * leaves it as it was, up to the sign of a zero), so an edge block runs as an inner one. */
-    bool in[8 + 4];
-    for (int q = 0; q < NB + KW - 1; q++) in[q] = !EDGE || (ow0 - p->pw + q >= 0 && ow0 - p->pw + q < p->w);
+    bool in[7 * 2 + 5];
+    const int64_t iw0 = ow0 * SW - p->pw;
+    for (int q = 0; q < NX; q++) in[q] = !EDGE || (iw0 + q >= 0 && iw0 + q < p->w);
     for (int64_t kh = khlo; kh < khhi; kh++) {
         /* one pointer stepped by c: 12 precomputed column pointers spilled to vector registers,
          * and moving them back took the FMA ports */
-        const float *xq = dw_xrow(p, kh) + (ow0 - p->pw) * c + c0;
+        const float *xq = dw_xrow(p, kh) + iw0 * c + c0;
         const float *wq = p->wt + kh * KW * c + c0;
-        vf xv[8 + 4], wv[5];
-        for (int q = 0; q < NB + KW - 1; q++, xq += c) xv[q] = in[q] ? DW_LD(xq) : (vf){0};
-        for (int kw = 0; kw < KW; kw++, wq += c) wv[kw] = DW_LD(wq);
-        for (int kw = 0; kw < KW; kw++)
-            for (int i = 0; i < NB; i++) acc[i] += xv[i + kw] * wv[kw];
+        vf wv[5];
+        _Pragma("GCC unroll 5") for (int kw = 0; kw < KW; kw++, wq += c) wv[kw] = DW_LD(wq);
+        if (SW == 1) { /* every column, then every tap (measured faster than below at stride 1) */
+            vf xv[8 + 4];
+            for (int q = 0; q < NX; q++, xq += c) xv[q] = in[q] ? DW_LD(xq) : (vf){0};
+            for (int kw = 0; kw < KW; kw++)
+                for (int i = 0; i < NB; i++) acc[i] += xv[i + kw] * wv[kw];
+            continue;
+        }
+        /* Stride 2: input column by input column, into every output whose window it is in;
+         * each column is used as soon as it is loaded, so only KW weights, NB sums and a
+         * column or two are live (all 19 columns of 5x5 held at once spilled). */
+        _Pragma("GCC unroll 20") for (int q = 0; q < NX; q++, xq += c) {
+            vf xv = in[q] ? DW_LD(xq) : (vf){0};
+            _Pragma("GCC unroll 5") for (int kw = 0; kw < KW; kw++)
+                if (q >= kw && (q - kw) % SW == 0 && (q - kw) / SW < NB) acc[(q - kw) / SW] += xv * wv[kw];
+        }
     }
+    if (cl) DW_CLAMP(acc, NB, cl);
     for (int i = 0; i < NB; i++) {
         float *y = p->y + (ow0 + i) * c + c0;
         if (FULL) vstore(y, acc[i]);
@@ -835,23 +863,27 @@ static inline __attribute__((always_inline)) void dw_block_s1(const int NB, cons
 #undef DW_LD
 }
 
-/* Whether dw_block_s1 takes p: stride and dilation 1 along the row, 3 or 5 kernel columns. */
+/* Whether dw_block_s1 takes p: stride 1 or 2 and dilation 1 along the row, 3 or 5 kernel
+ * columns. */
 static bool dw_s1(const af_dw_row *p) {
-    return p->sw == 1 && p->dw == 1 && (p->kw == 3 || p->kw == 5);
+    return (p->sw == 1 || p->sw == 2) && p->dw == 1 && (p->kw == 3 || p->kw == 5);
 }
 
 /* A block of NB outputs (NB a constant at each call, so the loops unroll); edge: some of their
  * windows reach into the padding (dw_block_s1 only). */
 static inline __attribute__((always_inline)) void dw_blocks(const int NB, const af_dw_row *p,
                                                            int64_t khlo, int64_t khhi, int64_t ow,
-                                                           int64_t cc, int64_t ce, bool edge) {
+                                                           int64_t cc, int64_t ce, bool edge,
+                                                           const float *cl) {
     for (int64_t c0 = cc; c0 < ce; c0 += VW) {
         int64_t nc = ce - c0 < VW ? ce - c0 : VW;
         bool full = nc == VW;
-#define DW_S1(KW, FULL, EDGE) dw_block_s1(NB, KW, FULL, EDGE, p, khlo, khhi, ow, c0, nc)
-        if (!dw_s1(p)) dw_block(NB, p, khlo, khhi, ow, c0, nc);
-        else if (p->kw == 3) full ? (edge ? DW_S1(3, 1, 1) : DW_S1(3, 1, 0)) : (edge ? DW_S1(3, 0, 1) : DW_S1(3, 0, 0));
-        else full ? (edge ? DW_S1(5, 1, 1) : DW_S1(5, 1, 0)) : (edge ? DW_S1(5, 0, 1) : DW_S1(5, 0, 0));
+#define DW_S1(KW, SW, FULL, EDGE) dw_block_s1(NB, KW, SW, FULL, EDGE, p, khlo, khhi, ow, c0, nc, cl)
+#define DW_KW(KW, SW) full ? (edge ? DW_S1(KW, SW, 1, 1) : DW_S1(KW, SW, 1, 0)) : (edge ? DW_S1(KW, SW, 0, 1) : DW_S1(KW, SW, 0, 0))
+        if (!dw_s1(p)) dw_block(NB, p, khlo, khhi, ow, c0, nc, cl);
+        else if (p->sw == 1) p->kw == 3 ? DW_KW(3, 1) : DW_KW(5, 1);
+        else p->kw == 3 ? DW_KW(3, 2) : DW_KW(5, 2);
+#undef DW_KW
 #undef DW_S1
     }
 }
@@ -867,7 +899,7 @@ static int64_t first_at_least(int64_t base, int64_t step, int64_t lo) {
  * out once, outside the loops (recomputing them per tap took about 20 instructions per FMA).
  * Together these made the edge columns of a 12-wide 5x5 layer 3x cheaper. */
 static void dw_one(const af_dw_row *p, int64_t khlo, int64_t khhi, int64_t ow, int64_t c0,
-                   int64_t ce) {
+                   int64_t ce, const float *cl) {
     const int64_t c = p->c, iw0 = ow * p->sw - p->pw, xs = p->dw * c;
     int64_t kwlo = first_at_least(iw0, p->dw, 0), kwhi = p->kw;
     while (kwhi > kwlo && iw0 + (kwhi - 1) * p->dw >= p->w) kwhi--;
@@ -881,6 +913,7 @@ static void dw_one(const af_dw_row *p, int64_t khlo, int64_t khhi, int64_t ow, i
                 for (int i = 0; i < 4; i++)
                     acc[i] += vload(q + kw * xs + i * VW) * vload(wq + kw * c + i * VW);
         }
+        if (cl) DW_CLAMP(acc, 4, cl);
         for (int i = 0; i < 4; i++) vstore(p->y + ow * c + c0 + i * VW, acc[i]);
     }
     for (; c0 < ce; c0 += VW) {
@@ -892,6 +925,7 @@ static void dw_one(const af_dw_row *p, int64_t khlo, int64_t khhi, int64_t ow, i
             for (int64_t kw = kwlo; kw < kwhi; kw++)
                 acc += vload_part(q + kw * xs, nc) * vload_part(wq + kw * c, nc);
         }
+        if (cl) DW_CLAMP(&acc, 1, cl);
         vstore_part(p->y + ow * c + c0, acc, nc);
     }
 }
@@ -929,7 +963,25 @@ static void dw_sum(const af_dw_row *p, int64_t ow, int64_t nb, int64_t cc, int64
 
 /* Block by block along the row, each block through the epilogue and into the sums while it is
  * in L1. */
-static void dw_row(const af_dw_row *p) {
+static void dw_row(const af_dw_row *pin) {
+    /* A leading Relu or Clip of the epilogue runs in registers (DW_CLAMP); the rest after each
+     * block, through ep_tile, from a copy of the program without it. */
+    af_dw_row pr = *pin;
+    const af_dw_row *p = &pr;
+    af_vep rest;
+    float clamp[2];
+    const float *cl = NULL;
+    const af_vep *e = pin->ep;
+    if (e && !e->generic && e->nsteps > 0 && e->steps[0].kind == AF_VEP_NONE &&
+        (e->steps[0].op == AF_EP_RELU || e->steps[0].op == AF_EP_CLIP)) {
+        clamp[0] = e->steps[0].op == AF_EP_RELU ? 0.0f : e->steps[0].p0;
+        clamp[1] = e->steps[0].op == AF_EP_RELU ? INFINITY : e->steps[0].p1;
+        cl = clamp;
+        memcpy(&rest, e, offsetof(af_vep, steps));
+        rest.nsteps = e->nsteps - 1;
+        memcpy(rest.steps, e->steps + 1, sizeof(af_vep_step) * (size_t)rest.nsteps);
+        pr.ep = &rest;
+    }
     const int64_t ih0 = p->oh * p->sh - p->ph, span = (p->kw - 1) * p->dw;
     /* Kernel rows inside the image, and the output columns whose whole window is inside. */
     int64_t khlo = first_at_least(ih0, p->dh, 0), khhi = p->kh;
@@ -937,7 +989,7 @@ static void dw_row(const af_dw_row *p) {
     int64_t owlo = first_at_least(-p->pw, p->sw, 0), owhi = owlo;
     while (owhi < p->ow && owhi * p->sw - p->pw + span < p->w) owhi++;
     const int64_t chunk = dw_chunk(p);
-    /* Eight or four outputs share their loads: any eight with stride 1 (the padding read as
+    /* Eight or four outputs share their loads: any eight with stride 1 or 2 (the padding read as
      * zeros; edge columns one at a time were twice as slow per vector, a third of a 12-wide 5x5
      * row), else whole windows only; a leftover column goes alone. */
     const bool s1 = dw_s1(p);
@@ -947,9 +999,9 @@ static void dw_row(const af_dw_row *p) {
         for (int64_t ow = 0; ow < p->ow;) {
             int nb = ow >= lo && ow + 8 <= hi ? 8 : ow >= lo && ow + 4 <= hi ? 4 : 1;
             bool edge = ow < owlo || ow + nb > owhi;
-            if (nb == 8) dw_blocks(8, p, khlo, khhi, ow, cc, ce, edge);
-            else if (nb == 4) dw_blocks(4, p, khlo, khhi, ow, cc, ce, edge);
-            else dw_one(p, khlo, khhi, ow, cc, ce);
+            if (nb == 8) dw_blocks(8, p, khlo, khhi, ow, cc, ce, edge, cl);
+            else if (nb == 4) dw_blocks(4, p, khlo, khhi, ow, cc, ce, edge, cl);
+            else dw_one(p, khlo, khhi, ow, cc, ce, cl);
             dw_ep(p, ow, nb, cc, ce);
             dw_sum(p, ow, nb, cc, ce);
             ow += nb;
@@ -1031,8 +1083,40 @@ static int64_t window_count(int64_t o, int64_t s, int64_t pb, int64_t k, int64_t
     return b > a ? b - a : 0;
 }
 
+/* One output of a pooling row over the window [hlo, hhi) x [wlo, whi): four vectors of channels
+ * at a time, four independent chains of max or add (one vector at a time waited on each op's
+ * latency at every window position: SqueezeNet's 3x3 MaxPools took 1.5x ONNX Runtime's time). */
+static inline __attribute__((always_inline)) void pool_out(const int MAX, const af_pool_row *p,
+                                                         int64_t hlo, int64_t hhi, int64_t wlo,
+                                                         int64_t whi, int64_t ow, float scale) {
+    const int64_t c = p->c;
+    for (int64_t c0 = 0; c0 < c; c0 += 4 * VW) {
+        int64_t nv = (c - c0 + VW - 1) / VW, last;
+        if (nv > 4) nv = 4;
+        last = c - c0 - (nv - 1) * VW; /* floats of the last vector, 1..VW */
+        vf acc[4];
+        for (int v = 0; v < 4; v++) acc[v] = vsplat(MAX ? -INFINITY : 0.0f);
+        for (int64_t ih = hlo; ih < hhi; ih++)
+            for (int64_t iw = wlo; iw < whi; iw++) {
+                const float *q = p->x + (ih * p->w + iw) * c + c0;
+                for (int v = 0; v < 4; v++) {
+                    if (v >= nv) break;
+                    vf x = v == nv - 1 && last < VW ? vload_part(q + v * VW, last) : vload(q + v * VW);
+                    acc[v] = MAX ? vm_max(acc[v], x) : acc[v] + x;
+                }
+            }
+        float *y = p->y + ow * c + c0;
+        for (int v = 0; v < 4; v++) {
+            if (v >= nv) break;
+            vf r = MAX ? acc[v] : acc[v] * vsplat(scale);
+            if (v == nv - 1 && last < VW) vstore_part(y + v * VW, r, last);
+            else vstore(y + v * VW, r);
+        }
+    }
+}
+
 static void pool_row(const af_pool_row *p) {
-    const int64_t c = p->c, ih0 = p->oh * p->sh - p->ph;
+    const int64_t ih0 = p->oh * p->sh - p->ph;
     int64_t hlo = ih0 < 0 ? 0 : ih0, hhi = ih0 + p->kh < p->h ? ih0 + p->kh : p->h;
     for (int64_t ow = 0; ow < p->ow; ow++) {
         int64_t iw0 = ow * p->sw - p->pw;
@@ -1041,21 +1125,9 @@ static void pool_row(const af_pool_row *p) {
                             ? window_count(p->oh, p->sh, p->ph, p->kh, -p->ph, p->h + p->pe_h) *
                                   window_count(ow, p->sw, p->pw, p->kw, -p->pw, p->w + p->pe_w)
                             : (hhi - hlo) * (whi - wlo);
-        vf scale = vsplat(count > 0 ? 1.0f / (float)count : 0.0f);
-        for (int64_t c0 = 0; c0 < c; c0 += VW) {
-            int64_t nc = c - c0 < VW ? c - c0 : VW;
-            vf acc = vsplat(p->max ? -INFINITY : 0.0f);
-            for (int64_t ih = hlo; ih < hhi; ih++)
-                for (int64_t iw = wlo; iw < whi; iw++) {
-                    const float *q = p->x + (ih * p->w + iw) * c + c0;
-                    vf v = nc == VW ? vload(q) : vload_part(q, nc);
-                    acc = p->max ? vm_max(acc, v) : acc + v;
-                }
-            if (!p->max) acc *= scale;
-            float *y = p->y + ow * c + c0;
-            if (nc == VW) vstore(y, acc);
-            else vstore_part(y, acc, nc);
-        }
+        float scale = count > 0 ? 1.0f / (float)count : 0.0f;
+        if (p->max) pool_out(1, p, hlo, hhi, wlo, whi, ow, scale);
+        else pool_out(0, p, hlo, hhi, wlo, whi, ow, scale);
     }
 }
 
