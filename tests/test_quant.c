@@ -231,7 +231,8 @@ static void check_cfg(const qcase *c, const af_precision_cfg *cfg, bool slow_int
                      af_attr_str(n, "precision_why", "-"));
         if (want_int8 && (n->in[1]->type.dtype != AF_DTYPE_INT8 || n->in[1]->type.rank != 1))
             fail_msg("%s: int8 weights not packed", c->name);
-        if (!want_int8 && (af_attr_int(n, "quant", 0) || !af_node_attr(n, "precision_why")))
+        if (!want_int8 && (af_attr_int(n, "quant", 0) ||
+                           strncmp(af_attr_str(n, "precision_why", ""), "int8:", 5)))
             fail_msg("%s [%s]: not rewritten to float32 with a reason", c->name, af_isa_name(isa));
         af_tensor one, two;
         memset(&one, 0, sizeof one);
@@ -278,6 +279,10 @@ static void test_quant_slow_int8(void **state) {
     af_precision_cfg cfg = {AF_PREC_FP32, NULL, 100e9, 0, 110e9};
     check_cfg(&cases[1], &cfg, true);
     check_cfg(&cases[9], &cfg, true);
+    /* under --precision_mode=bf16 too: the int8 decision and its reason stand */
+    af_precision_cfg bf = {AF_PREC_BF16, NULL, 100e9, 400e9, 110e9};
+    check_cfg(&cases[9], &bf, true);
+    check_cfg(&cases[7], &bf, false);
 }
 
 /* Two cores reading one activation with the same quantization (BERT's Q, K, V projections)

@@ -204,7 +204,11 @@ static af_status mark_graph(af_graph *g, const af_precision_cfg *cfg, af_error *
             af_status st = mark_graph(sub, cfg, err);
             if (st) return st;
         }
-        if (!strcmp(af_attr_str(n, "precision", ""), "int8")) continue; /* int8.c chose */
+        /* int8.c decided quantized cores (int8, or float32 with its reason): the mode leaves
+         * them as they are */
+        if (!strcmp(af_attr_str(n, "precision", ""), "int8") ||
+            !strncmp(af_attr_str(n, "precision_why", ""), "int8:", 5))
+            continue;
         const char *why = low_precision_blocker(n);
         if (why == AF_NO_MATCH) continue;
         if (!why && kept(n, cfg->keep_fp32)) why = "--keep_fp32";
