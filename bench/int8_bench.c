@@ -3,7 +3,9 @@
  * lowering's int8 decision reads them), then per stage a graph of its three convs (1x1 reduce,
  * 3x3, 1x1 expand; bias and Relu on the first two, as after fusion) built twice from the same
  * weights: quantized (int8 weights per output channel, each conv's input fake-quantized, the
- * graph lowered so that the convs run on the U8S8 core) and plain float32 (the fp32 model). Both
+ * graph lowered so that the convs run on the U8S8 core) and plain float32 (the fp32 model); NHWC
+ * in through a Transpose the layout pass cancels, a GlobalAveragePool out, so each graph is its
+ * three convs. Both
  * run alternately `reps` times at each thread count; the table gives the best and the median
  * times and the ratios of each (on a busy machine the best runs are the ones nothing else
  * interrupted).
@@ -86,6 +88,14 @@ static af_value *conv(af_graph *g, af_value *x, int64_t cin, int64_t m, int64_t 
     return f->out[0];
 }
 
+static af_value *transpose(af_graph *g, af_value *x, const int64_t *perm) {
+    af_node *t = af_node_new(g, AF_OP_TRANSPOSE, af_graph_unique_name(g, "perm"), 1, 1);
+    af_node_set_input(t, 0, x);
+    af_node_set_output(t, 0, af_value_new(g, af_graph_unique_name(g, "t")));
+    af_node_set_ints(t, "perm", perm, 4);
+    return t->out[0];
+}
+
 static af_graph *build(af_arena *a, const stage *s, bool quant) {
     rng = 42;
     af_graph *g = af_graph_new(a, "int8_bench", NULL);
@@ -97,13 +107,23 @@ static af_graph *build(af_arena *a, const stage *s, bool quant) {
     g->inputs = af_arena_calloc(a, 1, sizeof(af_value *));
     g->outputs = af_arena_calloc(a, 1, sizeof(af_value *));
     af_value *x = af_value_new(g, "x");
-    int64_t xd[4] = {1, s->c, s->h, s->h};
+    int64_t xd[4] = {1, s->h, s->h, s->c};
     x->is_input = true;
     af_tensor_set_type(&x->type, AF_DTYPE_FLOAT, 4, xd);
     g->inputs[g->ninputs++] = x;
-    af_value *y = conv(g, x, s->c, s->mid, 1, true, quant);
+    /* NHWC in through the model's own Transpose, which the layout pass goes through, and the
+     * mean over positions out: the graph is the three convs, as inside a model, not the
+     * reorders at its edges */
+    static const int64_t to_nchw[4] = {0, 3, 1, 2};
+    af_value *y = transpose(g, x, to_nchw);
+    y = conv(g, y, s->c, s->mid, 1, true, quant);
     y = conv(g, y, s->mid, s->mid, 3, true, quant);
     y = conv(g, y, s->mid, s->c, 1, false, quant);
+    /* out through a GlobalAveragePool (channels-last too): a [1, C, 1, 1] output, no reorder */
+    af_node *gp = af_node_new(g, AF_OP_GLOBAL_AVERAGE_POOL, af_graph_unique_name(g, "pool"), 1, 1);
+    af_node_set_input(gp, 0, y);
+    af_node_set_output(gp, 0, af_value_new(g, af_graph_unique_name(g, "pooled")));
+    y = gp->out[0];
     y->is_output = true;
     g->outputs[g->noutputs++] = y;
     return g;
@@ -180,7 +200,7 @@ int main(int argc, char **argv) {
         prepared f, q;
         prepare(&f, s, false, &pc);
         prepare(&q, s, true, &pc);
-        int64_t xd[4] = {1, s->c, s->h, s->h};
+        int64_t xd[4] = {1, s->h, s->h, s->c};
         af_tensor *x = af_tensor_new(AF_DTYPE_FLOAT, 4, xd);
         for (int64_t i = 0; i < af_tensor_numel(x); i++) ((float *)x->data)[i] = (float)(rnd() > 0 ? rnd() * 2 : 0);
         for (int th = 1; th <= maxt; th++) {
