@@ -2,10 +2,12 @@
  * lowering (lower/int8.c) and the fast kernels: every graph is built twice from the same seed;
  * one copy runs as built on the reference kernels (AF_ISA_REFERENCE), the other is lowered and
  * run on each ISA this CPU has with 1 and 2 threads (2 threads: the bits of 1 thread's), within
- * float rounding of the reference. On a CPU with AVX512_VNNI the dense convs and the matmuls run
- * on the U8S8 core (checked: "precision" int8, packed int8 weights) and the grouped / depthwise
- * ones fall back to float32 (precision_why); with a calibrated int8 rate under 1.2x fp32 every
- * node falls back, cores sharing an activation through one QuantizeDequantize. Cases: 1x1, 3x3 stride 1 and 2 with padding, dilation, channels not a
+ * float rounding of the reference (and, on the best ISA, the same bits after a round trip
+ * through an .afm file). On a CPU with AVX512_VNNI the dense convs and the matmuls run on the
+ * U8S8 core (checked: "precision" int8, packed int8 weights) and the grouped / depthwise ones
+ * fall back to float32 (precision_why); with a calibrated int8 rate under 1.2x fp32 every node
+ * falls back (under --precision_mode=bf16 too), cores sharing an activation through one
+ * QuantizeDequantize. Cases: 1x1, 3x3 stride 1 and 2 with padding, dilation, channels not a
  * multiple of 4, 1-D and 3-D, batch 2, zero points 0, 255 and inner, per-tensor and per-channel
  * scales, epilogues (bias, Relu, residual, a sigmoid on the tile), matmuls with trans_b and a
  * batched A; and bad quantization attributes rejected by the lowering's shape inference naming
@@ -18,6 +20,7 @@
 #include "test_util.h"
 
 #include "driver/compile.h"
+#include "format/afm.h"
 #include "ir/epilogue.h"
 #include "kernels/simd/cpu.h"
 #include "runtime/exec.h"
@@ -27,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- building ------------------------------------------------------------------------------------ */
 
@@ -242,6 +246,20 @@ static void check_cfg(const qcase *c, const af_precision_cfg *cfg, bool slow_int
         run(c, g, x, &two, rt2);
         if (one.nbytes != two.nbytes || memcmp(one.data, two.data, one.nbytes))
             fail_msg("%s on %s: 2 threads differ from 1", c->name, af_isa_name(isa));
+        if (isa == best) { /* the lowered graph through an .afm (packed int8 weights) */
+            char path[64];
+            snprintf(path, sizeof path, "/tmp/test_quant.%ld.afm", (long)getpid());
+            af_model *m = NULL;
+            if (af_afm_save(path, g, NULL, &err) || af_afm_load(path, &m, NULL, &err))
+                fail_msg("%s: %s", c->name, err.message);
+            unlink(path);
+            af_tensor_release(&two);
+            memset(&two, 0, sizeof two);
+            run(c, m->graph, x, &two, NULL);
+            if (one.nbytes != two.nbytes || memcmp(one.data, two.data, one.nbytes))
+                fail_msg("%s: the .afm computes other bits", c->name);
+            af_model_free(m);
+        }
         af_tensor_release(&one);
         af_tensor_release(&two);
         af_arena_free(a);
