@@ -236,8 +236,11 @@ static void print_precision(const af_fusion_report *r, FILE *f) {
     if (!r->precision_mode) return;
     int low = 0;
     for (int i = 0; i < r->nprec; i++) low += strcmp(r->prec[i].precision, "fp32") != 0;
-    fprintf(f, "[AF] Precision: %s, %d of %d ops in low precision%s%s\n", r->precision_mode, low,
-            r->nprec, r->precision_note ? "; " : "", r->precision_note ? r->precision_note : "");
+    /* a quantized model compiled without a mode: its int8 comes from the file, not the mode */
+    bool own = r->quantized && !strcmp(r->precision_mode, "fp32");
+    fprintf(f, "[AF] Precision: %s%s, %d of %d ops in low precision%s%s\n", r->precision_mode,
+            own ? " (int8 from the model's quantization)" : "", low, r->nprec,
+            r->precision_note ? "; " : "", r->precision_note ? r->precision_note : "");
     for (int i = 0; i < r->nprec; i++) {
         const af_precision_entry *e = &r->prec[i];
         fprintf(f, "[AF]   %-5s %-16s %s%s%s%s%s%s\n", e->precision, e->op, e->node,
