@@ -144,5 +144,10 @@ static inline float fused_quant_fq(float x, float s, float z) {
 af_status fused_quant_operands(const af_node *n, const fused_quant *q, const af_tensor *x,
                                const af_tensor *w, int64_t inner, int64_t channels,
                                af_tensor *xf, af_tensor *wf, af_error *err);
+/* A copy of n's inputs with X and W replaced by xf and wf (af_free it), or NULL with *st set
+ * when out of memory. */
+const af_tensor **fused_quant_inputs(const af_node *n, const af_tensor *const *in,
+                                     const af_tensor *xf, const af_tensor *wf, af_status *st,
+                                     af_error *err);
 
 #endif

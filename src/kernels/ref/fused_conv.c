@@ -325,16 +325,9 @@ static af_status ref_fused_conv_quant(const af_node *n, const af_tensor *const *
     int64_t per = af_tensor_numel(wt) / wt->dims[0];
     af_tensor xf, wf;
     st = fused_quant_operands(n, &q, x, wt, per > 0 ? per : 1, wt->dims[0], &xf, &wf, err);
-    const af_tensor **fin = st == AF_OK ? af_malloc((size_t)n->nin * sizeof(*fin)) : NULL;
-    if (st == AF_OK && !fin)
-        st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
-    if (st == AF_OK) {
-        for (int i = 0; i < n->nin; i++)
-            fin[i] = in[i];
-        fin[0] = &xf;
-        fin[1] = &wf;
+    const af_tensor **fin = st == AF_OK ? fused_quant_inputs(n, in, &xf, &wf, &st, err) : NULL;
+    if (fin)
         st = ref_fused_conv_float(n, fin, out, err);
-    }
     af_free(fin);
     af_tensor_release(&xf);
     af_tensor_release(&wf);

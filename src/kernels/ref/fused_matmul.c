@@ -371,16 +371,9 @@ static af_status ref_fused_matmul_quant(const af_node *n, const af_tensor *const
     af_tensor af, bf;
     st = fused_quant_operands(n, &g.quant, g.a, g.b, tb ? (g.k > 0 ? g.k : 1) : 1,
                               g.n > 0 ? g.n : 1, &af, &bf, err);
-    const af_tensor **fin = st == AF_OK ? af_malloc((size_t)n->nin * sizeof(*fin)) : NULL;
-    if (st == AF_OK && !fin)
-        st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
-    if (st == AF_OK) {
-        for (int i = 0; i < n->nin; i++)
-            fin[i] = in[i];
-        fin[0] = &af;
-        fin[1] = &bf;
+    const af_tensor **fin = st == AF_OK ? fused_quant_inputs(n, in, &af, &bf, &st, err) : NULL;
+    if (fin)
         st = ref_fused_matmul_float(n, fin, out, true, err);
-    }
     af_free(fin);
     af_tensor_release(&af);
     af_tensor_release(&bf);

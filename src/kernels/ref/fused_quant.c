@@ -113,3 +113,18 @@ af_status fused_quant_operands(const af_node *n, const fused_quant *q, const af_
         dst[i] = (float)src[i] * q->w_scale[q->nw_scale == 1 ? 0 : i / inner % channels];
     return AF_OK;
 }
+
+const af_tensor **fused_quant_inputs(const af_node *n, const af_tensor *const *in,
+                                     const af_tensor *xf, const af_tensor *wf, af_status *st,
+                                     af_error *err) {
+    const af_tensor **fin = af_malloc((size_t)n->nin * sizeof(*fin));
+    if (!fin) {
+        *st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < n->nin; i++)
+        fin[i] = in[i];
+    fin[0] = xf;
+    fin[1] = wf;
+    return fin;
+}
