@@ -244,6 +244,19 @@ static void describe_ops(const cli *c, const names *ops, const unsigned char *on
     af_session_free(s);
 }
 
+/* Whether the model quantizes (QDQ, QOperator, dynamic): its fused graph runs int8 where the
+ * unfused one computes the QuantizeLinear/DequantizeLinear nodes in float, so single elements
+ * differ by whole quantization steps and the cosine is the verdict, as under int8. */
+static bool model_quantized(const cli *c) {
+    af_options opt;
+    cli_options(c, &opt);
+    af_session *s = cli_session(c, &opt);
+    const af_fusion_report *r = s ? af_session_fusion_report(s) : NULL;
+    bool q = r && r->quantized;
+    af_session_free(s);
+    return q;
+}
+
 static double tolerance(const char *given, const char *precision, bool rel) {
     if (given) return strtod(given, NULL);
     if (!precision || af_precision_parse(precision) == AF_PREC_FP32) return rel ? 1e-3 : 1e-4;
@@ -282,12 +295,15 @@ int cmd_verify(const cli *c) {
     if (!want || !ops || !rules || inputs_make(c, rs, &in) || run_once(rs, &in, want)) goto done;
     verify v = {c, &in, want, nout, tolerance(c->rtol, c->precision_mode, true),
                 tolerance(c->atol, c->precision_mode, false), 0, 0};
-    /* int8 is judged by the cosine of each output (0.99 unless --min_cosine), per element only
-     * when --rtol or --atol is given: quantization moves single elements by whole steps */
-    bool int8 = c->precision_mode && af_precision_parse(c->precision_mode) == AF_PREC_INT8;
+    /* int8 (ours, or the model's own quantization) is judged by the cosine of each output
+     * (0.99 unless --min_cosine), per element only when --rtol or --atol is given:
+     * quantization moves single elements by whole steps */
+    bool ours = c->precision_mode && af_precision_parse(c->precision_mode) == AF_PREC_INT8;
+    bool own = !ours && !c->rtol && !c->atol && !c->min_cosine && model_quantized(c);
+    bool int8 = ours || own;
     if (c->min_cosine) v.min_cosine = strtod(c->min_cosine, NULL);
     else if (int8 && !c->rtol && !c->atol) v.min_cosine = 0.99;
-    const char *mode = c->precision_mode ? c->precision_mode : "fp32";
+    const char *mode = own ? "int8 (the model's quantization)" : c->precision_mode ? c->precision_mode : "fp32";
     if (v.min_cosine > 0)
         printf("%s: fused, %s, against unfused fp32 (cosine >= %.9g)\n", c->model, mode,
                v.min_cosine);

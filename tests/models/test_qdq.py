@@ -320,3 +320,16 @@ def test_qdq_conv_opsets(af_bin, tmp_path, opset):
         ref = outs[("--no_fusion",)]
     for got in outs.values():
         assert (np.abs(got - ref) <= 0.01 * 1.001).mean() >= 0.999
+
+
+def test_verify_judges_a_quantized_file_by_cosine(af_bin, models):
+    """verify on a model quantized in its file compares int8 against the float Q/DQ graph by
+    each output's cosine (single elements move by whole steps); --rtol asks for the element
+    rule instead."""
+    model = models / "torch_qdq.onnx"
+    proc = subprocess.run([af_bin, "verify", str(model)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "fused, int8 (the model's quantization), against unfused fp32 (cosine >= 0.99)" in proc.stdout
+    assert "within tolerance" in proc.stdout
+    proc = subprocess.run([af_bin, "verify", str(model), "--rtol=1e-3"], capture_output=True, text=True)
+    assert "(rtol 0.001, atol 0.0001)" in proc.stdout, proc.stdout
