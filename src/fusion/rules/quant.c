@@ -159,3 +159,83 @@ af_status rule_quant_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     return fuse_commit(cx, m, f, m->out[0], fuse_all(m), err);
 }
+
+/* ---- FakeQuantShareFusionOp ----------------------------------------------------------------- */
+
+/* A quantized core that reads x as X with scale s and zero point z (and nowhere else). */
+static bool reads_quantized(const af_node *r, int slot, float s, float z) {
+    return slot == 0 && (r->op == AF_OP_FUSED_CONV || r->op == AF_OP_FUSED_MATMUL) &&
+           af_attr_int(r, "quant", 0) == 1 && af_attr_float(r, "x_scale", 0.0f) == s &&
+           (float)af_attr_int(r, "x_zero_point", -1) == z;
+}
+
+static bool same_fq(const af_node *r, int slot, float s, float z) {
+    return slot == 0 && r->op == AF_OP_QUANTIZE_DEQUANTIZE && r->nout == 1 && r->out[0] &&
+           af_attr_float(r, "scale", 0.0f) == s && af_attr_float(r, "zero_point", -1.0f) == z;
+}
+
+/* Can an epilogue take fq after x's producer p (now, or once ElementwiseFusionOp has made p's
+ * chain a fused op)? */
+static bool epilogue_producer(const af_node *p) {
+    int64_t op;
+    float p0, p1;
+    return fuse_core_op(p->op) || fuse_act_op(p, &op, &p0, &p1) || p->op == AF_OP_ADD ||
+           p->op == AF_OP_SUB || p->op == AF_OP_MUL || p->op == AF_OP_DIV;
+}
+
+/* fq = QuantizeDequantize(x) whose x is also read by quantized cores with fq's parameters (a
+ * ResNet block's output: the next block's first conv quantizes it itself, its residual Add reads
+ * fq(x)). fq is idempotent and such a core quantizes fq(x) to the same codes as x, so the cores
+ * may read fq(x) instead: x is then fq's alone, and ElementwiseFusionOp appends fq to the
+ * epilogue of x's producer (the residual Add + Relu then joins the next block's last conv as a
+ * residual operand). Other fake quantizations of x with the same parameters merge into fq. */
+const char *rule_fq_share_check(af_fusion_ctx *cx, af_node *q, af_match *m) {
+    (void)cx;
+    if (q->op != AF_OP_QUANTIZE_DEQUANTIZE || q->nin < 1 || !q->in[0] || q->nout != 1 || !q->out[0])
+        return AF_NO_MATCH;
+    af_value *x = q->in[0];
+    af_node *p = x->producer;
+    if (x->is_output || x->nuses < 2 || !p || p->graph != q->graph || p->nout < 1 ||
+        p->out[0] != x || !epilogue_producer(p))
+        return AF_NO_MATCH;
+    float s = af_attr_float(q, "scale", 0.0f), z = af_attr_float(q, "zero_point", -1.0f);
+    for (int u = 0; u < x->nuses; u++) {
+        const af_node *r = x->uses[u].node;
+        int slot = x->uses[u].slot;
+        if (r == q) continue;
+        if (!reads_quantized(r, slot, s, z) && !same_fq(r, slot, s, z))
+            return "input also read unquantized or with other parameters";
+        if (r->id < q->id) return "a reader runs before the fake quantization";
+        if (r->op == AF_OP_QUANTIZE_DEQUANTIZE) {
+            const af_value *o = r->out[0];
+            if (o->is_output) return "a merged fake quantization is a graph output";
+            for (int k = 0; k < o->nuses; k++)
+                if (o->uses[k].node->id < q->id) return "a reader runs before the fake quantization";
+        }
+    }
+    fuse_match_add(m, q);
+    fuse_match_output(m, q->out[0]);
+    return NULL;
+}
+
+af_status rule_fq_share_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
+    af_node *q = m->node[0];
+    af_value *x = q->in[0], *y = q->out[0];
+    af_node *f = af_node_new_ours(q->graph, AF_OP_QUANTIZE_DEQUANTIZE, q->name, 1);
+    if (!f || !fuse_copy_attrs(f, q)) return af_node_fail(err, q, AF_ERR_NOMEM, "out of memory");
+    af_node_set_input(f, 0, x);
+    af_status st = fuse_commit(cx, m, f, y, fuse_all(m), err);
+    if (st != AF_OK || fuse_declined(cx)) return st;
+    /* f now produces y; x's other readers move to y (uses shrink as they move: walk back) */
+    for (int u = x->nuses - 1; u >= 0; u--) {
+        af_node *r = x->uses[u].node;
+        if (r == f) continue;
+        if (r->op == AF_OP_QUANTIZE_DEQUANTIZE) {
+            af_value_replace_uses(r->out[0], y);
+            fuse_remove_if_dead(cx, r);
+        } else {
+            af_node_set_input(r, 0, y);
+        }
+    }
+    return AF_OK;
+}
