@@ -9,10 +9,15 @@
  *  - else in float32: W dequantized at compile time (W * w_scale[channel]), X through a
  *    QuantizeDequantize node (the epilogue's AF_EP_FAKE_QUANT), the quant attributes dropped
  *    and "precision" = "fp32" with "precision_why" saying why, as bf16 does. Same numbers within
- *    float rounding: the reference of the int8 form computes exactly that.
+ *    float rounding: the reference of the int8 form computes exactly that. When X's producer is
+ *    a fused op with an epilogue program and X's other readers are quantized cores with the same
+ *    x_scale and x_zero_point, fq is appended to the producer's epilogue instead of a node
+ *    (MobileNet-v2's depthwise convs: their expand conv's epilogue quantizes).
  *
  * Invariant: a node leaves this pass either marked int8 with its int8 form intact, or as a plain
- * float32 FusedConv / FusedMatMul reading fq(X); nothing else in the graph changes. */
+ * float32 FusedConv / FusedMatMul reading fq(X); nothing else in the graph changes but the
+ * epilogue of X's producer, which may gain that fq step when every reader of X agrees to it. */
+#include "ir/epilogue.h"
 #include "kernels/fast/gemm.h"
 #include "kernels/ref/fused.h"
 #include "kernels/simd/cpu.h"
@@ -81,6 +86,57 @@ static af_value *shared_fq(const af_value *x, float s, int z) {
     return NULL;
 }
 
+/* Does node p's epilogue program end with fq(s, z)? */
+static bool ends_with_fq(const af_node *p, float s, int z) {
+    const int64_t *ep = NULL;
+    const float *pr = NULL;
+    int n = af_attr_ints(p, "epilogue", &ep), np = af_attr_floats(p, "epilogue_params", &pr);
+    return n >= 3 && n % 3 == 0 && np == n / 3 * 2 && ep[n - 3] == AF_EP_FAKE_QUANT &&
+           pr[np - 2] == s && pr[np - 1] == (float)z;
+}
+
+/* x = p's output may become fq(x) in place when p is a fused op with an epilogue program with
+ * room for a step and every other reader of x is a quantized core with the same s and z
+ * reading it as X (fq is idempotent, and such a core quantizes fq(x) to x's codes): then no
+ * QuantizeDequantize node runs, the producer's epilogue does it on the tile it just computed. */
+static bool fq_fits_producer(const af_value *x, const af_node *n, float s, int z) {
+    const af_node *p = x->producer;
+    if (!p || p->graph != n->graph || x->is_output || p->nout < 1 || p->out[0] != x ||
+        (p->op != AF_OP_FUSED_CONV && p->op != AF_OP_FUSED_MATMUL &&
+         p->op != AF_OP_FUSED_ELEMENTWISE))
+        return false;
+    const int64_t *ep = NULL;
+    const float *pr = NULL;
+    int ne = af_attr_ints(p, "epilogue", &ep), np = af_attr_floats(p, "epilogue_params", &pr);
+    if (ne % 3 || ne / 3 >= AF_EP_MAX_STEPS || (ne > 0 && np != ne / 3 * 2)) return false;
+    for (int u = 0; u < x->nuses; u++) {
+        const af_node *r = x->uses[u].node;
+        if (r == n) continue;
+        if (x->uses[u].slot != 0 || !quantized(r) || af_attr_float(r, "x_scale", 0.0f) != s ||
+            af_attr_int(r, "x_zero_point", -1) != z)
+            return false;
+    }
+    return true;
+}
+
+/* Append the step fq(s, z) to p's epilogue program (fq_fits_producer checked its form). */
+static bool append_fq(af_node *p, float s, int z) {
+    const int64_t *ep = NULL;
+    const float *pr = NULL;
+    int ne = af_attr_ints(p, "epilogue", &ep), np = af_attr_floats(p, "epilogue_params", &pr);
+    int64_t e[3 * AF_EP_MAX_STEPS];
+    float q[2 * AF_EP_MAX_STEPS] = {0};
+    if (ne > 0) memcpy(e, ep, (size_t)ne * sizeof *e);
+    if (np > 0) memcpy(q, pr, (size_t)np * sizeof *q);
+    e[ne] = AF_EP_FAKE_QUANT;
+    e[ne + 1] = -1;
+    e[ne + 2] = 0;
+    q[ne / 3 * 2] = s;
+    q[ne / 3 * 2 + 1] = (float)z;
+    return af_node_set_ints(p, "epilogue", e, ne + 3) &&
+           af_node_set_floats(p, "epilogue_params", q, ne / 3 * 2 + 2);
+}
+
 /* The float32 form of n (see the top): W * w_scale, X through a QuantizeDequantize. */
 static af_status to_float(af_graph *g, af_node *n, const char *why, af_error *err) {
     af_value *x = n->in[0], *w = n->in[1];
@@ -105,6 +161,15 @@ static af_status to_float(af_graph *g, af_node *n, const char *why, af_error *er
     af_value *y = shared_fq(x, q.x_scale, q.x_zero);
     if (!wf || !af_node_set_str(n, "precision", "fp32") || !af_node_set_str(n, "precision_why", why))
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+    /* x already fq(x) (another reader put fq in the producer's epilogue), or it can be */
+    if (!y && x->producer && ends_with_fq(x->producer, q.x_scale, q.x_zero) &&
+        fq_fits_producer(x, n, q.x_scale, q.x_zero))
+        y = x;
+    if (!y && fq_fits_producer(x, n, q.x_scale, q.x_zero)) {
+        if (!append_fq(x->producer, q.x_scale, q.x_zero))
+            return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+        y = x;
+    }
     if (!y) {
         af_node *f = af_node_new_ours(g, AF_OP_QUANTIZE_DEQUANTIZE, af_graph_unique_name(g, "fq"), 1);
         y = f ? af_value_new(g, af_graph_unique_name(g, "fq_x")) : NULL;
