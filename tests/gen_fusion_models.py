@@ -505,6 +505,27 @@ def quant_models():
     g.output(g.op("MatMul", [t, qweights(g, int8([8, 3]), 0.02)], name="qtranspose"))
     m["q_resize_transpose"] = g
 
+    def residual(name, conv_scale):
+        """A ResNet identity block as torch exports it: h -> fq(h) read by the block's first
+        conv and by its residual Add; the conv reads fq(h) with conv_scale (0.01: the same
+        parameters as the Add's, FakeQuantShare applies; else a near miss)."""
+        g = G()
+        x = qdq(g, g.input("x", [1, 4, 6, 6]), 0.02, 128)
+        h = g.op("Relu", [g.op("Conv", [x, qweights(g, int8([8, 4, 1, 1]), 0.01),
+                                        g.const([8], "b")], name="qstem")])
+        hq = qdq(g, h, 0.01, 0)
+        hc = hq if conv_scale == 0.01 else qdq(g, h, conv_scale, 0)
+        c1 = g.op("Relu", [g.op("Conv", [hc, qweights(g, int8([6, 8, 3, 3]), 0.005)],
+                                name="qconv1", pads=[1, 1, 1, 1])])
+        c2 = g.op("Conv", [qdq(g, c1, 0.01, 0), qweights(g, int8([8, 6, 1, 1]), 0.01),
+                           g.const([8], "b")], name="qconv2")
+        y = g.op("Relu", [g.op("Add", [qdq(g, c2, 0.015, 110), hq])])
+        g.output(y)
+        m[name] = g
+
+    residual("q_residual", 0.01)
+    residual("nm_q_share_differ", 0.012)
+
     def near(name, node, w=None, x_dq_scale=None):
         g = G()
         x = qdq(g, g.input("x", [1, 3, 6, 6]), 0.02, 128, dq_scale=x_dq_scale)

@@ -19,6 +19,7 @@
 
 #include "driver/compile.h"
 #include "fusion/fusion.h"
+#include "ir/epilogue.h"
 #include "kernels/fast/dispatch.h"
 #include "runtime/machine.h"
 #include "kernels/simd/cpu.h"
@@ -557,6 +558,58 @@ static void test_quant_misses(void **state) {
     }
 }
 
+/* FakeQuantShare on a ResNet identity block (tests/gen_fusion_models.py, residual): the
+ * quantized conv that read the block input h moves onto fq(h), fq joins the stem conv's
+ * epilogue, and the residual Add + Relu the last conv's: three FusedConv, no FusedElementwise.
+ * When the conv quantizes h with other parameters, fq(h) stays a QuantizeDequantize node (the
+ * last conv reads it as its residual) and the report names the reason. Both against the
+ * unfused graph. */
+static void test_fq_share(void **state) {
+    (void)state;
+    static const struct {
+        const char *model;
+        int applied, fq_nodes;
+    } cases[] = {{"q_residual", 1, 0}, {"nm_q_share_differ", 0, 1}};
+    for (size_t c = 0; c < AF_COUNT(cases); c++) {
+        af_model *ref = load(cases[c].model), *m = load(cases[c].model);
+        af_fusion_report rep;
+        af_fusion_report_init(&rep, cases[c].model, af_machine_get());
+        optimize_pair(ref, m, &rep);
+        assert_int_equal(af_fusion_report_applied(&rep, AF_RULE_QUANT_CONV_MATMUL), 3);
+        assert_int_equal(af_fusion_report_applied(&rep, AF_RULE_FQ_SHARE), cases[c].applied);
+        assert_int_equal(count_op(m->graph, AF_OP_FUSED_CONV), 3);
+        assert_int_equal(count_op(m->graph, AF_OP_FUSED_ELEMENTWISE), 0);
+        assert_int_equal(count_op(m->graph, AF_OP_QUANTIZE_DEQUANTIZE), cases[c].fq_nodes);
+        assert_int_equal(count_op(m->graph, AF_OP_COUNT), 3 + cases[c].fq_nodes);
+        assert_int_equal(check_quant_nodes(m->graph), 3);
+        bool found = false;
+        for (int i = 0; i < rep.nmisses; i++)
+            found |= rep.misses[i].rule == AF_RULE_FQ_SHARE &&
+                     !strcmp(rep.misses[i].reason,
+                             "input also read unquantized or with other parameters");
+        assert_int_equal(found, cases[c].applied == 0);
+        if (cases[c].applied) {
+            /* the stem's epilogue ends with fq(h); the last conv reads fq(h) as its residual */
+            const af_node *stem = NULL, *last = NULL;
+            for (int i = 0; i < m->graph->nnodes; i++) {
+                const af_node *n = m->graph->nodes[i];
+                if (strstr(n->name, "qstem")) stem = n;
+                if (strstr(n->name, "qconv2")) last = n;
+            }
+            assert_non_null(stem);
+            assert_non_null(last);
+            const int64_t *ep = NULL;
+            int ne = af_attr_ints(stem, "epilogue", &ep);
+            assert_true(ne >= 3 && ep[ne - 3] == AF_EP_FAKE_QUANT);
+            assert_true(last->nin > 3 && last->in[3] == stem->out[0]);
+        }
+        same_outputs(cases[c].model, ref->graph, m->graph);
+        af_fusion_report_free(&rep);
+        af_model_free(ref);
+        af_model_free(m);
+    }
+}
+
 /* ---- switches --------------------------------------------------------------------------------- */
 
 static const char *write_tmp(const char *name, const char *text) {
@@ -953,7 +1006,7 @@ int main(void) {
         cmocka_unit_test(test_rmsnorm_prologue),
         cmocka_unit_test(test_near_misses),     cmocka_unit_test(test_switch_file_lines),
         cmocka_unit_test(test_quant),           cmocka_unit_test(test_quant_misses),
-        cmocka_unit_test(test_quant_ms),
+        cmocka_unit_test(test_quant_ms),        cmocka_unit_test(test_fq_share),
         cmocka_unit_test(test_switch_file_json), cmocka_unit_test(test_switch_errors),
         cmocka_unit_test(test_switch_env),      cmocka_unit_test(test_disabled),
         cmocka_unit_test(test_report_text),     cmocka_unit_test(test_report_json),
