@@ -362,6 +362,83 @@ static void test_quant_shared_fq(void **state) {
     af_tensor_free(x);
 }
 
+/* A float32 fallback whose X comes from a fused op with an epilogue program (MobileNet-v2's
+ * expand conv before a depthwise one): the fake quantization becomes the producer's last
+ * epilogue step, no QuantizeDequantize node, when X's other readers quantize it alike (the
+ * second fallback then reads X as it is); when one quantizes with another scale, each keeps
+ * its own QuantizeDequantize node and the producer's program is untouched. The producer is a
+ * FusedElementwise Relu so that both paths see the same X bits; the lowered graph on the best
+ * ISA against the unlowered reference. */
+static void test_quant_producer_fq(void **state) {
+    (void)state;
+    af_precision_cfg slow = {AF_PREC_FP32, NULL, 100e9, 0, 110e9};
+    int64_t xd[2] = {6, 20};
+    af_tensor *x = af_tensor_new(AF_DTYPE_FLOAT, 2, xd);
+    assert_non_null(x);
+    for (int64_t i = 0; i < 120; i++) ((float *)x->data)[i] = (float)(1.5 * tu_rnd());
+    af_isa best = af_isa_best();
+    for (int differ = 0; differ < 2; differ++) {
+        af_tensor want[2], got[2];
+        memset(want, 0, sizeof want);
+        memset(got, 0, sizeof got);
+        for (int lowered = 0; lowered < 2; lowered++) {
+            af_arena *a = af_arena_new();
+            tu_rng = 5;
+            af_graph *g = tu_graph(a, "test_quant", 8);
+            af_value *xv = af_value_new(g, "x");
+            xv->is_input = true;
+            af_tensor_set_type(&xv->type, AF_DTYPE_FLOAT, 2, xd);
+            g->inputs[g->ninputs++] = xv;
+            af_node *p = af_node_new(g, AF_OP_FUSED_ELEMENTWISE, "producer", 1, 1);
+            assert_non_null(p);
+            p->domain = AF_DOMAIN;
+            af_node_set_input(p, 0, xv);
+            af_node_set_output(p, 0, af_value_new(g, "h"));
+            int64_t relu[3] = {5, -1, 0};
+            set_ints(p, "epilogue", 3, relu);
+            for (int k = 0; k < 2; k++) {
+                int64_t bd[2] = {20, 9 + k};
+                af_node *n = af_node_new(g, AF_OP_FUSED_MATMUL, k ? "proj_k" : "proj_q", 2, 1);
+                assert_non_null(n);
+                n->domain = AF_DOMAIN;
+                af_node_set_input(n, 0, p->out[0]);
+                af_node_set_input(n, 1, i8_const(g, 2, bd));
+                af_node_set_output(n, 0, af_value_new(g, k ? "yk" : "yq"));
+                float ws = 0.005f;
+                set_int(n, "quant", 1);
+                set_float(n, "x_scale", differ && k ? 0.03f : 0.02f);
+                set_int(n, "x_zero_point", 3);
+                set_floats(n, "w_scale", 1, &ws);
+                mark_output(g, n->out[0]);
+            }
+            af_error err;
+            if (af_graph_infer_shapes(g, &err)) fail_msg("%s", err.message);
+            qcase c = {"producer fq", true, {6, 20}, 0, 0, {0}, {0}, {0}, {0}, false, 0, 0, false, 0, false};
+            af_isa_set(lowered ? best : AF_ISA_REFERENCE);
+            if (lowered) {
+                if (af_lower(g, &slow, &err)) fail_msg("%s", err.message);
+                int fq = 0;
+                for (int i = 0; i < g->nnodes; i++) fq += g->nodes[i]->op == AF_OP_QUANTIZE_DEQUANTIZE;
+                assert_int_equal(fq, differ ? 2 : 0);
+                const int64_t *ep = NULL;
+                int ne = af_attr_ints(p, "epilogue", &ep);
+                assert_int_equal(ne, differ ? 3 : 6);
+                if (!differ) assert_int_equal(ep[3], AF_EP_FAKE_QUANT);
+            }
+            run(&c, g, x, lowered ? got : want, NULL);
+            af_arena_free(a);
+        }
+        af_isa_set(best);
+        for (int o = 0; o < 2; o++) {
+            qcase c = {"producer fq", true, {6, 20}, 0, 0, {0}, {0}, {0}, {0}, false, 0, 0, false, 0, false};
+            compare(&c, &want[o], &got[o]);
+            af_tensor_release(&want[o]);
+            af_tensor_release(&got[o]);
+        }
+    }
+    af_tensor_free(x);
+}
+
 /* Bad quantization attributes fail shape inference, before any lowering, naming the node. */
 static void test_quant_bad(void **state) {
     (void)state;
@@ -393,6 +470,7 @@ int main(void) {
         cmocka_unit_test(test_quant_lowered),
         cmocka_unit_test(test_quant_slow_int8),
         cmocka_unit_test(test_quant_shared_fq),
+        cmocka_unit_test(test_quant_producer_fq),
         cmocka_unit_test(test_quant_bad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -86,11 +86,23 @@ static af_value *shared_fq(const af_value *x, float s, int z) {
     return NULL;
 }
 
+/* Length of p's INTS / FLOATS attribute `name`, 0 when absent (a program without steps, or
+ * without parameters: zeros). */
+static int ints_len(const af_node *p, const char *name, const int64_t **v) {
+    int n = af_attr_ints(p, name, v);
+    return n > 0 ? n : 0;
+}
+
+static int floats_len(const af_node *p, const char *name, const float **v) {
+    int n = af_attr_floats(p, name, v);
+    return n > 0 ? n : 0;
+}
+
 /* Does node p's epilogue program end with fq(s, z)? */
 static bool ends_with_fq(const af_node *p, float s, int z) {
     const int64_t *ep = NULL;
     const float *pr = NULL;
-    int n = af_attr_ints(p, "epilogue", &ep), np = af_attr_floats(p, "epilogue_params", &pr);
+    int n = ints_len(p, "epilogue", &ep), np = floats_len(p, "epilogue_params", &pr);
     return n >= 3 && n % 3 == 0 && np == n / 3 * 2 && ep[n - 3] == AF_EP_FAKE_QUANT &&
            pr[np - 2] == s && pr[np - 1] == (float)z;
 }
@@ -107,8 +119,8 @@ static bool fq_fits_producer(const af_value *x, const af_node *n, float s, int z
         return false;
     const int64_t *ep = NULL;
     const float *pr = NULL;
-    int ne = af_attr_ints(p, "epilogue", &ep), np = af_attr_floats(p, "epilogue_params", &pr);
-    if (ne % 3 || ne / 3 >= AF_EP_MAX_STEPS || (ne > 0 && np != ne / 3 * 2)) return false;
+    int ne = ints_len(p, "epilogue", &ep), np = floats_len(p, "epilogue_params", &pr);
+    if (ne % 3 || ne / 3 >= AF_EP_MAX_STEPS || (np != 0 && np != ne / 3 * 2)) return false;
     for (int u = 0; u < x->nuses; u++) {
         const af_node *r = x->uses[u].node;
         if (r == n) continue;
@@ -119,11 +131,12 @@ static bool fq_fits_producer(const af_value *x, const af_node *n, float s, int z
     return true;
 }
 
-/* Append the step fq(s, z) to p's epilogue program (fq_fits_producer checked its form). */
+/* Append the step fq(s, z) to p's epilogue program (fq_fits_producer checked its form; omitted
+ * epilogue_params are zeros). */
 static bool append_fq(af_node *p, float s, int z) {
     const int64_t *ep = NULL;
     const float *pr = NULL;
-    int ne = af_attr_ints(p, "epilogue", &ep), np = af_attr_floats(p, "epilogue_params", &pr);
+    int ne = ints_len(p, "epilogue", &ep), np = floats_len(p, "epilogue_params", &pr);
     int64_t e[3 * AF_EP_MAX_STEPS];
     float q[2 * AF_EP_MAX_STEPS] = {0};
     if (ne > 0) memcpy(e, ep, (size_t)ne * sizeof *e);
@@ -133,6 +146,8 @@ static bool append_fq(af_node *p, float s, int z) {
     e[ne + 2] = 0;
     q[ne / 3 * 2] = s;
     q[ne / 3 * 2 + 1] = (float)z;
+    af_node_drop_attr(p, "epilogue"); /* set_* adds an attribute: the first one would win */
+    af_node_drop_attr(p, "epilogue_params");
     return af_node_set_ints(p, "epilogue", e, ne + 3) &&
            af_node_set_floats(p, "epilogue_params", q, ne / 3 * 2 + 2);
 }
@@ -162,9 +177,7 @@ static af_status to_float(af_graph *g, af_node *n, const char *why, af_error *er
     if (!wf || !af_node_set_str(n, "precision", "fp32") || !af_node_set_str(n, "precision_why", why))
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
     /* x already fq(x) (another reader put fq in the producer's epilogue), or it can be */
-    if (!y && x->producer && ends_with_fq(x->producer, q.x_scale, q.x_zero) &&
-        fq_fits_producer(x, n, q.x_scale, q.x_zero))
-        y = x;
+    if (!y && x->producer && ends_with_fq(x->producer, q.x_scale, q.x_zero)) y = x;
     if (!y && fq_fits_producer(x, n, q.x_scale, q.x_zero)) {
         if (!append_fq(x->producer, q.x_scale, q.x_zero))
             return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
