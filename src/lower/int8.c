@@ -98,8 +98,10 @@ static int floats_len(const af_node *p, const char *name, const float **v) {
     return n > 0 ? n : 0;
 }
 
-/* Does node p's epilogue program end with fq(s, z)? */
+/* Does node p's epilogue program end with fq(s, z), or is p that fq (fq is idempotent)? */
 static bool ends_with_fq(const af_node *p, float s, int z) {
+    if (p->op == AF_OP_QUANTIZE_DEQUANTIZE)
+        return af_attr_float(p, "scale", 0.0f) == s && af_attr_float(p, "zero_point", -1.0f) == (float)z;
     const int64_t *ep = NULL;
     const float *pr = NULL;
     int n = ints_len(p, "epilogue", &ep), np = floats_len(p, "epilogue_params", &pr);
@@ -124,7 +126,9 @@ static bool fq_fits_producer(const af_value *x, const af_node *n, float s, int z
     for (int u = 0; u < x->nuses; u++) {
         const af_node *r = x->uses[u].node;
         if (r == n) continue;
+        /* (a LayerNorm prologue would quantize LN(x), not x) */
         if (x->uses[u].slot != 0 || !quantized(r) || af_attr_float(r, "x_scale", 0.0f) != s ||
+            (r->op == AF_OP_FUSED_MATMUL && r->nin > 3 && r->in[3]) ||
             af_attr_int(r, "x_zero_point", -1) != z)
             return false;
     }
@@ -176,7 +180,8 @@ static af_status to_float(af_graph *g, af_node *n, const char *why, af_error *er
     af_value *y = shared_fq(x, q.x_scale, q.x_zero);
     if (!wf || !af_node_set_str(n, "precision", "fp32") || !af_node_set_str(n, "precision_why", why))
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
-    /* x already fq(x) (another reader put fq in the producer's epilogue), or it can be */
+    /* x already fq(x) (another reader put fq in the producer's epilogue, or x is an fq's
+     * output), or it can be */
     if (!y && x->producer && ends_with_fq(x->producer, q.x_scale, q.x_zero)) y = x;
     if (!y && fq_fits_producer(x, n, q.x_scale, q.x_zero)) {
         if (!append_fq(x->producer, q.x_scale, q.x_zero))

@@ -162,9 +162,11 @@ af_status rule_quant_apply(af_fusion_ctx *cx, af_match *m, af_error *err) {
 
 /* ---- FakeQuantShareFusionOp ----------------------------------------------------------------- */
 
-/* A quantized core that reads x as X with scale s and zero point z (and nowhere else). */
+/* A quantized core that reads x as X with scale s and zero point z (and nowhere else), with no
+ * LayerNorm prologue (which would quantize LN(x), not x). */
 static bool reads_quantized(const af_node *r, int slot, float s, float z) {
     return slot == 0 && (r->op == AF_OP_FUSED_CONV || r->op == AF_OP_FUSED_MATMUL) &&
+           !(r->op == AF_OP_FUSED_MATMUL && r->nin > 3 && r->in[3]) &&
            af_attr_int(r, "quant", 0) == 1 && af_attr_float(r, "x_scale", 0.0f) == s &&
            (float)af_attr_int(r, "x_zero_point", -1) == z;
 }
