@@ -622,6 +622,7 @@ typedef struct mb_case {
     int64_t expand;
     conv dw;
     bool se, bn;
+    bool fq; /* the expand's output fake-quantized (a QDQ MobileNet's fq, in its epilogue) */
 } mb_case;
 
 static void b_mbconv(af_graph *g, af_value *x, const void *arg) {
@@ -630,6 +631,16 @@ static void b_mbconv(af_graph *g, af_value *x, const void *arg) {
     af_value *y = conv2d(g, x, &ex);
     if (m->bn) y = batchnorm(g, y);
     y = op2(g, "Mul", y, op1(g, "Sigmoid", y));
+    if (m->fq) {
+        af_node *f = af_node_new(g, AF_OP_QUANTIZE_DEQUANTIZE, NULL, 1, 1);
+        assert_non_null(f);
+        f->domain = AF_DOMAIN;
+        af_node_set_input(f, 0, y);
+        af_node_set_output(f, 0, af_value_new(g, af_graph_unique_name(g, "t")));
+        assert_true(af_node_set_float(f, "scale", 0.05f) && af_node_set_float(f, "zero_point", 100.0f));
+        infer(g);
+        y = f->out[0];
+    }
     conv dw = m->dw;
     dw.m = dw.group = m->expand;
     y = batchnorm(g, conv2d(g, y, &dw));
@@ -652,16 +663,19 @@ static void b_mbconv(af_graph *g, af_value *x, const void *arg) {
 
 /* The expand conv computed inside the depthwise conv (forced for these sizes): stride 1 and 2,
  * 3x3 and 5x5, dilation, asymmetric and no padding, batch 2, channel counts off the vector
- * width, with a squeeze-excite reading the pooled output, against the reference. */
+ * width, with a squeeze-excite reading the pooled output, an expand whose epilogue ends with a
+ * fake quantization (a QDQ MobileNet-v2 whose convs run float32), against the reference. */
 static void test_expand_depthwise(void **state) {
     (void)state;
     static const mb_case mbs[] = {
-        {48, {0, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 0, NULL, true}, false, true},
-        {36, {0, {5, 5}, {2, 2}, {1, 1}, {2, 2, 2, 2}, 0, NULL, true}, true, true},
-        {21, {0, {3, 3}, {1, 1}, {2, 2}, {2, 1, 0, 2}, 0, NULL, true}, false, false},
-        {40, {0, {3, 3}, {2, 1}, {1, 1}, {0, 0, 0, 0}, 0, NULL, true}, true, true},
+        {48, {0, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 0, NULL, true}, false, true, false},
+        {36, {0, {5, 5}, {2, 2}, {1, 1}, {2, 2, 2, 2}, 0, NULL, true}, true, true, false},
+        {21, {0, {3, 3}, {1, 1}, {2, 2}, {2, 1, 0, 2}, 0, NULL, true}, false, false, false},
+        {40, {0, {3, 3}, {2, 1}, {1, 1}, {0, 0, 0, 0}, 0, NULL, true}, true, true, false},
+        {24, {0, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 0, NULL, true}, false, true, true},
     };
-    static const int64_t xs[][4] = {{1, 8, 15, 13}, {2, 12, 17, 10}, {1, 7, 9, 19}, {2, 16, 11, 11}};
+    static const int64_t xs[][4] = {{1, 8, 15, 13}, {2, 12, 17, 10}, {1, 7, 9, 19}, {2, 16, 11, 11},
+                                    {1, 8, 13, 12}};
     setenv("AUTOFUSION_MERGE_EXPAND", "1", 1);
     for (size_t i = 0; i < AF_COUNT(mbs); i++) {
         merged_seen = 0;
@@ -677,7 +691,7 @@ static void test_expand_depthwise(void **state) {
  * once multiplied by the unknown batch, -1, and no dynamically exported block merged). */
 static void test_expand_depthwise_dynamic(void **state) {
     (void)state;
-    static const mb_case mb = {96, {0, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 0, NULL, true}, false, true};
+    static const mb_case mb = {96, {0, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 0, NULL, true}, false, true, false};
     int64_t side = (int64_t)ceil(sqrt(0.75 * (double)af_cpu_l2() / (96.0 * 4.0)));
     lcase c = {"expand + depthwise, dynamic batch", {1, 8, side, side}, b_mbconv, &mb, 2, 2};
     for (int dynamic = 0; dynamic < 2; dynamic++) {
