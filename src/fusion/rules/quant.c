@@ -207,12 +207,14 @@ const char *rule_fq_share_check(af_fusion_ctx *cx, af_node *q, af_match *m) {
         if (r == q) continue;
         if (!reads_quantized(r, slot, s, z) && !same_fq(r, slot, s, z))
             return "input also read unquantized or with other parameters";
+        if (r->graph != q->graph) return "input also read inside a subgraph";
         if (r->id < q->id) return "a reader runs before the fake quantization";
         if (r->op == AF_OP_QUANTIZE_DEQUANTIZE) {
             const af_value *o = r->out[0];
             if (o->is_output) return "a merged fake quantization is a graph output";
             for (int k = 0; k < o->nuses; k++)
-                if (o->uses[k].node->id < q->id) return "a reader runs before the fake quantization";
+                if (o->uses[k].node->graph != q->graph || o->uses[k].node->id < q->id)
+                    return "a reader runs before the fake quantization";
         }
     }
     fuse_match_add(m, q);
