@@ -331,10 +331,11 @@ af_status af_compile_with(af_graph *g, const char *file, const af_options *opt,
     }
     if (!st && !opt->no_lower) st = af_lower(g, &pc, err);
     out->precision = int8 ? "int8" : af_precision_name(pc.mode);
+    /* the report lists each core's precision: our int8 (with the calibration it came from), a
+     * low-precision mode, or a model quantized in its file (int8 ops, and the ones left in
+     * float32 with why) */
     if (!st && out->fused && int8) st = report_int8(&out->report, calib, &qres, err);
-    /* the report lists each core's precision: in a low-precision mode, and for a quantized
-     * model (int8 ops, and the ones left in float32 with why) */
-    if (!st && !opt->no_lower && out->fused && (pc.mode != AF_PREC_FP32 || quant)) {
+    else if (!st && !opt->no_lower && out->fused && (pc.mode != AF_PREC_FP32 || quant)) {
         const char *note = NULL;
         af_precision_supported(pc.mode, &note);
         st = af_fusion_report_precision(&out->report, g, out->precision, note, err);
