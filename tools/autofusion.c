@@ -293,16 +293,10 @@ static double tensor_sum(const af_tensor *t) {
     return s;
 }
 
-/* DIR/<name>.npy with characters outside [A-Za-z0-9_.-] replaced by '_'. */
+/* DIR/<name>.npy (af_npy_file_name). */
 static void output_path(char *buf, size_t len, const char *dir, const char *name) {
     size_t o = (size_t)snprintf(buf, len, "%s/", dir);
-    for (const char *p = name; *p && o + 5 < len; p++) {
-        char ch = *p;
-        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-                  ch == '_' || ch == '.' || ch == '-';
-        buf[o++] = ok ? ch : '_';
-    }
-    snprintf(buf + o, len - o, ".npy");
+    if (o < len) af_npy_file_name(buf + o, len - o, name);
 }
 
 int run_once(af_session *s, const inputs *in, af_tensor **out) {

@@ -109,22 +109,10 @@ static bool ends_with(const char *s, const char *suffix) {
     return n >= m && !strcmp(s + n - m, suffix);
 }
 
-/* <name>.npy with characters outside [A-Za-z0-9_.-] as '_' (what `run --output_dir` writes). */
-static void npy_name(char *buf, size_t len, const char *name) {
-    size_t o = 0;
-    for (const char *p = name; *p && o + 5 < len; p++) {
-        char ch = *p;
-        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-                  ch == '_' || ch == '.' || ch == '-';
-        buf[o++] = ok ? ch : '_';
-    }
-    snprintf(buf + o, len - o, ".npy");
-}
-
 /* The file of input k in folder dir (.npy first, then input_k.pb); false when neither. */
 static bool input_file(const sample_set *s, const char *dir, int k, char *path, size_t len) {
     char name[512];
-    npy_name(name, sizeof name, s->in[k]->name);
+    af_npy_file_name(name, sizeof name, s->in[k]->name);
     snprintf(path, len, "%s/%s", dir, name);
     if (is_file(path)) return true;
     snprintf(path, len, "%s/input_%d.pb", dir, k);
@@ -141,7 +129,7 @@ static af_status check_folder(const sample_set *s, const char *dir, af_error *er
         bool known = false;
         for (int k = 0; k < s->nin && !known; k++) {
             char want[512];
-            npy_name(want, sizeof want, s->in[k]->name);
+            af_npy_file_name(want, sizeof want, s->in[k]->name);
             known = !strcmp(want, names[i]);
         }
         if (!known) {
@@ -158,7 +146,7 @@ static af_status check_folder(const sample_set *s, const char *dir, af_error *er
     for (int k = 0; k < s->nin && !st; k++) {
         char path[4096], want[512];
         if (input_file(s, dir, k, path, sizeof path)) continue;
-        npy_name(want, sizeof want, s->in[k]->name);
+        af_npy_file_name(want, sizeof want, s->in[k]->name);
         st = af_fail(err, AF_ERR_INVALID_ARG,
                      "--calibration_data: %s has no file for input '%s' (%s or input_%d.pb)", dir,
                      s->in[k]->name, want, k);
@@ -287,7 +275,7 @@ static af_status samples_open(const af_graph *g, const char *dir, sample_set *s,
         af_free(sub);
         if (!any_file) {
             char want[512];
-            npy_name(want, sizeof want, s->nin ? s->in[0]->name : "input");
+            af_npy_file_name(want, sizeof want, s->nin ? s->in[0]->name : "input");
             st = af_fail(err, AF_ERR_INVALID_ARG,
                          "--calibration_data: %s holds no calibration sample: no subfolders and "
                          "no input files (%s or input_0.pb)", dir, want);

@@ -198,6 +198,17 @@ static const char *npy_code(af_dtype t) {
     return NULL;
 }
 
+void af_npy_file_name(char *buf, size_t len, const char *name) {
+    size_t o = 0;
+    for (const char *p = name; *p && o + 5 < len; p++) {
+        char ch = *p;
+        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                  ch == '_' || ch == '.' || ch == '-';
+        buf[o++] = ok ? ch : '_';
+    }
+    snprintf(buf + o, len - o, ".npy");
+}
+
 af_status af_tensor_save_npy(const char *path, const af_tensor *t, af_error *err) {
     const char *code = npy_code(t->dtype);
     if (!code)

@@ -54,6 +54,10 @@ af_status af_tensor_load_pb(const char *path, af_tensor *out, char **name_out, a
  * i4 i8 u1 u2 u4 u8 b1. The loaded tensor owns its data (af_tensor_release). */
 af_status af_tensor_load_npy(const char *path, af_tensor *out, af_error *err);
 af_status af_tensor_save_npy(const char *path, const af_tensor *t, af_error *err);
+/* The .npy file name of a tensor named `name`: "<name>.npy" with every character outside
+ * [A-Za-z0-9_.-] replaced by '_' (tensor names hold '/' and ':'), cut to fit `len`. One rule for
+ * the files `run --output_dir` writes and the ones `--calibration_data` reads. */
+void af_npy_file_name(char *buf, size_t len, const char *name);
 
 /* Internal to src/onnx: external data of the TensorProto read by `msg` (extdata.c). Checks the
  * external_data entries against the security rules and returns in *data a pointer to `nbytes`

@@ -128,6 +128,13 @@ static void mm_offsets(const fused_mm *g, int64_t step, int64_t *aoff, int64_t *
     }
 }
 
+/* Row r of A over every batch entry (rows of the batches laid end to end), as float32. */
+static const float *mm_a_row(const fused_mm *g, int64_t r) {
+    int64_t aoff, boff;
+    mm_offsets(g, r / g->m, &aoff, &boff);
+    return (const float *)g->a->data + aoff + r % g->m * g->k;
+}
+
 /* B of batch entry at boff as packed panels: the compile-time ones, or packed into dst now. */
 static const float *mm_packed(const fused_mm *g, int64_t boff, float *dst) {
     const float *b = (const float *)g->b->data + boff;
@@ -226,9 +233,7 @@ static void mm_low_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     const fused_mm *g = j->g;
     const af_vec_ops *v = af_vec();
     for (int64_t r = begin; r < end; r++) {
-        int64_t aoff, boff;
-        mm_offsets(g, r / g->m, &aoff, &boff);
-        const float *a = (const float *)g->a->data + aoff + r % g->m * g->k;
+        const float *a = mm_a_row(g, r);
         bool bf = gemm_type(g->bdtype) == AF_GEMM_BF16;
         float *row = bf ? j->a32 + (size_t)slot * (size_t)g->k : j->a32 + r * g->k;
         uint16_t *out = bf ? j->a16 + r * j->kp : NULL;
@@ -288,9 +293,7 @@ static void mm_u8_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     const fused_mm *g = j->g;
     const af_vec_ops *v = af_vec();
     for (int64_t r = begin; r < end; r++) {
-        int64_t aoff, boff;
-        mm_offsets(g, r / g->m, &aoff, &boff);
-        const float *a = (const float *)g->a->data + aoff + r % g->m * g->k;
+        const float *a = mm_a_row(g, r);
         uint8_t *out = j->a8 + r * j->kp;
         v->to_u8(a, out, g->k, g->quant.x_scale, g->quant.x_zero);
         memset(out + g->k, g->quant.x_zero, (size_t)(j->kp - g->k));
