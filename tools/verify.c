@@ -283,8 +283,8 @@ int cmd_verify(const cli *c) {
     af_options ref;
     cli_options(c, &ref);
     ref.no_fusion = 1;
-    ref.precision_mode = NULL;
-    ref.keep_fp32 = NULL;
+    ref.precision_mode = NULL; /* the fp32 reference: no precision options */
+    ref.keep_fp32 = ref.calibration_data = ref.calibration_method = NULL;
     inputs in = {0};
     af_session *rs = cli_session(c, &ref);
     int nout = rs ? af_session_output_count(rs) : 0, rc = 1;

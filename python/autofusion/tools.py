@@ -189,11 +189,13 @@ def verify(model, precision_mode=None, inputs=None, rtol=None, atol=None, seed=0
     threads = options.pop("threads", 0)
 
     def session(no_fusion=False, keep=None, disable=None):
+        # the reference (no_fusion) is fp32: no precision mode, no calibration
+        opts = {k: v for k, v in options.items() if not (no_fusion and k.startswith("calibration_"))}
         so = _session_options(threads=threads, no_fusion=no_fusion,
                               precision_mode=None if no_fusion else precision_mode,
                               keep_fp32=",".join(x for x in (base_keep, keep) if x) or None,
                               disable_fusion=",".join(x for x in (base_disable, disable) if x) or None,
-                              **options)
+                              **opts)
         return InferenceSession(model, so)
 
     ref = session(no_fusion=True)

@@ -296,6 +296,13 @@ af_status af_compile_with(af_graph *g, const char *file, const af_options *opt,
     if (int8 && !calib)
         return af_fail(err, AF_ERR_INVALID_ARG,
                        "%s: --precision_mode=int8 needs --calibration_data=DIR", file);
+    /* as ATC does with inconsistent options: refuse calibration that nothing would use */
+    if (!int8 && ((opt->calibration_data && *opt->calibration_data) ||
+                  (opt->calibration_method && *opt->calibration_method)))
+        return af_fail(err, AF_ERR_INVALID_ARG,
+                       "%s: --calibration_data and --calibration_method are for "
+                       "--precision_mode=int8 (the mode here is %s)", file,
+                       opt->precision_mode && *opt->precision_mode ? opt->precision_mode : "fp32");
     stage_ctx qc = {.quant = int8 ? calib : NULL, .keep_fp32 = opt->keep_fp32, .qres = &qres};
     /* float16/bfloat16 computed in float32 (passes/widen.c), then the types of every value;
      * the report counts the model's nodes, not the casts widening adds at its edges */

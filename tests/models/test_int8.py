@@ -381,6 +381,11 @@ def test_bad_calibration_folders(af_bin, convnet, tmp_path):
     r = cli(af_bin, "run", convnet["model"], "--precision_mode=int8",
             f"--calibration_data={convnet['cal']}", "--calibration_method=kl")
     assert r.returncode == 1 and "--calibration_method: 'kl'" in r.stderr, r.stderr
+    # calibration without int8 would be silently unused: refused, naming the mode
+    for mode in ((), ("--precision_mode=bf16",)):
+        r = cli(af_bin, "compile", f"--model={convnet['model']}", f"--output={tmp_path}/x", *mode,
+                f"--calibration_data={convnet['cal']}")
+        assert r.returncode == 1 and "are for --precision_mode=int8 (the mode here is " in r.stderr, r.stderr
     assert not os.path.exists(f"{tmp_path}/x.afm")
 
 
