@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ir/ir.h"
+#include "util/util.h"
 
 /* x -> Relu(a) -> Neg(b) -> y, built out of order to exercise the sort. */
 static af_graph *chain(af_arena *a, af_node **relu, af_node **neg) {
@@ -122,11 +123,45 @@ static void test_half_conversions(void **state) {
     assert_true(af_bf16_to_float(af_float_to_bf16(1.5f)) == 1.5f);
 }
 
+/* af_copy against memcpy: every distance modulo 4 KiB class (the backward path at 1-31 bytes
+ * ahead, memcpy elsewhere), sizes around its bounds and odd tails, and no byte outside [dst,
+ * dst + n) written. */
+static void test_copy(void **state) {
+    (void)state;
+    enum { CAP = (1 << 20) + 8192 };
+    unsigned char *src = malloc(CAP), *dst = malloc(CAP + 64), *want = malloc(CAP + 64);
+    assert_non_null(src);
+    assert_non_null(dst);
+    assert_non_null(want);
+    for (size_t i = 0; i < CAP; i++) src[i] = (unsigned char)(i * 131 + i / 251);
+    const size_t sizes[] = {0, 1, 63, 4095, 4096, 4097, 5000, 65536 + 7, (1 << 20) - 1, 1 << 20};
+    const size_t shifts[] = {0, 1, 4, 16, 31, 32, 33, 4096 + 4, 2048};
+    for (size_t a = 0; a < sizeof sizes / sizeof *sizes; a++)
+        for (size_t b = 0; b < sizeof shifts / sizeof *shifts; b++) {
+            size_t n = sizes[a], at = (a * 7 + b) % 64; /* dst's own alignment varies too */
+            unsigned char *d = dst + at;
+            /* src placed so that d starts shifts[b] bytes after it modulo 4 KiB */
+            size_t so = ((uintptr_t)d - (uintptr_t)src - shifts[b]) & 4095;
+            unsigned char *s = src + so;
+            assert_true((((uintptr_t)d - (uintptr_t)s) & 4095) == shifts[b] % 4096);
+            assert_true(so + n <= CAP);
+            memset(dst, 0xA5, CAP + 64);
+            memcpy(want, dst, CAP + 64);
+            memcpy(want + at, s, n);
+            af_copy(d, s, n);
+            assert_memory_equal(dst, want, CAP + 64);
+        }
+    free(src);
+    free(dst);
+    free(want);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sort_and_verify),   cmocka_unit_test(test_replace_and_remove),
         cmocka_unit_test(test_cycle_rejected),    cmocka_unit_test(test_insert_position),
         cmocka_unit_test(test_capture_lookup),    cmocka_unit_test(test_half_conversions),
+        cmocka_unit_test(test_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

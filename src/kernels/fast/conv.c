@@ -304,7 +304,7 @@ static void pad_rows(void *ctx, int slot, int64_t begin, int64_t end) {
         }
         int64_t lo = g->pw, n = g->w < p->wp - lo ? g->w : p->wp - lo;
         memset(d, 0, (size_t)(lo * c) * sizeof(float));
-        memcpy(d + lo * c, g->x + (((b * g->d + id) * g->h + ih) * g->w) * c,
+        af_copy(d + lo * c, g->x + (((b * g->d + id) * g->h + ih) * g->w) * c,
                (size_t)(n * c) * sizeof(float));
         memset(d + (lo + n) * c, 0, (size_t)((p->wp - lo - n) * c) * sizeof(float));
     }
@@ -745,7 +745,7 @@ static void wino_out_tiles(void *ctx, int slot, int64_t begin, int64_t end) {
         for (int64_t i = 0; i < rows; i++) {
             int64_t pos = (b * g->oh + oh0 + i) * g->ow + ow0;
             float *dst = j->y + pos * m;
-            memcpy(dst, yt + i * 4 * m, (size_t)(cols * m) * sizeof(float));
+            af_copy(dst, yt + i * 4 * m, (size_t)(cols * m) * sizeof(float));
             if (j->ep->nsteps || j->ep->generic) v->ep_tile(j->ep, dst, m, pos, 0, cols, m);
         }
     }
@@ -995,7 +995,7 @@ static void convt_row(const convt_job *j, int64_t b, int64_t od, int64_t oh, int
                         for (int64_t gi = 0; gi < g->group; gi++) {
                             const float *cp = sp + (gi * taps + t) * mg;
                             float *yg = yp + gi * mg;
-                            if (!any) memcpy(yg, cp, (size_t)mg * sizeof(float));
+                            if (!any) af_copy(yg, cp, (size_t)mg * sizeof(float));
                             else
                                 for (int64_t q = 0; q < mg; q++) yg[q] += cp[q];
                         }

@@ -42,7 +42,7 @@ static void cp_fill(char *y, const unsigned char *v, size_t es, int64_t n) {
     int64_t done = 1; /* doubling copies */
     while (done < n) {
         int64_t k = done < n - done ? done : n - done;
-        memcpy(y + (size_t)done * es, y, (size_t)k * es);
+        af_copy(y + (size_t)done * es, y, (size_t)k * es);
         done += k;
     }
 }
@@ -89,7 +89,7 @@ static void pad_rows(void *ctx, int slot, int64_t begin, int64_t end) {
             for (int64_t c = 0; c < j->lo; c++)
                 memcpy(y + (size_t)c * es, j->tab[c] < 0 ? (const void *)p->fill : x + (size_t)j->tab[c] * es, es);
             if (j->hi > j->lo)
-                memcpy(y + (size_t)j->lo * es, x + (size_t)(j->lo - pb) * es, (size_t)(j->hi - j->lo) * es);
+                af_copy(y + (size_t)j->lo * es, x + (size_t)(j->lo - pb) * es, (size_t)(j->hi - j->lo) * es);
             for (int64_t c = j->hi > j->lo ? j->hi : j->lo; c < j->w; c++)
                 memcpy(y + (size_t)c * es, j->tab[c] < 0 ? (const void *)p->fill : x + (size_t)j->tab[c] * es, es);
         }
@@ -153,7 +153,7 @@ typedef struct sv_job {
 /* n elements from x with stride st (0: one element repeated) to y. */
 static void sv_row(char *y, const char *x, int64_t st, int64_t n, size_t es) {
     if (st == 1) {
-        memcpy(y, x, (size_t)n * es);
+        af_copy(y, x, (size_t)n * es);
     } else if (st == 0) {
         cp_fill(y, (const unsigned char *)x, es, n);
     } else {
@@ -339,7 +339,7 @@ static void bl_gather(const bl_job *j, int64_t begin, int64_t end) {
         switch (j->inner) { /* one element: a move, not a call */
         case 4: *(uint32_t *)dst = *(const uint32_t *)src; break;
         case 8: *(uint64_t *)dst = *(const uint64_t *)src; break;
-        default: memcpy(dst, src, j->inner);
+        default: af_copy(dst, src, j->inner);
         }
         if (++p == j->nparts) p = 0, o++;
     }
@@ -381,12 +381,12 @@ static void bl_blocks(void *ctx, int slot, int64_t begin, int64_t end) {
         int p = (int)(it % j->nparts);
         switch (j->kind) {
         case 0:
-            memcpy((char *)j->out[0].data + (size_t)o * j->row + j->at[p],
+            af_copy((char *)j->out[0].data + (size_t)o * j->row + j->at[p],
                    (const char *)j->in[p]->data + (size_t)o * j->bytes[p], j->bytes[p]);
             break;
         case 1:
             if (j->out[p].data && j->bytes[p])
-                memcpy((char *)j->out[p].data + (size_t)o * j->bytes[p],
+                af_copy((char *)j->out[p].data + (size_t)o * j->bytes[p],
                        j->x + (size_t)o * j->row + j->at[p], j->bytes[p]);
             break;
         default: break;
@@ -617,7 +617,7 @@ af_status fast_cast(const af_node *n, const af_tensor *const *in, af_tensor *out
         return AF_DECLINED;
     int64_t count = af_tensor_numel(a);
     if (a->dtype == y->dtype) {
-        if (count > 0) memcpy(y->data, a->data, (size_t)count * af_dtype_size(a->dtype));
+        if (count > 0) af_copy(y->data, a->data, (size_t)count * af_dtype_size(a->dtype));
         return AF_OK;
     }
     if (!fast_cast_takes(a->dtype, y->dtype)) return AF_DECLINED;

@@ -35,7 +35,7 @@ static void ep_range(void *ctx, int slot, int64_t begin, int64_t end) {
     if (j->rows == 1) { /* [begin, end) are flat offsets */
         for (int64_t off = begin; off < end; off += PIECE) {
             int64_t len = end - off < PIECE ? end - off : PIECE;
-            if (j->x && j->x != j->y) memcpy(j->y + off, j->x + off, (size_t)len * sizeof(float));
+            if (j->x && j->x != j->y) af_copy(j->y + off, j->x + off, (size_t)len * sizeof(float));
             v->ep_tile(j->v, j->y + off, len, 0, off, 1, len);
         }
         return;
@@ -44,7 +44,7 @@ static void ep_range(void *ctx, int slot, int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; r += step) {
         int64_t nr = end - r < step ? end - r : step;
         float *y = j->y + r * j->cols;
-        if (j->x && j->x != j->y) memcpy(y, j->x + r * j->cols, (size_t)(nr * j->cols) * sizeof(float));
+        if (j->x && j->x != j->y) af_copy(y, j->x + r * j->cols, (size_t)(nr * j->cols) * sizeof(float));
         v->ep_tile(j->v, y, j->cols, r, 0, nr, j->cols);
     }
 }
@@ -185,7 +185,7 @@ static void smax_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     const af_vec_ops *v = af_vec();
     for (int64_t r = begin; r < end; r++) {
         float *y = j->y + r * j->len;
-        if (y != j->x + r * j->len) memcpy(y, j->x + r * j->len, (size_t)j->len * sizeof(float));
+        if (y != j->x + r * j->len) af_copy(y, j->x + r * j->len, (size_t)j->len * sizeof(float));
         v->softmax_row(y, j->len);
     }
 }
@@ -474,7 +474,7 @@ af_status fast_transpose(const af_node *n, const af_tensor *const *in, af_tensor
         return AF_DECLINED;
     if (moves_nothing(t, perm)) { /* any dtype */
         if (af_tensor_numel(t) > 0)
-            memcpy(out[0].data, t->data, (size_t)af_tensor_numel(t) * af_dtype_size(t->dtype));
+            af_copy(out[0].data, t->data, (size_t)af_tensor_numel(t) * af_dtype_size(t->dtype));
         return AF_OK;
     }
     if (!same_ready(n, in, out)) return AF_DECLINED;

@@ -66,7 +66,7 @@ static void se_scale_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     (void)slot;
     const se_job *j = ctx;
     if (j->y != j->x)
-        memcpy(j->y + begin * j->c, j->x + begin * j->c, (size_t)((end - begin) * j->c) * sizeof(float));
+        af_copy(j->y + begin * j->c, j->x + begin * j->c, (size_t)((end - begin) * j->c) * sizeof(float));
     af_vec()->ep_tile(j->v, j->y + begin * j->c, j->c, begin, 0, end - begin, j->c);
 }
 
@@ -81,7 +81,7 @@ static void se_run_cl(const af_tensor *x, const af_tensor *w1, const af_tensor *
     for (int64_t b = 0; b < batch; b++) {
         const float *xb = (const float *)x->data + b * hw * c;
         if (pooled) { /* X already holds the means (computed by the conv that made them) */
-            memcpy(gap, xb, (size_t)c * sizeof(float));
+            af_copy(gap, xb, (size_t)c * sizeof(float));
         } else {
             if (hw > 0) v->reduce_rows(xb, hw, c, 0, gap);
             for (int64_t ch = 0; ch < c; ch++) gap[ch] = hw > 0 ? gap[ch] / (float)hw : 0.0f;

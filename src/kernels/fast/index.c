@@ -187,11 +187,11 @@ static void cs_range(void *ctx, int slot, int64_t begin, int64_t end) {
             float *yr = y + e * j->inner;
             if (s == 0) {
                 if (j->excl) memset(yr, 0, row);
-                else memcpy(yr, x + e * j->inner, row);
+                else af_copy(yr, x + e * j->inner, row);
                 continue;
             }
             /* y[e] = y[p] + (exclusive ? x[p] : x[e]) */
-            memcpy(yr, y + p * j->inner, row);
+            af_copy(yr, y + p * j->inner, row);
             v->reduce_acc(AF_VRED_SUM, x + (j->excl ? p : e) * j->inner, j->inner, yr, NULL);
         }
     }

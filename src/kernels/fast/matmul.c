@@ -237,7 +237,7 @@ static void mm_low_rows(void *ctx, int slot, int64_t begin, int64_t end) {
         bool bf = gemm_type(g->bdtype) == AF_GEMM_BF16;
         float *row = bf ? j->a32 + (size_t)slot * (size_t)g->k : j->a32 + r * g->k;
         uint16_t *out = bf ? j->a16 + r * j->kp : NULL;
-        memcpy(row, a, (size_t)g->k * sizeof(float));
+        af_copy(row, a, (size_t)g->k * sizeof(float));
         if (g->lns) {
             if (j->round_first) mm_round(gemm_type(g->bdtype), row, g->k, out);
             mm_norm_row(g, j->eps, row, row);

@@ -66,7 +66,7 @@ static void rows_range(void *ctx, int slot, int64_t begin, int64_t end) {
         for (int64_t t = 0; t < j->k; t++) {
             int64_t i = o * j->s - j->pb + t * j->d;
             if (i < 0 || i >= j->len_in) continue;
-            if (first) memcpy(y, x + i * j->inner, (size_t)j->inner * sizeof(float));
+            if (first) af_copy(y, x + i * j->inner, (size_t)j->inner * sizeof(float));
             else v->reduce_acc(j->max ? AF_VRED_MAX : AF_VRED_SUM, x + i * j->inner, j->inner, y, NULL);
             first = false;
         }
@@ -148,7 +148,7 @@ static void run_planes(const passes *ps, const float *x, float *y, int64_t plane
         elementwise_p(x, ps->npass ? lp : y, in_count, pp->p);
         src = lp;
     } else if (!ps->npass) {
-        memcpy(y, x, (size_t)in_count * sizeof(float));
+        af_copy(y, x, (size_t)in_count * sizeof(float));
     }
     for (int q = 0; q < ps->npass; q++) {
         int a = ps->todo[q], i = pp->first + a;

@@ -352,7 +352,7 @@ static void arg_range(void *ctx, int slot, int64_t begin, int64_t end) {
         int64_t ni = j->inner - i0 < ARG_BLOCK ? j->inner - i0 : ARG_BLOCK;
         const float *x = j->x + a * j->dim * j->inner + i0;
         int64_t *y = j->y + a * j->inner + i0;
-        memcpy(best, x, (size_t)ni * sizeof(float));
+        af_copy(best, x, (size_t)ni * sizeof(float));
         for (int64_t i = 0; i < ni; i++) y[i] = 0;
         for (int64_t d = 1; d < j->dim; d++) {
             const float *row = x + d * j->inner;

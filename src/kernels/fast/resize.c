@@ -107,7 +107,7 @@ static void rs_pass_rows(const rs_job *j, const rs_axis *ax, const char *src, ch
         if (t->n == 0) {
             memset(row, 0, (size_t)ax->post * es);
         } else if (j->nearest || (t->n == 1 && ax->w[4 * o] == 1.0f)) {
-            memcpy(row, s + (size_t)(t->idx[0] * ax->post) * es, (size_t)ax->post * es);
+            af_copy(row, s + (size_t)(t->idx[0] * ax->post) * es, (size_t)ax->post * es);
         } else {
             const float *rows[4];
             for (int k = 0; k < t->n; k++) rows[k] = (const float *)s + t->idx[k] * ax->post;
@@ -214,7 +214,7 @@ static af_status rs_run(const tn_rz_plan *plan, const af_tensor *x, af_tensor *y
     int64_t slices = 1;
     for (int a = 0; a < f; a++) slices *= x->dims[a];
     if (f == r) { /* nothing resized: a copy */
-        memcpy(y->data, x->data, (size_t)af_tensor_numel(x) * j.es);
+        af_copy(y->data, x->data, (size_t)af_tensor_numel(x) * j.es);
         return AF_OK;
     }
     /* Passes innermost first; the view of axis a: axes before it still at input size, after it

@@ -104,7 +104,7 @@ af_status fast_scatter_elements(const af_node *n, const af_tensor *const *in, af
     size_t es = af_dtype_size(d->dtype);
     if (!sc_walk(&g, ix, d, NULL, NULL, es, false)) return AF_DECLINED; /* the reference reports */
     if (out[0].data != d->data && af_tensor_numel(d) > 0)
-        memcpy(out[0].data, d->data, (size_t)af_tensor_numel(d) * es);
+        af_copy(out[0].data, d->data, (size_t)af_tensor_numel(d) * es);
     sc_walk(&g, ix, d, out[0].data, up->data, es, true);
     return AF_OK;
 }
@@ -127,7 +127,7 @@ static void gnd_range(void *ctx, int slot, int64_t begin, int64_t end) {
         return;
     }
     for (int64_t t = begin; t < end; t++)
-        memcpy(j->y + (size_t)t * j->len, j->x + (size_t)j->offs[t], j->len);
+        af_copy(j->y + (size_t)t * j->len, j->x + (size_t)j->offs[t], j->len);
 }
 
 af_status fast_gather_nd(const af_node *n, const af_tensor *const *in, af_tensor *out,
