@@ -271,8 +271,8 @@ int af_write_atomic(const char *path, bool (*fill)(int fd, const void *ctx), con
 
 /* The slow case copied backwards, 64 bytes at a time: each store then lands above the loads
  * still to come, so none of them seems to alias it (on Zen 3: REP MOVSB 4-6 GB/s, a forward
- * vector loop 33-55, this 44-76; BENCHMARKS.md). From 1 MiB on glibc leaves REP MOVSB (on AMD above the L2
- * size) and memcpy is fast again. */
+ * vector loop 33-55, this 44-76; BENCHMARKS.md). From 1 MiB on glibc leaves REP MOVSB (on AMD
+ * above the L2 size) and memcpy is fast again. */
 void af_copy(void *dst, const void *src, size_t n) {
     size_t ahead = ((uintptr_t)dst - (uintptr_t)src) & 4095;
     if (n < 4096 || n >= ((size_t)1 << 20) || ahead == 0 || ahead >= 32) {
