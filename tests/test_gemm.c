@@ -297,6 +297,24 @@ static void fill_ep(af_epilogue *ep, const ep_case *ec, int64_t m, int64_t n, fl
     }
 }
 
+/* One epilogue case on an m x n x k product, at 1 and 2 threads. */
+static void check_ep_case(const ep_case *c, int64_t m, int64_t n, int64_t k) {
+    float *col = rnd_buf((size_t)n), *row = rnd_buf((size_t)m);
+    float *full = rnd_buf((size_t)(m * n)), *gen = rnd_buf((size_t)(m + 2 * n));
+    float sc = 0.75f;
+    for (int64_t i = 0; i < m; i++) row[i] += 2.0f; /* divisors away from 0 */
+    if (!strncmp(c->name, "nan", 3)) col[1] = NAN;
+    af_epilogue ep;
+    fill_ep(&ep, c, m, n, col, row, full, &sc, gen);
+    prob p = plain(m, n, k);
+    check_prob(&p, &ep, 1, c->name);
+    check_prob(&p, &ep, 2, c->name);
+    free(col);
+    free(row);
+    free(full);
+    free(gen);
+}
+
 static void test_epilogue(void **state) {
     (void)state;
     static const ep_case cases[] = {
@@ -325,24 +343,13 @@ static void test_epilogue(void **state) {
          {{AF_EP_ADD, AF_VEP_COL, 0}, {AF_EP_RELU, 0, 0}, {AF_EP_CLIP, 0, 0}},
          {{0}, {0}, {-0.3f, 0.4f}}},
     };
+    /* these cases (by index) also with K in blocks (gemm.c's k_block: an A of 197 x 3100 floats
+     * is larger than half of any L2 here): the bias and residual come with the first block, the
+     * clamp and the other steps after the last */
+    static const size_t k_blocked[] = {1, 4, 10, 11};
     FOR_EACH_ISA(isa) {
-        for (size_t c = 0; c < AF_COUNT(cases); c++) {
-            int64_t m = 29, n = 37, k = 20;
-            float *col = rnd_buf((size_t)n), *row = rnd_buf((size_t)m);
-            float *full = rnd_buf((size_t)(m * n)), *gen = rnd_buf((size_t)(m + 2 * n));
-            float sc = 0.75f;
-            for (int64_t i = 0; i < m; i++) row[i] += 2.0f; /* divisors away from 0 */
-            if (!strncmp(cases[c].name, "nan", 3)) col[1] = NAN;
-            af_epilogue ep;
-            fill_ep(&ep, &cases[c], m, n, col, row, full, &sc, gen);
-            prob p = plain(m, n, k);
-            check_prob(&p, &ep, 1, cases[c].name);
-            check_prob(&p, &ep, 2, cases[c].name);
-            free(col);
-            free(row);
-            free(full);
-            free(gen);
-        }
+        for (size_t c = 0; c < AF_COUNT(cases); c++) check_ep_case(&cases[c], 29, 37, 20);
+        for (size_t c = 0; c < AF_COUNT(k_blocked); c++) check_ep_case(&cases[k_blocked[c]], 197, 37, 3100);
     }
     af_isa_set(af_isa_best());
 }
