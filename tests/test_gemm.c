@@ -344,7 +344,7 @@ static void test_epilogue(void **state) {
          {{0}, {0}, {-0.3f, 0.4f}}},
     };
     /* these cases (by index) also with K in blocks (gemm.c's k_block: an A of 197 x 3100 floats
-     * is larger than half of any L2 here): the bias and residual come with the first block, the
+     * is larger than any L2 here): the bias and residual come with the first block, the
      * clamp and the other steps after the last */
     static const size_t k_blocked[] = {1, 4, 10, 11};
     FOR_EACH_ISA(isa) {
