@@ -318,6 +318,10 @@ static double num(json_t *root, const char *key) {
     return json_number_value(json_object_get(root, key));
 }
 
+/* The file's format version: a file of another version is measured again (8: the bandwidths
+ * through af_copy). */
+#define MACHINE_VERSION 8
+
 /* The file holds one record per ISA ({"version": 8, "avx512": {...}, "avx2": {...}}), so that
  * runs on different ISAs (the tests' AUTOFUSION_ISA variants) do not evict each other's. Load
  * the record of the kernels' ISA now in force. */
@@ -326,7 +330,7 @@ static bool load(const char *path, af_machine *m) {
     json_t *root = json_load_file(path, 0, &e);
     if (!root) return false;
     const char *isa = af_isa_name(af_isa_get());
-    json_t *r = json_integer_value(json_object_get(root, "version")) == 8
+    json_t *r = json_integer_value(json_object_get(root, "version")) == MACHINE_VERSION
                     ? json_object_get(root, isa) : NULL;
     double gf = num(r, "peak_gflops"), gg = num(r, "gemm_gflops"), bw = num(r, "bandwidth_gbs");
     double b2 = num(r, "l2_bandwidth_gbs"), b3 = num(r, "l3_bandwidth_gbs"), l2 = num(r, "l2_bytes");
@@ -371,9 +375,9 @@ static void store(const char *path, const af_machine *m) {
     json_error_t e;
     json_t *root = json_load_file(path, 0, &e);
     if (!root || !json_is_object(root) ||
-        json_integer_value(json_object_get(root, "version")) != 8) {
+        json_integer_value(json_object_get(root, "version")) != MACHINE_VERSION) {
         json_decref(root);
-        root = json_pack("{s:i}", "version", 8);
+        root = json_pack("{s:i}", "version", MACHINE_VERSION);
     }
     json_t *r = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "peak_gflops",
                           m->flops / 1e9, "gemm_gflops", m->gemm_flops / 1e9, "gemm_bf16_gflops",
