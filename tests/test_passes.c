@@ -318,6 +318,34 @@ static af_value *dim_of(tg *t, af_value *x, int axis) {
     return mk_in(t->g, "Gather", 2, (af_value *[]){op1(t, "Shape", x), idx}, 1)->out[0];
 }
 
+/* 100 Pads in a row, each padding x [N, 4, 3] by Shape(x)[1] % 2 (0) at the end of axis 1, as
+ * Swin's window partitions do: each Pad's dims are known only once the rounds before it folded
+ * its pads, so this takes more than the 16 rounds simplify once stopped at (Swin-T's last stage
+ * kept unknown dims and lost its fusions). */
+static void test_fold_many_rounds(void **state) {
+    (void)state;
+    tg t = tg_new(17);
+    const int64_t d[] = {-1, 4, 3};
+    af_value *x = input(&t, "x", 3, d);
+    for (int k = 0; k < 100; k++) {
+        af_value *two = cst_in(t.g, AF_DTYPE_INT64, 0, NULL, (double[]){2});
+        af_value *u = op2(&t, "Unsqueeze", op2(&t, "Mod", dim_of(&t, x, 1), two), ints(&t, 1, (double[]){0}));
+        af_node *cat = mk_in(t.g, "Concat", 3,
+                             (af_value *[]){ints(&t, 4, (double[]){0, 0, 0, 0}), u, ints(&t, 1, (double[]){0})}, 1);
+        attr_int(cat, "axis", 0);
+        x = op2(&t, "Pad", x, cat->out[0]);
+    }
+    output_in(t.g, x);
+    finish_graph(t.g);
+    af_error err;
+    assert_int_equal(af_graph_infer_shapes(t.g, &err), AF_OK);
+    assert_int_equal(af_pass_simplify(t.g, &err), AF_OK);
+    assert_int_equal(count(t.g, "Shape"), 0);
+    assert_int_equal(x->type.dims[1], 4);
+    assert_int_equal(x->type.dims[2], 3);
+    af_arena_free(t.a);
+}
+
 /* GPT-2 with past keys, dynamic: Concat(past [N, 2, P, 3], new [N, 2, S, 3]) on axis 2 is
  * (P+S) long, a sum leaf; Range(P, P + S, 1) is S long; table[:, :, K - S : K] with K the
  * Concat's dim 2 is S long, and table[:, :, :, :K] is K long. Nothing else is known. */
@@ -1180,6 +1208,34 @@ static void test_add_before_reshape(void **state) {
     }
 }
 
+/* Gemm [5, 6] -> Reshape [5, 1, 6] -> Reshape [1, 5, 6] -> activation (GPT-2's Conv1D and its
+ * MLP's Gelu): the activation moves before the Reshapes, next to the Gemm; also a Gelu that
+ * canonicalize itself makes of the tanh form (a node of the walk's own). */
+static void test_act_before_reshape(void **state) {
+    (void)state;
+    static const int64_t d56[] = {5, 6}, d66[] = {6, 6};
+    static const double s516[] = {5, 1, 6}, s156[] = {1, 5, 6};
+    double w[36];
+    for (int i = 0; i < 36; i++) w[i] = (i % 5) * 0.3 - 0.6;
+    for (int k = 0; k < 4; k++) { /* Relu; Gelu's tanh form; near misses: Gemm read twice, Neg */
+        tg t = tg_new(13);
+        af_value *y = op2(&t, "Gemm", input(&t, "a", 2, d56), cst_in(t.g, AF_DTYPE_FLOAT, 2, d66, w));
+        af_value *v = op2(&t, "Reshape", op2(&t, "Reshape", y, ints(&t, 3, s516)), ints(&t, 3, s156));
+        output_in(t.g, k == 1 ? gelu_tanh_form(&t, v, false) : op1(&t, k == 3 ? "Neg" : "Relu", v));
+        if (k == 2) output_in(t.g, y);
+        finish_graph(t.g);
+        check_pass(t.g, af_pass_canonicalize);
+        const char *act = k == 1 ? "Gelu" : k == 3 ? "Neg" : "Relu";
+        assert_int_equal(count(t.g, act), 1);
+        assert_int_equal(count(t.g, "Reshape"), 2);
+        const char *want = k < 2 ? act : "Reshape"; /* what reads the Gemm's output now */
+        af_op id = af_op_lookup("", want);
+        assert_int_equal(y->nuses, 1);
+        assert_int_equal(y->uses[0].node->op, id == AF_OP_COUNT ? af_op_lookup(AF_DOMAIN, want) : id);
+        af_arena_free(t.a);
+    }
+}
+
 /* ---- driver: real models and the conformance data -------------------------------------------- */
 
 static void histogram(const char *title, const af_graph *g) {
@@ -1354,6 +1410,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_shape_symbolic_dims_fold),
         cmocka_unit_test(test_shape_symbolic_sum_stays),
         cmocka_unit_test(test_shape_symbolic_sums),
+        cmocka_unit_test(test_fold_many_rounds),
         cmocka_unit_test(test_overridable_default_not_folded),
         cmocka_unit_test(test_identity_and_dropout_removed),
         cmocka_unit_test(test_same_shape_reshape_removed),
@@ -1379,6 +1436,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_transpose_of_unit_axes),
         cmocka_unit_test(test_channel_shuffle),
         cmocka_unit_test(test_add_before_reshape),
+        cmocka_unit_test(test_act_before_reshape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
