@@ -249,6 +249,8 @@ static int count_low(const af_graph *g) {
 /* Depthwise convs of the fused graphs checked so far that computed their expand conv
  * themselves (pro_w). */
 static int merged_seen;
+/* 3-D convs with depthwise weights (w_packed 2) seen by check_prec since last cleared */
+static int dw3_seen;
 
 /* The reference once; then unfused and fused, lowered in precision `prec`, on every ISA with 1,
  * 2 and 3 threads (more threads than this machine's cores: the threads then run at uneven
@@ -276,6 +278,11 @@ static void check_prec(const lcase *c, af_precision prec) {
             if (af_lower(g, &pc, &err)) fail_msg("%s: %s", c->name, err.message);
             for (int i = 0; fuse && i < g->nnodes; i++)
                 merged_seen += af_attr_int(g->nodes[i], "pro_w", -1) >= 0;
+            for (int i = 0; i < g->nnodes; i++) {
+                const int64_t *ws;
+                dw3_seen += af_attr_int(g->nodes[i], "w_packed", 0) == 2 &&
+                            af_attr_ints(g->nodes[i], "w_shape", &ws) == 5;
+            }
             if (count_channels_last(g) < c->min_cl)
                 fail_msg("%s: %d channels-last nodes after lowering (at least %d)", c->name,
                          count_channels_last(g), c->min_cl);
@@ -887,6 +894,9 @@ static const convn geoms3[] = {
     {3, 10, {1, 3, 3}, {2, 2, 2}, {1, 1, 1}, {0, 1, 1, 0, 1, 1}, 1, true},     /* (2+1)D spatial */
     {3, 9, {3, 1, 1}, {1, 1, 1}, {2, 1, 1}, {2, 0, 0, 1, 0, 0}, 1, true},      /* temporal, dilated */
     {3, 8, {2, 2, 2}, {2, 1, 2}, {1, 1, 1}, {0, 1, 0, 1, 0, 1}, 2, true},      /* 2 groups */
+    {3, 6, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, 6, true},      /* depthwise */
+    {3, 6, {3, 5, 3}, {2, 2, 1}, {2, 1, 2}, {2, 2, 0, 1, 1, 2}, 6, false},     /* depthwise, strided, dilated */
+    {3, 6, {5, 13, 1}, {1, 1, 1}, {1, 1, 1}, {2, 6, 0, 2, 6, 0}, 6, true},     /* depthwise, KD x KH > 64 */
 };
 
 static void test_conv_1d_3d(void **state) {
@@ -904,6 +914,12 @@ static void test_conv_1d_3d(void **state) {
     lcase b1 = {"conv 1-D block", {2, 8, 29}, b_blockn, &blk1, 2, 2};
     lcase b3 = {"conv 3-D block", {1, 8, 4, 9, 7}, b_blockn, &blk3, 2, 2};
     lcase h3 = {"conv 3-D head", {2, 8, 4, 6, 5}, b_headn, &blk3, 2, 1};
+    /* an X3D-style depthwise block over channels that fill a vector and part of the next */
+    static const convn dw3 = {3, 20, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, 20, false};
+    lcase d3 = {"conv 3-D depthwise block", {2, 20, 3, 9, 12}, b_blockn, &dw3, 2, 2};
+    dw3_seen = 0;
+    check(&d3);
+    if (dw3_seen == 0) fail_msg("the 3-D depthwise convs took GEMM panels");
     static const rsn_case rs1 = {{1, 8, {3}, {1}, {1}, {1, 1}, 1, true}, {1, 1, 2}};
     static const rsn_case rs3 = {{3, 8, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1, 0, 1, 1}, 1, true},
                                  {1, 1, 1, 2, 1.5f}};

@@ -20,6 +20,7 @@
 #include "fusion/rule.h"
 #include "kernels/simd/cpu.h"
 #include "kernels/fast/gemm.h"
+#include "kernels/simd/vec.h"
 #include "kernels/ref/nn_common.h"
 #include "lower/lower.h"
 #include "passes/rewrite.h"
@@ -214,7 +215,9 @@ static af_status pack_b(af_graph *g, af_node *n, int slot, const char *trans, co
  * output channel)? Those run their own kernel on weights laid out [KH * KW][M]. */
 static bool depthwise(const af_node *n, const af_value *w) {
     int64_t group = af_attr_int(n, "group", 1);
-    return w->type.rank <= 4 && w->type.dims[1] == 1 && group > 1 && w->type.dims[0] == group;
+    const int64_t *d = w->type.dims;
+    return (w->type.rank <= 4 || (w->type.rank == 5 && d[2] * d[3] <= AF_DW_MAX_ROWS)) && d[1] == 1 &&
+           group > 1 && d[0] == group;
 }
 
 /* Kernel positions of conv weights [M, Cg, K...]. */
@@ -419,7 +422,8 @@ static af_status pack_conv_u8s8(af_graph *g, af_node *n, af_error *err) {
  *                 ((kd * KH + kh) * KW + kw) * Cg + c, for a 1-D one kw * Cg + c), groups one
  *                 after the other, each af_gemm_packed_floats(taps * Cg, M / group) floats; in
  *                 half or bfloat16 when the weights have that dtype (pack_conv_low);
- *   w_packed = 2: depthwise (1-D and 2-D), [KH * KW][M];
+ *   w_packed = 2: depthwise, [KH * KW][M] ([KD * KH * KW][M] for 3-D, KD * KH at most
+ *                 AF_DW_MAX_ROWS);
  *   w_packed = 3: Winograd, for each of the 36 transform positions the GEMM panels of
  *                 U[c][m] = (G g G^T)[position] of kernel (m, c), one after the other.
  * w_shape keeps the logical [M, Cg, KH, KW] (of the weights' rank). */

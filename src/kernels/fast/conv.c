@@ -191,9 +191,11 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
     g->group = af_attr_int(n, "group", 1);
     g->mg = g->m / g->group;
     if (r == 5 && g->packed && !g->transposed &&
-        (g->packed != 1 || (g->wt_type != AF_GEMM_F32 && g->wt_type != AF_GEMM_U8S8)))
+        (g->packed == 3 || (g->packed == 1 && g->wt_type != AF_GEMM_F32 && g->wt_type != AF_GEMM_U8S8) ||
+         (g->packed == 2 && g->kd * g->kh > AF_DW_MAX_ROWS)))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
-                            "a 3-D channels-last conv needs float32 or int8 GEMM panels (w_packed 1)");
+                            "a 3-D channels-last conv needs float32 or int8 GEMM panels (w_packed 1), or "
+                            "depthwise weights (w_packed 2) of at most %d KD x KH rows", AF_DW_MAX_ROWS);
     if (g->wt_type == AF_GEMM_U8S8) {
         st = fused_quant_decode(n, g->packed ? NULL : w, g->m, &g->q, err);
         if (st != AF_OK) return st;
@@ -215,7 +217,7 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
                                 "packed W must be 1-D with %lld elements", (long long)want);
     } else if (g->packed) {
         int64_t cp = g->wt_type == AF_GEMM_BF16 ? af_gemm_bf16_k(g->cg) : g->cg;
-        int64_t want = g->packed == 2   ? g->kh * g->kw * g->m
+        int64_t want = g->packed == 2   ? g->kd * g->kh * g->kw * g->m
                        : g->packed == 3 ? 36 * (int64_t)af_gemm_packed_floats(g->c, g->m)
                        : g->wt_type == AF_GEMM_U8S8
                            ? (int64_t)af_gemm_packed_bytes(AF_GEMM_U8S8, g->kd * g->kh * g->kw * af_gemm_u8s8_k(g->cg), g->m)
@@ -804,19 +806,36 @@ static size_t conv_sums_bytes(const conv_cl *g) {
     return (size_t)(g->n * g->oh) * dw_sums_stride(g) * sizeof(float);
 }
 
-/* Output rows [begin, end) over batch x OH. */
+/* Output rows [begin, end) over batch x OD x OH. A 3-D conv's row is a 2-D kernel's of KD * KH
+ * rows (the packed weights' [KD][KH][KW] order) reading its input rows through pointers, NULL
+ * for those outside the input (the depth's padding as well as the height's). Before, 3-D
+ * depthwise convs ran as C one-column GEMMs: 1.8x ONNX Runtime's time on a 32-channel 3x3x3. */
 static void dw_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     (void)slot;
     const dw_job *j = ctx;
     const conv_cl *g = j->g;
     const af_vec_ops *v = af_vec();
+    const float *rows[AF_DW_MAX_ROWS];
     for (int64_t r = begin; r < end; r++) {
-        int64_t b = r / g->oh, oh = r % g->oh;
+        int64_t b = r / (g->od * g->oh), z = r / g->oh % g->od, oh = r % g->oh;
         float *yr = j->y + r * g->ow * g->c;
-        af_dw_row p = {g->x + b * g->h * g->w * g->c, g->h, g->w, g->c, g->wt, g->b,
+        af_dw_row p = {g->x + b * g->d * g->h * g->w * g->c, g->h, g->w, g->c, g->wt, g->b,
                        g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->ph, g->pw, oh, g->ow, yr,
                        j->ep, r * g->ow,
                        j->sums ? j->sums + (size_t)r * dw_sums_stride(g) : NULL, NULL};
+        if (g->y.rank == 5) {
+            for (int64_t kd = 0; kd < g->kd; kd++)
+                for (int64_t kh = 0; kh < g->kh; kh++) {
+                    int64_t xd = z * g->sd - g->pd + kd * g->dd, ih = oh * g->sh - g->ph + kh * g->dh;
+                    bool in = xd >= 0 && xd < g->d && ih >= 0 && ih < g->h;
+                    rows[kd * g->kh + kh] = in ? p.x + (xd * g->h + ih) * g->w * g->c : NULL;
+                }
+            p.xrows = rows; /* every row "inside": kernel row k reads rows[k] */
+            p.x = NULL;
+            p.h = p.kh = g->kd * g->kh;
+            p.oh = p.ph = 0;
+            p.sh = p.dh = 1;
+        }
         v->dw_row(&p);
     }
 }
@@ -1108,8 +1127,8 @@ static void conv_run(const conv_cl *g, const af_epilogue *ep, const af_epilogue 
         return;
     }
     /* The depthwise row kernel starts from the bias itself. */
-    double dw_ns = af_exec_work_ns(ex, 2.0 * (double)(g->n * g->oh * g->ow * g->c * g->kh * g->kw),
-                                   4.0 * (double)(g->n * (g->h * g->w + g->oh * g->ow) * g->c));
+    double dw_ns = af_exec_work_ns(ex, 2.0 * (double)(g->n * g->od * g->oh * g->ow * g->c * g->kd * g->kh * g->kw),
+                                   4.0 * (double)(g->n * (g->d * g->h * g->w + g->od * g->oh * g->ow) * g->c));
     size_t stride = dw_sums_stride(g), sums_bytes = mean ? conv_sums_bytes(g) : 0;
     float *sums = mean ? (float *)scratch : NULL;
     if (mean) memset(scratch, 0, sums_bytes);
@@ -1124,7 +1143,7 @@ static void conv_run(const conv_cl *g, const af_epilogue *ep, const af_epilogue 
         af_exec_parallel(ex, g->n * g->oh, dw_ns + af_exec_work_ns(ex, 2.0 * (double)(g->n * g->h * g->w * g->c * g->pro_c), 0.0), pro_rows, &pj);
     } else {
         dw_job j = {g, &vep, y, sums};
-        af_exec_parallel(ex, g->n * g->oh, dw_ns, dw_rows, &j);
+        af_exec_parallel(ex, g->n * g->od * g->oh, dw_ns, dw_rows, &j);
     }
     if (!mean) return;
     float inv = 1.0f / (float)(g->oh * g->ow);

@@ -134,9 +134,13 @@ typedef struct af_dw_row {
     int64_t row0;
     float *sum; /* NULL, or [c]: every output of the row (after the epilogue) is added here */
     /* NULL: input row ih is at x + ih * w * c. Else xrows[k] is the row kernel row k reads
-     * (ih = oh * sh - ph + k * dh), for the rows inside the image; x is then unused. */
+     * (ih = oh * sh - ph + k * dh), for the rows inside the image, or NULL for a row to skip (a
+     * 3-D conv's rows outside the input's depth); x is then unused. */
     const float *const *xrows;
 } af_dw_row;
+
+/* Kernel rows a depthwise conv reads through xrows at most (KH, or KD * KH for a 3-D one). */
+#define AF_DW_MAX_ROWS 64
 
 /* One output row of channels-last MaxPool / AveragePool over a 2-D window (no dilation):
  * y[ow][c] = max or mean over the window positions inside x; the mean divides by the count of

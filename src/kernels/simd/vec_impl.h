@@ -790,7 +790,9 @@ static inline __attribute__((always_inline)) void dw_block(const int NB, const a
     vf bv = p->bias ? (nc == VW ? vload(p->bias + c0) : vload_part(p->bias + c0, nc)) : (vf){0};
     for (int i = 0; i < NB; i++) acc[i] = bv;
     for (int64_t kh = khlo; kh < khhi; kh++) {
-        const float *xr = dw_xrow(p, kh) + c0;
+        const float *xr = dw_xrow(p, kh);
+        if (!xr) continue;
+        xr += c0;
         const float *wr = p->wt + kh * p->kw * c + c0;
         for (int64_t kw = 0; kw < p->kw; kw++) {
             vf wv = nc == VW ? vload(wr + kw * c) : vload_part(wr + kw * c, nc);
@@ -834,7 +836,9 @@ static inline __attribute__((always_inline)) void dw_block_s1(const int NB, cons
     for (int64_t kh = khlo; kh < khhi; kh++) {
         /* one pointer stepped by c: 12 precomputed column pointers spilled to vector registers,
          * and moving them back took the FMA ports */
-        const float *xq = dw_xrow(p, kh) + iw0 * c + c0;
+        const float *xq = dw_xrow(p, kh);
+        if (!xq) continue;
+        xq += iw0 * c + c0;
         const float *wq = p->wt + kh * KW * c + c0;
         vf wv[5];
         _Pragma("GCC unroll 5") for (int kw = 0; kw < KW; kw++, wq += c) wv[kw] = DW_LD(wq);
@@ -907,7 +911,9 @@ static void dw_one(const af_dw_row *p, int64_t khlo, int64_t khhi, int64_t ow, i
         vf acc[4];
         for (int i = 0; i < 4; i++) acc[i] = p->bias ? vload(p->bias + c0 + i * VW) : (vf){0};
         for (int64_t kh = khlo; kh < khhi; kh++) {
-            const float *q = dw_xrow(p, kh) + iw0 * c + c0;
+            const float *q = dw_xrow(p, kh);
+            if (!q) continue;
+            q += iw0 * c + c0;
             const float *wq = p->wt + kh * p->kw * c + c0;
             for (int64_t kw = kwlo; kw < kwhi; kw++)
                 for (int i = 0; i < 4; i++)
@@ -920,7 +926,9 @@ static void dw_one(const af_dw_row *p, int64_t khlo, int64_t khhi, int64_t ow, i
         int64_t nc = ce - c0 < VW ? ce - c0 : VW;
         vf acc = p->bias ? vload_part(p->bias + c0, nc) : (vf){0};
         for (int64_t kh = khlo; kh < khhi; kh++) {
-            const float *q = dw_xrow(p, kh) + iw0 * c + c0;
+            const float *q = dw_xrow(p, kh);
+            if (!q) continue;
+            q += iw0 * c + c0;
             const float *wq = p->wt + kh * p->kw * c + c0;
             for (int64_t kw = kwlo; kw < kwhi; kw++)
                 acc += vload_part(q + kw * xs, nc) * vload_part(wq + kw * c, nc);
