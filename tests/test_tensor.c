@@ -5,7 +5,7 @@
  * nearest modes, exclude_outside, tf_crop_and_resize) and Pad (modes, cropping, opset 2 form).
  * A second group checks shape inference with values unknown, as at compile time; a third runs
  * float32 Transposes (the fast blocked path where it applies: NCHW <-> NHWC, [R, C] -> [C, R],
- * dims of 1 anywhere, odd sizes) with 1 and 2 threads against the reference's strided copy; a
+ * dims of 1 anywhere, odd sizes; rows moved whole up to rank 6) with 1 and 2 threads against the reference's strided copy; a
  * fourth the fast Resize, Pad, Slice, Expand, Tile, Concat, Split and Gather against their
  * reference kernels on every ISA, called directly and through the dispatcher at 1 and 2
  * threads (fast_vs_ref), and what they decline reported by the reference. */
@@ -266,16 +266,20 @@ static void test_transpose_fast(void **state) {
     static const struct {
         const char *perm;
         int rank;
-        int64_t dims[4];
+        int64_t dims[6];
+        bool fast; /* fast_transpose takes it (else it declines, the reference runs) */
     } cases[] = {
-        {"perm=0,2,3,1", 4, {1, 3, 150, 161}}, /* NCHW -> NHWC, a CNN input reorder (threaded) */
-        {"perm=0,2,3,1", 4, {2, 3, 5, 7}},     /* batch 2, fewer columns than a block */
-        {"perm=0,3,1,2", 4, {2, 9, 11, 35}},  /* NHWC -> NCHW, batch 2 */
-        {"perm=1,0", 2, {33, 70}},            /* [R, C] -> [C, R] */
-        {"perm=0,2,1", 3, {1, 1, 300}},       /* only dims of 1 move: a copy */
-        {"perm=2,0,1,3", 4, {5, 1, 17, 1}},   /* merges to [5, 17] -> [17, 5] */
-        {"perm=0,2,1,3", 4, {2, 19, 3, 8}},   /* moves rows of 8: the reference's case */
-        {"perm=3,2,1,0", 4, {3, 4, 5, 6}},    /* full reversal: the reference's case */
+        {"perm=0,2,3,1", 4, {1, 3, 150, 161}, true}, /* NCHW -> NHWC, a CNN input reorder (threaded) */
+        {"perm=0,2,3,1", 4, {2, 3, 5, 7}, true},     /* batch 2, fewer columns than a block */
+        {"perm=0,3,1,2", 4, {2, 9, 11, 35}, true},  /* NHWC -> NCHW, batch 2 */
+        {"perm=1,0", 2, {33, 70}, true},            /* [R, C] -> [C, R] */
+        {"perm=0,2,1", 3, {1, 1, 300}, true},       /* only dims of 1 move: a copy */
+        {"perm=2,0,1,3", 4, {5, 1, 17, 1}, true},   /* merges to [5, 17] -> [17, 5] */
+        {"perm=0,2,1,3", 4, {2, 19, 3, 8}, false},   /* moves rows of 8: the reference's case */
+        {"perm=0,2,1,3", 4, {2, 19, 3, 20}, true},  /* moves rows of 20 */
+        {"perm=0,1,3,2,4,5", 6, {2, 3, 7, 2, 7, 24}, true}, /* Swin's window partition */
+        {"perm=2,0,3,1,4", 5, {3, 5, 2, 1, 17}, true},      /* three outer runs out of order, a dim of 1 */
+        {"perm=3,2,1,0", 4, {3, 4, 5, 6}, false},    /* full reversal: the reference's case */
     };
     af_runtime *rt = NULL;
     af_error err;
@@ -301,6 +305,8 @@ static void test_transpose_fast(void **state) {
                 if (st == AF_OK) st = af_runtime_kernel(threads == 2 ? rt : NULL, n, in, &got, &err);
                 assert_int_equal(st, AF_OK);
                 assert_int_equal(got.rank, want.rank);
+                if (cases[c].fast != (fast_transpose(n, in, &got, NULL, &err) == AF_OK))
+                    fail_msg("%s: fast_transpose %s it", cases[c].perm, cases[c].fast ? "declined" : "took");
                 if (memcmp(got.data, want.data, (size_t)af_tensor_numel(&want) * sizeof(float)))
                     fail_msg("%s on %s, %d thread(s): differs from the reference", cases[c].perm,
                              af_isa_name(af_isa_get()), threads);
