@@ -270,7 +270,9 @@ static void test_transpose_fast(void **state) {
         bool fast; /* fast_transpose takes it (else it declines, the reference runs) */
     } cases[] = {
         {"perm=0,2,3,1", 4, {1, 3, 150, 161}, true}, /* NCHW -> NHWC, a CNN input reorder (threaded) */
-        {"perm=0,2,3,1", 4, {2, 3, 5, 7}, true},     /* batch 2, fewer columns than a block */
+        {"perm=0,2,3,1", 4, {2, 3, 5, 7}, true},
+        {"perm=0,2,3,1", 4, {2, 4, 9, 130}, true},  /* 4 planes, more columns than an item */
+        {"perm=1,0", 2, {2, 1500}, true},           /* 2 rows */     /* batch 2, fewer columns than a block */
         {"perm=0,3,1,2", 4, {2, 9, 11, 35}, true},  /* NHWC -> NCHW, batch 2 */
         {"perm=1,0", 2, {33, 70}, true},            /* [R, C] -> [C, R] */
         {"perm=0,2,1", 3, {1, 1, 300}, true},       /* only dims of 1 move: a copy */

@@ -293,6 +293,36 @@ static bool run_moves(const af_tensor *x, const int *start, const int64_t *size,
     return true;
 }
 
+/* Few rows (2 <= r <= TR_FEW: an image's 3 colour planes into channels-last): items are (batch,
+ * 1024 columns of x), each output row written whole, r a constant in the loop; the 16 x 16
+ * blocks above did 3 x 16 elements per block there: 0.25 ms for a 224 x 224 image on Zen 3,
+ * 0.09 now. */
+enum { TR_FEW = 4, TR_FEW_COLS = 1024 };
+
+/* Columns [c0, c1) of x [R, c] into y [c, R], R a constant at each call (the loop unrolled). */
+static inline __attribute__((always_inline)) void tr_few_cols(const int R, const float *restrict x,
+                                                             float *restrict y, int64_t c, int64_t c0,
+                                                             int64_t c1) {
+    for (int64_t k = c0; k < c1; k++)
+        for (int r = 0; r < R; r++) y[k * R + r] = x[r * c + k];
+}
+
+static void tr_few(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const tr_job *j = ctx;
+    for (int64_t it = begin; it < end; it++) {
+        int64_t b = it / j->cblocks, c0 = it % j->cblocks * TR_FEW_COLS;
+        int64_t c1 = c0 + TR_FEW_COLS < j->c ? c0 + TR_FEW_COLS : j->c;
+        const float *x = j->x + b * j->r * j->c;
+        float *y = j->y + b * j->r * j->c;
+        switch (j->r) {
+        case 2: tr_few_cols(2, x, y, j->c, c0, c1); break;
+        case 3: tr_few_cols(3, x, y, j->c, c0, c1); break;
+        default: tr_few_cols(4, x, y, j->c, c0, c1); break;
+        }
+    }
+}
+
 static bool run_transpose(const af_tensor *x, const int *perm, af_tensor *y, af_exec *ex) {
     if (x->dtype != AF_DTYPE_FLOAT || x->rank < 2 ||
         x->rank > AF_MAX_RANK)
@@ -327,10 +357,11 @@ static bool run_transpose(const af_tensor *x, const int *perm, af_tensor *y, af_
     } else {
         return runs > 2 && run_moves(x, start, size, runs, y, ex);
     }
-    j.cblocks = (j.c + TR_BLOCK - 1) / TR_BLOCK;
+    bool few = j.r <= TR_FEW;
+    j.cblocks = few ? (j.c + TR_FEW_COLS - 1) / TR_FEW_COLS : (j.c + TR_BLOCK - 1) / TR_BLOCK;
     /* strided reads cost about twice a copy */
     af_exec_parallel(ex, batch * j.cblocks, af_exec_work_ns(ex, 0.0, 16.0 * (double)(batch * j.r * j.c)),
-                     tr_blocks, &j);
+                     few ? tr_few : tr_blocks, &j);
     return true;
 }
 
