@@ -330,6 +330,9 @@ def main():
     gpt2_block(out, "gpt2_causal_past")
     gpt2_block(out, "gpt2_causal_bias", fill=-np.inf, bias=True, P=0, S=7)
     gpt2_block(out, "gpt2_long_past", B=1, S=3, P=1030, H=2, D=8)
+    # a decode step: the head Transposes of [1, 1, H, D] move only dims of 1 (canonicalize makes
+    # them Reshapes: Reshape -> Reshape on the way in and out)
+    gpt2_block(out, "gpt2_one_token", B=1, S=1, P=9, H=2, D=4)
     t5_block(out, "t5_bias")
     gpt2_block(out, "nm_where_scaled", where_first=True)
     gpt2_block(out, "nm_where_fill", fill_input=True)

@@ -415,6 +415,7 @@ static const model_case cases[] = {
     {"gpt2_causal_past", 1, NULL},
     {"gpt2_causal_bias", 1, NULL},
     {"gpt2_long_past", 1, NULL},
+    {"gpt2_one_token", 1, NULL},
     {"t5_bias", 1, NULL},
     {"nm_where_scaled", 0, "last step before the softmax"},
     {"nm_where_fill", 0, "constant scalar"},
@@ -497,8 +498,10 @@ static void test_rule_models(void **state) {
         af_fusion_report rep;
         af_error err;
         af_fusion_report_init(&rep, mc->name, af_machine_get());
-        /* As the pipeline does: simplify first (ViT's Slice bounds become constants). */
+        /* As the pipeline does: simplify first (ViT's Slice bounds become constants), then
+         * canonicalize (at one token, GPT-2's head Transposes become Reshapes). */
         if (af_pass_simplify(fused->graph, &err) != AF_OK ||
+            af_pass_canonicalize(fused->graph, &err) != AF_OK ||
             af_fuse(fused->graph, &cfg, &rep, &err) != AF_OK)
             fail_msg("%s", err.message);
         if (af_graph_verify(fused->graph, &err) != AF_OK) fail_msg("%s", err.message);

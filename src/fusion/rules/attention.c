@@ -269,6 +269,25 @@ static const char *walk_shared(fa_match *m, fa_input *in, af_value *x, fa_label 
     }
 }
 
+/* The input of a chain of Reshapes ending at `last` (each intermediate read only by the next),
+ * back to the first of rank 3 ([rows, rows, H*D], what place_input reads): they are one
+ * Reshape. GPT-2 at one token: the head Transpose of [B, 1, H, D] moves only a dim of 1,
+ * canonicalize made it a Reshape, and the split became Reshape -> Reshape (the merge of the
+ * heads after PV too: walk_output). */
+static const char *reshapes_back(fa_match *m, af_node *last, af_value **src) {
+    af_value *x = last->in[0];
+    af_node *q;
+    while (x->type.rank != 3 && (q = producer(x, m->softmax->graph)) && q->op == AF_OP_RESHAPE &&
+           q->nin >= 1 && q->in[0] && !edge(x, last)) {
+        const char *why = cover(m, q);
+        if (why) return why;
+        last = q;
+        x = q->in[0];
+    }
+    *src = x;
+    return NULL;
+}
+
 /* Walk back from a MatMul operand x (labels l, rank r) through transposes (and, for q and k,
  * scalar scales) to the Reshape that splits heads. `reader` is the node that reads x. */
 static const char *walk_input(fa_match *m, fa_input *in, af_value *x, af_node *reader,
@@ -294,8 +313,7 @@ static const char *walk_input(fa_match *m, fa_input *in, af_value *x, af_node *r
             memcpy(in->labels, l, sizeof(fa_label) * (size_t)r);
             in->rank = r;
             if (p->nin < 2 || !af_value_is_const(p->in[1])) return "head reshape shape is not constant";
-            in->split = p->in[0];
-            return NULL;
+            return reshapes_back(m, p, &in->split);
         }
         double f;
         af_value *next = NULL;
@@ -594,6 +612,14 @@ static const char *walk_output(fa_match *m) {
         if ((why = cover(m, c))) return why;
         if (c->op == AF_OP_RESHAPE) {
             if (c->nin < 2 || !af_value_is_const(c->in[1])) return "output reshape shape is not constant";
+            /* and the Reshapes after it while they are of the heads' rank (see reshapes_back) */
+            af_value *z;
+            while ((z = c->out[0])->type.rank > 3 && !fuse_edge(z) && z->uses[0].node->op == AF_OP_RESHAPE &&
+                   z->uses[0].slot == 0 && z->uses[0].node->graph == c->graph &&
+                   z->uses[0].node->nout == 1 && z->uses[0].node->out[0]) {
+                c = z->uses[0].node;
+                if ((why = cover(m, c))) return why;
+            }
             m->out_reshape = c;
             break;
         }
