@@ -217,20 +217,39 @@ static bool run_softmax(const af_tensor *x, int64_t rows, int64_t len, af_tensor
 typedef struct tr_job {
     const float *x;
     float *y;
-    int64_t r, c, cblocks; /* x [B, r, c] -> y [B, c, r] */
+    int64_t r, c, cols, cblocks; /* x [B, r, c] -> y [B, c, r], in items of `cols` columns */
 } tr_job;
 
 enum { TR_BLOCK = 16 }; /* 16 x 16 floats: one cache line per row of the block on both sides */
 
-/* Items are (batch, block of 16 columns of x = rows of y). */
-static void tr_blocks(void *ctx, int slot, int64_t begin, int64_t end) {
+/* Few rows (2 <= r <= TR_FEW: an image's 3 colour planes into channels-last) go TR_FEW_COLS
+ * columns to an item, each output row written whole, r a constant in the loop; in 16 x 16
+ * blocks they did 3 x 16 elements per block: 0.25 ms for a 224 x 224 image on Zen 3, 0.09 now. */
+enum { TR_FEW = 4, TR_FEW_COLS = 1024 };
+
+/* Columns [c0, c1) of x [R, c] into y [c, R], R a constant at each call (the loop unrolled). */
+static inline __attribute__((always_inline)) void tr_few_cols(const int R, const float *restrict x,
+                                                             float *restrict y, int64_t c, int64_t c0,
+                                                             int64_t c1) {
+    for (int64_t k = c0; k < c1; k++)
+        for (int r = 0; r < R; r++) y[k * R + r] = x[r * c + k];
+}
+
+/* Items are (batch, `cols` columns of x = rows of y). */
+static void tr_items(void *ctx, int slot, int64_t begin, int64_t end) {
     (void)slot;
     const tr_job *j = ctx;
     for (int64_t it = begin; it < end; it++) {
-        int64_t b = it / j->cblocks, c0 = it % j->cblocks * TR_BLOCK;
-        int64_t c1 = c0 + TR_BLOCK < j->c ? c0 + TR_BLOCK : j->c;
+        int64_t b = it / j->cblocks, c0 = it % j->cblocks * j->cols;
+        int64_t c1 = c0 + j->cols < j->c ? c0 + j->cols : j->c;
         const float *x = j->x + b * j->r * j->c;
         float *y = j->y + b * j->r * j->c;
+        if (j->r <= TR_FEW) {
+            if (j->r == 2) tr_few_cols(2, x, y, j->c, c0, c1);
+            else if (j->r == 3) tr_few_cols(3, x, y, j->c, c0, c1);
+            else tr_few_cols(4, x, y, j->c, c0, c1);
+            continue;
+        }
         for (int64_t r0 = 0; r0 < j->r; r0 += TR_BLOCK) {
             int64_t r1 = r0 + TR_BLOCK < j->r ? r0 + TR_BLOCK : j->r;
             for (int64_t c = c0; c < c1; c++)
@@ -293,36 +312,6 @@ static bool run_moves(const af_tensor *x, const int *start, const int64_t *size,
     return true;
 }
 
-/* Few rows (2 <= r <= TR_FEW: an image's 3 colour planes into channels-last): items are (batch,
- * 1024 columns of x), each output row written whole, r a constant in the loop; the 16 x 16
- * blocks above did 3 x 16 elements per block there: 0.25 ms for a 224 x 224 image on Zen 3,
- * 0.09 now. */
-enum { TR_FEW = 4, TR_FEW_COLS = 1024 };
-
-/* Columns [c0, c1) of x [R, c] into y [c, R], R a constant at each call (the loop unrolled). */
-static inline __attribute__((always_inline)) void tr_few_cols(const int R, const float *restrict x,
-                                                             float *restrict y, int64_t c, int64_t c0,
-                                                             int64_t c1) {
-    for (int64_t k = c0; k < c1; k++)
-        for (int r = 0; r < R; r++) y[k * R + r] = x[r * c + k];
-}
-
-static void tr_few(void *ctx, int slot, int64_t begin, int64_t end) {
-    (void)slot;
-    const tr_job *j = ctx;
-    for (int64_t it = begin; it < end; it++) {
-        int64_t b = it / j->cblocks, c0 = it % j->cblocks * TR_FEW_COLS;
-        int64_t c1 = c0 + TR_FEW_COLS < j->c ? c0 + TR_FEW_COLS : j->c;
-        const float *x = j->x + b * j->r * j->c;
-        float *y = j->y + b * j->r * j->c;
-        switch (j->r) {
-        case 2: tr_few_cols(2, x, y, j->c, c0, c1); break;
-        case 3: tr_few_cols(3, x, y, j->c, c0, c1); break;
-        default: tr_few_cols(4, x, y, j->c, c0, c1); break;
-        }
-    }
-}
-
 static bool run_transpose(const af_tensor *x, const int *perm, af_tensor *y, af_exec *ex) {
     if (x->dtype != AF_DTYPE_FLOAT || x->rank < 2 ||
         x->rank > AF_MAX_RANK)
@@ -344,7 +333,7 @@ static bool run_transpose(const af_tensor *x, const int *perm, af_tensor *y, af_
         last = k;
     }
     /* Taken: [R, C] -> [C, R] and [B, R, C] -> [B, C, R]; else blocks moved whole (run_moves). */
-    tr_job j = {x->data, y->data, 0, 0, 0};
+    tr_job j = {x->data, y->data, 0, 0, 0, 0};
     int64_t batch;
     if (runs == 2 && start[0] > start[1]) {
         batch = 1;
@@ -357,11 +346,11 @@ static bool run_transpose(const af_tensor *x, const int *perm, af_tensor *y, af_
     } else {
         return runs > 2 && run_moves(x, start, size, runs, y, ex);
     }
-    bool few = j.r <= TR_FEW;
-    j.cblocks = few ? (j.c + TR_FEW_COLS - 1) / TR_FEW_COLS : (j.c + TR_BLOCK - 1) / TR_BLOCK;
+    j.cols = j.r <= TR_FEW ? TR_FEW_COLS : TR_BLOCK;
+    j.cblocks = (j.c + j.cols - 1) / j.cols;
     /* strided reads cost about twice a copy */
     af_exec_parallel(ex, batch * j.cblocks, af_exec_work_ns(ex, 0.0, 16.0 * (double)(batch * j.r * j.c)),
-                     few ? tr_few : tr_blocks, &j);
+                     tr_items, &j);
     return true;
 }
 
