@@ -634,8 +634,8 @@ static const af_plan *run_shape(af_session *s, int64_t b, int64_t t) {
 }
 
 /* A dynamic model plans per shape signature: a new shape gets a plan that places the values
- * whose compiled dims are symbolic, a shape seen before reuses its plan (and arena), and the
- * fifth new shape evicts the least recently used. */
+ * whose compiled dims are symbolic (in place where the op allows), a shape seen before reuses
+ * its plan (and arena), and the fifth new shape evicts the least recently used. */
 static void test_plans_per_shape(void **state) {
     (void)state;
     if (!models_dir()) skip();
@@ -649,6 +649,8 @@ static void test_plans_per_shape(void **state) {
     assert_ptr_not_equal(a, compiled);
     assert_ptr_not_equal(a, b);
     assert_true(a->nplanned > compiled->nplanned);
+    /* views and activations of values whose compiled dims are symbolic go in place too */
+    assert_true(a->ninplace > compiled->ninplace);
     assert_ptr_equal(run_shape(s, 2, 16), a); /* back to an earlier shape: its plan */
     run_shape(s, 1, 5);
     run_shape(s, 4, 9);
