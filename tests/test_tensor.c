@@ -4,9 +4,9 @@
  * Slice (negative steps, clamping, INT64 bounds), Resize (modes, coordinate transforms,
  * nearest modes, exclude_outside, tf_crop_and_resize) and Pad (modes, cropping, opset 2 form).
  * A second group checks shape inference with values unknown, as at compile time; a third runs
- * float32 Transposes (the fast blocked path where it applies: NCHW <-> NHWC, [R, C] -> [C, R],
- * dims of 1 anywhere, odd sizes; rows moved whole up to rank 6) with 1 and 2 threads against the reference's strided copy; a
- * fourth the fast Resize, Pad, Slice, Expand, Tile, Concat, Split and Gather against their
+ * float32 Transposes (the fast paths where they apply: NCHW <-> NHWC, [R, C] -> [C, R],
+ * dims of 1 anywhere, odd sizes, few rows, rows moved whole up to rank 6) with 1 and 2 threads
+ * against the reference's strided copy; a fourth the fast Resize, Pad, Slice, Expand, Tile, Concat, Split and Gather against their
  * reference kernels on every ISA, called directly and through the dispatcher at 1 and 2
  * threads (fast_vs_ref), and what they decline reported by the reference. */
 #include <setjmp.h>

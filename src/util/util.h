@@ -102,7 +102,8 @@ int af_read_file(const char *path, unsigned char **data, size_t *len);
  * CPUs with FSRM, and on AMD Zen 3 that runs at 5-6 GB/s instead of about 100 when the
  * destination starts 1 to 31 bytes after the source modulo 4 KiB (the loads wait on the
  * stores they seem to alias), which a row copy into a padded or offset tensor often does.
- * Such copies run backwards in 64-byte pieces (util.c), the others go to memcpy unchanged. Measured on an AMD EPYC (Zen 3) with glibc 2.36: BENCHMARKS.md. */
+ * Such copies run backwards in 64-byte pieces (util.c), the others go to memcpy unchanged.
+ * Measured on an AMD EPYC (Zen 3) with glibc 2.36: BENCHMARKS.md. */
 void af_copy(void *dst, const void *src, size_t n);
 
 #endif
