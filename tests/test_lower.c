@@ -251,6 +251,8 @@ static int count_low(const af_graph *g) {
 static int merged_seen;
 /* 3-D convs with depthwise weights (w_packed 2) seen by check_prec since last cleared */
 static int dw3_seen;
+/* convs on the grouped row kernel (w_packed 4) seen by check_prec since last cleared */
+static int grp_seen;
 
 /* The reference once; then unfused and fused, lowered in precision `prec`, on every ISA with 1,
  * 2 and 3 threads (more threads than this machine's cores: the threads then run at uneven
@@ -282,6 +284,7 @@ static void check_prec(const lcase *c, af_precision prec) {
                 const int64_t *ws;
                 dw3_seen += af_attr_int(g->nodes[i], "w_packed", 0) == 2 &&
                             af_attr_ints(g->nodes[i], "w_shape", &ws) == 5;
+                grp_seen += af_attr_int(g->nodes[i], "w_packed", 0) == 4;
             }
             if (count_channels_last(g) < c->min_cl)
                 fail_msg("%s: %d channels-last nodes after lowering (at least %d)", c->name,
@@ -899,6 +902,41 @@ static const convn geoms3[] = {
     {3, 6, {5, 13, 1}, {1, 1, 1}, {1, 1, 1}, {2, 6, 0, 2, 6, 0}, 6, true},     /* depthwise, KD x KH > 64 */
 };
 
+/* Groups of G = 2, 4 and 8 input and output channels take the grouped row kernel (vec.h
+ * af_grp_row): channels that fill vectors and leave a partial one (whole groups in it, and
+ * blocks of 16 weights half used), strides, dilations, asymmetric pads, 1-D to 3-D, a residual
+ * block through BN and Relu; and G = 3 (not a divisor of the vector width), which keeps the
+ * GEMM panels, alongside. */
+static const convn grouped[] = {
+    {2, 16, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 4, true},     /* G 4 */
+    {2, 24, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, 3, true},     /* G 8, stride 2 */
+    {2, 40, {3, 3}, {1, 2}, {2, 1}, {2, 0, 1, 1}, 5, false},    /* G 8, C % 16 = 8 */
+    {2, 20, {5, 3}, {1, 1}, {1, 1}, {2, 1, 2, 1}, 5, true},     /* G 4, C % 8 = 4 */
+    {2, 12, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 6, true},     /* G 2, 1x1 */
+    {1, 16, {3}, {1}, {1}, {1, 1}, 2, true},                    /* 1-D, G 8 */
+    {3, 16, {3, 3, 3}, {1, 2, 2}, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, 4, true}, /* 3-D, G 4 */
+    {2, 12, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 4, true},     /* G 3: GEMM panels */
+};
+
+static void test_grouped(void **state) {
+    (void)state;
+    for (size_t i = 0; i < AF_COUNT(grouped); i++) {
+        const convn *g = &grouped[i];
+        int64_t x[5] = {i % 2 ? 1 : 2, g->m, 11, 9, 7};
+        if (g->nsp == 1) x[3] = x[4] = 0, x[2] = 23;
+        if (g->nsp == 2) x[4] = 0;
+        lcase c = {"grouped conv", {x[0], x[1], x[2], x[3], x[4]}, b_convn, g, 2, 1};
+        grp_seen = 0;
+        check(&c);
+        bool small = g->m / g->group == 2 || g->m / g->group == 4 || g->m / g->group == 8;
+        if ((grp_seen > 0) != small)
+            fail_msg("grouped conv %zu: %d nodes on the grouped kernel", i, grp_seen);
+    }
+    static const convn blk = {2, 32, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 8, false};
+    lcase b = {"grouped conv block", {1, 32, 10, 13}, b_blockn, &blk, 2, 2};
+    check(&b);
+}
+
 static void test_conv_1d_3d(void **state) {
     (void)state;
     for (size_t i = 0; i < AF_COUNT(geoms1); i++) {
@@ -1320,6 +1358,7 @@ int main(void) {
         cmocka_unit_test(test_valid_taps),
         cmocka_unit_test(test_groupnorm_channels_last),
         cmocka_unit_test(test_depthwise),
+        cmocka_unit_test(test_grouped),
         cmocka_unit_test(test_expand_depthwise),
         cmocka_unit_test(test_expand_depthwise_dynamic),
         cmocka_unit_test(test_winograd),

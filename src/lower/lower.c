@@ -220,6 +220,14 @@ static bool depthwise(const af_node *n, const af_value *w) {
            group > 1 && d[0] == group;
 }
 
+/* Does a channels-last conv with weights [M, Cg, K...] take the grouped row kernel (vec.h
+ * af_grp_row): groups of G = Cg = Mg channels with G 2, 4 or 8 (G dividing every vector width
+ * the kernel is compiled for: wider groups fill the GEMM's columns well enough)? */
+static bool grouped_small(const af_node *n, const af_value *w) {
+    int64_t group = af_attr_int(n, "group", 1), cg = w->type.dims[1];
+    return group > 1 && w->type.dims[0] == group * cg && (cg == 2 || cg == 4 || cg == 8);
+}
+
 /* Kernel positions of conv weights [M, Cg, K...]. */
 static int64_t kernel_taps(const af_value *w) {
     int64_t taps = 1;
@@ -426,6 +434,10 @@ static af_status pack_conv_u8s8(af_graph *g, af_node *n, af_error *err) {
  *                 AF_DW_MAX_ROWS);
  *   w_packed = 3: Winograd, for each of the 36 transform positions the GEMM panels of
  *                 U[c][m] = (G g G^T)[position] of kernel (m, c), one after the other.
+ *   w_packed = 4: groups of G = Cg = Mg channels (grouped_small), in blocks of AF_GRP_LANES
+ *                 channels [M / AF_GRP_LANES][taps][G][AF_GRP_LANES] (M rounded up, zeros):
+ *                 channel i = gi * G + c at [t][d] holds W[gi * G + (c + d) % G][c][t]
+ *                 (vec.h af_grp_row).
  * w_shape keeps the logical [M, Cg, KH, KW] (of the weights' rank). */
 static af_status pack_conv(af_graph *g, af_node *n, af_error *err) {
     af_value *w = n->nin > 1 ? n->in[1] : NULL;
@@ -442,6 +454,7 @@ static af_status pack_conv(af_graph *g, af_node *n, af_error *err) {
     if (group < 1 || m % group) return AF_OK; /* the kernel's shape checks will say why */
     int64_t mg = m / group, k = taps * cg;
     bool dw = depthwise(n, w), wg = !dw && w->type.rank == 4 && winograd(n, w);
+    bool gs = !dw && grouped_small(n, w);
     af_gemm_type t = gemm_type(n);
     if (t != AF_GEMM_F32) {
         /* Winograd's fewer products win over bfloat16 without AMX, and over half storage. */
@@ -455,12 +468,13 @@ static af_status pack_conv(af_graph *g, af_node *n, af_error *err) {
         af_status st = keep_fp32(n, why, err);
         if (st) return st;
     }
-    int64_t len = dw ? taps * m : group * (int64_t)af_gemm_packed_floats(k, mg);
+    int64_t mb = (m + AF_GRP_LANES - 1) / AF_GRP_LANES * AF_GRP_LANES;
+    int64_t len = dw ? taps * m : gs ? taps * cg * mb : group * (int64_t)af_gemm_packed_floats(k, mg);
     if (wg) len = 36 * (int64_t)af_gemm_packed_floats(cg, m);
     af_value *p = af_value_new_f32(g, dw ? "packed_dw" : "packed_w", 1, &len);
-    float *tmp = dw ? NULL : af_malloc(sizeof(float) * (size_t)((wg ? 36 : 1) * k * mg > 0 ? (wg ? 36 : 1) * k * mg : 1));
-    if (!p || (!dw && !tmp) || !af_node_set_ints(n, "w_shape", d, w->type.rank) ||
-        !af_node_set_int(n, "w_packed", dw ? 2 : wg ? 3 : 1)) {
+    float *tmp = dw || gs ? NULL : af_malloc(sizeof(float) * (size_t)((wg ? 36 : 1) * k * mg > 0 ? (wg ? 36 : 1) * k * mg : 1));
+    if (!p || (!dw && !gs && !tmp) || !af_node_set_ints(n, "w_shape", d, w->type.rank) ||
+        !af_node_set_int(n, "w_packed", dw ? 2 : wg ? 3 : gs ? 4 : 1)) {
         af_free(tmp);
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
     }
@@ -469,6 +483,15 @@ static af_status pack_conv(af_graph *g, af_node *n, af_error *err) {
     if (dw) {
         for (int64_t t = 0; t < taps; t++)
             for (int64_t o = 0; o < m; o++) dst[t * m + o] = src[o * taps + t];
+    } else if (gs) {
+        memset(dst, 0, (size_t)len * sizeof(float));
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t t = 0; t < taps; t++)
+                for (int64_t dd = 0; dd < cg; dd++) {
+                    int64_t base = i - i % cg, c = i % cg, l = i % AF_GRP_LANES;
+                    dst[((i / AF_GRP_LANES * taps + t) * cg + dd) * AF_GRP_LANES + l] =
+                        src[((base + (c + dd) % cg) * cg + c) * taps + t];
+                }
     } else if (wg) { /* tmp: [36][c][m], then each position packed on its own */
         double u[36];
         for (int64_t o = 0; o < m; o++)

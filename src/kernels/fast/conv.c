@@ -1,6 +1,7 @@
 /* Channels-last FusedConv (channels_last = 1, made by the layout pass): X [N, H, W, C] (or
  * [N, W, C], [N, D, H, W, C] for 1-D and 3-D convolutions), weights packed by the pack pass
- * (w_packed 1: GEMM panels per group; 2: depthwise [KH * KW][M]; the logical [M, Cg, KH, KW]
+ * (w_packed 1: GEMM panels per group; 2: depthwise [KH * KW][M]; 3: Winograd; 4: groups of as
+ * many output as input channels, blocks of [taps][G][16 channels] (lower.c); the logical [M, Cg, KH, KW]
  * (or [M, Cg, KW], [M, Cg, KD, KH, KW]) in w_shape), bias [M], epilogue operands broadcasting
  * to the output [N, OH, OW, M] (of X's rank).
  *
@@ -13,7 +14,9 @@
  * input (one tap per kernel row when the KW * C floats of a window row are contiguous). Padding
  * is handled by copying the input once into a zero-bordered scratch image when the windows
  * reach outside X, so the micro-kernels never test bounds. Depthwise convolutions run their own
- * row kernel (vec.h), vectorised along the channels, with the bounds folded into loop limits.
+ * row kernel (vec.h), vectorised along the channels, with the bounds folded into loop limits;
+ * grouped ones with small groups of G in and G out channels another (vec.h af_grp_row) over the
+ * same zero-bordered image.
  *
  * A transposed FusedConv (transposed = 1, a ConvTranspose of any rank) is one GEMM per band of
  * input positions into columns (every kernel position's contribution) and a gather of those
@@ -143,7 +146,7 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
     if (g->packed) {
         const int64_t *ws = NULL;
         int nw = af_attr_ints(n, "w_shape", &ws);
-        if (g->packed < 1 || g->packed > 3 || nw < 3 || nw > 5 || (x->rank >= 0 && nw != x->rank))
+        if (g->packed < 1 || g->packed > 4 || nw < 3 || nw > 5 || (x->rank >= 0 && nw != x->rank))
             return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
                                 "w_packed needs w_shape [M, Cg, KH, KW] of X's rank");
         wv.rank = nw;
@@ -155,7 +158,7 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
     }
     g->transposed = af_attr_int(n, "transposed", 0) != 0;
     if (g->transposed && (g->pro || af_attr_int(n, "in_scale", -1) >= 0 || af_attr_int(n, "pool_out", 0) ||
-                          g->packed == 3 || g->wt_type != AF_GEMM_F32))
+                          g->packed >= 3 || g->wt_type != AF_GEMM_F32))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
                             "a transposed FusedConv takes float32 weights (w_packed 1 or 2) only");
     if (x->rank < 0) {
@@ -204,6 +207,10 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
                            g->dw != 1 || g->group != 1))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
                             "Winograd weights need a 3x3 stride-1 undilated conv with one group");
+    if (g->packed == 4 && (g->group < 2 || g->cg != g->mg || g->c != g->m || g->wt_type != AF_GEMM_F32))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "grouped weights (w_packed 4) need float32 groups of as many output "
+                            "as input channels");
     if (g->wt_type != AF_GEMM_F32 && g->group != 1)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "half or bfloat16 weights need one group");
     if (g->packed && g->transposed) {
@@ -219,6 +226,8 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
         int64_t cp = g->wt_type == AF_GEMM_BF16 ? af_gemm_bf16_k(g->cg) : g->cg;
         int64_t want = g->packed == 2   ? g->kd * g->kh * g->kw * g->m
                        : g->packed == 3 ? 36 * (int64_t)af_gemm_packed_floats(g->c, g->m)
+                       : g->packed == 4 ? g->kd * g->kh * g->kw * g->cg *
+                                              ((g->m + AF_GRP_LANES - 1) / AF_GRP_LANES * AF_GRP_LANES)
                        : g->wt_type == AF_GEMM_U8S8
                            ? (int64_t)af_gemm_packed_bytes(AF_GEMM_U8S8, g->kd * g->kh * g->kw * af_gemm_u8s8_k(g->cg), g->m)
                        : g->wt_type != AF_GEMM_F32
@@ -441,6 +450,40 @@ static size_t dense_scratch_bytes(const conv_cl *g, int threads) {
            (size_t)(g->kd * g->kh * g->kw) * sizeof(int64_t);
 }
 
+/* What the windows of conv_dense and conv_grouped read: X, or its zero-bordered copy, of
+ * extent dp x hp x wp per image, and each kernel position's offset from a window's origin (one
+ * per kernel row when `merged`); wg is the room for gated weights. */
+typedef struct dense_in {
+    const float *x;
+    int64_t dp, hp, wp;
+    int64_t *taps;
+    float *wg;
+} dense_in;
+
+/* Lay out `scratch` (dense_scratch_bytes) and fill it: the padded copy when the windows reach
+ * outside X, the tap offsets. */
+static dense_in dense_input(const conv_cl *g, bool merged, unsigned char *scratch, af_exec *ex) {
+    bool pad = needs_padding(g);
+    dense_in in = {g->x, pad ? padded_depth(g) : g->d, g->h, g->w, NULL, NULL};
+    if (pad) padded_extent(g, &in.hp, &in.wp);
+    size_t img = pad ? (size_t)(g->n * in.dp * in.hp * in.wp * g->c) * sizeof(float) : 0;
+    size_t gated = g->gate ? (size_t)af_exec_threads(ex) * af_gemm_rowscale_floats(g->c, g->m) *
+                                 sizeof(float)
+                           : 0;
+    in.wg = (float *)(scratch + ((img + 63) & ~(size_t)63));
+    in.taps = (int64_t *)((unsigned char *)in.wg + ((gated + 63) & ~(size_t)63));
+    if (pad) {
+        pad_job pj = {g, (float *)scratch, in.dp, in.hp, in.wp};
+        af_exec_parallel(ex, g->n * in.dp * in.hp, pad_ns(g, in.dp, in.hp, in.wp, ex), pad_rows, &pj);
+        in.x = (const float *)scratch;
+    }
+    for (int64_t a = 0, t = 0; a < g->kd; a++)
+        for (int64_t i = 0; i < g->kh; i++)
+            for (int64_t j = 0; j < (merged ? 1 : g->kw); j++)
+                in.taps[t++] = ((a * g->dd * in.hp + i * g->dh) * in.wp + j * g->dw) * g->c;
+    return in;
+}
+
 /* The convolution into y (rows of M channels) through ep, using `scratch` (64-byte aligned,
  * dense_scratch_bytes of it). */
 static void conv_dense(const conv_cl *g, const af_vep *ep, float *y, unsigned char *scratch,
@@ -449,31 +492,16 @@ static void conv_dense(const conv_cl *g, const af_vep *ep, float *y, unsigned ch
         conv_valid_taps(g, ep, y, ex);
         return;
     }
-    bool pad = needs_padding(g);
-    int64_t hp = g->h, wp = g->w, dp = pad ? padded_depth(g) : g->d;
-    if (pad) padded_extent(g, &hp, &wp);
     bool merged = g->group == 1 && g->dw == 1; /* a window row is KW * C contiguous floats */
+    dense_in in = dense_input(g, merged, scratch, ex);
+    const float *xp = in.x;
+    const int64_t *taps = in.taps;
+    int64_t dp = in.dp, hp = in.hp, wp = in.wp;
     int64_t ntaps = merged ? g->kd * g->kh : g->kd * g->kh * g->kw;
-    size_t img = pad ? (size_t)(g->n * dp * hp * wp * g->c) * sizeof(float) : 0;
-    size_t gated = g->gate ? (size_t)af_exec_threads(ex) * af_gemm_rowscale_floats(g->c, g->m) *
-                                 sizeof(float)
-                           : 0;
-    float *xp = (float *)scratch;
-    float *wg = (float *)(scratch + ((img + 63) & ~(size_t)63));
-    int64_t *taps = (int64_t *)((unsigned char *)wg + ((gated + 63) & ~(size_t)63));
-    if (pad) {
-        pad_job pj = {g, xp, dp, hp, wp};
-        af_exec_parallel(ex, g->n * dp * hp, pad_ns(g, dp, hp, wp, ex), pad_rows, &pj);
-    } else {
-        xp = (float *)g->x;
-    }
-    for (int64_t a = 0, t = 0; a < g->kd; a++)
-        for (int64_t i = 0; i < g->kh; i++)
-            for (int64_t j = 0; j < (merged ? 1 : g->kw); j++)
-                taps[t++] = ((a * g->dd * hp + i * g->dh) * wp + j * g->dw) * g->c;
+    float *wg = in.wg;
     /* One flat row range per image when output positions are evenly spaced in X (1x1x1, stride
      * 1, no pad); else one GEMM per output plane (depth), its rows OH x OW. */
-    bool flat = g->kd == 1 && g->kh == 1 && g->kw == 1 && g->sd == 1 && g->sh == 1 && g->sw == 1 && !pad;
+    bool flat = g->kd == 1 && g->kh == 1 && g->kw == 1 && g->sd == 1 && g->sh == 1 && g->sw == 1 && !needs_padding(g);
     int64_t planes = flat ? 1 : g->od, plane = g->oh * g->ow;
     size_t per = af_gemm_packed_floats(g->kd * g->kh * g->kw * g->cg, g->mg);
     for (int64_t b = 0; b < g->n; b++)
@@ -492,6 +520,43 @@ static void conv_dense(const conv_cl *g, const af_vep *ep, float *y, unsigned ch
                               g->gate ? g->gate + b * g->c : NULL, wg, 0, 0, 0, NULL, 0};
                 af_gemm_run(ex, &gm);
             }
+}
+
+/* ---- grouped, G = Cg = Mg input and output channels per group (w_packed 4) ------------------ */
+
+typedef struct grp_job {
+    const conv_cl *g;
+    const af_vep *ep;
+    float *y;
+    dense_in in;
+} grp_job;
+
+/* Output rows [begin, end) over batch x OD x OH, each through the vector table's grp_row. */
+static void grp_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const grp_job *j = ctx;
+    const conv_cl *g = j->g;
+    const dense_in *in = &j->in;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t b = r / (g->od * g->oh), z = r / g->oh % g->od, oh = r % g->oh;
+        af_grp_row p = {in->x + ((b * in->dp + z * g->sd) * in->hp + oh * g->sh) * in->wp * g->c,
+                        in->taps, g->kd * g->kh * g->kw, g->sw * g->c, g->c, g->cg, g->wt, g->ow,
+                        j->y + r * g->ow * g->c, j->ep, r * g->ow};
+        af_vec()->grp_row(&p);
+    }
+}
+
+/* ResNeXt's first 3x3 convs (32 groups of 4 channels) ran as one GEMM per group on the panels
+ * of w_packed 1: four useful columns of a vector of 8 or 16, and each group's GEMM read every
+ * cache line of X again for its 16 bytes (4.5 GFLOP/s, half ONNX Runtime's rate). Here each
+ * output row takes all the groups at once, every product on whole vectors of X's channels. */
+static void conv_grouped(const conv_cl *g, const af_vep *ep, float *y, unsigned char *scratch,
+                         af_exec *ex) {
+    grp_job j = {g, ep, y, dense_input(g, false, scratch, ex)};
+    int64_t rows = g->n * g->od * g->oh, out = rows * g->ow * g->c;
+    double ns = af_exec_work_ns(ex, 2.0 * (double)(out * g->kd * g->kh * g->kw * g->cg),
+                                4.0 * (double)(g->n * g->d * g->h * g->w * g->c + out));
+    af_exec_parallel(ex, rows, ns, grp_rows, &j);
 }
 
 /* ---- half and bfloat16 (--precision_mode) ------------------------------------------------------- */
@@ -1121,6 +1186,7 @@ static void conv_run(const conv_cl *g, const af_epilogue *ep, const af_epilogue 
     if (g->packed != 2) {
         if (g->b) af_vep_prepend(&vep, AF_EP_ADD, AF_VEP_COL, g->b);
         if (g->packed == 3) conv_winograd(g, &vep, y, scratch, ex);
+        else if (g->packed == 4) conv_grouped(g, &vep, y, scratch, ex);
         else if (g->wt_type == AF_GEMM_U8S8) conv_u8s8(g, &vep, y, scratch, ex);
         else if (g->wt_type != AF_GEMM_F32) conv_low(g, &vep, y, scratch, ex);
         else conv_dense(g, &vep, y, scratch, ex);
@@ -1158,7 +1224,7 @@ static void conv_run(const conv_cl *g, const af_epilogue *ep, const af_epilogue 
 static size_t conv_scratch_bytes(const conv_cl *g, bool mean, af_exec *ex) {
     if (g->transposed) return convt_scratch_bytes(g, af_exec_threads(ex));
     if (g->packed == 1 && g->wt_type == AF_GEMM_U8S8) return u8_scratch_bytes(g);
-    if (g->packed == 1)
+    if (g->packed == 1 || g->packed == 4)
         return g->wt_type != AF_GEMM_F32 ? low_scratch_bytes(g)
                                          : dense_scratch_bytes(g, af_exec_threads(ex));
     if (g->packed == 3) {

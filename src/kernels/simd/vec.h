@@ -139,6 +139,35 @@ typedef struct af_dw_row {
     const float *const *xrows;
 } af_dw_row;
 
+/* One output row of a channels-last grouped convolution whose groups have as many output as
+ * input channels, G = Cg = Mg (ResNeXt's and RegNet's 3x3 convs): output position o, channel
+ * j = gi * G + m: y[o][j] = sum over kernel positions t and c < G of
+ * x[o * xs + taps[t] + gi * G + c] * W[j][c][t]; then the epilogue ep (bias included) on the
+ * row's ow x C outputs (output positions from row0). Every position a window reads must exist
+ * (the caller passes a zero-bordered image). wt is in blocks of AF_GRP_LANES channels, C
+ * rounded up (zero weights), [C / AF_GRP_LANES][ntaps][G][AF_GRP_LANES]: channel
+ * i = gi * G + c of block i / AF_GRP_LANES holds at [t][d][i % AF_GRP_LANES]
+ * W[gi * G + (c + d) % G][c][t] (a vector's weights contiguous: laid out [ntaps][G][C], those
+ * of one vector were C floats apart, and at C = 256 their 72 lines fell into 4 sets of L1),
+ * so that with channels
+ * along the vector lanes, lane gi * G + c of accumulator d collects input channel c's share of
+ * output channel gi * G + (c + d) % G: one FMA per product without moving X's lanes, and the
+ * G accumulators rotated back into place once per output (G permutes where moving X's lanes
+ * took one per product). */
+#define AF_GRP_LANES 16 /* a multiple of every vector width */
+
+typedef struct af_grp_row {
+    const float *x;      /* the row's first window's origin */
+    const int64_t *taps; /* [ntaps]: each kernel position's offset from a window's origin */
+    int64_t ntaps, xs;   /* xs: floats from one output's window to the next one's */
+    int64_t c, g;        /* channels (a multiple of g), group width G */
+    const float *wt;
+    int64_t ow;
+    float *y; /* [ow][c] */
+    const af_vep *ep;
+    int64_t row0;
+} af_grp_row;
+
 /* Kernel rows a depthwise conv reads through xrows at most (KH, or KD * KH for a 3-D one). */
 #define AF_DW_MAX_ROWS 64
 
@@ -202,6 +231,7 @@ typedef struct af_vec_ops {
      * be x. */
     void (*rmsnorm)(const float *x, float *y, int64_t n, float eps, const float *scale);
     void (*dw_row)(const af_dw_row *p);
+    void (*grp_row)(const af_grp_row *p);
     /* Winograd F(4x4, 3x3), channels along the vectors. wino_in: the 6x6 input patch at x
      * (rows rs floats apart, positions c apart, c channels) to V = B^T d B, element (i, j) of
      * channel k at v[(i * 6 + j) * vs + k]. wino_out: Y = A^T m A from the 36 products (element

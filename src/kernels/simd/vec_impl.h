@@ -1081,6 +1081,104 @@ static void wino_out(const float *m, int64_t ms, int64_t c, float *y) {
     }
 }
 
+/* ---- grouped convolution rows (af_grp_row) ------------------------------------------------------ */
+
+/* v's lanes picked by idx: lane l of the result is v[idx[l]]. */
+static inline vf vperm(vf v, vi idx) {
+#if defined(__AVX512F__) && VW == 16
+    __m512 x, r;
+    __m512i i;
+    memcpy(&x, &v, sizeof x);
+    memcpy(&i, &idx, sizeof i);
+    r = _mm512_permutexvar_ps(i, x);
+    memcpy(&v, &r, sizeof v);
+    return v;
+#elif defined(__AVX2__) && VW == 8
+    __m256 x, r;
+    __m256i i;
+    memcpy(&x, &v, sizeof x);
+    memcpy(&i, &idx, sizeof i);
+    r = _mm256_permutevar8x32_ps(x, i);
+    memcpy(&v, &r, sizeof v);
+    return v;
+#else
+    vf r;
+    for (int l = 0; l < VW; l++) r[l] = v[idx[l]];
+    return r;
+#endif
+}
+
+/* Outputs per block at most: with G x P accumulators and P loads of X in registers. */
+#define GRP_MAXP (VW == 16 ? 8 : 4)
+
+/* Outputs [o0, o0 + P) of lanes [v0, v0 + nl): G accumulators per output (see af_grp_row),
+ * rotated back by rot[d] and summed. */
+static inline __attribute__((always_inline)) void grp_block(const int G, const int P,
+                                                             const af_grp_row *p, int64_t o0,
+                                                             int64_t v0, int64_t nl, const vi *rot) {
+    /* (the loops over q and d unrolled: the accumulators must be registers) */
+    vf acc[GRP_MAXP][8];
+    _Pragma("GCC unroll 8") for (int q = 0; q < P; q++)
+        _Pragma("GCC unroll 8") for (int d = 0; d < G; d++) acc[q][d] = (vf){0};
+    const int64_t c = p->c, xs = p->xs;
+    const float *x0 = p->x + o0 * xs + v0;
+    const float *wb = p->wt + (v0 / AF_GRP_LANES * p->ntaps * G * AF_GRP_LANES + v0 % AF_GRP_LANES);
+    for (int64_t t = 0; t < p->ntaps; t++, wb += G * AF_GRP_LANES) {
+        const float *xb = x0 + p->taps[t];
+        vf xv[GRP_MAXP];
+        _Pragma("GCC unroll 8") for (int q = 0; q < P; q++) xv[q] = vload_n(xb + q * xs, nl);
+        _Pragma("GCC unroll 8") for (int d = 0; d < G; d++) {
+            vf wv = vload(wb + d * AF_GRP_LANES); /* (the block's lanes past C are zeros) */
+            _Pragma("GCC unroll 8") for (int q = 0; q < P; q++) acc[q][d] += xv[q] * wv;
+        }
+    }
+    _Pragma("GCC unroll 8") for (int q = 0; q < P; q++) {
+        vf s = acc[q][0];
+        _Pragma("GCC unroll 8") for (int d = 1; d < G; d++) s += vperm(acc[q][d], rot[d]);
+        vstore_n(p->y + (o0 + q) * c + v0, s, nl);
+    }
+}
+
+/* The row for one G that divides VW: P outputs at a time as registers allow (G x P
+ * accumulators), channel vector by channel vector (a vector's weights stay in L1 along the row;
+ * a partial last vector holds whole groups, its other lanes zeros). */
+static inline __attribute__((always_inline)) void grp_row_g(const int G, const af_grp_row *p) {
+    enum { ACC = VW == 16 ? 24 : 12 }; /* accumulators: of 32 or 16 vector registers */
+    const int P = ACC / G < GRP_MAXP ? ACC / G : GRP_MAXP;
+    vi rot[8];
+    for (int d = 0; d < G; d++)
+        for (int l = 0; l < VW; l++) rot[d][l] = l - l % G + (l % G - d + G) % G;
+    for (int64_t v0 = 0; v0 < p->c; v0 += VW) {
+        int64_t nl = p->c - v0 < VW ? p->c - v0 : VW, o = 0;
+        for (; o + P <= p->ow; o += P) grp_block(G, P, p, o, v0, nl, rot);
+        for (; o < p->ow; o++) grp_block(G, 1, p, o, v0, nl, rot);
+    }
+}
+
+/* Any G (a G that does not divide VW: one output at a time, scalar). */
+static void grp_row_any(const af_grp_row *p) {
+    const int64_t c = p->c, gw = p->g;
+    for (int64_t o = 0; o < p->ow; o++)
+        for (int64_t j = 0; j < c; j++) {
+            int64_t gi = j / gw, m = j % gw;
+            float s = 0.0f;
+            for (int64_t t = 0; t < p->ntaps; t++)
+                for (int64_t ci = 0; ci < gw; ci++)
+                    s += p->x[o * p->xs + p->taps[t] + gi * gw + ci] *
+                         p->wt[((j / AF_GRP_LANES * p->ntaps + t) * gw + (m - ci + gw) % gw) * AF_GRP_LANES +
+                               (gi * gw + ci) % AF_GRP_LANES];
+            p->y[o * c + j] = s;
+        }
+}
+
+static void grp_row(const af_grp_row *p) {
+    if (p->g == 2 && VW % 2 == 0) grp_row_g(2, p);
+    else if (p->g == 4 && VW % 4 == 0) grp_row_g(4, p);
+    else if (p->g == 8 && VW % 8 == 0) grp_row_g(8, p);
+    else grp_row_any(p);
+    if (p->ep && (p->ep->nsteps || p->ep->generic)) ep_tile(p->ep, p->y, p->c, p->row0, 0, p->ow, p->c);
+}
+
 /* ---- pooling -------------------------------------------------------------------------------------- */
 
 /* Window positions kk < k at o * s - pb + kk inside [lo, hi). */
@@ -1590,6 +1688,7 @@ const af_vec_ops VEC_TABLE = {
     .rmsnorm = rmsnorm,
     .gemv = gemv,
     .dw_row = dw_row,
+    .grp_row = grp_row,
     .wino_in = wino_in,
     .wino_out = wino_out,
     .pool_row = pool_row,
