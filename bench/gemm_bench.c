@@ -3,7 +3,7 @@
  * convolution and transformer shapes, single thread unless --threads=N.
  *
  *   build/bench/gemm_bench [--threads=N] [--reps=N] [--isa=avx512|avx2|generic] [--cold]
- *                          [--type=f32|f16|bf16|u8s8] [--shape=M,N,K]
+ *                          [--type=f32|f16|bf16|u8s8|u8s7] [--shape=M,N,K]
  *
  * --cold gives every run its own copy of B (and of the packed B), cycling through 512 MB of
  * them, so the weights come from memory as they do in a model larger than the caches.
@@ -13,8 +13,9 @@
  * Outputs are compared (max abs difference relative to the largest output). --type runs our side
  * in half-precision B or bfloat16 A and B (--precision_mode's GEMMs; A converted before timing,
  * as B is packed before it), or in int8 (u8s8: A as uint8 codes of scale 1/254 and zero point 128,
- * B as int8 of scale 1/254: the int8 form's GEMM, its error that of 8-bit operands), OpenBLAS in
- * float32. */
+ * B as int8 of scale 1/254: the int8 form's GEMM, its error that of 8-bit operands; u8s7: the
+ * same with B's weights within [-63, 63], scale 1/126, and af_gemm.w7 set: VPMADDUBSW's exact
+ * path on CPUs without VNNI), OpenBLAS in float32. */
 #include "kernels/simd/cpu.h"
 #include "kernels/fast/gemm.h"
 #include "runtime/exec.h"
@@ -44,7 +45,7 @@ typedef struct job {
 static void run(af_exec *x, void *ctx) { af_gemm_run(x, &((job *)ctx)->g); }
 
 int main(int argc, char **argv) {
-    int threads = 1, reps = 30, cold = 0, one[3] = {0, 0, 0};
+    int threads = 1, reps = 30, cold = 0, one[3] = {0, 0, 0}, w7 = 0;
     af_gemm_type type = AF_GEMM_F32;
     for (int i = 1; i < argc; i++) {
         if (!strncmp(argv[i], "--threads=", 10)) threads = atoi(argv[i] + 10);
@@ -58,6 +59,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--type=bf16")) type = AF_GEMM_BF16;
         else if (!strcmp(argv[i], "--type=f32")) type = AF_GEMM_F32;
         else if (!strcmp(argv[i], "--type=u8s8")) type = AF_GEMM_U8S8;
+        else if (!strcmp(argv[i], "--type=u8s7")) type = AF_GEMM_U8S8, w7 = 1;
         else if (!strncmp(argv[i], "--isa=", 6)) {
             int isa = af_isa_parse(argv[i] + 6);
             if (isa < AF_ISA_GENERIC) {
@@ -67,7 +69,7 @@ int main(int argc, char **argv) {
             af_isa_set((af_isa)isa);
         } else {
             fprintf(stderr, "usage: gemm_bench [--threads=N] [--reps=N] [--isa=NAME] [--cold] "
-                            "[--type=f32|f16|bf16|u8s8] [--shape=M,N,K]\n");
+                            "[--type=f32|f16|bf16|u8s8|u8s7] [--shape=M,N,K]\n");
             return 2;
         }
     }
@@ -114,8 +116,9 @@ int main(int argc, char **argv) {
         int8_t *B8 = malloc(bfl + 1);
         float *scale = malloc(sizeof(float) * (size_t)N);
         if (!A8 || !B8 || !scale) return 1;
-        for (size_t i = 0; i < bfl; i++) B8[i] = (int8_t)lrintf(B[i] * 254.0f);
-        for (int i = 0; i < N; i++) scale[i] = 1.0f / (254.0f * 254.0f);
+        float wq = w7 ? 126.0f : 254.0f; /* B in [-0.5, 0.5]: codes within +-63 or +-127 */
+        for (size_t i = 0; i < bfl; i++) B8[i] = (int8_t)lrintf(B[i] * wq);
+        for (int i = 0; i < N; i++) scale[i] = 1.0f / (254.0f * wq);
         for (int m = 0; m < M; m++) {
             af_vec()->to_u8(A + (size_t)m * K, A8 + (size_t)m * kq, K, 1.0f / 254.0f, 128);
             memset(A8 + (size_t)m * kq + K, 128, (size_t)(kq - K));
@@ -129,7 +132,7 @@ int main(int argc, char **argv) {
         af_vec()->to_bf16(A, A16, (int64_t)M * K);
         static const int64_t tap0[1] = {0};
         job j = {{type == AF_GEMM_BF16 ? (const void *)A16 : type == AF_GEMM_U8S8 ? (const void *)A8 : (const void *)A,
-                  1, M, 0, kq, tap0, 1, kq, P, N, C1, N, NULL, 0, 0, type, NULL, NULL, 0, 0, 0, scale, 128}};
+                  1, M, 0, kq, tap0, 1, kq, P, N, C1, N, NULL, 0, 0, type, NULL, NULL, 0, 0, 0, scale, 128, w7}};
         for (int w = 0; w < 2; w++) { /* warm-up */
             af_runtime_call(rt, run, &j);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, B, N, 0.0f, C2, N);

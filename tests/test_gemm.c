@@ -115,7 +115,7 @@ static void check_prob_t(const prob *p, const af_epilogue *ep, int threads, cons
     af_vep_build(ep, c, p->n, &v);
     af_gemm g = {t == AF_GEMM_BF16 ? (const void *)a16 : (const void *)a, p->mo, p->mi, p->rs_o,
                  p->rs_i, p->tap_off, p->ntaps, p->tap_len, packed, p->n, c, p->n, &v, 0, 0, t,
-                 NULL, NULL, 0, 0, 0, NULL, 0};
+                 NULL, NULL, 0, 0, 0, NULL, 0, 0};
     float *bscratch = NULL;
     if (rowscale) {
         size_t per = af_gemm_rowscale_floats(k, p->n);
@@ -226,7 +226,7 @@ static void test_row_range(void **state) {
             v.steps[0] = (af_vep_step){AF_EP_ADD, AF_VEP_FULL, 0, 0.0f, 0.0f, c};
             v.steps[1] = (af_vep_step){AF_EP_RELU, AF_VEP_NONE, 0, 0.0f, 0.0f, NULL};
             af_gemm g = {a, MO, MI, RS_O, RS_I, tap_off, 2, TL, packed, N, c + ROW0 * N, N, &v, ROW0, 0,
-                         AF_GEMM_F32, NULL, NULL, K0, KP, OW, NULL, 0};
+                         AF_GEMM_F32, NULL, NULL, K0, KP, OW, NULL, 0, 0};
             af_runtime *rt = NULL;
             af_error err;
             if (threads > 1) assert_int_equal(af_runtime_new(threads, &rt, &err), AF_OK);
@@ -530,6 +530,10 @@ static void test_packing(void **state) {
  * A uint8 codes, B int8 ([-128, 127], both ends included), A's zero point z, scales per column
  * or one for all, ep applied after; against (sum (a - z) b) * scale in exact integers, then the
  * reference epilogue. The output goes to got (m x n) for the twin comparison. */
+/* Set: B's weights within [-64, 64] (both ends taken), and af_gemm.w7 says so (the
+ * VPMADDUBSW path of CPUs without VNNI, exact for such weights whatever A's codes). */
+static bool u8_w7;
+
 static void check_u8s8(const prob *p, const af_epilogue *ep, int threads, int z, bool per_col,
                        const char *what, float *got) {
     int64_t m = p->mo * p->mi, k = prob_k(p), kb = p->kb ? p->kb : k;
@@ -541,13 +545,15 @@ static void check_u8s8(const prob *p, const af_epilogue *ep, int threads, int z,
     assert_true(a && b && packed && scale && want);
     for (size_t i = 0; i < p->a_len; i++) a[i] = (uint8_t)(i % 7 == 0 ? (i % 2 ? 255 : 0) : (tu_rnd() + 1.0) * 127.9);
     for (int64_t i = 0; i < k * p->n; i++)
-        b[i] = i >= kb * p->n ? 0 : (int8_t)(i % 5 == 0 ? (i % 2 ? 127 : -128) : tu_rnd() * 127.9);
+        b[i] = i >= kb * p->n ? 0
+               : u8_w7 ? (int8_t)(i % 5 == 0 ? (i % 2 ? 64 : -64) : tu_rnd() * 64.9)
+                       : (int8_t)(i % 5 == 0 ? (i % 2 ? 127 : -128) : tu_rnd() * 127.9);
     for (int64_t j = 0; j < p->n; j++) scale[j] = per_col || j == 0 ? (float)(0.01 * (1.5 + tu_rnd())) : scale[0];
     af_gemm_pack_u8s8(b, kb, p->n, p->n, 1, packed);
     af_vep v;
     af_vep_build(ep, c, p->n, &v);
     af_gemm g = {a, p->mo, p->mi, p->rs_o, p->rs_i, p->tap_off, p->ntaps, p->tap_len, packed, p->n,
-                 c, p->n, &v, 0, 0, AF_GEMM_U8S8, NULL, NULL, 0, 0, 0, scale, z};
+                 c, p->n, &v, 0, 0, AF_GEMM_U8S8, NULL, NULL, 0, 0, 0, scale, z, u8_w7};
     af_runtime *rt = NULL;
     af_error err;
     if (threads > 1) assert_int_equal(af_runtime_new(threads, &rt, &err), AF_OK);
@@ -566,8 +572,8 @@ static void check_u8s8(const prob *p, const af_epilogue *ep, int threads, int z,
         }
     if (ep) af_epilogue_apply_at(ep, want, 0, m * p->n);
     char buf[256];
-    snprintf(buf, sizeof buf, "%s [%s, u8s8, M %lld, N %lld, K %lld, z %d, %s, %d threads]", what,
-             af_isa_name(af_isa_get()), (long long)m, (long long)p->n, (long long)k, z,
+    snprintf(buf, sizeof buf, "%s [%s, %s, M %lld, N %lld, K %lld, z %d, %s, %d threads]", what,
+             af_isa_name(af_isa_get()), u8_w7 ? "u8s8 7-bit" : "u8s8", (long long)m, (long long)p->n, (long long)k, z,
              per_col ? "per column" : "per tensor", threads);
     expect_close(c, want, m * p->n, k, buf);
     free(a);
@@ -597,6 +603,36 @@ static void u8s8_case(const prob *p, const af_epilogue *ep, int z, bool per_col,
     af_isa_set(af_isa_best());
     free(twin);
     free(c);
+}
+
+/* 7-bit weights: plain products, K not a multiple of 4, conv taps, an epilogue; the same
+ * exact sums on every ISA (VPMADDUBSW's int16 pairs of 255 x 64 x 2 stay below 32768). */
+static void test_u8s8_w7(void **state) {
+    (void)state;
+    u8_w7 = true;
+    static const int64_t ms[] = {1, 6, 13, 29};
+    static const int64_t ns[] = {7, 16, 33, 100};
+    for (size_t i = 0; i < AF_COUNT(ms); i++)
+        for (size_t j = 0; j < AF_COUNT(ns); j++) {
+            prob p = plain(ms[i], ns[j], (int64_t)(4 + 36 * ((i + j) % 4)));
+            u8s8_case(&p, NULL, (i + j) % 2 ? 255 : 0, j % 2 == 0, "7-bit plain");
+        }
+    prob odd = plain(13, 50, 20);
+    odd.kb = 17;
+    u8s8_case(&odd, NULL, 131, true, "7-bit odd K");
+    int64_t H = 9, W = 11, C = 8, Wp = W + 2;
+    prob taps = {H, W, Wp * C, C, 9, C, 19,
+                 {0, C, 2 * C, Wp * C, Wp * C + C, Wp * C + 2 * C, 2 * Wp * C, 2 * Wp * C + C, 2 * Wp * C + 2 * C},
+                 (size_t)((H + 2) * Wp * C), 0};
+    u8s8_case(&taps, NULL, 0, true, "7-bit taps");
+    static const ep_case relu = {"bias+relu", 2, {{AF_EP_ADD, AF_VEP_COL, 0}, {AF_EP_RELU, 0, 0}}, {{0}}};
+    float *col = rnd_buf(37);
+    af_epilogue ep;
+    fill_ep(&ep, &relu, 29, 37, col, NULL, NULL, NULL, NULL);
+    prob p = plain(29, 37, 40);
+    u8s8_case(&p, &ep, 255, false, "7-bit bias+relu");
+    free(col);
+    u8_w7 = false;
 }
 
 static void test_u8s8(void **state) {
@@ -695,6 +731,7 @@ int main(void) {
         cmocka_unit_test(test_low_precision),
         cmocka_unit_test(test_conversions),
         cmocka_unit_test(test_u8s8),
+        cmocka_unit_test(test_u8s8_w7),
         cmocka_unit_test(test_to_u8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

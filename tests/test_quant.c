@@ -62,12 +62,16 @@ static void set_floats(af_node *n, const char *name, int count, const float *v) 
     memcpy(a->floats, v, (size_t)count * sizeof(float));
 }
 
+/* Set: weights within [-64, 64] (7 bits: int8 on CPUs without VNNI too, lower/int8.c). */
+static bool w7;
+
 static af_value *i8_const(af_graph *g, int rank, const int64_t *dims) {
     af_value *v = af_value_new_const(g, af_graph_unique_name(g, "q"), AF_DTYPE_INT8, rank, dims);
     assert_non_null(v);
     int8_t *p = v->type.data;
     for (int64_t i = 0; i < af_tensor_numel(&v->type); i++)
-        p[i] = (int8_t)(i % 11 == 0 ? (i % 2 ? 127 : -128) : tu_rnd() * 127.9);
+        p[i] = w7 ? (int8_t)(i % 11 == 0 ? (i % 2 ? 64 : -64) : tu_rnd() * 64.9)
+                  : (int8_t)(i % 11 == 0 ? (i % 2 ? 127 : -128) : tu_rnd() * 127.9);
     return v;
 }
 
@@ -229,7 +233,8 @@ static void check_cfg(const qcase *c, const af_precision_cfg *cfg, bool slow_int
         if (af_lower(g, cfg, &err)) fail_msg("%s: %s", c->name, err.message);
         const af_node *n = qnode(g);
         const char *prec = af_attr_str(n, "precision", "");
-        bool want_int8 = c->int8 && af_cpu_vnni() && !slow_int8;
+        /* without VNNI: 7-bit weights and a measured rate (cfg) */
+        bool want_int8 = c->int8 && !slow_int8 && (af_cpu_vnni() || (w7 && cfg && cfg->gemm_flops > 0));
         if (want_int8 != !strcmp(prec, "int8"))
             fail_msg("%s [%s]: precision '%s' (%s)", c->name, af_isa_name(isa), prec,
                      af_attr_str(n, "precision_why", "-"));
@@ -301,6 +306,19 @@ static void test_quant_slow_int8(void **state) {
     af_precision_cfg bf = {AF_PREC_BF16, NULL, 100e9, 400e9, 110e9};
     check_cfg(&cases[9], &bf, true);
     check_cfg(&cases[7], &bf, false);
+}
+
+/* 7-bit weights with a fast calibrated int8 rate: the U8S8 core on every ISA, VNNI or not
+ * (VPMADDUBSW's exact path on AVX2 and AVX-512 without VNNI, the widened bytes on the generic
+ * one), the reference's numbers; 8-bit weights without VNNI stay float32, with the reason. */
+static void test_quant_7bit(void **state) {
+    (void)state;
+    af_precision_cfg fast = {AF_PREC_FP32, NULL, 100e9, 0, 300e9};
+    w7 = true;
+    for (size_t i = 0; i < AF_COUNT(cases); i++) check_cfg(&cases[i], &fast, false);
+    w7 = false;
+    check_cfg(&cases[0], &fast, false);
+    check_cfg(&cases[9], &fast, false);
 }
 
 /* Two cores reading one activation with the same quantization (BERT's Q, K, V projections)
@@ -469,6 +487,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quant_lowered),
         cmocka_unit_test(test_quant_slow_int8),
+        cmocka_unit_test(test_quant_7bit),
         cmocka_unit_test(test_quant_shared_fq),
         cmocka_unit_test(test_quant_producer_fq),
         cmocka_unit_test(test_quant_bad),

@@ -2,6 +2,7 @@
  * range per activation. */
 #include "driver/calibrate.h"
 #include "driver/compile.h"
+#include "kernels/simd/cpu.h"
 #include "runtime/exec.h"
 
 #include <dirent.h>
@@ -519,6 +520,9 @@ static af_quant_table *table_new(int n) {
         af_quant_table_free(t);
         return NULL;
     }
+    /* 7-bit weights where VPDPBUSD is missing: VPMADDUBSW's int16 pair sums are exact only
+     * then (lower/int8.c), as ONNX Runtime's reduce_range advises for such CPUs */
+    t->weight_max = af_cpu_vnni() ? 127 : 63;
     return t;
 }
 
@@ -534,6 +538,7 @@ static af_quant_table *table_copy(const af_quant_table *src) {
     }
     if (t) {
         t->samples = src->samples;
+        t->weight_max = src->weight_max;
         memcpy(t->method, src->method, sizeof t->method);
     }
     return t;

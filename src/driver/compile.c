@@ -271,9 +271,11 @@ static af_status report_int8(af_fusion_report *r, const af_quant_table *t,
                              const af_quant_result *q, af_error *err) {
     char note[256];
     snprintf(note, sizeof note,
-             "calibrated on %d sample%s (%s); activations uint8 per tensor, weights int8 per %s; "
+             "calibrated on %d sample%s (%s); activations uint8 per tensor, weights int8 per %s%s; "
              "every other op float32", t->samples, t->samples == 1 ? "" : "s", t->method,
-             q->per_tensor_weights ? "tensor (opset < 13)" : "output channel");
+             q->per_tensor_weights ? "tensor (opset < 13)" : "output channel",
+             t->weight_max == 63 ? " within +-63 (7 bits: without AVX512_VNNI the int8 products "
+                                   "are exact only so)" : "");
     af_status st = af_fusion_report_precision(r, NULL, "int8", note, err);
     for (int i = 0; i < q->n && !st; i++)
         st = af_fusion_report_add_precision(r, q->e[i].node, q->e[i].op, "",

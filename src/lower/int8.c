@@ -1,8 +1,11 @@
 /* int8: where each FusedConv / FusedMatMul in the int8 form (quant = 1, kernels/ref/fused_quant.c)
  * runs (issue 18's design, points 4 and 5). It runs after the cores are lowered and before the
  * layout pass:
- *  - on the U8S8 GEMM core ("precision" = "int8") when this CPU has AVX512_VNNI, the calibrated
- *    int8 GEMM rate is at least INT8_MIN_GAIN times the fp32 rate, and the kernels take the
+ *  - on the U8S8 GEMM core ("precision" = "int8") when this CPU has AVX512_VNNI or the node's
+ *    weights are all within [-64, 64] (7 bits: without VNNI the kernels sum byte pairs in int16
+ *    with VPMADDUBSW, exact only then; our calibration writes such weights there, as ONNX
+ *    Runtime's reduce_range does), the calibrated int8 GEMM rate (machine file: VPDPBUSD, or
+ *    VPMADDUBSW on 7-bit weights) is at least INT8_MIN_GAIN times the fp32 rate, and the kernels take the
  *    node: a FusedMatMul with a constant 2-D int8 B, no trans_a and no LayerNorm prologue; a
  *    dense (one group) FusedConv of rank 3 to 5 with constant int8 weights, which the layout
  *    pass then makes channels-last and the pack pass packs (lower.c); K at most INT8_MAX_K;
@@ -28,7 +31,7 @@
 #include <string.h>
 
 /* int8 pays only well above the fp32 rate: each int8 op also converts its activation input
- * once per run (and on a CPU without VNNI its kernels widen bytes and are slower than fp32). */
+ * once per run (on the generic ISA its kernels widen bytes and are slower than fp32). */
 #define INT8_MIN_GAIN 1.2
 /* Most K (in quads' rows, padded) whose int32 sums cannot overflow: 65536 * 255 * 128 < 2^31. */
 #define INT8_MAX_K 65536
@@ -50,8 +53,11 @@ bool af_graph_has_quant(const af_graph *g) {
 /* NULL when the U8S8 kernels take node n, else why not. */
 static const char *node_blocker(const af_node *n) {
     const af_value *x = n->in[0], *w = n->nin > 1 ? n->in[1] : NULL;
-    if (!w || !af_value_is_const(w) || w->type.dtype != AF_DTYPE_INT8)
+    if (!w || !af_value_is_const(w) || w->type.dtype != AF_DTYPE_INT8 || !af_tensor_has_data(&w->type))
         return "int8: W is not a constant int8 tensor, runs fp32";
+    if (!af_cpu_vnni() && !af_gemm_int8_7bit(w->type.data, af_tensor_numel(&w->type)))
+        return "int8: weights beyond 7 bits on a CPU without AVX512_VNNI (VPMADDUBSW's pair sums "
+               "would saturate), runs fp32";
     if (!x || x->type.dtype != AF_DTYPE_FLOAT || x->type.rank < 1)
         return "int8: X's type is unknown, runs fp32";
     const int64_t *d = w->type.dims;
@@ -216,8 +222,9 @@ static af_status to_float(af_graph *g, af_node *n, const char *why, af_error *er
 static af_status int8_graph(af_graph *g, const af_precision_cfg *cfg, af_error *err) {
     char buf[200];
     const char *machine = NULL;
-    if (!af_cpu_vnni()) {
-        machine = "int8: no AVX512_VNNI on this CPU (or AUTOFUSION_VNNI=0), runs fp32";
+    if (!af_cpu_vnni() && !(cfg && cfg->gemm_flops > 0)) {
+        machine = "int8: no AVX512_VNNI on this CPU (or AUTOFUSION_VNNI=0) and no measured int8 "
+                  "rate, runs fp32";
     } else if (cfg && cfg->gemm_flops > 0 && !(cfg->gemm_int8_ops >= INT8_MIN_GAIN * cfg->gemm_flops)) {
         snprintf(buf, sizeof buf, "int8: int8 GEMMs run at %.0f GOP/s on this CPU, fp32 at %.0f "
                  "GFLOP/s (under %.1fx), runs fp32", cfg->gemm_int8_ops / 1e9,

@@ -393,6 +393,8 @@ static af_status pack_b_u8s8(af_graph *g, af_node *n, af_error *err) {
     if (!p || !af_node_set_ints(n, "b_shape", dims, 2) || !af_node_set_int(n, "b_packed", 1))
         return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
     af_gemm_pack_u8s8(b->type.data, k, nn, tb ? 1 : nn, tb ? k : 1, p->type.data);
+    if (af_gemm_int8_7bit(b->type.data, k * nn) && !af_node_set_int(n, "w_7bit", 1))
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
     for (int a = 0; a < n->nattrs; a++)
         if (!strcmp(n->attrs[a].name, "trans_b")) n->attrs[a].i = 0;
     af_node_set_input(n, 1, p);
@@ -420,6 +422,8 @@ static af_status pack_conv_u8s8(af_graph *g, af_node *n, af_error *err) {
             for (int64_t tp = 0; tp < taps; tp++) tmp[(tp * cp + ci) * m + o] = src[(o * c + ci) * taps + tp];
     af_gemm_pack_u8s8(tmp, k, m, m, 1, p->type.data);
     af_free(tmp);
+    if (af_gemm_int8_7bit(src, m * c * taps) && !af_node_set_int(n, "w_7bit", 1))
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory packing weights");
     af_node_set_input(n, 1, p);
     return AF_OK;
 }

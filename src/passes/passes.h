@@ -49,6 +49,9 @@ typedef struct af_quant_table {
     float *lo, *hi; /* their calibrated ranges */
     int samples;    /* calibration samples run */
     char method[48]; /* "minmax", "percentile 99.99", "entropy" */
+    /* Weight codes within [-weight_max, weight_max]: 127, or 63 (7 bits) for CPUs whose int8
+     * products are exact only so (no AVX512_VNNI: lower/int8.c); 0 means 127. */
+    int weight_max;
 } af_quant_table;
 
 /* What the pass decided for one op: the Conv/MatMul/Gemm nodes (quantized, or float32 with

@@ -6,7 +6,8 @@
  *                    Wq (int8 constant) -> DequantizeLinear(s_w per output channel, 0) ---^
  *
  * Activations are uint8 asymmetric per tensor (the range [lo, hi], widened to hold 0, over 255
- * steps); weights int8 symmetric per output channel (zero point 0, scale max|w| / 127; per
+ * steps); weights int8 symmetric per output channel (zero point 0, scale max|w| / 127, or / 63
+ * when the table asks for 7-bit weights (af_quant_table.weight_max); per
  * tensor before opset 13, whose DequantizeLinear has no axis); biases stay float32; an inference
  * BatchNormalization after a Conv is folded into it first. A value read
  * by several quantized ops gets one Q/DQ pair; float readers keep reading the float value.
@@ -238,7 +239,7 @@ static af_value *quantize_activation(af_graph *g, af_value *x, float lo, float h
 /* DQ(Wq): w int8 symmetric per slice of `axis` (axis < 0: per tensor). NULL when out of memory
  * or *bad when a weight is not finite. */
 static af_value *quantize_weights(af_graph *g, const af_node *n, const af_value *w, int axis,
-                                  bool *bad) {
+                                  int wmax, bool *bad) {
     const af_tensor *wt = &w->type;
     int64_t total = af_tensor_numel(wt), m = axis < 0 ? 1 : wt->dims[axis], inner = 1;
     for (int d = axis + 1; axis >= 0 && d < wt->rank; d++) inner *= wt->dims[d];
@@ -258,7 +259,7 @@ static af_value *quantize_weights(af_graph *g, const af_node *n, const af_value 
         amax[c] = fmax(amax[c], fabs(src[i]));
     }
     float *scale = sv->type.data;
-    for (int64_t c = 0; c < m; c++) scale[c] = amax[c] > 0 ? (float)(amax[c] / 127.0) : 1.0f;
+    for (int64_t c = 0; c < m; c++) scale[c] = amax[c] > 0 ? (float)(amax[c] / wmax) : 1.0f;
     for (int64_t c = 0; c < m; c++) *bad |= !(scale[c] > 0) || !isfinite(scale[c]);
     af_free(amax);
     if (*bad) return NULL;
@@ -266,7 +267,7 @@ static af_value *quantize_weights(af_graph *g, const af_node *n, const af_value 
     for (int64_t i = 0; i < total; i++) {
         int64_t c = axis < 0 ? 0 : (i / inner) % m;
         double v = nearbyint((double)src[i] / (double)scale[c]);
-        dst[i] = (int8_t)(v < -127 ? -127 : v > 127 ? 127 : v);
+        dst[i] = (int8_t)(v < -wmax ? -wmax : v > wmax ? wmax : v);
     }
     af_value *in[3] = {q, sv, zv};
     af_value *y = qdq_node(g, AF_OP_DEQUANTIZE_LINEAR, n->name, "/weights/DequantizeLinear", in,
@@ -419,6 +420,7 @@ af_status af_pass_quantize(af_graph *g, const af_quant_table *t, const char *kee
         af_value *wq = NULL;
         if (!why && !st &&
             !(wq = quantize_weights(g, n, w, res->per_tensor_weights ? -1 : channel_axis(n, w),
+                                    t->weight_max > 0 && t->weight_max < 127 ? t->weight_max : 127,
                                     &bad))) {
             if (bad) why = "the weights are not finite";
             else st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");

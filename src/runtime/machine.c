@@ -233,7 +233,8 @@ static double measure_bandwidth(size_t size) {
  * 192 x 256 x 512 problem whose operands stay in cache: what convolutions and matrix products
  * run at (U8S8: 2 operations per multiply-add, as FLOPs count). A BF16 A holds 32 rows more than
  * M (AMX reads whole tiles). */
-static double measure_gemm(af_gemm_type t) {
+/* GFLOP/s (GOP/s for int8) of type t; w7: U8S8 with weights within [-64, 64] (af_gemm.w7). */
+static double measure_gemm(af_gemm_type t, int w7) {
     enum { M = 192, N = 256, K = 512 };
     size_t es = t == AF_GEMM_BF16 ? sizeof(uint16_t) : t == AF_GEMM_U8S8 ? 1 : sizeof(float);
     void *a = af_calloc((size_t)(M + 32) * K, es);
@@ -251,13 +252,13 @@ static double measure_gemm(af_gemm_type t) {
         }
         for (int i = 0; i < K * N; i++) {
             b[i] = (float)(i % 5) * 0.1f;
-            b8[i] = (int8_t)(i % 253 - 126);
+            b8[i] = (int8_t)(w7 ? i % 127 - 63 : i % 253 - 126);
         }
         for (int i = 0; i < N; i++) scale[i] = 1e-4f;
         if (t == AF_GEMM_U8S8) af_gemm_pack_u8s8(b8, K, N, N, 1, p);
         else af_gemm_pack_type(t, b, K, N, N, 1, p);
         static const int64_t tap0[1] = {0};
-        af_gemm g = {a, 1, M, 0, K, tap0, 1, K, p, N, c, N, NULL, 0, 0, t, NULL, NULL, 0, 0, 0, scale, 3};
+        af_gemm g = {a, 1, M, 0, K, tap0, 1, K, p, N, c, N, NULL, 0, 0, t, NULL, NULL, 0, 0, 0, scale, 3, w7};
         double start = now();
         for (int rep = 0; rep < 400 && (rep < 5 || now() - start < 0.1); rep++) {
             double t0 = now();
@@ -319,10 +320,10 @@ static double num(json_t *root, const char *key) {
 }
 
 /* The file's format version: a file of another version is measured again (8: the bandwidths
- * through af_copy). */
-#define MACHINE_VERSION 8
+ * through af_copy; 9: the int8 rate on CPUs without VNNI, with 7-bit weights). */
+#define MACHINE_VERSION 9
 
-/* The file holds one record per ISA ({"version": 8, "avx512": {...}, "avx2": {...}}), so that
+/* The file holds one record per ISA ({"version": 9, "avx512": {...}, "avx2": {...}}), so that
  * runs on different ISAs (the tests' AUTOFUSION_ISA variants) do not evict each other's. Load
  * the record of the kernels' ISA now in force. */
 static bool load(const char *path, af_machine *m) {
@@ -409,10 +410,11 @@ af_status af_machine_calibrate(const char *path, af_machine *m, af_error *err) {
     fma_loop l = pick_loop();
     m->flops = measure_flops(&l);
     if (!(m->flops > 0.0)) m->flops = 1e9;
-    m->gemm_flops = measure_gemm(AF_GEMM_F32);
-    if (af_cpu_amx() || af_cpu_bf16()) m->gemm_bf16_flops = measure_gemm(AF_GEMM_BF16);
-    /* int8 only where VPDPBUSD runs it: elsewhere U8S8 widens bytes and never pays */
-    if (af_cpu_vnni()) m->gemm_int8_ops = measure_gemm(AF_GEMM_U8S8);
+    m->gemm_flops = measure_gemm(AF_GEMM_F32, 0);
+    if (af_cpu_amx() || af_cpu_bf16()) m->gemm_bf16_flops = measure_gemm(AF_GEMM_BF16, 0);
+    /* int8 on VPDPBUSD; elsewhere the 7-bit weights' VPMADDUBSW path (lower/int8.c), or on
+     * the generic ISA the widened bytes, which never pay */
+    m->gemm_int8_ops = measure_gemm(AF_GEMM_U8S8, !af_cpu_vnni());
     if (!(m->gemm_flops > 0.0) || m->gemm_flops > m->flops) m->gemm_flops = m->flops;
     m->l2_bytes = (double)af_cpu_l2();
     m->bandwidth = measure_bandwidth((size_t)64 << 20);

@@ -66,7 +66,7 @@ static void scores(const attn_job *j, int64_t b, int64_t h, int64_t s0, int64_t 
     float scale = g->scale;
     if (!unscaled) af_vep_prepend(&v, AF_EP_MUL, AF_VEP_SCALAR, &scale);
     af_gemm gm = {attn_row(j->q, b, s0, h), 1, tq, 0, j->q->ss,
-                  tap0, 1, g->D, kt, tk, sc, ld, &v, s0, 0, AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0};
+                  tap0, 1, g->D, kt, tk, sc, ld, &v, s0, 0, AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0, 0};
     af_gemm_run(NULL, &gm);
     if (j->r->keep) apply_keep(j, b, h, s0, tq, j0, tk, sc, ld);
 }
@@ -114,7 +114,7 @@ static void run_head(const attn_job *j, int slot, int64_t b, int64_t h) {
                 else vo->softmax_row(sc + i * ld, Sk);
             }
             af_gemm gm = {sc, 1, tq, 0, ld, tap0, 1, Sk, vp, D, y, ystep, direct ? &inv : NULL, 0,
-                          0, AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0};
+                          0, AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0, 0};
             af_gemm_run(NULL, &gm);
             continue;
         }
@@ -142,7 +142,7 @@ static void run_head(const attn_job *j, int slot, int64_t b, int64_t h) {
                 for (int64_t d = 0; d < D; d++) yi[d] *= corr;
             }
             af_gemm gm = {sc, 1, tq, 0, tk, tap0, 1, tk, vp + kb * vpb, D, o, D, NULL, 0, 0,
-                          AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0};
+                          AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0, 0};
             af_gemm_run(NULL, &gm);
             for (int64_t i = 0; i < tq; i++)
                 for (int64_t d = 0; d < D; d++) y[i * ystep + d] += o[i * D + d];

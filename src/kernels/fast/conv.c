@@ -53,8 +53,10 @@ typedef struct conv_cl {
      * and oh, ow... Y's, pd, ph, pw its begin pads as ONNX derives them */
     bool transposed;
     int pro_wi, pro_bi, gi;   /* inputs of pro_w, pro_b, in_scale (-1: none) */
-    /* the int8 form (quant = 1, kernels/ref/fused_quant.c): wt_type U8S8, one group */
+    /* the int8 form (quant = 1, kernels/ref/fused_quant.c): wt_type U8S8, one group; w7: its
+     * weights within [-64, 64] (lower.c "w_7bit") */
     fused_quant q;
+    int32_t w7;
 } conv_cl;
 
 #include <stddef.h>
@@ -200,6 +202,7 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
                             "a 3-D channels-last conv needs float32 or int8 GEMM panels (w_packed 1), or "
                             "depthwise weights (w_packed 2) of at most %d KD x KH rows", AF_DW_MAX_ROWS);
     if (g->wt_type == AF_GEMM_U8S8) {
+        g->w7 = af_attr_int(n, "w_7bit", 0) != 0;
         st = fused_quant_decode(n, g->packed ? NULL : w, g->m, &g->q, err);
         if (st != AF_OK) return st;
     }
@@ -428,7 +431,7 @@ static void conv_valid_taps(const conv_cl *g, const af_vep *ep, float *y, af_exe
                     af_gemm gm = {g->x + (((b * g->d + xd) * g->h + xh) * g->w + xw) * g->c + gi * g->cg,
                                   h1 - h0, w1 - w0, g->sh * g->w * g->c, g->sw * g->c, tap0, 1, g->cg,
                                   g->wt + (size_t)gi * per, g->mg, y + row0 * g->m + gi * g->mg, g->m,
-                                  &acc, row0, gi * g->mg, AF_GEMM_F32, NULL, NULL, t * g->cg, kp, g->ow, NULL, 0};
+                                  &acc, row0, gi * g->mg, AF_GEMM_F32, NULL, NULL, t * g->cg, kp, g->ow, NULL, 0, 0};
                     af_gemm_run(ex, &gm);
                 }
     }
@@ -517,7 +520,7 @@ static void conv_dense(const conv_cl *g, const af_vep *ep, float *y, unsigned ch
                               y + row0 * g->m + gi * g->mg, g->m,
                               ep, row0, gi * g->mg, AF_GEMM_F32,
                               /* the squeeze-excite gate scales W's rows, a block at a time */
-                              g->gate ? g->gate + b * g->c : NULL, wg, 0, 0, 0, NULL, 0};
+                              g->gate ? g->gate + b * g->c : NULL, wg, 0, 0, 0, NULL, 0, 0};
                 af_gemm_run(ex, &gm);
             }
 }
@@ -654,7 +657,7 @@ static void conv_low(const conv_cl *g, const af_vep *ep, float *y, unsigned char
                       flat ? 1 : g->oh, flat ? g->oh * g->ow : g->ow, g->sh * wp * cp, g->sw * cp,
                       taps, ntaps, merged ? g->kw * cp : cp, g->wt, g->m,
                       y + b * g->oh * g->ow * g->m, g->m, ep, b * g->oh * g->ow, 0, g->wt_type,
-                      NULL, NULL, 0, 0, 0, NULL, 0};
+                      NULL, NULL, 0, 0, 0, NULL, 0, 0};
         af_gemm_run(ex, &gm);
     }
 }
@@ -749,7 +752,7 @@ static void conv_u8s8(const conv_cl *g, const af_vep *ep, float *y, unsigned cha
             af_gemm gm = {j.img + ((b * dp + zp * g->sd) * hp) * wp * cp, flat ? 1 : g->oh,
                           flat ? g->od * plane : g->ow, g->sh * wp * cp, g->sw * cp, taps, ntaps,
                           merged ? g->kw * cp : cp, g->wt, g->m, y + row0 * g->m, g->m, ep, row0,
-                          0, AF_GEMM_U8S8, NULL, NULL, 0, 0, 0, scale, g->q.x_zero};
+                          0, AF_GEMM_U8S8, NULL, NULL, 0, 0, 0, scale, g->q.x_zero, g->w7};
             af_gemm_run(ex, &gm);
         }
 }
@@ -793,7 +796,7 @@ static void wino_products(void *ctx, int slot, int64_t begin, int64_t end) {
     for (int64_t e = begin; e < end; e++) {
         af_gemm gm = {j->v + e * j->ntiles * g->c, 1, j->ntiles, 0, g->c, tap0, 1, g->c,
                       g->wt + (size_t)e * per, g->m, j->mt + e * j->ntiles * g->m, g->m, NULL, 0, 0,
-                      AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0};
+                      AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0, 0};
         af_gemm_run(NULL, &gm);
     }
 }
@@ -945,7 +948,7 @@ static void pro_expand_row(const pro_job *j, int64_t b, int64_t ih, float *dst) 
     static const int64_t tap0[1] = {0};
     int64_t row = b * g->h + ih;
     af_gemm gm = {g->pro_x + row * g->w * g->pro_c, 1, g->w, 0, g->pro_c, tap0, 1, g->pro_c,
-                  g->pro_wt, g->c, dst, g->c, j->pro, row * g->w, 0, AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0};
+                  g->pro_wt, g->c, dst, g->c, j->pro, row * g->w, 0, AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0, 0};
     af_gemm_run(NULL, &gm);
 }
 
@@ -1115,7 +1118,7 @@ static void convt_bands(void *ctx, int slot, int64_t begin, int64_t end) {
             for (int64_t gi = 0; gi < g->group; gi++) {
                 af_gemm gm = {xb + i0 * inner * g->c + gi * g->cg, 1, (i1 - i0) * inner, 0, g->c,
                               tap0, 1, g->cg, g->wt + (size_t)gi * per, taps * g->mg,
-                              cols + gi * taps * g->mg, taps * g->m, NULL, 0, 0, AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0};
+                              cols + gi * taps * g->mg, taps * g->m, NULL, 0, 0, AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0, 0};
                 af_gemm_run(NULL, &gm);
             }
             src = cols;
@@ -1431,7 +1434,7 @@ af_status fast_conv_pool_fc(const af_node *n, const af_tensor *const *in, af_ten
     af_vep_build(&fc_ep, out[0].data, c.classes, &fv);
     static const int64_t tap0[1] = {0};
     af_gemm gm = {pooled, 1, g->n, 0, g->m, tap0, 1, g->m, w, c.classes, out[0].data, c.classes,
-                  &fv, 0, 0, AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0};
+                  &fv, 0, 0, AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0, 0};
     af_gemm_run(ex, &gm);
     return AF_OK;
 }

@@ -65,6 +65,12 @@ const int32_t *af_gemm_u8s8_colsum(const void *packed, int64_t k, int64_t n) {
                              4 * af_gemm_packed_floats(af_gemm_u8s8_k(k) / 4, n));
 }
 
+bool af_gemm_int8_7bit(const int8_t *w, int64_t count) {
+    for (int64_t i = 0; i < count; i++)
+        if (w[i] < -64 || w[i] > 64) return false;
+    return true;
+}
+
 void af_gemm_pack_u8s8(const int8_t *b, int64_t k, int64_t n, int64_t sk, int64_t sn, void *dst) {
     int64_t np = (n + AF_GEMM_NR - 1) / AF_GEMM_NR, rows = af_gemm_u8s8_k(k) / 4;
     int8_t *d = dst;
@@ -253,7 +259,7 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, i
     const char *panel = ip && ip->bblk ? ip->bblk + (p - ip->blk * j->block) * AF_GEMM_NR * j->k * eb
                                        : (const char *)g->b + (j0 * j->k + g->k0 * w) * eb;
     af_ukr_args u = {a, g->rs_i, g->tap_off, g->ntaps, g->tap_len, NULL, w, NULL, 0,
-                     NULL, NULL, 0, NULL, NULL, 0, 0, 0, NULL, NULL, 0};
+                     NULL, NULL, 0, NULL, NULL, 0, 0, 0, NULL, NULL, 0, 0};
     if (j->nblocks == 1 && p == 0 && g->ntaps == 1 && g->rs_i == g->tap_len) {
         /* All of B stays in cache: bring in the next tile's rows of A instead (contiguous
          * here) while this tile's first panel runs; the panels after it find these in L1. */
@@ -285,6 +291,7 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, i
             u.colsum = j->colsum + j0 + cc;
             u.qscale = g->qscale + j0 + cc;
             u.qzero = g->qzero;
+            u.w7 = g->w7;
         }
         ukr[nv - 1][mr](&u);
         cc += got;

@@ -52,6 +52,8 @@ void af_gemm_pack_type(af_gemm_type t, const float *b, int64_t k, int64_t n, int
 int64_t af_gemm_u8s8_k(int64_t k);
 /* Pack the int8 B[kk][j] = b[kk * sk + j * sn] into dst (af_gemm_packed_bytes(U8S8, k, n)). */
 void af_gemm_pack_u8s8(const int8_t *b, int64_t k, int64_t n, int64_t sk, int64_t sn, void *dst);
+/* Are the count int8 weights at w all within [-64, 64] (af_gemm.w7)? */
+bool af_gemm_int8_7bit(const int8_t *w, int64_t count);
 /* The column sums of a U8S8 B packed for k rows (rounded or not) and n columns. */
 const int32_t *af_gemm_u8s8_colsum(const void *packed, int64_t k, int64_t n);
 
@@ -91,6 +93,8 @@ typedef struct af_gemm {
      * colsum) * qscale, then ep); A offsets and strides count bytes. */
     const float *qscale;
     int32_t qzero;
+    /* U8S8: B's weights are all within [-64, 64] (see af_ukr_args.w7); 0 when unknown. */
+    int32_t w7;
 } af_gemm;
 
 /* Floats of one thread's part of b_scratch for a K x N B. */

@@ -154,7 +154,7 @@ static void mm_entries(void *ctx, int slot, int64_t begin, int64_t end) {
         af_gemm gm = {f->a + aoff, 1, g->m, 0, g->k, tap0, 1, g->k,
                       mm_packed(g, boff, f->bscratch + (size_t)slot * f->bfloats), g->n,
                       f->y + step * g->m * g->n, g->n, f->ep, step * g->m, 0, AF_GEMM_F32,
-                      NULL, NULL, 0, 0, 0, NULL, 0};
+                      NULL, NULL, 0, 0, 0, NULL, 0, 0};
         af_gemm_run(NULL, &gm);
     }
 }
@@ -272,7 +272,7 @@ static af_status mm_run_low(const af_node *n, const fused_mm *g, const af_vep *v
     af_exec_parallel(ex, rows, af_exec_work_ns(ex, 0.0, 8.0 * (double)(rows * g->k)), mm_low_rows, &j);
     static const int64_t tap0[1] = {0};
     af_gemm gm = {bf ? (const void *)j.a16 : (const void *)j.a32, 1, rows, 0, j.kp, tap0, 1, j.kp,
-                  g->b->data, g->n, y, g->n, vep, 0, 0, gemm_type(g->bdtype), NULL, NULL, 0, 0, 0, NULL, 0};
+                  g->b->data, g->n, y, g->n, vep, 0, 0, gemm_type(g->bdtype), NULL, NULL, 0, 0, 0, NULL, 0, 0};
     af_gemm_run(ex, &gm);
     return AF_OK;
 }
@@ -322,7 +322,8 @@ static af_status mm_run_u8s8(const af_node *n, const fused_mm *g, const af_vep *
     af_exec_parallel(ex, rows, af_exec_work_ns(ex, 0.0, 5.0 * (double)(rows * g->k)), mm_u8_rows, &j);
     static const int64_t tap0[1] = {0};
     af_gemm gm = {j.a8, 1, rows, 0, j.kp, tap0, 1, j.kp, g->b->data, g->n, y, g->n, vep, 0, 0,
-                  AF_GEMM_U8S8, NULL, NULL, 0, 0, 0, scale, g->quant.x_zero};
+                  AF_GEMM_U8S8, NULL, NULL, 0, 0, 0, scale, g->quant.x_zero,
+                  af_attr_int(n, "w_7bit", 0) != 0};
     af_gemm_run(ex, &gm);
     return AF_OK;
 }
@@ -360,7 +361,7 @@ static af_status mm_run_fast(const af_node *n, const fused_mm *g, const af_epilo
     if (shared_b && (dense_a || f.nbatch == 1)) {
         /* One GEMM over every row of every batch entry: B (shared) is packed once. */
         af_gemm gm = {f.a, 1, f.nbatch * g->m, 0, g->k, tap0, 1, g->k, mm_packed(g, 0, f.bscratch),
-                      g->n, y, g->n, &vep, 0, 0, AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0};
+                      g->n, y, g->n, &vep, 0, 0, AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0, 0};
         af_gemm_run(ex, &gm);
     } else if (shared_b) {
         const float *b = mm_packed(g, 0, f.bscratch);
@@ -369,7 +370,7 @@ static af_status mm_run_fast(const af_node *n, const fused_mm *g, const af_epilo
             mm_offsets(g, step, &aoff, &boff);
             af_gemm gm = {f.a + aoff, 1, g->m, 0, g->k, tap0, 1, g->k, b, g->n,
                           y + step * g->m * g->n, g->n, &vep, step * g->m, 0, AF_GEMM_F32,
-                          NULL, NULL, 0, 0, 0, NULL, 0};
+                          NULL, NULL, 0, 0, 0, NULL, 0, 0};
             af_gemm_run(ex, &gm);
         }
     } else {

@@ -76,6 +76,9 @@ typedef struct af_ukr_args {
     const int32_t *colsum;
     const float *qscale;
     int32_t qzero;
+    /* U8S8: every weight of B is within [-64, 64] (the packer checked; lower.c "w_7bit"), so
+     * CPUs without VNNI may sum byte pairs in int16 (VPMADDUBSW) without saturating. */
+    int32_t w7;
 } af_ukr_args;
 
 typedef void (*af_ukr_fn)(const af_ukr_args *p);
