@@ -5,10 +5,11 @@
  *    weights are all within [-64, 64] (7 bits: without VNNI the kernels sum byte pairs in int16
  *    with VPMADDUBSW, exact only then; our calibration writes such weights there, as ONNX
  *    Runtime's reduce_range does), the calibrated int8 GEMM rate (machine file: VPDPBUSD, or
- *    VPMADDUBSW on 7-bit weights) is at least INT8_MIN_GAIN times the fp32 rate, and the kernels take the
- *    node: a FusedMatMul with a constant 2-D int8 B, no trans_a and no LayerNorm prologue; a
- *    dense (one group) FusedConv of rank 3 to 5 with constant int8 weights, which the layout
- *    pass then makes channels-last and the pack pass packs (lower.c); K at most INT8_MAX_K;
+ *    VPMADDUBSW on 7-bit weights) is at least INT8_MIN_GAIN times the fp32 rate, and the
+ *    kernels take the node: a FusedMatMul with a constant 2-D int8 B, no trans_a and no
+ *    LayerNorm prologue; a dense (one group) FusedConv of rank 3 to 5 with constant int8
+ *    weights, which the layout pass then makes channels-last and the pack pass packs
+ *    (lower.c); K at most INT8_MAX_K;
  *  - else in float32: W dequantized at compile time (W * w_scale[channel]), X through a
  *    QuantizeDequantize node (the epilogue's AF_EP_FAKE_QUANT), the quant attributes dropped
  *    and "precision" = "fp32" with "precision_why" saying why, as bf16 does. Same numbers within
