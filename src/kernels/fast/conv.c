@@ -1,9 +1,9 @@
 /* Channels-last FusedConv (channels_last = 1, made by the layout pass): X [N, H, W, C] (or
  * [N, W, C], [N, D, H, W, C] for 1-D and 3-D convolutions), weights packed by the pack pass
  * (w_packed 1: GEMM panels per group; 2: depthwise [KH * KW][M]; 3: Winograd; 4: groups of as
- * many output as input channels, blocks of [taps][G][16 channels] (lower.c); the logical [M, Cg, KH, KW]
- * (or [M, Cg, KW], [M, Cg, KD, KH, KW]) in w_shape), bias [M], epilogue operands broadcasting
- * to the output [N, OH, OW, M] (of X's rank).
+ * many output as input channels, blocks of [taps][G][16 channels] (lower.c); the logical
+ * [M, Cg, KH, KW] (or [M, Cg, KW], [M, Cg, KD, KH, KW]) in w_shape), bias [M], epilogue
+ * operands broadcasting to the output [N, OH, OW, M] (of X's rank).
  *
  * Every rank is read as three spatial dims (D, H, W), the missing leading ones 1: a 1-D conv is
  * a 2-D conv of height 1 and takes every path below; a 3-D conv is a stack of 2-D implicit GEMMs
@@ -210,7 +210,8 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
                            g->dw != 1 || g->group != 1))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
                             "Winograd weights need a 3x3 stride-1 undilated conv with one group");
-    if (g->packed == 4 && (g->group < 2 || g->cg != g->mg || g->c != g->m || g->wt_type != AF_GEMM_F32))
+    if (g->packed == 4 &&
+        (g->group < 2 || g->cg != g->mg || g->c != g->m || g->wt_type != AF_GEMM_F32))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
                             "grouped weights (w_packed 4) need float32 groups of as many output "
                             "as input channels");
@@ -504,7 +505,8 @@ static void conv_dense(const conv_cl *g, const af_vep *ep, float *y, unsigned ch
     float *wg = in.wg;
     /* One flat row range per image when output positions are evenly spaced in X (1x1x1, stride
      * 1, no pad); else one GEMM per output plane (depth), its rows OH x OW. */
-    bool flat = g->kd == 1 && g->kh == 1 && g->kw == 1 && g->sd == 1 && g->sh == 1 && g->sw == 1 && !needs_padding(g);
+    bool flat = g->kd == 1 && g->kh == 1 && g->kw == 1 && g->sd == 1 && g->sh == 1 && g->sw == 1 &&
+                !needs_padding(g);
     int64_t planes = flat ? 1 : g->od, plane = g->oh * g->ow;
     size_t per = af_gemm_packed_floats(g->kd * g->kh * g->kw * g->cg, g->mg);
     for (int64_t b = 0; b < g->n; b++)
