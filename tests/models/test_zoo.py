@@ -3,7 +3,8 @@ and exported with bench/zoo_export.py's code (random normalisation statistics, d
 torch.onnx.export's defaults), compiled to an .afm and run at batch 1 and batch 3 against torch
 eager: max |ours - torch| / (max(torch) - min(torch)) <= 1e-4 for every output.
 
-The kinds: a torchvision CNN with Concat (SqueezeNet at 64x64), a wav2vec2-style 1-D conv
+The kinds: a torchvision CNN with Concat (SqueezeNet at 64x64), grouped convolutions (a
+one-block-per-stage ResNeXt, RegNetY-400MF, at 64x64), a wav2vec2-style 1-D conv
 extractor with GroupNorm and GELU, a 3-D conv block (R3D and R(2+1)D convs, BatchNorm3d, pooling),
 a GPT-2-style decoder with a causal mask and past key/values (dynamic sequence and past length
 too), a T5-style encoder-decoder (RMSNorm, relative position bias), a segmentation head with
@@ -79,6 +80,24 @@ def squeezenet(batch=1):
         {"input": {0: "batch"}, "output": {0: "batch"}}
 
 
+def resnext(batch=1):
+    """ResNeXt bottlenecks, one per stage, 8 groups: 4, 8, 16 and 32 channels a group (the
+    grouped row kernel and the per-group GEMMs)."""
+    from torchvision.models.resnet import Bottleneck, ResNet
+    model = ResNet(Bottleneck, [1, 1, 1, 1], groups=8, width_per_group=4, num_classes=10)
+    return model, (zx.image(batch, 64),), ["input"], ["output"], \
+        {"input": {0: "batch"}, "output": {0: "batch"}}
+
+
+def regnet(batch=1):
+    """RegNetY-400MF: groups of 8 channels over widths that leave half a block of 16 (104,
+    440), squeeze-excite."""
+    import torchvision
+    model = torchvision.models.regnet_y_400mf(weights=None, num_classes=10)
+    return model, (zx.image(batch, 64),), ["input"], ["output"], \
+        {"input": {0: "batch"}, "output": {0: "batch"}}
+
+
 def wav2vec2(batch=1):
     return zx.wav2vec2_fe(batch=batch, samples=1600, channels=32,
                           layers=((10, 5), (3, 2), (3, 2), (2, 2)), hidden=48)
@@ -115,7 +134,7 @@ def decoder3d(batch=1):
 
 
 MODELS = {"unet": (unet, 17), "vocoder_1d": (vocoder, 17), "decoder_3d": (decoder3d, 17),
-          "squeezenet": (squeezenet, 13), "wav2vec2_fe": (wav2vec2, 17), "video3d": (video3d, 17),
+          "squeezenet": (squeezenet, 13), "resnext": (resnext, 13), "regnet": (regnet, 13), "wav2vec2_fe": (wav2vec2, 17), "video3d": (video3d, 17),
           "gpt_past": (gpt, 17), "t5": (t5, 17), "seg_resize": (seg_head, 16)}
 
 
