@@ -339,37 +339,79 @@ static void scale_block(const gemm_job *j, int64_t p0, int64_t bl, float *dst) {
  * shares are even whatever the counts (5 panels in blocks of 3 and 2 included). Parts are
  * ranges of M tiles, one per thread when the threads are to keep the rows of C they make
  * (see af_gemm_run), else one. */
+/* Where item `it` lies: part, block (first panel p0, bl panels), tile of the part (t0 + ti, nt
+ * tiles in the part) and panel of the block (p0 + pi). */
+typedef struct item_at {
+    int64_t part, t0, nt, blk, p0, bl, ti, pi;
+} item_at;
+
+static void item_part(const gemm_job *j, item_at *c) {
+    c->t0 = c->part * j->part_tiles;
+    c->nt = j->ntiles - c->t0 < j->part_tiles ? j->ntiles - c->t0 : j->part_tiles;
+}
+
+static void item_block(const gemm_job *j, item_at *c) {
+    c->p0 = c->blk * j->block;
+    c->bl = j->npanels - c->p0 < j->block ? j->npanels - c->p0 : j->block;
+}
+
+static item_at item_find(const gemm_job *j, int64_t it) {
+    item_at c;
+    int64_t per_part = j->part_tiles * j->npanels;
+    c.part = it / per_part;
+    item_part(j, &c);
+    int64_t pit = it % per_part, per_block = c.nt * j->block;
+    c.blk = pit / per_block;
+    item_block(j, &c);
+    c.ti = pit % per_block / c.bl;
+    c.pi = pit % per_block % c.bl;
+    return c;
+}
+
+/* The item after c: the panel fastest, then the tile, the block, the part (the order of
+ * gemm_range's items). Decoding every item from its index took about ten 64-bit divisions,
+ * some 100 cycles a call: as much as the 16 K steps of a 6 x 16 tile (a K = 16 1x1 conv). */
+static void item_next(const gemm_job *j, item_at *c) {
+    if (++c->pi < c->bl) return;
+    c->pi = 0;
+    if (++c->ti < c->nt) return;
+    c->ti = 0;
+    if (++c->blk == j->nblocks) {
+        c->blk = 0;
+        c->part++;
+        item_part(j, c);
+    }
+    item_block(j, c);
+}
+
 static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
     gemm_job *j = ctx;
     const af_gemm *g = j->g;
-    int64_t per_part = j->part_tiles * j->npanels, *cur = &j->cur[slot], *first = &j->first[slot];
+    int64_t *cur = &j->cur[slot], *first = &j->first[slot];
     /* with b_rowscale: this thread's scaled copy of the block it runs */
     float *mine = g->b_rowscale ? g->b_scratch + (size_t)slot * af_gemm_rowscale_floats(j->k, g->n)
                                 : NULL;
     if (j->amx) af_amx_begin();
-    for (int64_t it = begin; it < end; it++) {
-        int64_t part = it / per_part, t0 = part * j->part_tiles, pit = it % per_part;
-        int64_t nt = j->ntiles - t0 < j->part_tiles ? j->ntiles - t0 : j->part_tiles;
-        int64_t per_block = nt * j->block, blk = pit / per_block, rem = pit % per_block;
-        int64_t p0 = blk * j->block, o, i0, mr;
-        int64_t bl = j->npanels - p0 < j->block ? j->npanels - p0 : j->block, tile = t0 + rem / bl;
-        if (part * j->nblocks + blk + 1 != *cur) {
-            *cur = part * j->nblocks + blk + 1, *first = tile;
-            if (mine) scale_block(j, p0, bl, mine);
+    item_at c = begin < end ? item_find(j, begin) : (item_at){0};
+    int64_t rows_of = -1, o = 0, i0 = 0, mr = 0; /* the tile whose rows o, i0, mr are */
+    for (int64_t it = begin; it < end; it++, item_next(j, &c)) {
+        int64_t tile = c.t0 + c.ti, p = c.p0 + c.pi;
+        if (c.part * j->nblocks + c.blk + 1 != *cur) {
+            *cur = c.part * j->nblocks + c.blk + 1, *first = tile;
+            if (mine) scale_block(j, c.p0, c.bl, mine);
         }
-        item_pf ip = {blk, tile, *first, t0 + nt, (const char *)mine};
-        tile_rows(j, tile, &o, &i0, &mr);
+        item_pf ip = {c.blk, tile, *first, c.t0 + c.nt, (const char *)mine};
+        if (tile != rows_of) tile_rows(j, tile, &o, &i0, &mr), rows_of = tile;
         if (mr == 0) continue;
         int64_t off = o * g->rs_o + i0 * g->rs_i;
         if (j->amx) {
-            run_panel_amx(j, (const uint16_t *)g->a + off, o * (g->cs_o ? g->cs_o : g->mi) + i0, mr,
-                          p0 + rem % bl);
+            run_panel_amx(j, (const uint16_t *)g->a + off, o * (g->cs_o ? g->cs_o : g->mi) + i0, mr, p);
             continue;
         }
         const void *a = g->type == AF_GEMM_BF16   ? (const void *)((const uint16_t *)g->a + off)
                         : g->type == AF_GEMM_U8S8 ? (const void *)((const uint8_t *)g->a + off)
                                                   : (const void *)((const float *)g->a + off);
-        run_panel(j, a, o * (g->cs_o ? g->cs_o : g->mi) + i0, mr, p0 + rem % bl, &ip);
+        run_panel(j, a, o * (g->cs_o ? g->cs_o : g->mi) + i0, mr, p, &ip);
     }
     if (j->amx) af_amx_end();
 }
