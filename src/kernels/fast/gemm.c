@@ -338,9 +338,8 @@ static void scale_block(const gemm_job *j, int64_t p0, int64_t bl, float *dst) {
  * across tiles (they stay in L2), and since every item costs the same, the threads' starting
  * shares are even whatever the counts (5 panels in blocks of 3 and 2 included). Parts are
  * ranges of M tiles, one per thread when the threads are to keep the rows of C they make
- * (see af_gemm_run), else one. */
-/* Where item `it` lies: part, block (first panel p0, bl panels), tile of the part (t0 + ti, nt
- * tiles in the part) and panel of the block (p0 + pi). */
+ * (see af_gemm_run), else one. An item_at says where one lies: part, block (first panel p0,
+ * bl panels), tile of the part (t0 + ti, nt tiles in the part) and panel of the block (p0 + pi). */
 typedef struct item_at {
     int64_t part, t0, nt, blk, p0, bl, ti, pi;
 } item_at;
@@ -360,11 +359,11 @@ static item_at item_find(const gemm_job *j, int64_t it) {
     int64_t per_part = j->part_tiles * j->npanels;
     c.part = it / per_part;
     item_part(j, &c);
-    int64_t pit = it % per_part, per_block = c.nt * j->block;
+    int64_t pit = it % per_part, per_block = c.nt * j->block, rem = pit % per_block;
     c.blk = pit / per_block;
     item_block(j, &c);
-    c.ti = pit % per_block / c.bl;
-    c.pi = pit % per_block % c.bl;
+    c.ti = rem / c.bl;
+    c.pi = rem % c.bl;
     return c;
 }
 
