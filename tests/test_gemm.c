@@ -187,6 +187,15 @@ static void test_large_and_threads(void **state) {
         check_prob(&q, NULL, 2, "wide");
         prob t = plain(601, 72, 96); /* B small next to A and C: a part of the M tiles per thread */
         check_prob(&t, NULL, 3, "tall");
+        /* one and two rows take the row kernels (whole panels a call), B prefetched ahead
+         * when a block is one panel; odd K leaves one step outside the unrolled loop */
+        for (int64_t m = 1; m <= 2; m++) {
+            prob r = plain(m, 300, 767 + m);
+            check_prob(&r, NULL, 1, "few rows");
+            check_prob(&r, NULL, 2, "few rows");
+            prob w = plain(m, 2100, 129);
+            check_prob(&w, NULL, 2, "few rows, wide");
+        }
     }
     af_isa_set(af_isa_best());
 }
@@ -259,6 +268,12 @@ static void test_taps(void **state) {
                       (size_t)((H + 2) * Wp * C), 0};
             check_prob(&p, NULL, 1, "taps");
             check_prob(&p, NULL, 2, "taps");
+            /* an output row of 2 and then 1 position: the row kernels over the taps */
+            for (int64_t ow = 2; ow >= 1; ow--) {
+                prob q = p;
+                q.mi = ow;
+                check_prob(&q, NULL, 1, "taps, few rows");
+            }
         }
     }
     af_isa_set(af_isa_best());
@@ -348,7 +363,11 @@ static void test_epilogue(void **state) {
      * clamp and the other steps after the last */
     static const size_t k_blocked[] = {1, 4, 10, 11};
     FOR_EACH_ISA(isa) {
-        for (size_t c = 0; c < AF_COUNT(cases); c++) check_ep_case(&cases[c], 29, 37, 20);
+        for (size_t c = 0; c < AF_COUNT(cases); c++) {
+            check_ep_case(&cases[c], 29, 37, 20);
+            check_ep_case(&cases[c], 1, 37, 21); /* the row kernels' epilogue */
+            check_ep_case(&cases[c], 2, 70, 20);
+        }
         for (size_t c = 0; c < AF_COUNT(k_blocked); c++) check_ep_case(&cases[k_blocked[c]], 197, 37, 3100);
     }
     af_isa_set(af_isa_best());
@@ -415,7 +434,7 @@ static void test_vep_kinds(void **state) {
  * 32 channels, the epilogue, and a K of 17 padded to 32. */
 static void test_low_precision(void **state) {
     (void)state;
-    static const int64_t ms[] = {1, 5, 12, 13, 29, 197};
+    static const int64_t ms[] = {1, 2, 5, 12, 13, 29, 197};
     static const int64_t ns[] = {7, 16, 33, 100};
     static const int64_t ks[] = {0, 32, 96, 64, 768};
     af_epilogue ep;

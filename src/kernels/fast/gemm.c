@@ -274,9 +274,12 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, i
         u.pf_step = w * eb;
     }
     const af_ukr_fn(*ukr)[AF_GEMM_MR_MAX + 1] = v->ukr[g->type];
+    /* one or two rows: the whole panel in one call (vec_impl.h ukr_row_body) */
+    bool whole = mr <= 2 && g->type <= AF_GEMM_F16;
     for (int64_t cc = 0; cc < valid;) {
         /* two vectors where the panel has them, one for a last part of one vector or less */
         int64_t got = valid - cc, nv = w - cc >= 2 * v->vw && got > v->vw ? 2 : 1;
+        if (whole) nv = (got + v->vw - 1) / v->vw;
         if (got > nv * v->vw) got = nv * v->vw;
         int64_t col = g->ep_col0 + j0 + cc;
         u.b = panel + cc * eb;
@@ -293,7 +296,8 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, i
             u.qzero = g->qzero;
             u.w7 = g->w7;
         }
-        ukr[nv - 1][mr](&u);
+        if (whole) v->ukr_row[g->type][mr - 1][nv](&u);
+        else ukr[nv - 1][mr](&u);
         cc += got;
     }
     if (!j->partial && has_steps(&re->rest))

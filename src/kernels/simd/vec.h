@@ -220,6 +220,9 @@ typedef struct af_vec_ops {
     int mr;    /* rows of the largest micro-kernel */
     /* [af_gemm_type][vectors - 1][rows]: nv * vw columns per call */
     af_ukr_fn ukr[AF_GEMM_TYPES][2][AF_GEMM_MR_MAX + 1];
+    /* [F32 or F16][rows - 1][vectors]: one or two rows against up to a whole panel
+     * (AF_GEMM_NR / vw vectors) in one call, the same contract otherwise (last: of vector nv) */
+    af_ukr_fn ukr_row[2][2][AF_GEMM_NR / 4 + 1];
     /* Apply v to the tile of `rows` x `cols` outputs at c (row stride ldc) whose first element
      * is output (row0, col0). */
     void (*ep_tile)(const af_vep *v, float *c, int64_t ldc, int64_t row0, int64_t col0,
