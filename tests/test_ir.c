@@ -126,6 +126,52 @@ static void test_half_conversions(void **state) {
 /* af_copy against memcpy: every distance modulo 4 KiB class (the backward path at 1-31 bytes
  * ahead, memcpy elsewhere), sizes around its bounds and odd tails, and no byte outside [dst,
  * dst + n) written. */
+/* Tensor buffers freed are kept for the next run's outputs (alloc.c af_buffer_free): a buffer
+ * of 128 KiB or more comes back for a request it fits, zeroed; smaller ones and sizes it would
+ * waste a quarter of are not taken; the cache keeps at most AF_BUFFER_SLOTS (the oldest go
+ * first) and af_heap_trim empties it; an injected failure still fails. */
+static void test_buffer_cache(void **state) {
+    (void)state;
+    af_heap_trim();
+    int64_t dims[1] = {64 << 10}; /* 256 KiB of floats */
+    af_tensor *t = af_tensor_new(AF_DTYPE_FLOAT, 1, dims);
+    assert_non_null(t);
+    void *kept = t->data;
+    memset(t->data, 0x5A, t->nbytes);
+    af_tensor_free(t);
+    dims[0] = 40 << 10; /* 160 KiB: the 256 KiB buffer would waste more than a quarter */
+    af_tensor *small = af_tensor_new(AF_DTYPE_FLOAT, 1, dims);
+    assert_non_null(small);
+    assert_ptr_not_equal(small->data, kept);
+    dims[0] = (64 << 10) - 100; /* fits: the same buffer, zeroed */
+    t = af_tensor_new(AF_DTYPE_FLOAT, 1, dims);
+    assert_non_null(t);
+    assert_ptr_equal(t->data, kept);
+    for (size_t i = 0; i < t->nbytes; i++) assert_int_equal(((unsigned char *)t->data)[i], 0);
+    af_tensor_free(t);
+    af_tensor_free(small);
+    /* more buffers than slots: the first ones freed are gone, the last ones kept */
+    enum { N = AF_BUFFER_SLOTS + 4 };
+    af_tensor *many[N];
+    void *where[N];
+    dims[0] = 33 << 10;
+    for (int i = 0; i < N; i++) {
+        assert_non_null(many[i] = af_tensor_new(AF_DTYPE_FLOAT, 1, dims));
+        where[i] = many[i]->data;
+    }
+    for (int i = 0; i < N; i++) af_tensor_free(many[i]);
+    af_tensor *last = af_tensor_new(AF_DTYPE_FLOAT, 1, dims);
+    assert_non_null(last);
+    bool recent = false;
+    for (int i = N - AF_BUFFER_SLOTS; i < N; i++) recent |= last->data == where[i];
+    assert_true(recent);
+    af_tensor_free(last);
+    af_heap_trim(); /* emptied: nothing is taken from it any more */
+    af_alloc_fault(2, false); /* the tensor's struct, then its buffer */
+    assert_null(af_tensor_new(AF_DTYPE_FLOAT, 1, dims));
+    af_alloc_fault(0, false);
+}
+
 static void test_copy(void **state) {
     (void)state;
     enum { CAP = (1 << 20) + 8192 };
@@ -161,7 +207,7 @@ int main(void) {
         cmocka_unit_test(test_sort_and_verify),   cmocka_unit_test(test_replace_and_remove),
         cmocka_unit_test(test_cycle_rejected),    cmocka_unit_test(test_insert_position),
         cmocka_unit_test(test_capture_lookup),    cmocka_unit_test(test_half_conversions),
-        cmocka_unit_test(test_copy),
+        cmocka_unit_test(test_copy),          cmocka_unit_test(test_buffer_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -42,8 +42,7 @@ af_status af_tensor_alloc(af_tensor *t, af_error *err) {
                        af_dtype_name(t->dtype));
     if (!af_mul_size((size_t)n, es, &bytes) || bytes > ((size_t)1 << 40))
         return af_fail(err, AF_ERR_NOMEM, "tensor of %lld elements is too large", (long long)n);
-    /* af_calloc(0) may return NULL; keep a valid pointer for empty tensors. */
-    t->data = af_calloc(bytes ? bytes : 1, 1);
+    t->data = af_buffer_alloc(bytes); /* a valid pointer for empty tensors too */
     if (!t->data) return af_fail(err, AF_ERR_NOMEM, "out of memory allocating %zu bytes", bytes);
     t->nbytes = bytes;
     t->owns_data = 1;
@@ -51,7 +50,7 @@ af_status af_tensor_alloc(af_tensor *t, af_error *err) {
 }
 
 void af_tensor_release(af_tensor *t) {
-    if (t->owns_data) af_free(t->data);
+    if (t->owns_data) af_buffer_free(t->data);
     t->data = NULL;
     t->nbytes = 0;
     t->owns_data = 0;

@@ -59,8 +59,16 @@ void *af_alloc_big(size_t bytes);
 void *af_alloc_pages(size_t bytes);
 void af_free_pages(void *p, size_t bytes);
 /* Hand the heap's free pages back to the system (after freeing much at once: a compile's
- * replaced constants, a session): the C library otherwise keeps them for later requests. */
+ * replaced constants, a session): the C library otherwise keeps them for later requests. The
+ * tensor buffers af_buffer_free kept go too. */
 void af_heap_trim(void);
+/* Tensor data (af_tensor_alloc, af_tensor_release): zeroed like af_calloc; af_buffer_free
+ * keeps up to AF_BUFFER_SLOTS buffers of 128 KiB or more (256 MiB in all) for the next
+ * af_buffer_alloc of a size they fit, and frees the rest. Any buffer of the af_malloc family
+ * may be given to af_buffer_free. */
+#define AF_BUFFER_SLOTS 32
+void *af_buffer_alloc(size_t bytes);
+void af_buffer_free(void *p);
 /* Fault injection, for tests: the nth allocation from now fails (and, when persistent, every
  * one after it); nth <= 0 disarms. af_alloc_count() is the number of allocations since the last
  * af_alloc_fault call, so a test can count a run's allocations and then fail each in turn. */
