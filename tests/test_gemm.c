@@ -187,6 +187,9 @@ static void test_large_and_threads(void **state) {
         check_prob(&q, NULL, 2, "wide");
         prob t = plain(601, 72, 96); /* B small next to A and C: a part of the M tiles per thread */
         check_prob(&t, NULL, 3, "tall");
+        /* a short K: items of several micro-kernel tiles (gemm.c gemm_group), split evenly */
+        prob sk = plain(1000, 50, 16);
+        for (int th = 1; th <= 3; th++) check_prob(&sk, NULL, th, "short K");
         /* one and two rows take the row kernels (whole panels a call), B prefetched ahead
          * when a block is one panel; odd K leaves one step outside the unrolled loop */
         for (int64_t m = 1; m <= 2; m++) {
@@ -268,6 +271,12 @@ static void test_taps(void **state) {
                       (size_t)((H + 2) * Wp * C), 0};
             check_prob(&p, NULL, 1, "taps");
             check_prob(&p, NULL, 2, "taps");
+            /* 40 x 40 outputs of K = 18: whole output rows an item */
+            int64_t H2 = 40, C2 = 2, Wp2 = H2 + 2;
+            prob big = {H2, H2, Wp2 * C2, C2, 3, 3 * C2, 21, {0, Wp2 * C2, 2 * Wp2 * C2},
+                        (size_t)((H2 + 2) * Wp2 * C2), 0};
+            check_prob(&big, NULL, 1, "taps, short K");
+            check_prob(&big, NULL, 2, "taps, short K");
             /* an output row of 2 and then 1 position: the row kernels over the taps */
             for (int64_t ow = 2; ow >= 1; ow--) {
                 prob q = p;
@@ -367,6 +376,7 @@ static void test_epilogue(void **state) {
             check_ep_case(&cases[c], 29, 37, 20);
             check_ep_case(&cases[c], 1, 37, 21); /* the row kernels' epilogue */
             check_ep_case(&cases[c], 2, 70, 20);
+            check_ep_case(&cases[c], 400, 37, 16); /* items of several tiles */
         }
         for (size_t c = 0; c < AF_COUNT(k_blocked); c++) check_ep_case(&cases[k_blocked[c]], 197, 37, 3100);
     }

@@ -240,11 +240,14 @@ static void next_block_piece(const gemm_job *j, const item_pf *ip, int64_t p, in
     if (u->pf_steps > rows) u->pf_steps = rows;
 }
 
-/* Rows [m, m + mr) (A rows at a) times panel p into C and through the epilogue: its bias and
- * residual in registers, the rest on the stored tile. The panel's last columns are stored with
- * masks: a tile aside, copied out and put through the whole program generically, had
- * EfficientNet-B4's two 24-channel projections take 1.2-1.4 ms each at 1 thread, 0.6-0.9 now. */
-static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, int64_t p,
+/* Rows [m, m + rows) (A rows at a) times panel p into C and through the epilogue: its bias and
+ * residual in registers, the rest on the stored block. The rows go through the micro-kernel in
+ * tiles of at most mr (a short K's items have several: gemm_group), the call's arguments set
+ * once per panel column range and only the row pointers moved between tiles. The panel's last
+ * columns are stored with masks: a tile aside, copied out and put through the whole program
+ * generically, had EfficientNet-B4's two 24-channel projections take 1.2-1.4 ms each at 1
+ * thread, 0.6-0.9 now. */
+static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t rows, int64_t p,
                       const item_pf *ip) {
     const af_gemm *g = j->g;
     const af_vec_ops *v = j->v;
@@ -260,11 +263,10 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, i
                                        : (const char *)g->b + (j0 * j->k + g->k0 * w) * eb;
     af_ukr_args u = {a, g->rs_i, g->tap_off, g->ntaps, g->tap_len, NULL, w, NULL, 0,
                      NULL, NULL, 0, NULL, NULL, 0, 0, 0, NULL, NULL, 0, 0};
-    if (j->nblocks == 1 && p == 0 && g->ntaps == 1 && g->rs_i == g->tap_len) {
-        /* All of B stays in cache: bring in the next tile's rows of A instead (contiguous
-         * here) while this tile's first panel runs; the panels after it find these in L1. */
-        u.pf = (const char *)a + mr * g->rs_i * ea;
-        u.pf_steps = (mr * g->tap_len * ea / 64 + 1) / 2;
+    /* All of B stays in cache: each tile brings in the next tile's rows of A instead
+     * (contiguous here) while it runs the first panel; the panels after it find them in L1. */
+    bool next_rows = j->nblocks == 1 && p == 0 && g->ntaps == 1 && g->rs_i == g->tap_len;
+    if (next_rows) {
         u.pf_step = 128;
     } else if (ip && ip->tile > ip->first && ip->blk + 1 < j->nblocks) {
         next_block_piece(j, ip, p, eb, &u);
@@ -273,9 +275,11 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, i
         u.pf_steps = j->k > PREFETCH_ROWS ? j->k - PREFETCH_ROWS : 0;
         u.pf_step = w * eb;
     }
+    const void *pf = u.pf;
+    const int64_t pf_steps = u.pf_steps, mr = v->mr, nt = (rows + mr - 1) / mr;
     const af_ukr_fn(*ukr)[AF_GEMM_MR_MAX + 1] = v->ukr[g->type];
     /* one or two rows: the whole panel in one call (vec_impl.h ukr_row_body) */
-    bool whole = mr <= 2 && g->type <= AF_GEMM_F16;
+    bool whole = rows <= 2 && g->type <= AF_GEMM_F16;
     for (int64_t cc = 0; cc < valid;) {
         /* two vectors where the panel has them, one for a last part of one vector or less */
         int64_t got = valid - cc, nv = w - cc >= 2 * v->vw && got > v->vw ? 2 : 1;
@@ -283,10 +287,8 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, i
         if (got > nv * v->vw) got = nv * v->vw;
         int64_t col = g->ep_col0 + j0 + cc;
         u.b = panel + cc * eb;
-        u.c = g->c + m * g->ldc + j0 + cc;
         u.ldc = g->ldc;
         u.bias = re->bias && !j->acc ? re->bias + col : NULL;
-        u.res = j->acc ? u.c : re->res ? re->res + row * ld + col : NULL;
         u.ldres = j->acc ? g->ldc : ld;
         u.clamp = re->clamped && !j->partial ? re->clamp : NULL;
         u.last = got - (nv - 1) * v->vw;
@@ -296,12 +298,25 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t mr, i
             u.qzero = g->qzero;
             u.w7 = g->w7;
         }
-        if (whole) v->ukr_row[g->type][mr - 1][nv](&u);
-        else ukr[nv - 1][mr](&u);
+        for (int64_t t = 0; t < nt; t++) { /* tiles of equal size, to a row */
+            int64_t r0 = rows * t / nt, tr = rows * (t + 1) / nt - r0;
+            u.a = (const char *)a + r0 * g->rs_i * ea;
+            u.c = g->c + (m + r0) * g->ldc + j0 + cc;
+            u.res = j->acc ? u.c : re->res ? re->res + (row + r0) * ld + col : NULL;
+            if (next_rows) {
+                u.pf = (const char *)u.a + tr * g->rs_i * ea;
+                u.pf_steps = (tr * g->tap_len * ea / 64 + 1) / 2;
+            } else { /* the item's own fetches, once */
+                u.pf = pf;
+                u.pf_steps = t ? 0 : pf_steps;
+            }
+            if (whole) v->ukr_row[g->type][tr - 1][nv](&u);
+            else ukr[nv - 1][tr](&u);
+        }
         cc += got;
     }
     if (!j->partial && has_steps(&re->rest))
-        v->ep_tile(&re->rest, g->c + m * g->ldc + j0, g->ldc, row, g->ep_col0 + j0, mr, valid);
+        v->ep_tile(&re->rest, g->c + m * g->ldc + j0, g->ldc, row, g->ep_col0 + j0, rows, valid);
 }
 
 /* Rows [m, m + mr) times panel p on AMX: the block straight into C when it covers whole tiles
@@ -504,6 +519,21 @@ void af_gemm_run(af_exec *x, const af_gemm *g) {
     af_free(a);
 }
 
+/* Micro-kernel tiles per item. With a short K a call's fixed cost (its arguments, the item's
+ * bookkeeping, the kernel's entry and epilogue) weighs against few K steps: in gemm_bench on
+ * 12544 x 48 x 16 (MNASNet's 16 -> 48 expand) the driver's run_panel and gemm_range took a
+ * quarter of the time (perf). Items of several tiles set up each panel column range once;
+ * about 200 K steps of tiles per item, while every thread keeps eight items or more. The tiles
+ * of an item are split evenly, and every output is summed in the same order whatever its tile,
+ * so results do not depend on the grouping (nor on the threads). */
+static int64_t gemm_group(const af_exec *x, const af_gemm *g, int64_t k, int64_t mr) {
+    if (g->type == AF_GEMM_BF16 && af_cpu_amx()) return 1;
+    int64_t group = 200 / (k > 0 ? k : 1), tiles = g->mo * ((g->mi + mr - 1) / mr);
+    if (group > 8) group = 8;
+    while (group > 1 && tiles / group < 8 * af_exec_threads(x)) group--;
+    return group < 1 ? 1 : group;
+}
+
 static void gemm_run(af_exec *x, const af_gemm *g, bool acc, bool partial) {
     gemm_job j = {g, af_vec(), NULL, panel_rows(g), (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 0,
                   0, g->type == AF_GEMM_BF16 && af_cpu_amx(), acc, partial, {0}, {0}, {0}};
@@ -513,7 +543,7 @@ static void gemm_run(af_exec *x, const af_gemm *g, bool acc, bool partial) {
     AF_ASSERT(!g->b_rowscale || (g->type == AF_GEMM_F32 && g->ntaps == 1 && g->b_scratch));
     if (g->type == AF_GEMM_U8S8) j.colsum = af_gemm_u8s8_colsum(g->b, g->ntaps * g->tap_len, g->n);
     j.nblocks = (j.npanels + j.block - 1) / j.block;
-    int64_t mr = j.amx ? 32 : j.v->mr;
+    int64_t mr = j.amx ? 32 : j.v->mr * gemm_group(x, g, j.k, j.v->mr);
     j.tiles_per_row = (g->mi + mr - 1) / mr;
     j.ntiles = g->mo * j.tiles_per_row;
     /* One part per thread when B is not much larger than A and C together: each thread then
