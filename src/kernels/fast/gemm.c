@@ -523,14 +523,16 @@ void af_gemm_run(af_exec *x, const af_gemm *g) {
  * bookkeeping, the kernel's entry and epilogue) weighs against few K steps: in gemm_bench on
  * 12544 x 48 x 16 (MNASNet's 16 -> 48 expand) the driver's run_panel and gemm_range took a
  * quarter of the time (perf). Items of several tiles set up each panel column range once;
- * about 200 K steps of tiles per item, while every thread keeps eight items or more. The tiles
+ * about 200 K steps of tiles per item, while each of several threads keeps eight items or more (a
+ * merged expand conv's rows, one GEMM a row on one thread, group as far as they go). The tiles
  * of an item are split evenly, and every output is summed in the same order whatever its tile,
  * so results do not depend on the grouping (nor on the threads). */
 static int64_t gemm_group(const af_exec *x, const af_gemm *g, int64_t k, int64_t mr) {
     if (g->type == AF_GEMM_BF16 && af_cpu_amx()) return 1;
     int64_t group = 200 / (k > 0 ? k : 1), tiles = g->mo * ((g->mi + mr - 1) / mr);
+    int threads = af_exec_threads(x);
     if (group > 8) group = 8;
-    while (group > 1 && tiles / group < 8 * af_exec_threads(x)) group--;
+    while (threads > 1 && group > 1 && tiles / group < 8 * threads) group--;
     return group < 1 ? 1 : group;
 }
 
