@@ -275,6 +275,8 @@ static void test_transpose_fast(void **state) {
         {"perm=1,0", 2, {2, 1500}, true},           /* 2 rows */     /* batch 2, fewer columns than a block */
         {"perm=0,3,1,2", 4, {2, 9, 11, 35}, true},  /* NHWC -> NCHW, batch 2 */
         {"perm=1,0", 2, {33, 70}, true},            /* [R, C] -> [C, R] */
+        {"perm=0,3,1,2", 4, {1, 40, 41, 64}, true}, /* 8 x 8 tiles over several 64 x 64 items */
+        {"perm=0,2,1", 3, {3, 72, 136}, true},       /* batch 3, whole tiles only */
         {"perm=0,2,1", 3, {1, 1, 300}, true},       /* only dims of 1 move: a copy */
         {"perm=2,0,1,3", 4, {5, 1, 17, 1}, true},   /* merges to [5, 17] -> [17, 5] */
         {"perm=0,2,1,3", 4, {2, 19, 3, 8}, false},   /* moves rows of 8: the reference's case */

@@ -217,10 +217,12 @@ static bool run_softmax(const af_tensor *x, int64_t rows, int64_t len, af_tensor
 typedef struct tr_job {
     const float *x;
     float *y;
-    int64_t r, c, cols, cblocks; /* x [B, r, c] -> y [B, c, r], in items of `cols` columns */
+    int64_t r, c, cols, cblocks, rblocks; /* x [B, r, c] -> y [B, c, r], items of TR_ROWS x cols */
 } tr_job;
 
-enum { TR_BLOCK = 16 }; /* 16 x 16 floats: one cache line per row of the block on both sides */
+/* Items of 64 x 64 floats (16 KiB, within L1 on both sides), transposed in 8 x 8 tiles
+ * (vec.h transpose). */
+enum { TR_ROWS = 64, TR_COLS = 64 };
 
 /* Few rows (2 <= r <= TR_FEW: an image's 3 colour planes into channels-last) go TR_FEW_COLS
  * columns to an item, each output row written whole, r a constant in the loop; in 16 x 16
@@ -235,12 +237,14 @@ static inline __attribute__((always_inline)) void tr_few_cols(const int R, const
         for (int r = 0; r < R; r++) y[k * R + r] = x[r * c + k];
 }
 
-/* Items are (batch, `cols` columns of x = rows of y). */
+/* Items are (batch, block of rows, block of `cols` columns of x = rows of y). */
 static void tr_items(void *ctx, int slot, int64_t begin, int64_t end) {
     (void)slot;
     const tr_job *j = ctx;
+    const af_vec_ops *v = af_vec();
     for (int64_t it = begin; it < end; it++) {
-        int64_t b = it / j->cblocks, c0 = it % j->cblocks * j->cols;
+        int64_t b = it / (j->rblocks * j->cblocks), rest = it % (j->rblocks * j->cblocks);
+        int64_t r0 = rest / j->cblocks * TR_ROWS, c0 = rest % j->cblocks * j->cols;
         int64_t c1 = c0 + j->cols < j->c ? c0 + j->cols : j->c;
         const float *x = j->x + b * j->r * j->c;
         float *y = j->y + b * j->r * j->c;
@@ -250,11 +254,8 @@ static void tr_items(void *ctx, int slot, int64_t begin, int64_t end) {
             else tr_few_cols(4, x, y, j->c, c0, c1);
             continue;
         }
-        for (int64_t r0 = 0; r0 < j->r; r0 += TR_BLOCK) {
-            int64_t r1 = r0 + TR_BLOCK < j->r ? r0 + TR_BLOCK : j->r;
-            for (int64_t c = c0; c < c1; c++)
-                for (int64_t r = r0; r < r1; r++) y[c * j->r + r] = x[r * j->c + c];
-        }
+        int64_t r1 = r0 + TR_ROWS < j->r ? r0 + TR_ROWS : j->r;
+        v->transpose(x + r0 * j->c + c0, j->c, y + c0 * j->r + r0, j->r, r1 - r0, c1 - c0);
     }
 }
 
@@ -333,7 +334,7 @@ static bool run_transpose(const af_tensor *x, const int *perm, af_tensor *y, af_
         last = k;
     }
     /* Taken: [R, C] -> [C, R] and [B, R, C] -> [B, C, R]; else blocks moved whole (run_moves). */
-    tr_job j = {x->data, y->data, 0, 0, 0, 0};
+    tr_job j = {x->data, y->data, 0, 0, 0, 0, 1};
     int64_t batch;
     if (runs == 2 && start[0] > start[1]) {
         batch = 1;
@@ -346,11 +347,12 @@ static bool run_transpose(const af_tensor *x, const int *perm, af_tensor *y, af_
     } else {
         return runs > 2 && run_moves(x, start, size, runs, y, ex);
     }
-    j.cols = j.r <= TR_FEW ? TR_FEW_COLS : TR_BLOCK;
+    j.cols = j.r <= TR_FEW ? TR_FEW_COLS : TR_COLS;
     j.cblocks = (j.c + j.cols - 1) / j.cols;
+    if (j.r > TR_FEW) j.rblocks = (j.r + TR_ROWS - 1) / TR_ROWS;
     /* strided reads cost about twice a copy */
-    af_exec_parallel(ex, batch * j.cblocks, af_exec_work_ns(ex, 0.0, 16.0 * (double)(batch * j.r * j.c)),
-                     tr_items, &j);
+    af_exec_parallel(ex, batch * j.rblocks * j.cblocks,
+                     af_exec_work_ns(ex, 0.0, 16.0 * (double)(batch * j.r * j.c)), tr_items, &j);
     return true;
 }
 

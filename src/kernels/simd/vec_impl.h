@@ -1635,6 +1635,46 @@ static inline __attribute__((always_inline)) vf vld_s(const float *p, int64_t s,
     return n == VW ? vload(p + i) : vload_part(p + i, n);
 }
 
+/* y[c * ldy + r] = x[r * ldx + c] for r < rows, c < cols: 8 x 8 tiles transposed in registers
+ * (eight-float vectors whatever the ISA's width: three rounds of shuffles), the edges element by
+ * element. Element by element, an NHWC -> NCHW transpose of 112 x 112 x 32 floats ran at
+ * 5.8 GB/s on Zen 3 (0.28 ms; ONNX Runtime's reorder of it 0.08). */
+typedef float v8f __attribute__((vector_size(32)));
+#define V8_LD(p) ({ v8f v_; memcpy(&v_, (p), sizeof v_); v_; })
+#define V8_ST(p, v) do { v8f v_ = (v); memcpy((p), &v_, sizeof v_); } while (0)
+
+static void transpose(const float *x, int64_t ldx, float *y, int64_t ldy, int64_t rows, int64_t cols) {
+    int64_t r = 0;
+    for (; r + 8 <= rows; r += 8) {
+        int64_t c = 0;
+        for (; c + 8 <= cols; c += 8) {
+            const float *p = x + r * ldx + c;
+            v8f a[8], t[8], u[8];
+            for (int i = 0; i < 8; i++) a[i] = V8_LD(p + i * ldx);
+            for (int i = 0; i < 8; i += 2) { /* rows i, i + 1 interleaved: (i0 i+1,0 i1 i+1,1 | ...4, 5) */
+                t[i] = __builtin_shufflevector(a[i], a[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+                t[i + 1] = __builtin_shufflevector(a[i], a[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+            }
+            for (int h = 0; h < 8; h += 4) /* four rows' column pairs: columns 0-3 of rows h..h+3 per lane half */
+                for (int i = 0; i < 2; i++) {
+                    u[h + 2 * i] = __builtin_shufflevector(t[h + i], t[h + i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+                    u[h + 2 * i + 1] = __builtin_shufflevector(t[h + i], t[h + i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+                }
+            float *q = y + c * ldy + r;
+            for (int i = 0; i < 4; i++) { /* column i from the low halves, column i + 4 the high */
+                V8_ST(q + i * ldy, __builtin_shufflevector(u[i], u[i + 4], 0, 1, 2, 3, 8, 9, 10, 11));
+                V8_ST(q + (i + 4) * ldy, __builtin_shufflevector(u[i], u[i + 4], 4, 5, 6, 7, 12, 13, 14, 15));
+            }
+        }
+        for (; c < cols; c++)
+            for (int64_t i = 0; i < 8; i++) y[c * ldy + r + i] = x[(r + i) * ldx + c];
+    }
+    for (; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) y[c * ldy + r] = x[r * ldx + c];
+}
+#undef V8_LD
+#undef V8_ST
+
 /* One loop per (op, strides) so that neither is decided inside it. */
 #define BIN_LOOP(OP, SA, SB)                                                                     \
     do {                                                                                         \
@@ -1826,4 +1866,5 @@ const af_vec_ops VEC_TABLE = {
     .binary_row = binary_row,
     .compare_row = compare_row,
     .blend_row = blend_row,
+    .transpose = transpose,
 };
