@@ -306,7 +306,8 @@ typedef struct af_vec_ops {
     /* y[i] = sum over k < taps of w[k] * x[k][i], i < n (Resize's rows; taps 1 to 4). */
     void (*blend_row)(const float *const *x, const float *w, int taps, float *y, int64_t n);
     /* y[c * ldy + r] = x[r * ldx + c] for r < rows, c < cols (x and y do not overlap). */
-    void (*transpose)(const float *x, int64_t ldx, float *y, int64_t ldy, int64_t rows, int64_t cols);
+    void (*transpose)(const float *x, int64_t ldx, float *y, int64_t ldy, int64_t rows,
+                      int64_t cols);
 } af_vec_ops;
 
 /* af_vec_avx512bf16 is af_vec_avx512 with its BF16 micro-kernels on the AVX512_BF16 dot product

@@ -425,8 +425,8 @@ static inline __attribute__((always_inline)) void ukr_body(const int MR, const i
  * the products of few rows (a batch-1 classifier, a decoder's step), whose time is B's stream
  * from memory. ukr_body takes two vectors a call, so on AVX2 a 32-wide panel was read twice,
  * each pass using half of every line, and one row's two accumulators made each K step wait on
- * the last one's FMA: 12-14 GB/s from memory (1 x 4096 x 9216) where this reads 17-18, as fast
- * as a plain read loop. Each output is summed in the order ukr_body sums it (one FMA per k, in
+ * the last one's FMA: 14 GB/s from memory (1 x 4096 x 9216, gemm_bench) where this reads 19,
+ * as fast as a plain read loop. Each output is summed in the order ukr_body sums it (one FMA per k, in
  * k order), so a row's result does not depend on the tile it falls in: products split by
  * threads into pieces of one or two rows stay bit for bit those of one thread. */
 #define ROW_NV (AF_GEMM_NR / VW)
@@ -459,7 +459,6 @@ static inline __attribute__((always_inline)) void ukr_row_body(const int MR, con
     }
     UKR_FINISH(MR, NV, acc, p);
 }
-
 
 /* acc += the quad k of each A row (4 uint8 codes) x the quad row k of B (4 int8 per column):
  * VPDPBUSD where this file is compiled for AVX512_VNNI, else the bytes widened to int32 lanes
@@ -1636,14 +1635,16 @@ static inline __attribute__((always_inline)) vf vld_s(const float *p, int64_t s,
 }
 
 /* y[c * ldy + r] = x[r * ldx + c] for r < rows, c < cols: 8 x 8 tiles transposed in registers
- * (eight-float vectors whatever the ISA's width: three rounds of shuffles), the edges element by
- * element. Element by element, an NHWC -> NCHW transpose of 112 x 112 x 32 floats ran at
- * 5.8 GB/s on Zen 3 (0.28 ms; ONNX Runtime's reorder of it 0.08). */
+ * (eight-float vectors whatever the ISA's width), the edges element by element. Element by
+ * element, an NHWC -> NCHW transpose of 112 x 112 x 32 floats ran at 5.8 GB/s on Zen 3
+ * (0.28 ms; ONNX Runtime's reorder of it 0.08). */
 typedef float v8f __attribute__((vector_size(32)));
 #define V8_LD(p) ({ v8f v_; memcpy(&v_, (p), sizeof v_); v_; })
 #define V8_ST(p, v) do { v8f v_ = (v); memcpy((p), &v_, sizeof v_); } while (0)
+#define V8_MIX(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
 
-static void transpose(const float *x, int64_t ldx, float *y, int64_t ldy, int64_t rows, int64_t cols) {
+static void transpose(const float *x, int64_t ldx, float *y, int64_t ldy, int64_t rows,
+                      int64_t cols) {
     int64_t r = 0;
     for (; r + 8 <= rows; r += 8) {
         int64_t c = 0;
@@ -1651,19 +1652,23 @@ static void transpose(const float *x, int64_t ldx, float *y, int64_t ldy, int64_
             const float *p = x + r * ldx + c;
             v8f a[8], t[8], u[8];
             for (int i = 0; i < 8; i++) a[i] = V8_LD(p + i * ldx);
-            for (int i = 0; i < 8; i += 2) { /* rows i, i + 1 interleaved: (i0 i+1,0 i1 i+1,1 | ...4, 5) */
-                t[i] = __builtin_shufflevector(a[i], a[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
-                t[i + 1] = __builtin_shufflevector(a[i], a[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+            /* rows i and i + 1 interleaved, per 128-bit half: columns 0, 1 (4, 5) in t[i],
+             * columns 2, 3 (6, 7) in t[i + 1] */
+            for (int i = 0; i < 8; i += 2) {
+                t[i] = V8_MIX(a[i], a[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+                t[i + 1] = V8_MIX(a[i], a[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
             }
-            for (int h = 0; h < 8; h += 4) /* four rows' column pairs: columns 0-3 of rows h..h+3 per lane half */
+            /* then four rows: u[h + q] holds column q (low half) and q + 4 (high) of rows
+             * h .. h + 3 */
+            for (int h = 0; h < 8; h += 4)
                 for (int i = 0; i < 2; i++) {
-                    u[h + 2 * i] = __builtin_shufflevector(t[h + i], t[h + i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-                    u[h + 2 * i + 1] = __builtin_shufflevector(t[h + i], t[h + i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+                    u[h + 2 * i] = V8_MIX(t[h + i], t[h + i + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+                    u[h + 2 * i + 1] = V8_MIX(t[h + i], t[h + i + 2], 2, 3, 10, 11, 6, 7, 14, 15);
                 }
             float *q = y + c * ldy + r;
-            for (int i = 0; i < 4; i++) { /* column i from the low halves, column i + 4 the high */
-                V8_ST(q + i * ldy, __builtin_shufflevector(u[i], u[i + 4], 0, 1, 2, 3, 8, 9, 10, 11));
-                V8_ST(q + (i + 4) * ldy, __builtin_shufflevector(u[i], u[i + 4], 4, 5, 6, 7, 12, 13, 14, 15));
+            for (int i = 0; i < 4; i++) { /* the halves of rows 0-3 and 4-7 joined */
+                V8_ST(q + i * ldy, V8_MIX(u[i], u[i + 4], 0, 1, 2, 3, 8, 9, 10, 11));
+                V8_ST(q + (i + 4) * ldy, V8_MIX(u[i], u[i + 4], 4, 5, 6, 7, 12, 13, 14, 15));
             }
         }
         for (; c < cols; c++)
@@ -1674,6 +1679,7 @@ static void transpose(const float *x, int64_t ldx, float *y, int64_t ldy, int64_
 }
 #undef V8_LD
 #undef V8_ST
+#undef V8_MIX
 
 /* One loop per (op, strides) so that neither is decided inside it. */
 #define BIN_LOOP(OP, SA, SB)                                                                     \
