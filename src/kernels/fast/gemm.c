@@ -528,7 +528,6 @@ void af_gemm_run(af_exec *x, const af_gemm *g) {
  * of an item are split evenly, and every output is summed in the same order whatever its tile,
  * so results do not depend on the grouping (nor on the threads). */
 static int64_t gemm_group(const af_exec *x, const af_gemm *g, int64_t k, int64_t mr) {
-    if (g->type == AF_GEMM_BF16 && af_cpu_amx()) return 1;
     int64_t group = 200 / (k > 0 ? k : 1), tiles = g->mo * ((g->mi + mr - 1) / mr);
     int threads = af_exec_threads(x);
     if (group > 8) group = 8;
