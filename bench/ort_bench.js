@@ -8,7 +8,9 @@
 // `autofusion bench --input` does. Prints one JSON object with the latency statistics in the
 // shape `autofusion bench --json` uses (--samples: every run too). --output_dir=DIR also writes
 // the last run's outputs as DIR/<name>.npy (characters outside [A-Za-z0-9_.-] become '_', as
-// `autofusion run --output_dir` names them).
+// `autofusion run --output_dir` names them). --profile=PREFIX turns on ONNX Runtime's profiler
+// (a Chrome trace PREFIX_<date>.json with one event per node and run, as `bench --profile`
+// writes ours), for per-node comparisons.
 'use strict';
 const path = require('path');
 const ortDir = process.env.ORT_NODE_DIR || path.join(__dirname, '..', 'node_modules', 'onnxruntime-node');
@@ -105,9 +107,11 @@ async function main() {
   const iterations = parseInt(arg('iterations', '20'), 10);
   const warmup = parseInt(arg('warmup', '3'), 10);
   const opt = arg('opt', 'all');
+  const profile = arg('profile', '');
   const sess = await ort.InferenceSession.create(model, {
     executionProviders: ['cpu'], graphOptimizationLevel: opt,
     intraOpNumThreads: threads, interOpNumThreads: 1, executionMode: 'sequential',
+    ...(profile ? { enableProfiling: true, profileFilePrefix: profile } : {}),
   });
   const files = {};
   for (const a of args('input')) {
@@ -164,6 +168,7 @@ async function main() {
     last = await sess.run(feeds);
     ms.push(Number(process.hrtime.bigint() - t0) / 1e6);
   }
+  if (profile) sess.endProfiling();
   const outDir = arg('output_dir', '');
   if (outDir && last) {
     require('fs').mkdirSync(outDir, { recursive: true });

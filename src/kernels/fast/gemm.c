@@ -475,18 +475,21 @@ static void gemm_run(af_exec *x, const af_gemm *g, bool acc, bool partial);
 /* Rows of B per K block, or 0 to run K whole. When A is larger than the L2 and K long
  * (ViT's and BERT's MLP down-projections: 197 or 128 rows of K = 3072), each block of B's panels
  * streams all of A from L3 again, and A's rows K floats apart fall into a few cache sets
- * besides. In K blocks whose slice of the micro-kernel's columns fills half the L1 (256 rows
- * with AVX2 and 32 KiB), with A's slice packed contiguous, A stays in L2 and B's slices in L1:
- * on Zen 3, simulated (cachegrind, L2 512 KiB), 197 x 768 x 3072 made 12x fewer L2 misses, and
- * ran at 0.78-0.93 of OpenBLAS against 0.77-0.83 (three interleaved passes). With A under the
- * L2 the blocks only cost: taken from half the L2 on, ResNet-50's 7x7 1x1 convs (A 400 KiB)
- * made it 2-3% slower. F32, one tap, one outer index, 24 rows or more, K at least 4 blocks. */
+ * besides. In K blocks whose slice of the micro-kernel's columns fills the L1 (512 rows with
+ * AVX2 and 32 KiB), with A's slice packed contiguous: on Zen 3, simulated (cachegrind, L2
+ * 512 KiB), 197 x 768 x 3072 made 12x fewer L2 misses than K whole. Blocks filling half the L1
+ * (as first built) cost more in passes over C and A than they saved: gemm_bench on Zen 3, 300
+ * alternations, OpenBLAS / ours 500 x 384 x 1536 (Whisper's MLP) 0.90-0.91 -> 0.97-0.98 (K
+ * whole: 0.97-0.98), 197 x 768 x 3072 0.94-0.99 -> 1.02-1.03 (K whole: 0.87), 128 x 768 x 3072
+ * 1.00 -> 1.05; blocks of 128, 384, 768 or 1024 rows measured worse. With A under the L2 the
+ * blocks only cost: taken from half the L2 on, ResNet-50's 7x7 1x1 convs (A 400 KiB) made it
+ * 2-3% slower. F32, one tap, one outer index, 24 rows or more, K at least 3 blocks. */
 static int64_t k_block(const af_gemm *g) {
     if (g->type != AF_GEMM_F32 || g->ntaps != 1 || g->kp || g->b_rowscale || g->mo != 1 ||
         g->mi < 24 || (double)g->mi * (double)g->tap_len * 4.0 <= (double)af_cpu_l2())
         return 0;
-    int64_t kc = (int64_t)(af_cpu_l1d() / 2) / (2 * af_vec()->vw * (int64_t)sizeof(float));
-    if (kc < 64 || g->tap_len < 4 * kc) return 0;
+    int64_t kc = (int64_t)af_cpu_l1d() / (2 * af_vec()->vw * (int64_t)sizeof(float));
+    if (kc < 64 || g->tap_len < 3 * kc) return 0;
     int64_t nb = (g->tap_len + kc - 1) / kc;
     return ((g->tap_len + nb - 1) / nb + 7) & ~(int64_t)7;
 }
