@@ -1199,8 +1199,12 @@ static void test_groupnorm_channels_last(void **state) {
     static const convn c3 = {3, 6, {1, 3, 3}, {1, 1, 1}, {1, 1, 1}, {0, 1, 1, 0, 1, 1}, 1, false};
     lcase a = {"groupnorm 1-D", {2, 8, 37}, b_groupnorm, &c1, 2, 3};
     lcase b = {"groupnorm 3-D", {1, 6, 3, 7, 5}, b_groupnorm, &c3, 2, 3};
+    /* more channels than a block of sums (64) and positions over several of its row chunks */
+    static const convn c1w = {1, 72, {3}, {1}, {1}, {1, 1}, 1, true};
+    lcase w = {"groupnorm 1-D, 72 channels", {2, 5, 150}, b_groupnorm, &c1w, 2, 3};
     check(&a);
     check(&b);
+    check(&w);
 }
 
 /* ---- MatMul and Gemm --------------------------------------------------------------------------------- */

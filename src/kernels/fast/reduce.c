@@ -473,24 +473,32 @@ typedef struct gncl_job {
     int64_t pos, c, groups, cpg, cblocks, rblocks;
     float eps;
     double *mean, *var; /* per (n, channel): sums, then per group in the group's first channel */
-    float *a, *b;       /* per (n, channel): y = x * a + b */
+    float *mu, *a;      /* per (n, channel): y = (x - mu) * a + bias */
     const af_vep *v;
 } gncl_job;
 
 /* Items (n, block of channels): each channel's sum over positions (pass 0), or its sum of
- * squared deviations from its group's mean (pass 1). Rows are read a block at a time. */
+ * squared deviations from its group's mean (pass 1), rows added in vector lanes (vec
+ * reduce_acc) into float sums that go into double ones every GNCL_ROWS rows, so that a long
+ * run of positions (wav2vec2's 3199) loses no more than 64 float additions do. Element by
+ * element in double this took 1.8 of wav2vec2's 70 ms. */
 static void gncl_sums(const gncl_job *j, int64_t begin, int64_t end, int pass) {
+    const af_vec_ops *v = af_vec();
     for (int64_t it = begin; it < end; it++) {
         int64_t b = it / j->cblocks, c0 = it % j->cblocks * GNCL_CBLOCK;
         int64_t nc = j->c - c0 < GNCL_CBLOCK ? j->c - c0 : GNCL_CBLOCK;
-        double acc[GNCL_CBLOCK] = {0}, mu[GNCL_CBLOCK] = {0};
-        for (int64_t k = 0; pass && k < nc; k++) mu[k] = j->mean[b * j->c + (c0 + k) / j->cpg * j->cpg];
+        double acc[GNCL_CBLOCK] = {0};
+        float part[GNCL_CBLOCK], mu[GNCL_CBLOCK];
+        for (int64_t k = 0; pass && k < nc; k++)
+            mu[k] = (float)j->mean[b * j->c + (c0 + k) / j->cpg * j->cpg];
         const float *x = j->x + b * j->pos * j->c + c0;
-        for (int64_t p = 0; p < j->pos; p++, x += j->c)
-            for (int64_t k = 0; k < nc; k++) {
-                double d = (double)x[k] - mu[k];
-                acc[k] += pass ? d * d : d;
-            }
+        for (int64_t p0 = 0; p0 < j->pos; p0 += GNCL_ROWS) {
+            int64_t rows = j->pos - p0 < GNCL_ROWS ? j->pos - p0 : GNCL_ROWS;
+            memset(part, 0, sizeof part);
+            for (int64_t p = p0; p < p0 + rows; p++)
+                v->reduce_acc(pass ? AF_VRED_SQ : AF_VRED_SUM, x + p * j->c, nc, part, pass ? mu : NULL);
+            for (int64_t k = 0; k < nc; k++) acc[k] += part[k];
+        }
         memcpy((pass ? j->var : j->mean) + b * j->c + c0, acc, (size_t)nc * sizeof(double));
     }
 }
@@ -516,7 +524,9 @@ static void gncl_join(const gncl_job *j, int64_t n, double *s) {
     }
 }
 
-/* Items (n, block of rows): y = x * a + b per channel, then the epilogue on those rows. */
+/* Items (n, block of rows): y = (x - mu) * a + bias per channel (not x * a + (bias - mu a),
+ * which loses the digits of a channel whose mean is large against its spread), then the
+ * epilogue on those rows. */
 static void gncl_write(void *ctx, int slot, int64_t begin, int64_t end) {
     (void)slot;
     const gncl_job *j = ctx;
@@ -524,12 +534,13 @@ static void gncl_write(void *ctx, int slot, int64_t begin, int64_t end) {
     for (int64_t it = begin; it < end; it++) {
         int64_t b = it / j->rblocks, p0 = it % j->rblocks * GNCL_ROWS;
         int64_t rows = j->pos - p0 < GNCL_ROWS ? j->pos - p0 : GNCL_ROWS;
-        const float *a = j->a + b * j->c, *sh = j->b + b * j->c;
+        const float *mu = j->mu + b * j->c, *a = j->a + b * j->c;
         int64_t row0 = b * j->pos + p0;
         for (int64_t r = 0; r < rows; r++) {
-            const float *x = j->x + (row0 + r) * j->c;
             float *y = j->y + (row0 + r) * j->c;
-            for (int64_t k = 0; k < j->c; k++) y[k] = x[k] * a[k] + sh[k];
+            v->binary_row(AF_VBIN_SUB, j->x + (row0 + r) * j->c, 1, mu, 1, y, j->c);
+            v->binary_row(AF_VBIN_MUL, y, 1, a, 1, y, j->c);
+            v->binary_row(AF_VBIN_ADD, y, 1, j->bias, 1, y, j->c);
         }
         if (j->v->nsteps || j->v->generic)
             v->ep_tile(j->v, j->y + row0 * j->c, j->c, row0, 0, rows, j->c);
@@ -587,10 +598,9 @@ static af_status group_norm_cl(const af_node *n, const af_tensor *const *in, af_
     af_exec_parallel(x, nb * j.cblocks, read_ns, gncl_var, &j);
     gncl_join(&j, nb, j.var);
     for (int64_t i = 0; i < nb * c; i++) {
-        int64_t first = i / j.cpg * j.cpg, ch = i % c;
-        float inv = (float)(1.0 / sqrt(j.var[first] + j.eps)), mean = (float)j.mean[first];
-        j.a[i] = inv * j.scale[ch];
-        j.b[i] = j.bias[ch] - mean * j.a[i];
+        int64_t first = i / j.cpg * j.cpg;
+        j.mu[i] = (float)j.mean[first];
+        j.a[i] = (float)(1.0 / sqrt(j.var[first] + j.eps)) * j.scale[i % c];
     }
     af_exec_parallel(x, nb * j.rblocks,
                      af_exec_work_ns(x, (2.0 + 10.0 * ep.nsteps) * (double)total, 8.0 * (double)total),

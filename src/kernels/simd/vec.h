@@ -280,8 +280,8 @@ typedef struct af_vec_ops {
     /* The af_vred fold of x[0..n), n >= 1, started from its identity (0, 1, -inf, +inf), in
      * vector lanes, the lanes combined last. shift: EXP's (finite). */
     float (*reduce_run)(int kind, const float *x, int64_t n, float shift);
-    /* acc[j] = acc[j] (fold) x[j] for j < n; EXP adds e^(x[j] - shift[j]) (shift NULL for the
-     * others). */
+    /* acc[j] = acc[j] (fold) x[j] for j < n; EXP adds e^(x[j] - shift[j]), SQ (x[j] -
+     * shift[j])^2 when shift is not NULL (NULL for the others). */
     void (*reduce_acc)(int kind, const float *x, int64_t n, float *acc, const float *shift);
     /* Mean and biased variance of x[0..n), n >= 1: two passes (the squared deviations from
      * the mean, not E[x^2] - mean^2). */

@@ -1462,13 +1462,16 @@ static inline __attribute__((always_inline)) void red_acc_k(const int kind, cons
     int64_t j = 0;
     vf sh = {0};
     for (; j + VW <= n; j += VW) {
+        vf v = vload(x + j);
         if (kind == AF_VRED_EXP) sh = vload(shift + j);
-        vstore(acc + j, red_step(kind, vload(acc + j), vload(x + j), sh));
+        if (kind == AF_VRED_SQ && shift) v -= vload(shift + j);
+        vstore(acc + j, red_step(kind, vload(acc + j), v, sh));
     }
     if (j < n) { /* lanes past n are computed on zeros and not stored */
+        vf v = vload_part(x + j, n - j);
         if (kind == AF_VRED_EXP) sh = vload_part(shift + j, n - j);
-        vstore_part(acc + j, red_step(kind, vload_part(acc + j, n - j), vload_part(x + j, n - j), sh),
-                    n - j);
+        if (kind == AF_VRED_SQ && shift) v -= vload_part(shift + j, n - j);
+        vstore_part(acc + j, red_step(kind, vload_part(acc + j, n - j), v, sh), n - j);
     }
 }
 
