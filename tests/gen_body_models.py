@@ -12,7 +12,9 @@ weights of the main graph (captures), as exporters of scripted models write them
   - loop_if: an If inside a Loop body, its branches reading weights two graphs up;
   - const_if: If over a Constant(true) node;
   - shape_if: If over Equal(Shape(x)[0], 4), decided by the input's known shape;
-  - loop_const_if: an If inside a Loop body over a main-graph constant flag.
+  - loop_const_if: an If inside a Loop body over a main-graph constant flag;
+  - if_dead_branch: If(c) whose else branch cannot run with x's shape (an LSTM given a 2-D X),
+    as Silero VAD's 8 kHz branch given 16 kHz frames.
 
 Invariant: deterministic (fixed seed); every weight a main-graph initializer; float32.
 """
@@ -148,6 +150,20 @@ def shape_if():
                  if_weights() + [four, zero])
 
 
+def if_dead_branch():
+    lstm = helper.make_graph(
+        [helper.make_node("LSTM", ["x", "LW", "LR"], ["", "e_h"], hidden_size=8),
+         helper.make_node("Reshape", ["e_h", "shape48"], ["e_y"])],
+        "else", [], [vi("e_y", F, [4, 8])])
+    node = helper.make_node("If", ["c"], ["y"],
+                            then_branch=gemm_branch("then", "x", "W1", "B1", "Relu", "t_y", [4, 8]),
+                            else_branch=lstm)
+    shape48 = numpy_helper.from_array(np.array([4, 8], dtype=np.int64), "shape48")
+    return model([node], [vi("x", F, [4, 16]), vi("c", TensorProto.BOOL, [])],
+                 [vi("y", F, [4, 8])],
+                 if_weights() + [w("LW", (1, 32, 16)), w("LR", (1, 32, 8)), shape48])
+
+
 MODELS = {
     "if_gemm": if_gemm,
     "loop_matmul": lambda: loop_model([2, 8]),
@@ -157,6 +173,7 @@ MODELS = {
     "const_if": const_if,
     "shape_if": shape_if,
     "loop_const_if": loop_const_if,
+    "if_dead_branch": if_dead_branch,
 }
 
 

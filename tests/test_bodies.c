@@ -211,6 +211,29 @@ static void test_if_branches(void **state) {
     af_model_free(ref);
 }
 
+/* An If whose else branch cannot run with x's shape (an LSTM given a 2-D X): the model loads
+ * and compiles, the then branch runs, and taking the else branch fails naming the LSTM. */
+static void test_dead_branch_compiles(void **state) {
+    (void)state;
+    af_compiled c;
+    af_model *ref = load("if_dead_branch"), *m = compile("if_dead_branch", &c);
+    check_outputs("if_dead_branch", ref->graph, m->graph, true, 0);
+    char path[1024];
+    model_path("if_dead_branch", path, sizeof path);
+    af_session *s = NULL;
+    af_error err;
+    assert_int_equal(af_session_new(path, NULL, &s, &err), AF_OK);
+    af_tensor **in = make_inputs(ref->graph, false, 0), *out[2] = {NULL};
+    const char *names[2] = {ref->graph->inputs[0]->name, ref->graph->inputs[1]->name};
+    assert_int_not_equal(af_session_run(s, names, (const af_tensor *const *)in, 2, out, &err), AF_OK);
+    if (!strstr(err.message, "LSTM")) fail_msg("the error does not name the LSTM: %s", err.message);
+    af_session_free(s);
+    free_inputs(in, ref->graph->ninputs);
+    af_compiled_free(&c);
+    af_model_free(m);
+    af_model_free(ref);
+}
+
 /* A Loop body: MatMul + Add + Tanh becomes one packed FusedMatMul; 0, 1 and 5 iterations. */
 static void test_loop_body(void **state) {
     (void)state;
@@ -354,6 +377,7 @@ static void test_no_fusion_folds_too(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_if_branches),
+        cmocka_unit_test(test_dead_branch_compiles),
         cmocka_unit_test(test_loop_body),
         cmocka_unit_test(test_loop_unknown_shapes),
         cmocka_unit_test(test_scan_body),

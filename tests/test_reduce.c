@@ -227,6 +227,7 @@ static af_kernel_fn fast_fn(af_op op) {
     case AF_OP_GROUP_NORM: return fast_group_norm;
     case AF_OP_CUMSUM: return fast_cumsum;
     case AF_OP_ROI_ALIGN: return fast_roi_align;
+    case AF_OP_RNN: case AF_OP_GRU: case AF_OP_LSTM: return fast_rnn;
     default: return fast_reduce;
     }
 }
@@ -496,6 +497,116 @@ static void test_group_norm(void **state) {
         assert_non_null(strstr(err.message, "n0"));
         release(got, 1);
         for (int i = 0; i < 5; i++) af_tensor_free(t[i]);
+        af_arena_free(a);
+    }
+    af_runtime_free(rt);
+}
+
+/* RNN, GRU and LSTM (kernels/fast/rnn.c) against the reference kernel: odd sizes, both
+ * directions and layouts, sequence_lens with entries of full, partial and zero length, initial
+ * states, peepholes, clip, input_forget, linear_before_reset and activations with alpha / beta;
+ * every ISA at 1 and 2 threads, and the fast kernel called directly so that a case cannot pass
+ * by being declined. An activation without a vector form (softsign) is declined. */
+static void test_rnn(void **state) {
+    (void)state;
+    static const struct {
+        const char *op, *dir, *acts; /* acts: "" (defaults) or comma separated */
+        int layout, lbr, input_forget, full; /* full: B, sequence_lens, initial states, P */
+        float clip, alpha;                   /* clip 0: none; alpha: of every activation taking one */
+        bool fast;
+    } cases[] = {
+        {"LSTM", "forward", "", 0, 0, 0, 1, 0.0f, 0.0f, true},
+        {"LSTM", "bidirectional", "", 0, 0, 1, 1, 0.8f, 0.0f, true},
+        {"LSTM", "reverse", "hardsigmoid,tanh,relu", 1, 0, 0, 1, 0.0f, 0.3f, true},
+        {"LSTM", "forward", "sigmoid,elu,softplus", 0, 0, 0, 0, 0.0f, 0.7f, true},
+        {"GRU", "forward", "", 0, 0, 0, 1, 0.0f, 0.0f, true},
+        {"GRU", "bidirectional", "", 1, 1, 0, 1, 0.5f, 0.0f, true},
+        {"GRU", "reverse", "sigmoid,leakyrelu", 0, 1, 0, 0, 0.0f, 0.1f, true},
+        {"RNN", "forward", "relu", 0, 0, 0, 1, 0.0f, 0.0f, true},
+        {"RNN", "bidirectional", "", 0, 0, 0, 1, 0.6f, 0.0f, true},
+        {"LSTM", "forward", "sigmoid,softsign,tanh", 0, 0, 0, 1, 0.0f, 0.0f, false},
+    };
+    enum { SEQ = 5, BATCH = 3, INPUT = 7, HIDDEN = 9 };
+    af_runtime *rt = NULL;
+    af_error err;
+    assert_int_equal(af_runtime_new(2, &rt, &err), AF_OK);
+    af_isa best = af_isa_get();
+    for (size_t c = 0; c < AF_COUNT(cases); c++) {
+        char what[96];
+        snprintf(what, sizeof what, "case %zu: %s %s", c, cases[c].op, cases[c].dir);
+        af_arena *a = af_arena_new();
+        af_op op = af_op_lookup("", cases[c].op);
+        bool lstm = op == AF_OP_LSTM;
+        int gates = lstm ? 4 : op == AF_OP_GRU ? 3 : 1, nout = lstm ? 3 : 2;
+        int nin = cases[c].full ? (lstm ? 8 : 6) : 3;
+        int64_t nd = strcmp(cases[c].dir, "bidirectional") ? 1 : 2, lay = cases[c].layout;
+        af_node *n = tu_node(a, op, 14, nin, nout, 10);
+        for (int o = 0; o < nout; o++) af_node_set_output(n, o, af_value_new(n->graph, o ? "y1" : "y0"));
+        af_node_add_attr(n, "hidden_size", AF_ATTR_INT)->i = HIDDEN;
+        af_attr *d = af_node_add_attr(n, "direction", AF_ATTR_STRING);
+        d->s = cases[c].dir;
+        d->slen = strlen(d->s);
+        af_node_add_attr(n, "layout", AF_ATTR_INT)->i = lay;
+        if (cases[c].lbr) af_node_add_attr(n, "linear_before_reset", AF_ATTR_INT)->i = 1;
+        if (cases[c].input_forget) af_node_add_attr(n, "input_forget", AF_ATTR_INT)->i = 1;
+        if (cases[c].clip > 0) af_node_add_attr(n, "clip", AF_ATTR_FLOAT)->f = cases[c].clip;
+        if (cases[c].acts[0]) {
+            /* the list once per direction */
+            const char **names = af_arena_calloc(a, 8, sizeof(char *));
+            int k = 0;
+            for (int64_t r = 0; r < nd; r++) {
+                char buf[64];
+                snprintf(buf, sizeof buf, "%s", cases[c].acts);
+                for (char *sv = NULL, *t = strtok_r(buf, ",", &sv); t; t = strtok_r(NULL, ",", &sv))
+                    names[k++] = af_arena_strdup(a, t);
+            }
+            af_attr *at = af_node_add_attr(n, "activations", AF_ATTR_STRINGS);
+            at->strings = names;
+            at->n = k;
+            af_attr *al = af_node_add_attr(n, "activation_alpha", AF_ATTR_FLOATS);
+            al->floats = af_arena_calloc(a, 8, sizeof(float));
+            for (al->n = 0; al->n < k; al->n++) al->floats[al->n] = cases[c].alpha;
+        }
+        int64_t gh = gates * HIDDEN;
+        int64_t xd[3] = {lay ? BATCH : SEQ, lay ? SEQ : BATCH, INPUT}, wd[3] = {nd, gh, INPUT};
+        int64_t rd[3] = {nd, gh, HIDDEN}, bd[2] = {nd, 2 * gh}, sd[1] = {BATCH};
+        int64_t hd[3] = {lay ? BATCH : nd, lay ? nd : BATCH, HIDDEN}, pd[2] = {nd, 3 * HIDDEN};
+        af_tensor *t[8] = {af_tensor_new(AF_DTYPE_FLOAT, 3, xd), af_tensor_new(AF_DTYPE_FLOAT, 3, wd),
+                           af_tensor_new(AF_DTYPE_FLOAT, 3, rd), NULL, NULL, NULL, NULL, NULL};
+        if (cases[c].full) {
+            t[3] = af_tensor_new(AF_DTYPE_FLOAT, 2, bd);
+            t[4] = af_tensor_new(AF_DTYPE_INT32, 1, sd);
+            t[5] = af_tensor_new(AF_DTYPE_FLOAT, 3, hd);
+            if (lstm) t[6] = af_tensor_new(AF_DTYPE_FLOAT, 3, hd), t[7] = af_tensor_new(AF_DTYPE_FLOAT, 2, pd);
+        }
+        for (int i = 0; i < nin; i++) {
+            assert_non_null(t[i]);
+            if (i != 4) fill(t[i], FILL_RAND);
+        }
+        if (t[4]) {
+            int32_t lens[BATCH] = {SEQ, 2, 0};
+            memcpy(t[4]->data, lens, sizeof lens);
+        }
+        const af_tensor *in[8] = {t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]};
+        af_tensor want[3], got[3];
+        af_isa_set(AF_ISA_REFERENCE);
+        if (run(n, in, want, nout, NULL, false, &err)) fail_msg("%s: %s", what, err.message);
+        for (int isa = AF_ISA_GENERIC; isa <= (int)best; isa++) {
+            af_isa_set((af_isa)isa);
+            for (int threads = 1; threads <= 2; threads++) {
+                if (run(n, in, got, nout, threads == 2 ? rt : NULL, false, &err))
+                    fail_msg("%s: %s", what, err.message);
+                expect_all(what, got, want, nout);
+                release(got, nout);
+            }
+            af_status st = run(n, in, got, nout, NULL, true, &err);
+            if (st != (cases[c].fast ? AF_OK : AF_DECLINED)) fail_msg("%s: the fast kernel gave %d", what, st);
+            if (cases[c].fast) expect_all(what, got, want, nout);
+            release(got, nout);
+        }
+        af_isa_set(best);
+        release(want, nout);
+        for (int i = 0; i < 8; i++) af_tensor_free(t[i]);
         af_arena_free(a);
     }
     af_runtime_free(rt);
@@ -783,6 +894,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fast_vs_reference),
         cmocka_unit_test(test_group_norm),
+        cmocka_unit_test(test_rnn),
         cmocka_unit_test(test_declines),
         cmocka_unit_test(test_nms),
         cmocka_unit_test(test_quantize),

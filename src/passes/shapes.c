@@ -40,7 +40,15 @@ af_status af_node_infer_shape(af_node *n, af_error *err) {
     af_status st = AF_OK;
     for (int a = 0; a < n->nattrs && !st; a++) {
         af_attr *at = &n->attrs[a];
-        if (at->g) st = af_graph_infer_shapes(at->g, err);
+        /* A branch of an If may not fit the shapes the model was compiled for and still never
+         * run: Silero VAD's 8 kHz branch, given 16 kHz frames, feeds its LSTM a 5-D tensor.
+         * Its inference stops at that node (the values after it stay unknown) and the compile
+         * goes on; if the branch is taken, its kernels refuse the tensors at run time, naming
+         * the node, as ONNX Runtime does. A branch that is certain to run (its If folded) is
+         * inferred again in the enclosing graph, where the error stands. */
+        af_error ignored;
+        if (at->g && n->op == AF_OP_IF) af_graph_infer_shapes(at->g, &ignored);
+        else if (at->g) st = af_graph_infer_shapes(at->g, err);
         for (int k = 0; at->graphs && k < at->n && !st; k++)
             st = af_graph_infer_shapes(at->graphs[k], err);
     }

@@ -32,6 +32,8 @@ AF_FAST_KERNEL(fast_arg);
 AF_FAST_KERNEL(fast_instancenorm);
 AF_FAST_KERNEL(fast_group_norm);
 AF_FAST_SHAPE(fast_shape_group_norm); /* the channels-last form: X [N, ..., C] */
+/* rnn.c: RNN, GRU and LSTM in float32 (gemv per step). */
+AF_FAST_KERNEL(fast_rnn);
 /* index.c: TopK (partial selection), CumSum. */
 AF_FAST_KERNEL(fast_topk);
 AF_FAST_KERNEL(fast_cumsum);

@@ -6,16 +6,10 @@
  * hidden) in rnn_prepare before the loops index them; sequence lengths are checked against
  * seq_length. Steps past a batch entry's length leave its state alone and its Y rows zero. */
 #include "kernels/ref/nn_common.h"
+#include "kernels/ref/rnn.h"
 
 #include <ctype.h>
 #include <stdlib.h>
-
-typedef enum rnn_kind { RNN_SIMPLE, RNN_GRU, RNN_LSTM } rnn_kind;
-
-typedef enum rnn_fn {
-    FN_RELU, FN_TANH, FN_SIGMOID, FN_AFFINE, FN_LEAKYRELU, FN_THRESHOLDEDRELU, FN_SCALEDTANH,
-    FN_HARDSIGMOID, FN_ELU, FN_SOFTSIGN, FN_SOFTPLUS
-} rnn_fn;
 
 /* An activation's ONNX name, whether it takes alpha / beta, and their defaults. */
 static const struct {
@@ -36,10 +30,6 @@ static const struct {
     [FN_SOFTPLUS] = {"softplus", false, false, 0, 0},
 };
 
-typedef struct rnn_act {
-    rnn_fn fn;
-    double alpha, beta;
-} rnn_act;
 
 static double rnn_apply(const rnn_act *a, double x) {
     switch (a->fn) {
@@ -58,19 +48,6 @@ static double rnn_apply(const rnn_act *a, double x) {
     return x;
 }
 
-#define RNN_MAXACT 6 /* 3 activations (LSTM) x 2 directions */
-
-typedef struct rnn_geom {
-    rnn_kind kind;
-    int gates;      /* weight blocks: 1 RNN, 3 GRU (z r h), 4 LSTM (i o f c) */
-    int nact;       /* activations per direction */
-    int ndir;
-    bool reverse;   /* direction = "reverse" (the only direction) */
-    int layout;     /* 0: [seq, batch, ...]; 1: [batch, seq, ...] */
-    int64_t seq, batch, input, hidden;
-    double clip;    /* <= 0: none */
-    rnn_act act[RNN_MAXACT];
-} rnn_geom;
 
 static rnn_kind rnn_kind_of(const af_node *n) {
     return n->op == AF_OP_LSTM ? RNN_LSTM : n->op == AF_OP_GRU ? RNN_GRU : RNN_SIMPLE;
@@ -134,8 +111,8 @@ static af_status rnn_dims(const af_node *n, const af_tensor *t, const char *what
 }
 
 /* Inputs: X, W, R, B, sequence_lens, initial_h, and for LSTM initial_c, P. */
-static af_status rnn_prepare(const af_node *n, const af_tensor *const *in, rnn_geom *g,
-                             af_error *err) {
+af_status rnn_prepare(const af_node *n, const af_tensor *const *in, rnn_geom *g,
+                      af_error *err) {
     memset(g, 0, sizeof(*g));
     g->kind = rnn_kind_of(n);
     g->gates = g->kind == RNN_LSTM ? 4 : g->kind == RNN_GRU ? 3 : 1;
