@@ -129,6 +129,13 @@ def models():
     g.output(y)
     m["conv_bn_add_relu"] = g
 
+    g = G()  # Conv + BN + PRelu with a per-channel slope (face models), then a residual block
+    x = g.input("x", [1, 3, 8, 8])
+    y = g.op("PRelu", [g.bn(conv(g, x, 3, 6, name="conv0"), 6), g.const([6, 1, 1], "slope")])
+    y = g.op("PRelu", [g.op("Add", [conv(g, y, 6, 6, bias=False), y]), g.const([1], "slope1")])
+    g.output(y)
+    m["conv_bn_prelu"] = g
+
     g = G()  # depthwise, dilated, strided, with BN and Relu6
     x = g.input("x", [1, 4, 9, 9])
     y = act(g, "Clip", g.bn(conv(g, x, 4, 4, group=4, dilations=[2, 2], strides=[2, 2],

@@ -525,6 +525,12 @@ static void test_broadcast_fast(void **state) {
         {"Pow", "", 2, {S2(F32, 3, 17), S1(F32, 17)}, fast_binary},
         {"Pow", "", 2, {S2(F32, 3, 17), S0(F32)}, fast_binary},
         {"Mod", "fmod=1", 2, {S2(F32, 5, 11), S2(F32, 5, 1)}, fast_binary},
+        /* PRelu: a slope per channel of NCHW (rows walked), a full one, a scalar, per column
+         * (the vector epilogue's) */
+        {"PRelu", "", 2, {S4(F32, 2, 5, 7, 9), S3(F32, 5, 1, 1)}, fast_binary},
+        {"PRelu", "", 2, {S3(F32, 3, 4, 21), S3(F32, 3, 4, 21)}, fast_binary},
+        {"PRelu", "", 2, {S3(F32, 3, 4, 21), S0(F32)}, fast_binary},
+        {"PRelu", "", 2, {S2(F32, 6, 19), S1(F32, 19)}, fast_binary},
         /* comparisons into bool */
         {"Equal", "", 2, {S3(F32, 2, 3, 19), S1(F32, 19)}, fast_compare},
         {"Less", "", 2, {S3(F32, 2, 3, 19), S0(F32)}, fast_compare},

@@ -186,6 +186,9 @@ static af_value *prog_chain(af_graph *g, const prog *p, af_value *y) {
             y = s->reversed ? op2(g, binop[s->op], p->operand[i], y)
                             : op2(g, binop[s->op], y, p->operand[i]);
             break;
+        case AF_EP_PRELU:
+            y = s->reversed ? op2(g, "PRelu", p->operand[i], y) : op2(g, "PRelu", y, p->operand[i]);
+            break;
         case AF_EP_RELU: y = op1(g, "Relu", y); break;
         case AF_EP_CLIP: {
             af_value *ins[3] = {y, scalar(g, s->p0), scalar(g, s->p1)};
@@ -418,13 +421,18 @@ static void test_fused_conv_every_op(void **state) {
         p.s[p.n++] = all_unary(i);
         conv_case_run(cc, &p);
     }
-    for (int op = AF_EP_ADD; op <= AF_EP_DIV; op++)
+    static const af_ep_op binops[] = {AF_EP_ADD, AF_EP_SUB, AF_EP_MUL, AF_EP_DIV, AF_EP_PRELU};
+    for (size_t b = 0; b < AF_COUNT(binops); b++)
         for (int rev = 0; rev < 2; rev++) {
+            af_ep_op op = binops[b];
             prog p = {0};
-            p.s[p.n++] = bin((af_ep_op)op, rev, pcr, pc);
-            p.s[p.n++] = bin((af_ep_op)op, rev, 0, NULL); /* scalar */
-            p.s[p.n++] = bin((af_ep_op)op, rev, 1, last);  /* along the row */
-            p.s[p.n++] = bin((af_ep_op)op == AF_EP_DIV ? AF_EP_MUL : (af_ep_op)op, rev, fr, full);
+            /* PRelu's slope broadcasts to its x: reversed (the operand is the x), only a full one */
+            if (op != AF_EP_PRELU || !rev) {
+                p.s[p.n++] = bin(op, rev, pcr, pc);
+                p.s[p.n++] = bin(op, rev, 0, NULL); /* scalar */
+                p.s[p.n++] = bin(op, rev, 1, last);  /* along the row */
+            }
+            p.s[p.n++] = bin(op == AF_EP_DIV ? AF_EP_MUL : op, rev, fr, full);
             conv_case_run(cc, &p);
         }
     /* No epilogue at all: a plain conv. */

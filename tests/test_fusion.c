@@ -173,6 +173,7 @@ static const positive positives[] = {
     {"conv_bn_relu", AF_RULE_CONV_BN_RELU, 1, 1, {{AF_OP_FUSED_CONV, 1}}, "ConvBNReluFusionOp"},
     {"conv_bn_add_relu", AF_RULE_CONV_BN_RELU, 1, 1, {{AF_OP_FUSED_CONV, 1}}, NULL},
     {"conv_dw_dilated", AF_RULE_CONV_BN_RELU, 1, 1, {{AF_OP_FUSED_CONV, 1}}, NULL},
+    {"conv_bn_prelu", AF_RULE_CONV_BN_RELU, 2, 2, {{AF_OP_FUSED_CONV, 2}, {AF_OP_PRELU, 0}}, NULL},
     {"convt_bn_relu", AF_RULE_CONV_TRANSPOSE_BN_RELU, 1, 1,
      {{AF_OP_FUSED_CONV, 1}, {AF_OP_CONV_TRANSPOSE, 0}, {AF_OP_BATCH_NORMALIZATION, 0}},
      "ConvTransposeBNReluFusionOp"},

@@ -126,7 +126,7 @@ const char *fuse_epi_append(fuse_epi *e, const af_node *n, const af_value *y, co
     if (why) return why;
     if (!af_same_shape(&n->out[0]->type, out)) return "broadcast does not fit the output";
     e->op[k] = op;
-    e->flags[k] = slot == 1 && (op == AF_EP_SUB || op == AF_EP_DIV) ? AF_EP_REVERSED : 0;
+    e->flags[k] = slot == 1 && (op == AF_EP_SUB || op == AF_EP_DIV || op == AF_EP_PRELU) ? AF_EP_REVERSED : 0;
     e->p0[k] = e->p1[k] = 0.0f;
     e->operand[k] = t;
     e->n++;

@@ -11,7 +11,7 @@
 #include <string.h>
 
 bool af_ep_is_binary(int64_t op) {
-    return (op >= AF_EP_ADD && op <= AF_EP_DIV) || op == AF_EP_CUSTOM_BINARY;
+    return (op >= AF_EP_ADD && op <= AF_EP_DIV) || op == AF_EP_PRELU || op == AF_EP_CUSTOM_BINARY;
 }
 
 bool af_ep_is_unary(int64_t op) {

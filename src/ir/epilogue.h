@@ -38,7 +38,9 @@ typedef enum af_ep_op {
      * int8 zero point z8 is z8 + 128): a QuantizeLinear -> DequantizeLinear pair,
      * fq(y) = (clamp(round_half_even(y / s) + z, 0, 255) - z) * s, the division in float32 as
      * ONNX's QuantizeLinear divides. */
-    AF_EP_FAKE_QUANT = 17
+    AF_EP_FAKE_QUANT = 17,
+    /* PRelu: y < 0 ? y * operand : y (the operand its slope; reversed, the operand is the x). */
+    AF_EP_PRELU = 18
 } af_ep_op;
 
 /* flags bit of a binary step: y = operand (op) y. */
@@ -67,7 +69,7 @@ typedef struct af_epilogue {
     af_ep_step steps[AF_EP_MAX_STEPS];
 } af_epilogue;
 
-/* True for ADD..DIV and CUSTOM_BINARY (steps with an operand); true for RELU..ELU, CUSTOM_UNARY
+/* True for ADD..DIV, PRELU and CUSTOM_BINARY (steps with an operand); true for RELU..ELU, CUSTOM_UNARY
  * and FAKE_QUANT. */
 bool af_ep_is_binary(int64_t op);
 bool af_ep_is_unary(int64_t op);

@@ -74,14 +74,20 @@ static const char *bn_foldable(const af_node *conv, const af_node *bn) {
     return NULL;
 }
 
+/* The activation after the conv: a unary one, or PRelu reading y as its x (its slope an
+ * operand of the epilogue: face models put one after every conv). */
+static bool is_act(const af_node *r, const af_value *y) {
+    int64_t op;
+    float p0, p1;
+    return r->nin >= 1 && r->in[0] == y && (fuse_act_op(r, &op, &p0, &p1) || r->op == AF_OP_PRELU);
+}
+
 /* Does a reader of v start something this rule fuses? */
 static bool fusable_follower(const af_value *v) {
     for (int u = 0; u < v->nuses; u++) {
         const af_node *r = v->uses[u].node;
-        int64_t op;
-        float p0, p1;
         if ((r->op == AF_OP_BATCH_NORMALIZATION && v->uses[u].slot == 0) || r->op == AF_OP_ADD ||
-            (fuse_act_op(r, &op, &p0, &p1) && v->uses[u].slot == 0))
+            is_act(r, v))
             return true;
     }
     return false;
@@ -118,9 +124,7 @@ const char *rule_conv_bn_relu_check(af_fusion_ctx *cx, af_node *conv, af_match *
             next = NULL;
         }
     }
-    int64_t op;
-    float p0, p1;
-    if (next && fuse_act_op(next, &op, &p0, &p1) && !fuse_epi_append(&m->epi, next, y, out)) {
+    if (next && is_act(next, y) && !fuse_epi_append(&m->epi, next, y, out)) {
         fuse_match_add(m, next);
         y = next->out[0];
     }

@@ -7,7 +7,7 @@
  * and comparisons, byte loops for the bool ops, copies by element size for Where.
  *
  * Taken: float32 Max, Min, Sum, Mean (any number of inputs), Pow (float exponent), Mod with
- * fmod = 1, Add / Sub / Mul / Div in the broadcasts the vector epilogue cannot read
+ * fmod = 1, PRelu, Add / Sub / Mul / Div in the broadcasts the vector epilogue cannot read
  * (fast_broadcast_binary, called by fast_binary), the comparisons of float32 into bool, And /
  * Or / Xor / Not on bool, and Where of any fixed-size dtype. Opset 7 on (legacy broadcasting is
  * the reference kernel's).
@@ -166,6 +166,18 @@ static void row_pow(const void *op, void *y, const void *const *src, const int64
     for (int64_t i = 0; i < n; i++) o[i] = (float)pow((double)a[i * s[0]], (double)b[i * s[1]]);
 }
 
+/* PRelu: x < 0 ? x * slope : x (exact in float: one product, rounded once, as the reference's). */
+static void row_prelu(const void *op, void *y, const void *const *src, const int64_t *s,
+                      int64_t n) {
+    (void)op;
+    const float *a = src[0], *b = src[1];
+    float *o = y;
+    for (int64_t i = 0; i < n; i++) {
+        float v = a[i * s[0]];
+        o[i] = v < 0 ? v * b[i * s[1]] : v;
+    }
+}
+
 /* C fmod: exact, so fmodf gives the bits of the reference's double fmod. */
 static void row_fmod(const void *op, void *y, const void *const *src, const int64_t *s,
                      int64_t n) {
@@ -242,6 +254,7 @@ af_status fast_broadcast_binary(const af_node *n, const af_tensor *const *in, af
     bc_row_fn row = row_vbin;
     if (n->op == AF_OP_POW) row = row_pow;
     else if (n->op == AF_OP_MOD && af_attr_int(n, "fmod", 0) != 0) row = row_fmod;
+    else if (n->op == AF_OP_PRELU) row = row_prelu;
     else if (!op || op > AF_VBIN_MIN) return AF_DECLINED;
     if (n->nin != 2 || !bc_inputs_ok(n, in, 2, AF_DTYPE_FLOAT, &out[0], AF_DTYPE_FLOAT))
         return AF_DECLINED;

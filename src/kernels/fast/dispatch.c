@@ -53,6 +53,7 @@ typedef struct fast_row {
 static const fast_row rows[AF_OP_COUNT] = {
     [AF_OP_CLIP] = {.kernel = fast_clip},
     [AF_OP_ADD] = {.kernel = fast_binary},
+    [AF_OP_PRELU] = {.kernel = fast_binary},
     [AF_OP_SUB] = {.kernel = fast_binary},
     [AF_OP_MUL] = {.kernel = fast_binary},
     [AF_OP_DIV] = {.kernel = fast_binary},

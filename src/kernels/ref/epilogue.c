@@ -89,6 +89,7 @@ static void ep_binary_run(const af_ep_step *st, float *y, int64_t len, const flo
     case AF_EP_ADD: EP_RUN(rev ? bv + yv : yv + bv); break;
     case AF_EP_SUB: EP_RUN(rev ? bv - yv : yv - bv); break;
     case AF_EP_MUL: EP_RUN(rev ? bv * yv : yv * bv); break;
+    case AF_EP_PRELU: EP_RUN(rev ? (bv < 0 ? bv * yv : bv) : (yv < 0 ? yv * bv : yv)); break;
     default: EP_RUN(rev ? bv / yv : yv / bv); break;
     }
 }

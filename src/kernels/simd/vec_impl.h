@@ -134,6 +134,7 @@ static inline vf bin_apply(int op, int rev, vf y, vf b) {
     case AF_EP_ADD: return y + b;
     case AF_EP_SUB: return y - b;
     case AF_EP_MUL: return y * b;
+    case AF_EP_PRELU: return vm_select(y < 0.0f, y * b, y); /* NaN: not < 0, stays */
     default: return y / b;
     }
 }
@@ -719,7 +720,7 @@ bin_rows_k(const int KIND, const int OP, const int REV, const af_vep *v, const a
     }
 }
 
-/* One instantiation per (kind, op, order); ops other than these four do not reach a vep. */
+/* One instantiation per (kind, op, order); ops other than these five do not reach a vep. */
 #define BIN_CASE(KIND, OP, REV)                                                                   \
     case OP * 2 + REV: bin_rows_k(KIND, OP, REV, v, st, c, ldc, row0, col0, rows, cols); break;
 #define BIN_ROWS_OPS(KIND)                                                                        \
@@ -727,6 +728,7 @@ bin_rows_k(const int KIND, const int OP, const int REV, const af_vep *v, const a
         BIN_CASE(KIND, AF_EP_ADD, 0) BIN_CASE(KIND, AF_EP_ADD, 1)                                 \
         BIN_CASE(KIND, AF_EP_SUB, 0) BIN_CASE(KIND, AF_EP_SUB, 1)                                 \
         BIN_CASE(KIND, AF_EP_MUL, 0) BIN_CASE(KIND, AF_EP_MUL, 1)                                 \
+        BIN_CASE(KIND, AF_EP_PRELU, 0) BIN_CASE(KIND, AF_EP_PRELU, 1)                             \
         BIN_CASE(KIND, AF_EP_DIV, 0)                                                              \
     default: bin_rows_k(KIND, AF_EP_DIV, 1, v, st, c, ldc, row0, col0, rows, cols); break;        \
     }
