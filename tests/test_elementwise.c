@@ -606,6 +606,67 @@ static void test_cast_half_edges(void **state) {
     af_arena_free(a);
 }
 
+/* The unary ops with a vector function (fast_unary) against the reference, on every ISA:
+ * halves and their neighbours (Round's ties to even, Floor and Ceil at integers), zeros of both
+ * signs, NaN, infinities, values from 2^22 to 2^24 (where floats stop having fractions) and a
+ * random sweep. Rounding ops exactly (a zero's sign aside); the others within 2e-6 relative. */
+static void test_unary_fast(void **state) {
+    (void)state;
+    static const struct {
+        const char *op;
+        bool exact;
+    } ops[] = {{"Floor", true}, {"Ceil", true}, {"Round", true}, {"Sign", true}, {"Abs", true},
+               {"Neg", true}, {"Softsign", false}, {"Mish", false}, {"Softplus", false},
+               {"Exp", false}, {"Erf", false}};
+    enum { N = 4096 };
+    int64_t dims[1] = {N};
+    af_tensor *x = af_tensor_new(F32, 1, dims);
+    assert_non_null(x);
+    float *v = x->data;
+    static const float special[] = {0.0f, -0.0f, 0.5f, -0.5f, 1.5f, -1.5f, 2.5f, -2.5f, NAN, INF, -INF,
+                                    4194304.5f, -4194304.5f, 8388607.5f, -8388607.5f, 8388608.0f,
+                                    16777215.0f, 1e30f, -1e30f, 0.49999997f, -0.49999997f, 1e-30f};
+    for (int i = 0; i < N; i++) {
+        if (i < (int)AF_COUNT(special)) v[i] = special[i];
+        else if (i < 1024) v[i] = (float)(i - 512) * 0.25f + (i % 3 - 1) * 1e-6f; /* halves, near */
+        else v[i] = (float)(tu_rnd() * 40.0);
+    }
+    const af_tensor *in[1] = {x};
+    af_isa best = af_isa_best();
+    for (size_t o = 0; o < AF_COUNT(ops); o++) {
+        af_arena *a = af_arena_new();
+        af_node *n = make_node(a, ops[o].op, "", 18, 1, 1);
+        af_error err = {0};
+        af_tensor want, got;
+        memset(&want, 0, sizeof want);
+        af_isa_set(AF_ISA_REFERENCE);
+        if (tu_run(n, in, &want, 1, &err) != AF_OK) fail_msg("%s: reference: %s", ops[o].op, err.message);
+        for (int isa = AF_ISA_GENERIC; isa <= (int)best; isa++) {
+            af_isa_set((af_isa)isa);
+            memset(&got, 0, sizeof got);
+            assert_int_equal(af_kernel_shape(n, in, &got, &err), AF_OK);
+            assert_int_equal(af_tensor_alloc(&got, &err), AF_OK);
+            af_exec ex;
+            af_exec_init(&ex, NULL, NULL);
+            if (fast_unary(n, in, &got, &ex, &err) != AF_OK) fail_msg("%s: the fast kernel declined", ops[o].op);
+            af_exec_release(&ex);
+            const float *g = got.data, *w = want.data;
+            for (int i = 0; i < N; i++) {
+                bool ok = g[i] == w[i] || (isnan(g[i]) && isnan(w[i])) ||
+                          (!ops[o].exact && fabs((double)g[i] - w[i]) <= 2e-6 * fabs((double)w[i]) + 1e-30);
+                if (!ok)
+                    fail_msg("%s on %s: %s(%.9g) = %.9g, the reference %.9g", ops[o].op,
+                             af_isa_name((af_isa)isa), ops[o].op, (double)v[i], (double)g[i], (double)w[i]);
+            }
+            af_tensor_release(&got);
+        }
+        af_isa_set(best);
+        af_tensor_release(&want);
+        af_arena_free(a);
+    }
+    af_tensor_free(x);
+}
+
 /* What the fast broadcast kernels do not take they leave to the reference, which reports it:
  * shapes that do not broadcast, a short buffer, legacy broadcasting, an int Max. */
 static void test_broadcast_fast_declines(void **state) {
@@ -655,6 +716,7 @@ int main(void) {
         cmocka_unit_test(test_broadcast_fast),
         cmocka_unit_test(test_broadcast_fast_declines),
         cmocka_unit_test(test_cast_half_edges),
+        cmocka_unit_test(test_unary_fast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -109,7 +109,13 @@ typedef enum af_vun_op {
     AF_VUN_NEG,
     AF_VUN_ABS,
     AF_VUN_SQUARE,
-    AF_VUN_SOFTPLUS
+    AF_VUN_SOFTPLUS,
+    AF_VUN_FLOOR,
+    AF_VUN_CEIL,
+    AF_VUN_ROUND, /* half to even */
+    AF_VUN_SIGN,
+    AF_VUN_SOFTSIGN,
+    AF_VUN_MISH
 } af_vun_op;
 
 /* The epilogue step of a unary activation node (its row's .ep, parameters from its attributes

@@ -78,6 +78,12 @@ static af_status parse_mode(const af_node *n, rz_params *p, af_error *err) {
     p->round = (rz_round)ri;
     if (af_node_attr(n, "antialias") && af_attr_int(n, "antialias", 0))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "antialias (opset 18) is not supported");
+    if (af_node_attr(n, "axes"))
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "axes (opset 18) are not supported");
+    if (strcmp(af_attr_str(n, "keep_aspect_ratio_policy", "stretch"), "stretch"))
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED,
+                            "keep_aspect_ratio_policy '%s' (opset 18) is not supported",
+                            af_attr_str(n, "keep_aspect_ratio_policy", ""));
     return AF_OK;
 }
 

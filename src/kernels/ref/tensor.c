@@ -460,6 +460,22 @@ static af_status split_sizes(const af_node *n, const af_tensor *const *in, const
                                 (long long)dim);
         return AF_OK;
     }
+    /* Opset 18's num_outputs: parts of ceil(dim / num_outputs), the last one what is left
+     * (possibly empty, as in ONNX's reference). */
+    const af_attr *no = af_graph_opset(n->graph) >= 18 ? af_node_attr(n, "num_outputs") : NULL;
+    if (no) {
+        if (no->type != AF_ATTR_INT || no->i != nout)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "num_outputs is not the %d outputs",
+                                nout);
+        int64_t part = dim < 0 ? -1 : (dim + nout - 1) / nout;
+        if (dim >= 0 && part * (nout - 1) > dim)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                                "an axis of %lld cannot give %d parts of %lld",
+                                (long long)dim, nout, (long long)part);
+        for (int i = 0; i < nout; i++)
+            sizes[i] = dim < 0 ? -1 : i < nout - 1 ? part : dim - part * (nout - 1);
+        return AF_OK;
+    }
     if (dim >= 0 && dim % nout != 0)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "axis of %lld not divisible into %d",
                             (long long)dim, nout);
@@ -915,15 +931,38 @@ static af_status pad_params(const af_node *n, const af_tensor *const *in, int ra
         return AF_OK;
     }
     const af_tensor *p = tn_in(n, in, 1);
+    const af_tensor *ax = af_graph_opset(n->graph) >= 18 ? tn_in(n, in, 3) : NULL;
     if (!p)
         return tn_missing(n, "pads", err);
-    if (!p->data) {
+    if (!p->data || (ax && !ax->data)) {
         *known = false;
         return AF_OK;
     }
-    if (!tn_ints(p, pads, 2 * AF_MAX_RANK, &cnt) || cnt != 2 * rank)
-        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "pads must hold %d int64 values",
-                            2 * rank);
+    if (!ax) {
+        if (!tn_ints(p, pads, 2 * AF_MAX_RANK, &cnt) || cnt != 2 * rank)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "pads must hold %d int64 values",
+                                2 * rank);
+        return AF_OK;
+    }
+    /* Opset 18's axes: pads (begin..., end...) for those axes only, the others unpadded. */
+    int64_t axes[AF_MAX_RANK], given[2 * AF_MAX_RANK];
+    int na;
+    bool seen[AF_MAX_RANK] = {false};
+    if (!tn_ints(ax, axes, AF_MAX_RANK, &na) || na > rank)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "axes must hold at most %d int64 values",
+                            rank);
+    if (!tn_ints(p, given, 2 * AF_MAX_RANK, &cnt) || cnt != 2 * na)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "pads must hold %d int64 values", 2 * na);
+    memset(pads, 0, sizeof(int64_t) * (size_t)(2 * rank));
+    for (int i = 0; i < na; i++) {
+        int a;
+        if (!af_axis(axes[i], rank, &a) || seen[a])
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "axes[%d] = %lld is out of range or repeated",
+                                i, (long long)axes[i]);
+        seen[a] = true;
+        pads[a] = given[i];
+        pads[rank + a] = given[na + i];
+    }
     return AF_OK;
 }
 
