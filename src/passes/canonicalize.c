@@ -910,6 +910,7 @@ static af_status rewrite_at(pass_scope *s, af_node *n, bool *hit, af_error *err)
         return st || shuffled ? st : transpose_reshape(s, n, hit, err);
     }
     case AF_OP_ADD: return add_before_reshape(s, n, hit, err);
+    case AF_OP_EINSUM: return pass_einsum_matmul(s, n, hit, err);
     default: return act_before_reshape(s, n, hit);
     }
 }

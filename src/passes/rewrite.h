@@ -62,6 +62,9 @@ af_status pass_qoperator_as_qdq(af_graph *g, bool *changed, af_error *err);
  * QuantizeDequantize nodes, and those that data movement separates from an equal one go
  * (qdq.c); *hit is set when something changed (replacements are appended: toposort after). */
 af_status pass_fake_quant(pass_scope *s, bool *hit, af_error *err);
+/* Einsum n of two operands as Transpose / Reshape -> MatMul -> Reshape / Transpose where its
+ * equation is a batched matrix product (einsum.c); *hit is set when it was rewritten. */
+af_status pass_einsum_matmul(pass_scope *s, af_node *n, bool *hit, af_error *err);
 /* Constant folding of one graph (fold.c); *changed is set when a node was folded. */
 af_status pass_fold_constants(pass_scope *s, bool *changed, af_error *err);
 /* Every If of g whose condition is a constant replaced by the branch it takes (fold_if.c);
