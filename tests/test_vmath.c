@@ -73,6 +73,7 @@ static vf f_gelu_erf(vf x) { return vm_gelu_erf(x); }
 static vf f_gelu_tanh(vf x) { return vm_gelu_tanh(x); }
 static vf f_softplus(vf x) { return vm_softplus(x); }
 static vf f_silu(vf x) { return vm_silu(x); }
+static vf f_log(vf x) { return vm_log(x); }
 
 typedef struct fcase {
     const char *name;
@@ -95,6 +96,7 @@ static const fcase cases[] = {
     {"gelu_erf", f_gelu_erf, ref_gelu_erf, 4.0, -1.0, 8e-8},
     {"gelu_tanh", f_gelu_tanh, ref_gelu_tanh, 3.0, -1.0, 8e-8},
     {"softplus", f_softplus, ref_softplus, 3.0, -INFINITY, FLT_MIN},
+    {"log", f_log, log, 2.5, -INFINITY, FLT_MIN},
     /* below -88.72 vm_silu returns -2.61e-37 for results smaller than that */
     {"silu", f_silu, ref_silu, 2.5, VM_SILU_LO, 2.7e-37},
 };
@@ -181,6 +183,10 @@ static void check_one(const fcase *c, float x, float y, double *max_ulp, double 
     double r = c->ref(x);
     if (isnan(x)) {
         if (!isnan(y)) fail_msg("%s(NaN 0x%08x) = %a, expected NaN", c->name, to_bits(x), y);
+        return;
+    }
+    if (isnan(r)) { /* log of a negative */
+        if (!isnan(y)) fail_msg("%s(%a) = %a, expected NaN", c->name, x, y);
         return;
     }
     if (isnan(y)) fail_msg("%s(%a) = NaN, expected %.9g", c->name, x, r);

@@ -115,7 +115,8 @@ typedef enum af_vun_op {
     AF_VUN_ROUND, /* half to even */
     AF_VUN_SIGN,
     AF_VUN_SOFTSIGN,
-    AF_VUN_MISH
+    AF_VUN_MISH,
+    AF_VUN_LOG
 } af_vun_op;
 
 /* The epilogue step of a unary activation node (its row's .ep, parameters from its attributes

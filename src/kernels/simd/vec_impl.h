@@ -134,6 +134,7 @@ static inline __attribute__((always_inline)) vf un_apply(int op, vf x, float p0,
         return vm_select(x > 0.0f, vsplat(1.0f), vm_select(x < 0.0f, vsplat(-1.0f), x));
     case AF_VUN_SOFTSIGN: return x / (1.0f + vm_abs(x));
     case AF_VUN_MISH: return x * vm_tanh(vm_softplus(x));
+    case AF_VUN_LOG: return vm_log(x);
     default: return x;
     }
 }
@@ -712,6 +713,7 @@ static void un_rows(int op, float p0, float p1, const float *src, int64_t lds, f
     case AF_VUN_SIGN: UN_ROWS(AF_VUN_SIGN) break;
     case AF_VUN_SOFTSIGN: UN_ROWS(AF_VUN_SOFTSIGN) break;
     case AF_VUN_MISH: UN_ROWS(AF_VUN_MISH) break;
+    case AF_VUN_LOG: UN_ROWS(AF_VUN_LOG) break;
     default: UN_ROWS(0) break; /* identity */
     }
 }
