@@ -768,8 +768,8 @@ static af_tensor *rnd_index(bool i32, int rank, const int64_t *dims, int64_t lim
     return t;
 }
 
-/* ScatterElements, GatherND, NonZero and ConstantOfShape: the detectors' post-processing
- * kernels (any element size) bit for bit against the reference, with repeated and negative
+/* ScatterElements, GatherElements, GatherND, NonZero and ConstantOfShape: the detectors'
+ * post-processing kernels (any element size) bit for bit against the reference, with repeated and negative
  * indices, int32 and int64 indices, indices smaller than the data, every axis, batch_dims; a bad
  * index declined by the fast kernel and reported by the reference. */
 static void test_select_fast(void **state) {
@@ -809,6 +809,23 @@ static void test_select_fast(void **state) {
         af_tensor_free(d);
         af_tensor_free(ix);
         af_tensor_free(up);
+        af_arena_free(a);
+    }
+    /* GatherElements: the same geometries (indices of any size along the axis, repeats,
+     * negative indices, int32) */
+    for (size_t c = 0; c < AF_COUNT(sc); c++) {
+        af_arena *a = af_arena_new();
+        char attrs[32], name[64];
+        snprintf(attrs, sizeof attrs, "axis=%d", sc[c].axis);
+        af_node *n = make_node(a, "GatherElements", attrs, 13, 2, 1);
+        int ax = sc[c].axis < 0 ? sc[c].axis + sc[c].rank : sc[c].axis;
+        af_tensor *d = rnd_tensor(sc[c].t, sc[c].rank, sc[c].dd);
+        af_tensor *ix = rnd_index(sc[c].i32, sc[c].rank, sc[c].id, sc[c].dd[ax]);
+        const af_tensor *in[2] = {d, ix};
+        snprintf(name, sizeof name, "GatherElements case %zu", c);
+        fast_vs_ref(name, n, in, fast_gather_elements, true, rt);
+        af_tensor_free(d);
+        af_tensor_free(ix);
         af_arena_free(a);
     }
     /* GatherND: data dims, indices dims (the last is the tuple length), batch_dims */

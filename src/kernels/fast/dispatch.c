@@ -86,6 +86,7 @@ static const fast_row rows[AF_OP_COUNT] = {
     [AF_OP_CAST] = {.kernel = fast_cast, .in_types = ANY_DTYPE, .pair = fast_cast_takes},
     [AF_OP_CAST_LIKE] = {.kernel = fast_cast, .in_types = ANY_DTYPE, .pair = fast_cast_takes},
     [AF_OP_SCATTER_ELEMENTS] = {.kernel = fast_scatter_elements, .in_types = ANY_DTYPE},
+    [AF_OP_GATHER_ELEMENTS] = {.kernel = fast_gather_elements, .in_types = ANY_DTYPE},
     [AF_OP_SCATTER] = {.kernel = fast_scatter_elements, .in_types = ANY_DTYPE},
     [AF_OP_GATHER_ND] = {.kernel = fast_gather_nd, .in_types = ANY_DTYPE},
     [AF_OP_NON_ZERO] = {.kernel = fast_non_zero, .in_types = ANY_DTYPE},

@@ -65,6 +65,7 @@ AF_FAST_KERNEL(fast_cast);
 /* The (from, to) dtype pairs fast_cast converts (it declines the others). */
 bool fast_cast_takes(af_dtype from, af_dtype to);
 /* select.c: data-dependent indexing by element size. */
+AF_FAST_KERNEL(fast_gather_elements);
 AF_FAST_KERNEL(fast_scatter_elements);
 AF_FAST_KERNEL(fast_gather_nd);
 AF_FAST_KERNEL(fast_non_zero);
