@@ -891,6 +891,44 @@ static af_status groupnorm(pass_scope *s, af_node *in, bool *hit, af_error *err)
     return AF_OK;
 }
 
+/* ONNX's GroupNormalization (opset 18: scale and bias per group) with constant float32
+ * parameters as our GroupNorm, each group's value repeated over its channels; its fusion and
+ * fast kernels then take it. */
+static af_value *per_channel_of(pass_scope *s, const af_value *p, int64_t groups, int64_t c) {
+    if (!p || !af_value_is_const(p) || !af_value_is_f32(p) || af_tensor_numel(&p->type) != groups)
+        return NULL;
+    const char *name = af_graph_unique_name(s->g, "groupnorm_param");
+    af_value *v = name ? af_value_new_const(s->g, name, AF_DTYPE_FLOAT, 1, &c) : NULL;
+    if (!v) return NULL;
+    const float *src = p->type.data;
+    float *dst = v->type.data;
+    for (int64_t i = 0; i < c; i++) dst[i] = src[i / (c / groups)];
+    return v;
+}
+
+static af_status group_normalization(pass_scope *s, af_node *n, bool *hit, af_error *err) {
+    af_value *x = n->nin == 3 ? n->in[0] : NULL, *y = n->nout == 1 ? n->out[0] : NULL;
+    int64_t groups = af_attr_int(n, "num_groups", 0);
+    if (!x || !y || x->type.rank < 3 || x->type.dtype != AF_DTYPE_FLOAT || groups < 1) return AF_OK;
+    int64_t c = x->type.dims[1];
+    if (c < 1 || c % groups) return AF_OK;
+    af_value *gamma = per_channel_of(s, n->in[1], groups, c), *beta = gamma ? per_channel_of(s, n->in[2], groups, c) : NULL;
+    if (!gamma || !beta) return AF_OK; /* not constants (or out of memory): the reference runs it */
+    af_node *r = pass_node_new(s, AF_OP_GROUP_NORM, n, 3, 1);
+    match m = {{n}, 1};
+    if (!r || !af_node_set_int(r, "num_groups", groups) ||
+        !af_node_set_float(r, "epsilon", af_attr_float(n, "epsilon", 1e-5f)) || !provenance(r, &m))
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory canonicalizing");
+    af_status st = pass_kill(s, n, err);
+    if (st) return st;
+    af_node_set_input(r, 0, x);
+    af_node_set_input(r, 1, gamma);
+    af_node_set_input(r, 2, beta);
+    af_node_set_output(r, 0, y);
+    *hit = true;
+    return AF_OK;
+}
+
 /* ---- the walk ------------------------------------------------------------------------------ */
 
 static af_status rewrite_at(pass_scope *s, af_node *n, bool *hit, af_error *err) {
@@ -903,6 +941,7 @@ static af_status rewrite_at(pass_scope *s, af_node *n, bool *hit, af_error *err)
     case AF_OP_CLIP: return hardswish_clip(s, n, hit, err);
     case AF_OP_LAYER_NORMALIZATION: layernorm_axis(n); return AF_OK;
     case AF_OP_INSTANCE_NORMALIZATION: return groupnorm(s, n, hit, err);
+    case AF_OP_GROUP_NORMALIZATION: return group_normalization(s, n, hit, err);
     case AF_OP_TRANSPOSE: {
         bool shuffled = false;
         af_status st = channel_shuffle(s, n, &shuffled, err);

@@ -5,7 +5,8 @@ Runtime, which implements 18:
   - Split by num_outputs, even and uneven (the last part what is left);
   - ReduceMean / ReduceMax / ReduceL2 with axes as an input, keepdims and noop_with_empty_axes;
   - the Mish op, Round (ties to even), Floor, Ceil, Sign, Softsign on their vector kernels;
-  - a conv block with PRelu, so the fused path runs at this opset too.
+  - a conv block with PRelu, so the fused path runs at this opset too;
+  - GroupNormalization (scale and bias per group), after a conv and on the input.
 Also: Resize with opset 18's axes attribute is refused by name, not run wrongly, and an
 opset 19 model is refused with the supported range.
 """
@@ -55,11 +56,18 @@ def model(path):
         helper.make_node("Softsign", ["x"], ["softsign"]),
         helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
         helper.make_node("PRelu", ["c", "slope"], ["conv"]),
+        helper.make_node("GroupNormalization", ["c", "gn_scale", "gn_bias"], ["gn"], num_groups=4,
+                         epsilon=1e-4),
+        helper.make_node("GroupNormalization", ["x", "gx_scale", "gx_bias"], ["gx"], num_groups=2),
     ]
     inits = [i64("pads", [1, 2, 0, 3]), i64("axes", [-1, 2]), i64("pads2", [2, 1]), i64("axes2", [3]),
-             i64("rax", [1, -1]), numpy_helper.from_array(np.array(4.0, np.float32), "four"), w, slope]
+             i64("rax", [1, -1]), numpy_helper.from_array(np.array(4.0, np.float32), "four"), w, slope,
+             numpy_helper.from_array(np.array([0.5, 1.5, -1.0, 2.0], np.float32), "gn_scale"),
+             numpy_helper.from_array(np.array([0.1, -0.2, 0.3, 0.0], np.float32), "gn_bias"),
+             numpy_helper.from_array(np.array([1.2, 0.7], np.float32), "gx_scale"),
+             numpy_helper.from_array(np.array([-0.5, 0.25], np.float32), "gx_bias")]
     outs = ["p", "p2", "s0", "s1", "s2", "e0", "e1", "rm", "rx", "rl", "mish", "round", "floor",
-            "ceil", "sign", "softsign", "conv"]
+            "ceil", "sign", "softsign", "conv", "gn", "gx"]
     return save(path, nodes, [helper.make_tensor_value_info("x", F, [2, 4, 6, 7])],
                 [helper.make_tensor_value_info(o, F, None) for o in outs], inits)
 
@@ -80,7 +88,7 @@ def test_opset18_against_ort(af_bin, tmp_path):
     (tmp_path / "ort").mkdir()
     want = ort_outputs(path, {"x": x}, str(tmp_path / "ort"))
     got = afc.load_outputs(str(tmp_path / "ours"), list(want))
-    assert len(want) == 17
+    assert len(want) == 19
     for name, w in want.items():
         assert got[name].shape == w.shape, (name, got[name].shape, w.shape)
         np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=name)

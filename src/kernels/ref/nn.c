@@ -807,7 +807,8 @@ af_status ref_instancenorm(const af_node *n, const af_tensor *const *in, af_tens
  * InstanceNormalization with unit scale and zero bias, Reshape back, Mul gamma, Add beta):
  * X [N, C, ...] in num_groups groups of C / G channels, each normalised by its own mean and
  * variance, then scale[c] and B[c] per channel, then the epilogue program (activations the
- * fuser joined). */
+ * fuser joined). ONNX's GroupNormalization (opset 18) is the same with scale and bias per
+ * group (canonicalize makes it a GroupNorm when they are constants). */
 static af_status gn_prepare(const af_node *n, const af_tensor *const *in, int64_t *groups,
                             af_error *err) {
     const af_tensor *x = nn_in(n, in, 0);
@@ -815,7 +816,7 @@ static af_status gn_prepare(const af_node *n, const af_tensor *const *in, int64_
     if (!x)
         return nn_missing(n, "input", err);
     if (x->dtype != AF_DTYPE_FLOAT)
-        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "GroupNorm on %s (float32 only)",
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "%s on %s (float32 only)", n->op_type,
                             af_dtype_name(x->dtype));
     if (x->rank >= 0 && x->rank < 3)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input rank %d < 3", x->rank);
@@ -823,9 +824,10 @@ static af_status gn_prepare(const af_node *n, const af_tensor *const *in, int64_
     if (*groups < 1 || (c >= 0 && c % *groups != 0))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "num_groups %lld does not divide %lld channels",
                             (long long)*groups, (long long)c);
-    af_status st = norm_param(n, nn_in(n, in, 1), "scale", c, c, err);
+    int64_t per = n->op == AF_OP_GROUP_NORMALIZATION ? *groups : c; /* parameters per group */
+    af_status st = norm_param(n, nn_in(n, in, 1), "scale", per, per, err);
     if (st == AF_OK)
-        st = norm_param(n, nn_in(n, in, 2), "B", c, c, err);
+        st = norm_param(n, nn_in(n, in, 2), "B", per, per, err);
     return st;
 }
 
@@ -860,7 +862,7 @@ af_status ref_group_norm(const af_node *n, const af_tensor *const *in, af_tensor
         norm_moments(x, g * count, count, 1, &mean, &var);
         double inv = 1.0 / sqrt(var + eps);
         for (int64_t i = 0; i < count; i++) {
-            int64_t ch = g % groups * cpg + i / inner;
+            int64_t ch = n->op == AF_OP_GROUP_NORMALIZATION ? g % groups : g % groups * cpg + i / inner;
             double v = (af_tensor_get_double(x, g * count + i) - mean) * inv;
             y[g * count + i] = (float)(v * af_tensor_get_double(in[1], ch) + af_tensor_get_double(in[2], ch));
         }
