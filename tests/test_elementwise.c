@@ -613,11 +613,13 @@ static void test_cast_half_edges(void **state) {
 static void test_unary_fast(void **state) {
     (void)state;
     static const struct {
-        const char *op;
+        const char *op, *attrs;
         bool exact;
-    } ops[] = {{"Floor", true}, {"Ceil", true}, {"Round", true}, {"Sign", true}, {"Abs", true},
-               {"Neg", true}, {"Softsign", false}, {"Mish", false}, {"Softplus", false},
-               {"Exp", false}, {"Erf", false}, {"Log", false}};
+    } ops[] = {{"Floor", "", true}, {"Ceil", "", true}, {"Round", "", true}, {"Sign", "", true},
+               {"Abs", "", true}, {"Neg", "", true}, {"Softsign", "", false}, {"Mish", "", false},
+               {"Softplus", "", false}, {"Exp", "", false}, {"Erf", "", false}, {"Log", "", false},
+               {"Selu", "", false}, {"Selu", "alpha=1.5 gamma=0.75", false}, {"Celu", "", false},
+               {"Celu", "alpha=2.5", false}};
     enum { N = 4096 };
     int64_t dims[1] = {N};
     af_tensor *x = af_tensor_new(F32, 1, dims);
@@ -636,7 +638,7 @@ static void test_unary_fast(void **state) {
     af_isa best = af_isa_best();
     for (size_t o = 0; o < AF_COUNT(ops); o++) {
         af_arena *a = af_arena_new();
-        af_node *n = make_node(a, ops[o].op, "", 18, 1, 1);
+        af_node *n = make_node(a, ops[o].op, ops[o].attrs, 18, 1, 1);
         af_error err = {0};
         af_tensor want, got;
         memset(&want, 0, sizeof want);

@@ -64,11 +64,19 @@ void fast_ep_run(af_exec *ex, const af_vep *v, const float *x, float *y, int64_t
 }
 
 /* The vector op of a unary ONNX op with its parameters, from its row of the op table: its
- * epilogue step, or its vector function; false when it has neither. */
+ * epilogue step, or its vector function (Selu's and Celu's parameters their attributes, with
+ * the reference kernel's defaults); false when it has neither. */
 static bool unary_op(const af_node *n, int *op, float *p0, float *p1) {
     if (af_op_ep_step(n, op, p0, p1)) return true;
     *p0 = *p1 = 0.0f;
     *op = af_ops[n->op].vec_unary;
+    if (*op == AF_VUN_SELU) {
+        *p0 = af_attr_float(n, "alpha", 1.67326319217681884765625f);
+        *p1 = af_attr_float(n, "gamma", 1.05070102214813232421875f);
+    } else if (*op == AF_VUN_CELU) {
+        *p0 = af_attr_float(n, "alpha", 1.0f);
+        if (!(*p0 != 0.0f)) return false; /* the reference divides by it */
+    }
     return *op != 0;
 }
 

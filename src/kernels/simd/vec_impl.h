@@ -135,6 +135,8 @@ static inline __attribute__((always_inline)) vf un_apply(int op, vf x, float p0,
     case AF_VUN_SOFTSIGN: return x / (1.0f + vm_abs(x));
     case AF_VUN_MISH: return x * vm_tanh(vm_softplus(x));
     case AF_VUN_LOG: return vm_log(x);
+    case AF_VUN_SELU: return vm_select(x > 0.0f, x * p1, vm_expm1(x) * (p0 * p1));
+    case AF_VUN_CELU: return vm_select(x > 0.0f, x, vm_expm1(x / p0) * p0);
     default: return x;
     }
 }
@@ -714,6 +716,8 @@ static void un_rows(int op, float p0, float p1, const float *src, int64_t lds, f
     case AF_VUN_SOFTSIGN: UN_ROWS(AF_VUN_SOFTSIGN) break;
     case AF_VUN_MISH: UN_ROWS(AF_VUN_MISH) break;
     case AF_VUN_LOG: UN_ROWS(AF_VUN_LOG) break;
+    case AF_VUN_SELU: UN_ROWS(AF_VUN_SELU) break;
+    case AF_VUN_CELU: UN_ROWS(AF_VUN_CELU) break;
     default: UN_ROWS(0) break; /* identity */
     }
 }
