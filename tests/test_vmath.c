@@ -3,7 +3,9 @@
  *   gcc -O3 -std=c11 -D_GNU_SOURCE -ffp-contract=fast -Wall -Wextra -Werror -DVW=16 \
  *       -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -Isrc tests/test_vmath.c -lcmocka -lm
  *
- * Each function runs on a dense sweep: a grid of step 2^-12 over [-100, 100], every float within
+ * Each function runs on a dense sweep: a grid of step 2^-12 over [-100, 100] and a coarser one
+ * up to 1e5, the floats around multiples of pi/2 up to 2e5 and the closest ones below 2^25
+ * (sin and cos), every float within
  * 4096 ulps of each point where a function switches formula or saturates, a log sweep of tiny
  * and huge magnitudes down to the denormals, random bit patterns (huge values, NaN payloads) and
  * the special values. Each result must lie within the row's ulp bound where the exact value is
@@ -74,13 +76,15 @@ static vf f_gelu_tanh(vf x) { return vm_gelu_tanh(x); }
 static vf f_softplus(vf x) { return vm_softplus(x); }
 static vf f_silu(vf x) { return vm_silu(x); }
 static vf f_log(vf x) { return vm_log(x); }
+static vf f_sin(vf x) { return vm_sin(x); }
+static vf f_cos(vf x) { return vm_cos(x); }
 
 typedef struct fcase {
     const char *name;
     vf (*f)(vf);
     double (*ref)(double);
-    double max_ulp; /* where the exact value is a normal float and x >= ulp_from */
-    double ulp_from;
+    double max_ulp; /* where the exact value is a normal float and x in [ulp_from, ulp_to] */
+    double ulp_from, ulp_to;
     double max_abs; /* everywhere else */
 } fcase;
 
@@ -88,17 +92,20 @@ typedef struct fcase {
  * measured maxima). GELU's negative side is ill-conditioned (a 1-ulp change of x moves the
  * result by up to ~200 ulps at x = -10), so below x = -1 it is held to an absolute bound. */
 static const fcase cases[] = {
-    {"exp", f_exp, exp, 1.5, -INFINITY, FLT_MIN},
-    {"expm1", f_expm1, expm1, 2.0, -INFINITY, FLT_MIN},
-    {"sigmoid", f_sigmoid, ref_sigmoid, 2.5, -INFINITY, FLT_MIN},
-    {"tanh", f_tanh, tanh, 1.5, -INFINITY, FLT_MIN},
-    {"erf", f_erf, erf, 1.5, -INFINITY, FLT_MIN},
-    {"gelu_erf", f_gelu_erf, ref_gelu_erf, 4.0, -1.0, 8e-8},
-    {"gelu_tanh", f_gelu_tanh, ref_gelu_tanh, 3.0, -1.0, 8e-8},
-    {"softplus", f_softplus, ref_softplus, 3.0, -INFINITY, FLT_MIN},
-    {"log", f_log, log, 2.5, -INFINITY, FLT_MIN},
+    {"exp", f_exp, exp, 1.5, -INFINITY, INFINITY, FLT_MIN},
+    {"expm1", f_expm1, expm1, 2.0, -INFINITY, INFINITY, FLT_MIN},
+    {"sigmoid", f_sigmoid, ref_sigmoid, 2.5, -INFINITY, INFINITY, FLT_MIN},
+    {"tanh", f_tanh, tanh, 1.5, -INFINITY, INFINITY, FLT_MIN},
+    {"erf", f_erf, erf, 1.5, -INFINITY, INFINITY, FLT_MIN},
+    {"gelu_erf", f_gelu_erf, ref_gelu_erf, 4.0, -1.0, INFINITY, 8e-8},
+    {"gelu_tanh", f_gelu_tanh, ref_gelu_tanh, 3.0, -1.0, INFINITY, 8e-8},
+    {"softplus", f_softplus, ref_softplus, 3.0, -INFINITY, INFINITY, FLT_MIN},
+    {"log", f_log, log, 2.5, -INFINITY, INFINITY, FLT_MIN},
     /* below -88.72 vm_silu returns -2.61e-37 for results smaller than that */
-    {"silu", f_silu, ref_silu, 2.5, VM_SILU_LO, 2.7e-37},
+    {"silu", f_silu, ref_silu, 2.5, VM_SILU_LO, INFINITY, 2.7e-37},
+    /* sin and cos are accurate below 2^25 and only bounded (|f| <= 1) above */
+    {"sin", f_sin, sin, 2.0, -0x1p25, 0x1p25, 2.0},
+    {"cos", f_cos, cos, 2.0, -0x1p25, 0x1p25, 2.0},
 };
 #define NCASES (int)(sizeof cases / sizeof cases[0])
 
@@ -139,9 +146,21 @@ static const float edges[] = {
     3.91920590f /* erf 1 */, VM_ERF_CLAMP, VM_ERF_CLAMP * 1.41421356f, 10.1f, 16.0f, 1.0f, 0.0f,
 };
 
+/* The floats below 2^25 closest to a multiple of pi/2 (an exhaustive search in long double):
+ * sin's and cos's reduction is hardest there. */
+static const float near_pio2[] = {252.898209f, 505.796417f, 4.71238899f, 52516.4336f,
+                                  1011.59283f, 2709675.5f, 9.42477798f, 105032.867f};
+
 static sweep make_sweep(void) {
     sweep s = {0};
     for (int i = -100 * 4096; i <= 100 * 4096; i++) add(&s, (float)i / 4096.0f);
+    for (int i = 0; i < 1 << 18; i++) add(&s, 100.0f + (float)i * 0.381f); /* up to 1e5 */
+    for (int k = 1; k < 1 << 17; k++) { /* the floats around k pi/2, up to 2e5 */
+        uint32_t b = to_bits((float)(k * M_PI_2));
+        for (int d = -1; d <= 1; d++) add(&s, from_bits(b + (uint32_t)d));
+    }
+    for (size_t i = 0; i < sizeof near_pio2 / sizeof near_pio2[0]; i++)
+        for (int sign = 0; sign < 2; sign++) add(&s, from_bits(to_bits(near_pio2[i]) | (uint32_t)sign << 31));
     for (size_t e = 0; e < sizeof edges / sizeof edges[0]; e++)
         for (int sign = 0; sign < 2; sign++) {
             uint32_t b = to_bits(edges[e]) | (uint32_t)sign << 31;
@@ -185,7 +204,7 @@ static void check_one(const fcase *c, float x, float y, double *max_ulp, double 
         if (!isnan(y)) fail_msg("%s(NaN 0x%08x) = %a, expected NaN", c->name, to_bits(x), y);
         return;
     }
-    if (isnan(r)) { /* log of a negative */
+    if (isnan(r)) { /* log of a negative, sin and cos of inf */
         if (!isnan(y)) fail_msg("%s(%a) = %a, expected NaN", c->name, x, y);
         return;
     }
@@ -197,7 +216,7 @@ static void check_one(const fcase *c, float x, float y, double *max_ulp, double 
     }
     if (isinf(y) && fabs(r) <= FLT_MAX) fail_msg("%s(%a) = %a, expected %.9g", c->name, x, y, r);
     double err = fabs((double)y - r);
-    if (fabs(r) >= FLT_MIN && x >= c->ulp_from) {
+    if (fabs(r) >= FLT_MIN && x >= c->ulp_from && x <= c->ulp_to) {
         double u = err / ulp_of(r);
         if (u > *max_ulp) *max_ulp = u;
         if (u > c->max_ulp)
@@ -207,7 +226,7 @@ static void check_one(const fcase *c, float x, float y, double *max_ulp, double 
         fail_msg("%s(%.9g) = %.9g, expected %.9g: abs error %.3g > %.3g", c->name, x, y, r, err,
                  c->max_abs);
     }
-    if (fabs(r) <= 1.0 && err > *max_abs) *max_abs = err;
+    if (fabs(r) <= 1.0 && fabs(x) <= c->ulp_to && err > *max_abs) *max_abs = err;
 }
 
 static void test_sweep(void **state) {
@@ -253,6 +272,8 @@ static const exact exacts[] = {
     {6, INFINITY, INFINITY, 0},  {6, -INFINITY, 0.0f, 0},       {6, 1e30f, 1e30f, 0},
     {6, -1e30f, 0.0f, 0},         {7, INFINITY, INFINITY, 0},
     {7, -INFINITY, 0.0f, 0},      {7, 1e30f, 1e30f, 0},          {7, -1000.0f, 0.0f, 0},
+    {10, 0.0f, 0.0f, 1},         {10, -0.0f, -0.0f, 1},         {11, 0.0f, 1.0f, 0},
+    {11, -0.0f, 1.0f, 0},
 };
 
 static void test_exact(void **state) {
@@ -292,6 +313,19 @@ static void test_helpers(void **state) {
         assert_true(vm_rint(vm_splat(r[i][0]))[0] == r[i][1]);
 }
 
+/* Past 2^25 sin and cos are not accurate, but every finite x still gives a value in [-1, 1]. */
+static void test_trig_bounded(void **state) {
+    (void)state;
+    uint32_t r = 7;
+    for (int i = 0; i < 1 << 16; i++) {
+        r = r * 1664525u + 1013904223u;
+        vf x = vm_splat(from_bits((r & 0x80000000u) | (0x4c000000u + r % (0x7f800000u - 0x4c000000u))));
+        float s = vm_sin(x)[0], c = vm_cos(x)[0];
+        if (!(fabsf(s) <= 1.0f && fabsf(c) <= 1.0f))
+            fail_msg("sin/cos(%a) = %a / %a, outside [-1, 1]", x[0], s, c);
+    }
+}
+
 int main(void) {
     /* The 16- and 8-lane builds are compiled for AVX-512 / AVX2: skip them (ctest's code 77)
      * on a CPU without those instructions rather than die of SIGILL. */
@@ -304,6 +338,7 @@ int main(void) {
         cmocka_unit_test(test_sweep),
         cmocka_unit_test(test_exact),
         cmocka_unit_test(test_helpers),
+        cmocka_unit_test(test_trig_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

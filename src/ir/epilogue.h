@@ -118,7 +118,9 @@ typedef enum af_vun_op {
     AF_VUN_MISH,
     AF_VUN_LOG,
     AF_VUN_SELU, /* p0 alpha, p1 gamma */
-    AF_VUN_CELU  /* p0 alpha */
+    AF_VUN_CELU, /* p0 alpha */
+    AF_VUN_SIN,
+    AF_VUN_COS
 } af_vun_op;
 
 /* The epilogue step of a unary activation node (its row's .ep, parameters from its attributes

@@ -137,6 +137,8 @@ static inline __attribute__((always_inline)) vf un_apply(int op, vf x, float p0,
     case AF_VUN_LOG: return vm_log(x);
     case AF_VUN_SELU: return vm_select(x > 0.0f, x * p1, vm_expm1(x) * (p0 * p1));
     case AF_VUN_CELU: return vm_select(x > 0.0f, x, vm_expm1(x / p0) * p0);
+    case AF_VUN_SIN: return vm_sin(x);
+    case AF_VUN_COS: return vm_cos(x);
     default: return x;
     }
 }
@@ -718,6 +720,8 @@ static void un_rows(int op, float p0, float p1, const float *src, int64_t lds, f
     case AF_VUN_LOG: UN_ROWS(AF_VUN_LOG) break;
     case AF_VUN_SELU: UN_ROWS(AF_VUN_SELU) break;
     case AF_VUN_CELU: UN_ROWS(AF_VUN_CELU) break;
+    case AF_VUN_SIN: UN_ROWS(AF_VUN_SIN) break;
+    case AF_VUN_COS: UN_ROWS(AF_VUN_COS) break;
     default: UN_ROWS(0) break; /* identity */
     }
 }

@@ -1,5 +1,5 @@
-/* Vectorised float32 math for the kernels' epilogues and softmax: exp, expm1, sigmoid, tanh, erf
- * and the two GELUs, written once with GCC vector extensions so that one source compiles to
+/* Vectorised float32 math for the kernels' epilogues and softmax: exp, expm1, sigmoid, tanh, erf,
+ * the two GELUs, log, sin and cos, written once with GCC vector extensions so that one source compiles to
  * AVX-512, AVX2 or SSE2 code by the flags of the file that includes it.
  *
  * The includer defines VW (floats per vector) and the types
@@ -30,12 +30,18 @@
  *   vm_silu       2.23 ulp          x >= -88.72, where normal (test_vmath's sweep, not all
  *                                   floats); abs 2.61e-37 below -88.72
  *   vm_log        1.80 ulp          x > 0, denormals included (test_vmath's sweep)
+ *   vm_sin        1.48 / 1.49 ulp   |x| < 2^25, where normal (test_vmath's sweep, VW 8 / VW 4,
+ *                                   with the floats closest to multiples of pi/2); in [-1, 1]
+ *                                   beyond, NaN for +-inf
+ *   vm_cos        1.48 / 1.51 ulp   likewise
  * (GELU below -1 is ill-conditioned in float: rounding x / sqrt2 or the cubic alone moves the
  * result by up to ~200 ulps at x = -10, so only the absolute error is small there.) None
- * returns NaN for a non-NaN input but vm_log for a negative one; NaN in gives NaN out. Cost at VW 16 (AVX-512, whose
+ * returns NaN for a non-NaN input but vm_log for a negative one and vm_sin and vm_cos for an
+ * infinite one; NaN in gives NaN out. Cost at VW 16 (AVX-512, whose
  * vscalefps saves one of the exponent's two instructions): exp about 16 vector instructions,
  * expm1 20, sigmoid 21 + a division, tanh 26 + a division, erf 33, gelu_erf 36, gelu_tanh 23 + a
- * division, softplus 27 + a division, silu 15 + a division.
+ * division, softplus 27 + a division, silu 15 + a division; at VW 8 (AVX2) sin and cos about
+ * 45, 20 of them the reduction in double (conversions both ways).
  *
  * The polynomial coefficients are minimax fits (Lawson's iteration on Chebyshev nodes, exact
  * values from mpmath) rounded to float one at a time, lowest order first, refitting the rest
@@ -316,6 +322,71 @@ VM_INLINE vf vm_log(vf x) {
     y = vm_select(x == 0.0f, vm_splat(-__builtin_inff()), y);
     y = vm_select(x < 0.0f, vm_splat(__builtin_nanf("")), y);
     return vm_select((x == __builtin_inff()) | (x != x), x, y);
+}
+
+/* ---- sin and cos ---------------------------------------------------------------------------- */
+
+/* Double lanes for the reduction, VW of them (two registers' worth). */
+typedef double vm_vd __attribute__((vector_size(VW * 8), aligned(8)));
+typedef int64_t vm_vl __attribute__((vector_size(VW * 8), aligned(8)));
+
+/* x = n pi/2 + r in double (Cody and Waite, a 2-part pi/2): VM_PIO2_HI has 27 significant bits,
+ * so n * VM_PIO2_HI is exact for |n| < 2^26 and x - n * VM_PIO2_HI is exact too (the two lie
+ * within a factor of two); what is left of pi/2 is below 2^-85. So r is within 2^-55 + 2^-52
+ * |r| of the exact remainder up to |x| = 2^25, where no float comes closer to a multiple of
+ * pi/2 than 4.2e-9 = 2^-27.8 (x = 252.898209; an exhaustive search): r's relative error stays
+ * below 2^-27. In float the same needs FMA (the generic build has none) or more pieces of
+ * pi/2, short ones, for less range. */
+#define VM_2_OVER_PI 0.63661977236758134
+#define VM_PIO2_HI 0x1.921fb54p+0
+#define VM_PIO2_LO 0x1.10b4611a62633p-30
+#define VM_MAGIC_D 6755399441055744.0 /* 1.5 * 2^52: the low mantissa bits of t hold n */
+/* The float just above pi/4: |r| never exceeds it below |x| = 2^49 (n rounded in double). */
+#define VM_PIO4 0.785398185f
+
+/* r as a float and q = n mod 2^32. r is clamped to [-VM_PIO4, VM_PIO4], which changes nothing
+ * where the reduction is accurate and keeps results in [-1, 1] for huge x (n * VM_PIO2_HI not
+ * exact, or the magic constant's integer trick past 2^51): there they are not accurate, only
+ * bounded. inf and NaN give r = NaN. */
+VM_INLINE vf vm_trig_reduce(vf x, vi *q) {
+    vm_vd xd = __builtin_convertvector(x, vm_vd);
+    vm_vd t = xd * VM_2_OVER_PI + VM_MAGIC_D;
+    vm_vd n = t - VM_MAGIC_D;
+    vm_vd r = (xd - n * VM_PIO2_HI) - n * VM_PIO2_LO;
+    *q = __builtin_convertvector((vm_vl)t, vi); /* the low 32 bits: truncation, no overflow */
+    vf rf = __builtin_convertvector(r, vf);
+    return vm_min(vm_splat(VM_PIO4), vm_max(vm_splat(-VM_PIO4), rf)); /* NaN passes both */
+}
+
+/* sin(q pi/2 + r) for r in [-VM_PIO4, VM_PIO4]: sin r or cos r as q is even or odd, negated
+ * for q mod 4 in {2, 3}. sin r = r + r^3 P(r^2), relative error 3.96e-9 from the polynomial;
+ * cos r = 1 - r^2/2 + r^4 Q(r^2), 1.2e-10. (sin(-0) comes out +0: see vm_sin.) */
+VM_INLINE vf vm_sin_quadrant(vf r, vi q) {
+    vf z = r * r;
+    vf s = z * -0.000195182918f + 0.00833218917f;
+    s = s * z - 0.166666552f;
+    s = (r * z) * s + r;
+    vf c = z * 2.44323273e-05f - 0.00138873095f;
+    c = c * z + 0.0416666456f;
+    vf h = 0.5f * z, w = 1.0f - h;
+    c = w + ((z * z) * c + ((1.0f - w) - h)); /* (1 - w) - h: w's rounding error, exactly */
+    vf y = vm_select((q & 1) != 0, c, s);
+    return vm_from_bits(vm_bits(y) ^ (((vm_vu)q << 30) & 0x80000000u));
+}
+
+/* sin(x): accurate for |x| < 2^25, in [-1, 1] for any finite x, NaN for inf and NaN; sin(-0)
+ * = -0, which the polynomial's r + r^3 P (P(0) < 0) loses and a select restores. */
+VM_INLINE vf vm_sin(vf x) {
+    vi q;
+    vf r = vm_trig_reduce(x, &q);
+    return vm_select(x == 0.0f, x, vm_sin_quadrant(r, q));
+}
+
+/* cos(x) = sin(x + pi/2): one quadrant on. Range and specials as vm_sin. */
+VM_INLINE vf vm_cos(vf x) {
+    vi q;
+    vf r = vm_trig_reduce(x, &q);
+    return vm_sin_quadrant(r, q + 1);
 }
 
 /* log(1 + e^x) = max(x, 0) + log1p(e^-|x|): the log's argument stays in [0, 1], so neither side
