@@ -10,6 +10,7 @@
  *   Gelu(x; approximate="none")   from  0.5*x*(1+Erf(x/sqrt2)), in the association orders
  *       torch and Hugging Face emit;
  *   Gelu(x; approximate="tanh")   from  0.5*x*(1+Tanh(sqrt(2/pi)*(x+0.044715*x^3)));
+ *   Gelu(x; approximate)  from  ONNX's own Gelu (opset 20), the same op in the default domain;
  *   Silu(x)  from  x*Sigmoid(x);
  *   HardSwish(x)  from  x*HardSigmoid(x; 1/6, 0.5)  and  x*Clip(x+3, 0, 6)/6;
  *   Reshape(x)  from  a Transpose that moves only axes of size 1 (the bytes keep their order:
@@ -25,7 +26,8 @@
  *   GroupNorm(x, gamma, beta; num_groups, epsilon)  from  torch's GroupNorm export: Reshape to
  *       [N, G, K], InstanceNormalization with constant scale 1 and bias 0, Reshape back to x's
  *       shape, [Mul gamma], [Add beta] with gamma/beta constants per channel ([C, 1, ...]);
- *       and from any other float32 InstanceNormalization with [C] scale and B (C groups);
+ *       and from any other float32 InstanceNormalization with [C] scale and B (C groups),
+ *       and from ONNX's GroupNormalization with constant scale and B;
  *   QuantizeDequantize(x; scale, zero_point)  from  QuantizeLinear -> DequantizeLinear with the
  *       same constant per-tensor parameters, and through data movement (qdq.c);
  * Existing LayerNormalization nodes get axis -1 when they normalise the last axis.
@@ -891,9 +893,9 @@ static af_status groupnorm(pass_scope *s, af_node *in, bool *hit, af_error *err)
     return AF_OK;
 }
 
-/* ONNX's GroupNormalization (opset 18: scale and bias per group) with constant float32
- * parameters as our GroupNorm, each group's value repeated over its channels; its fusion and
- * fast kernels then take it. */
+/* ONNX's GroupNormalization with constant float32 parameters as our GroupNorm, each group's
+ * value repeated over its channels (opset 18: per group; opset 21: per channel, copied); its
+ * fusion and fast kernels then take it. */
 static af_value *per_channel_of(pass_scope *s, const af_value *p, int64_t groups, int64_t c) {
     if (!p || !af_value_is_const(p) || !af_value_is_f32(p) || af_tensor_numel(&p->type) != groups)
         return NULL;
@@ -912,7 +914,8 @@ static af_status group_normalization(pass_scope *s, af_node *n, bool *hit, af_er
     if (!x || !y || x->type.rank < 3 || x->type.dtype != AF_DTYPE_FLOAT || groups < 1) return AF_OK;
     int64_t c = x->type.dims[1];
     if (c < 1 || c % groups) return AF_OK;
-    af_value *gamma = per_channel_of(s, n->in[1], groups, c), *beta = gamma ? per_channel_of(s, n->in[2], groups, c) : NULL;
+    int64_t per = af_graph_opset(n->graph) < 21 ? groups : c; /* opset 21: per channel already */
+    af_value *gamma = per_channel_of(s, n->in[1], per, c), *beta = gamma ? per_channel_of(s, n->in[2], per, c) : NULL;
     if (!gamma || !beta) return AF_OK; /* not constants (or out of memory): the reference runs it */
     af_node *r = pass_node_new(s, AF_OP_GROUP_NORM, n, 3, 1);
     match m = {{n}, 1};
@@ -929,6 +932,16 @@ static af_status group_normalization(pass_scope *s, af_node *n, bool *hit, af_er
     return AF_OK;
 }
 
+/* ONNX's Gelu (opset 20) as ours; an unknown approximate stays for the reference to refuse. */
+static af_status onnx_gelu(pass_scope *s, af_node *n, bool *hit, af_error *err) {
+    const char *approx = af_attr_str(n, "approximate", "none");
+    bool tanh_form = !strcmp(approx, "tanh");
+    if (n->nin != 1 || n->nout != 1 || !n->in[0] || !n->out[0] || (!tanh_form && strcmp(approx, "none")))
+        return AF_OK;
+    match m = {{n}, 1};
+    return make_gelu(s, &m, n, n->in[0], n->out[0], tanh_form ? "tanh" : "none", hit, err);
+}
+
 /* ---- the walk ------------------------------------------------------------------------------ */
 
 static af_status rewrite_at(pass_scope *s, af_node *n, bool *hit, af_error *err) {
@@ -942,6 +955,7 @@ static af_status rewrite_at(pass_scope *s, af_node *n, bool *hit, af_error *err)
     case AF_OP_LAYER_NORMALIZATION: layernorm_axis(n); return AF_OK;
     case AF_OP_INSTANCE_NORMALIZATION: return groupnorm(s, n, hit, err);
     case AF_OP_GROUP_NORMALIZATION: return group_normalization(s, n, hit, err);
+    case AF_OP_ONNX_GELU: return onnx_gelu(s, n, hit, err);
     case AF_OP_TRANSPOSE: {
         bool shuffled = false;
         af_status st = channel_shuffle(s, n, &shuffled, err);

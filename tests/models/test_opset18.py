@@ -7,8 +7,7 @@ Runtime, which implements 18:
   - the Mish op, Round (ties to even), Floor, Ceil, Sign, Softsign on their vector kernels;
   - a conv block with PRelu, so the fused path runs at this opset too;
   - GroupNormalization (scale and bias per group), after a conv and on the input.
-Also: Resize with opset 18's axes attribute is refused by name, not run wrongly, and an
-opset 19 model is refused with the supported range.
+Resize's opset-18 axes and keep_aspect_ratio_policy are in test_opset21.py.
 """
 
 import os
@@ -93,20 +92,3 @@ def test_opset18_against_ort(af_bin, tmp_path):
         assert got[name].shape == w.shape, (name, got[name].shape, w.shape)
         np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
 
-
-def test_resize_axes_refused(af_bin, tmp_path):
-    path = save(str(tmp_path / "r.onnx"),
-                [helper.make_node("Resize", ["x", "", "scales"], ["y"], axes=[2, 3], mode="nearest")],
-                [helper.make_tensor_value_info("x", F, [1, 2, 4, 4])],
-                [helper.make_tensor_value_info("y", F, None)],
-                [numpy_helper.from_array(np.array([2.0, 2.0], np.float32), "scales")])
-    r = run_ours(af_bin, path, np.ones((1, 2, 4, 4), np.float32), str(tmp_path))
-    assert r.returncode != 0 and "axes (opset 18) are not supported" in r.stderr, r.stderr
-
-
-def test_opset19_refused(af_bin, tmp_path):
-    path = save(str(tmp_path / "o19.onnx"), [helper.make_node("Relu", ["x"], ["y"])],
-                [helper.make_tensor_value_info("x", F, [2])], [helper.make_tensor_value_info("y", F, [2])],
-                [], opset=19)
-    r = run_ours(af_bin, path, np.ones(2, np.float32), str(tmp_path))
-    assert r.returncode != 0 and "opset 19 is not supported (supported: 1 to 18)" in r.stderr, r.stderr

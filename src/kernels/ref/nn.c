@@ -807,8 +807,13 @@ af_status ref_instancenorm(const af_node *n, const af_tensor *const *in, af_tens
  * InstanceNormalization with unit scale and zero bias, Reshape back, Mul gamma, Add beta):
  * X [N, C, ...] in num_groups groups of C / G channels, each normalised by its own mean and
  * variance, then scale[c] and B[c] per channel, then the epilogue program (activations the
- * fuser joined). ONNX's GroupNormalization (opset 18) is the same with scale and bias per
- * group (canonicalize makes it a GroupNorm when they are constants). */
+ * fuser joined). ONNX's GroupNormalization is the same (canonicalize makes it a GroupNorm when
+ * its scale and bias are constants), except that in opset 18 they hold one value per group:
+ * opset 21 made them per channel, as torch's GroupNorm and ours have them. */
+static bool gn_per_group(const af_node *n) {
+    return n->op == AF_OP_GROUP_NORMALIZATION && af_graph_opset(n->graph) < 21;
+}
+
 static af_status gn_prepare(const af_node *n, const af_tensor *const *in, int64_t *groups,
                             af_error *err) {
     const af_tensor *x = nn_in(n, in, 0);
@@ -824,7 +829,7 @@ static af_status gn_prepare(const af_node *n, const af_tensor *const *in, int64_
     if (*groups < 1 || (c >= 0 && c % *groups != 0))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "num_groups %lld does not divide %lld channels",
                             (long long)*groups, (long long)c);
-    int64_t per = n->op == AF_OP_GROUP_NORMALIZATION ? *groups : c; /* parameters per group */
+    int64_t per = gn_per_group(n) ? *groups : c;
     af_status st = norm_param(n, nn_in(n, in, 1), "scale", per, per, err);
     if (st == AF_OK)
         st = norm_param(n, nn_in(n, in, 2), "B", per, per, err);
@@ -862,7 +867,7 @@ af_status ref_group_norm(const af_node *n, const af_tensor *const *in, af_tensor
         norm_moments(x, g * count, count, 1, &mean, &var);
         double inv = 1.0 / sqrt(var + eps);
         for (int64_t i = 0; i < count; i++) {
-            int64_t ch = n->op == AF_OP_GROUP_NORMALIZATION ? g % groups : g % groups * cpg + i / inner;
+            int64_t ch = gn_per_group(n) ? g % groups : g % groups * cpg + i / inner;
             double v = (af_tensor_get_double(x, g * count + i) - mean) * inv;
             y[g * count + i] = (float)(v * af_tensor_get_double(in[1], ch) + af_tensor_get_double(in[2], ch));
         }

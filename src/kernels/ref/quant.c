@@ -1,4 +1,4 @@
-/* Reference linear (de)quantization (ONNX opsets 10..17): QuantizeLinear and DequantizeLinear,
+/* Reference linear (de)quantization (ONNX opsets 10..21; not blocked, not int4 or int16): QuantizeLinear and DequantizeLinear,
  * per tensor or per axis, and DynamicQuantizeLinear.
  *
  * Invariant: scales and zero points are either one value or one per slice of `axis` (checked
@@ -15,6 +15,8 @@ typedef struct q_axis {
  * x.dims[axis] values. */
 static af_status q_axis_setup(const af_node *n, const af_tensor *x, const af_tensor *scale,
                               const af_tensor *zp, q_axis *qa, af_error *err) {
+    if (af_attr_int(n, "block_size", 0) != 0) /* opset 21: blocks along the axis, for int4 weights */
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "blocked quantization (block_size, opset 21) is not supported");
     qa->len = 1;
     qa->inner = 1;
     if (scale->rank < 0 || x->rank < 0)
@@ -50,7 +52,7 @@ static bool q_is8(af_dtype t) {
 }
 
 /* QuantizeLinear: y = saturate(round(x / y_scale) + y_zero_point); y's type is the zero
- * point's, uint8 when it is omitted. */
+ * point's, else output_dtype's (opset 21), else uint8. */
 static af_status quant_prepare(const af_node *n, const af_tensor *const *in, q_axis *qa,
                                af_dtype *yt, af_error *err) {
     const af_tensor *x = nn_in(n, in, 0), *s = nn_in(n, in, 1), *zp = nn_in(n, in, 2);
@@ -59,7 +61,11 @@ static af_status quant_prepare(const af_node *n, const af_tensor *const *in, q_a
     if ((!nn_is_float(x->dtype) && x->dtype != AF_DTYPE_INT32) || !nn_is_float(s->dtype))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "QuantizeLinear of %s",
                             af_dtype_name(x->dtype));
-    *yt = zp ? zp->dtype : AF_DTYPE_UINT8;
+    int64_t to = af_attr_int(n, "output_dtype", 0); /* af_dtype codes are ONNX's */
+    *yt = zp ? zp->dtype : to > 0 && to <= AF_DTYPE_BFLOAT16 ? (af_dtype)to : AF_DTYPE_UINT8;
+    if (to && (int64_t)*yt != to)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "output_dtype %lld is not the zero point's type",
+                            (long long)to);
     if (!q_is8(*yt))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "QuantizeLinear to %s", af_dtype_name(*yt));
     return q_axis_setup(n, x, s, zp, qa, err);

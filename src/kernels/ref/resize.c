@@ -1,6 +1,7 @@
-/* Reference kernels for Resize (opsets 10, 11-17) and the deprecated Upsample (opsets 7-9):
+/* Reference kernels for Resize (opsets 10 to 19) and the deprecated Upsample (opsets 7-9):
  * nearest, N-D (multi)linear and cubic sampling with every coordinate_transformation_mode,
- * nearest_mode, cubic_coeff_a, exclude_outside and tf_crop_and_resize's extrapolation_value.
+ * nearest_mode, cubic_coeff_a, exclude_outside, tf_crop_and_resize's extrapolation_value, and
+ * opset 18's axes and keep_aspect_ratio_policy (not antialias).
  *
  * Invariant: each output coordinate on each axis maps to at most 4 taps (input index, weight)
  * computed once per axis; taps are clamped to the input (edge padding, as ONNX's reference does)
@@ -13,7 +14,7 @@
 typedef enum rz_mode { RZ_NEAREST, RZ_LINEAR, RZ_CUBIC } rz_mode;
 typedef enum rz_coord {
     RZ_HALF_PIXEL, RZ_PYTORCH_HALF_PIXEL, RZ_ALIGN_CORNERS, RZ_ASYMMETRIC,
-    RZ_TF_HALF_PIXEL_FOR_NN, RZ_TF_CROP_AND_RESIZE
+    RZ_TF_HALF_PIXEL_FOR_NN, RZ_TF_CROP_AND_RESIZE, RZ_HALF_PIXEL_SYMMETRIC
 } rz_coord;
 /* RZ_SIMPLE: Upsample and Resize-10 (floor when enlarging, ceil when shrinking, as ORT does). */
 typedef enum rz_round { RZ_PREFER_FLOOR, RZ_PREFER_CEIL, RZ_FLOOR, RZ_CEIL, RZ_SIMPLE } rz_round;
@@ -24,9 +25,10 @@ typedef struct rz_params {
     rz_round round;
     double cubic_a, extrapolation;
     bool exclude_outside;
+    int keep; /* keep_aspect_ratio_policy: 0 stretch, -1 not_larger, 1 not_smaller */
     bool known;     /* output dims and scales known */
     bool roi_known; /* tf_crop_and_resize's roi known (always true for other modes) */
-    int rank;
+    int rank, naxes, axes[AF_MAX_RANK]; /* the axes scales, sizes and roi name */
     double scale[AF_MAX_RANK];
     double len[AF_MAX_RANK]; /* in * scale: the (fractional) resized length ONNX's reference
                                 uses in align_corners and the length-1 special cases */
@@ -57,7 +59,7 @@ static af_status parse_mode(const af_node *n, rz_params *p, af_error *err) {
         return AF_OK;
     static const char *const coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners",
                                          "asymmetric", "tf_half_pixel_for_nn",
-                                         "tf_crop_and_resize"};
+                                         "tf_crop_and_resize", "half_pixel_symmetric"};
     static const char *const rounds[] = {"round_prefer_floor", "round_prefer_ceil", "floor",
                                          "ceil"};
     const char *c = af_attr_str(n, "coordinate_transformation_mode", "half_pixel");
@@ -78,13 +80,47 @@ static af_status parse_mode(const af_node *n, rz_params *p, af_error *err) {
     p->round = (rz_round)ri;
     if (af_node_attr(n, "antialias") && af_attr_int(n, "antialias", 0))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "antialias (opset 18) is not supported");
-    if (af_node_attr(n, "axes"))
-        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "axes (opset 18) are not supported");
-    if (strcmp(af_attr_str(n, "keep_aspect_ratio_policy", "stretch"), "stretch"))
-        return af_node_fail(err, n, AF_ERR_UNSUPPORTED,
-                            "keep_aspect_ratio_policy '%s' (opset 18) is not supported",
-                            af_attr_str(n, "keep_aspect_ratio_policy", ""));
+    const char *keep = af_attr_str(n, "keep_aspect_ratio_policy", "stretch");
+    p->keep = !strcmp(keep, "not_larger") ? -1 : !strcmp(keep, "not_smaller") ? 1 : 0;
+    if (!p->keep && strcmp(keep, "stretch"))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "unknown keep_aspect_ratio_policy '%s'", keep);
     return AF_OK;
+}
+
+/* The axes that scales, sizes and roi name: opset 18's axes attribute, else all in order. */
+static af_status rz_axes(const af_node *n, rz_params *p, af_error *err) {
+    const int64_t *a = NULL;
+    int cnt = af_attr_ints(n, "axes", &a);
+    bool seen[AF_MAX_RANK] = {false};
+    p->naxes = cnt < 0 ? p->rank : cnt;
+    if (p->naxes > p->rank)
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "%d axes for rank %d", cnt, p->rank);
+    for (int i = 0; i < p->naxes; i++) {
+        if (cnt < 0)
+            p->axes[i] = i;
+        else if (!af_axis(a[i], p->rank, &p->axes[i]) || seen[p->axes[i]])
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "axes[%d] = %lld is out of range or repeated",
+                                i, (long long)a[i]);
+        seen[p->axes[i]] = true;
+    }
+    return AF_OK;
+}
+
+/* keep_aspect_ratio_policy (opset 18, with sizes): one scale for the named axes, the smallest
+ * (not_larger) or largest (not_smaller) of sizes / input, and the sizes rounded from it. */
+static void keep_aspect(const af_tensor *x, rz_params *p) {
+    double s = 0;
+    for (int j = 0; j < p->naxes; j++) {
+        int a = p->axes[j];
+        double r = x->dims[a] > 0 ? (double)p->out[a] / (double)x->dims[a] : 1.0; /* dims known */
+        s = j == 0 ? r : p->keep < 0 ? fmin(s, r) : fmax(s, r);
+    }
+    for (int j = 0; j < p->naxes; j++) {
+        int a = p->axes[j];
+        p->scale[a] = s;
+        p->len[a] = s * (double)x->dims[a];
+        p->out[a] = (int64_t)round(p->len[a]);
+    }
 }
 
 /* Output dims from scales: floor(in * scale), as the ONNX reference computes it. */
@@ -131,28 +167,42 @@ static af_status parse_sizes(const af_node *n, const af_tensor *const *in, const
     const af_tensor *sc = tn_in(n, in, legacy ? 1 : 2), *sz = legacy ? NULL : tn_in(n, in, 3);
     if (sc && !sc->data && !(sc->rank == 1 && sc->dims[0] == 0))
         return AF_OK; /* scales not known yet */
+    af_status st = rz_axes(n, p, err);
+    if (st)
+        return st;
+    int na = p->naxes;
+    for (int i = 0; i < x->rank; i++) { /* axes not named keep their length */
+        p->scale[i] = 1.0;
+        p->out[i] = x->dims[i];
+        p->len[i] = (double)x->dims[i];
+    }
     if (sc && af_tensor_numel(sc) > 0) {
-        if (!tn_is_float(sc->dtype) || af_tensor_numel(sc) != x->rank)
-            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "scales must hold %d floats",
-                                x->rank);
-        for (int i = 0; i < x->rank; i++)
-            p->scale[i] = af_tensor_get_double(sc, i);
-        af_status st = dims_from_scales(n, x, p, err);
-        if (st)
+        if (!tn_is_float(sc->dtype) || af_tensor_numel(sc) != na)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "scales must hold %d floats", na);
+        for (int j = 0; j < na; j++)
+            p->scale[p->axes[j]] = af_tensor_get_double(sc, j);
+        if ((st = dims_from_scales(n, x, p, err)))
             return st;
     } else if (sz) {
         if (!sz->data)
             return AF_OK;
+        int64_t v[AF_MAX_RANK];
         int cnt;
-        if (!tn_ints(sz, p->out, AF_MAX_RANK, &cnt) || cnt != x->rank)
-            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "sizes must hold %d int64 values",
-                                x->rank);
-        for (int i = 0; i < x->rank; i++) {
-            if (p->out[i] < 0)
+        if (!tn_ints(sz, v, AF_MAX_RANK, &cnt) || cnt != na)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "sizes must hold %d int64 values", na);
+        for (int j = 0; j < na; j++) {
+            int a = p->axes[j];
+            if (v[j] < 0)
                 return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "negative size");
-            p->scale[i] = x->dims[i] > 0 ? (double)p->out[i] / (double)x->dims[i] : 1.0;
-            p->len[i] = (double)p->out[i];
+            p->out[a] = v[j];
+            p->scale[a] = x->dims[a] > 0 ? (double)v[j] / (double)x->dims[a] : 1.0;
+            p->len[a] = (double)v[j];
         }
+        for (int j = 0; p->keep && j < na; j++)
+            if (x->dims[p->axes[j]] < 0)
+                return AF_OK; /* the common scale needs every named input length */
+        if (p->keep)
+            keep_aspect(x, p);
     } else {
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "one of scales and sizes is needed");
     }
@@ -160,11 +210,12 @@ static af_status parse_sizes(const af_node *n, const af_tensor *const *in, const
     /* The roi moves samples, not the output shape: it may stay unknown until run time. */
     p->roi_known = p->coord != RZ_TF_CROP_AND_RESIZE;
     if (!p->roi_known && roi && roi->data) {
-        if (af_tensor_numel(roi) != 2 * x->rank || !tn_is_float(roi->dtype))
-            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "roi must hold %d floats",
-                                2 * x->rank);
-        for (int i = 0; i < 2 * x->rank; i++)
-            p->roi[i < x->rank ? i : AF_MAX_RANK + i - x->rank] = af_tensor_get_double(roi, i);
+        if (af_tensor_numel(roi) != 2 * na || !tn_is_float(roi->dtype))
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "roi must hold %d floats", 2 * na);
+        for (int j = 0; j < na; j++) {
+            p->roi[p->axes[j]] = af_tensor_get_double(roi, j);
+            p->roi[AF_MAX_RANK + p->axes[j]] = af_tensor_get_double(roi, na + j);
+        }
         p->roi_known = true;
     }
     return AF_OK;
@@ -206,6 +257,12 @@ static double source_coord(const rz_params *p, int a, int64_t o, int64_t in_len)
     case RZ_PYTORCH_HALF_PIXEL: return out_len > 1 ? (x + 0.5) / s - 0.5 : 0.0;
     case RZ_ALIGN_CORNERS: return out_len == 1 ? 0.0 : x * (double)(in_len - 1) / (out_len - 1);
     case RZ_TF_HALF_PIXEL_FOR_NN: return (x + 0.5) / s;
+    case RZ_HALF_PIXEL_SYMMETRIC: {
+        /* opset 19: half_pixel shifted so that the floor of in * scale loses as much at each
+         * end: by (in / 2) * (1 - out / (in * scale)) */
+        double adjust = out_len > 0 ? (double)p->out[a] / out_len : 1.0;
+        return 0.5 * (double)in_len * (1.0 - adjust) + (x + 0.5) / s - 0.5;
+    }
     case RZ_TF_CROP_AND_RESIZE: {
         double lo = p->roi[a], hi = p->roi[AF_MAX_RANK + a], span = (double)(in_len - 1);
         if (out_len > 1)

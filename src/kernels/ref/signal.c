@@ -1,5 +1,5 @@
-/* Reference signal-processing ops (ONNX opset 17): DFT, STFT, the Hann, Hamming and Blackman
- * windows, and MelWeightMatrix.
+/* Reference signal-processing ops (ONNX opset 17): DFT (its axis an input from opset 20),
+ * STFT, the Hann, Hamming and Blackman windows, and MelWeightMatrix.
  *
  * Complex tensors are real tensors with a trailing dim of 2 (real, imaginary); a trailing dim
  * of 1 is a real signal. Transforms are computed directly from the definition,
@@ -170,6 +170,23 @@ typedef struct dft_plan {
     bool inverse, onesided;
 } dft_plan;
 
+/* The axis: an attribute (default 1) in opset 17, a scalar input (default -2) from opset 20.
+ * The input must be known when the model is compiled (exporters write a constant). */
+static af_status dft_axis(const af_node *n, const af_tensor *const *in, int64_t *axis,
+                          af_error *err) {
+    if (af_graph_opset(n->graph) < 20) {
+        *axis = af_attr_int(n, "axis", 1);
+        return AF_OK;
+    }
+    const af_tensor *a = nn_in(n, in, 2);
+    bool known = true;
+    *axis = -2;
+    af_status st = a ? sig_int_input(n, a, "axis", axis, &known, err) : AF_OK;
+    if (!st && !known)
+        st = af_node_fail(err, n, AF_ERR_UNSUPPORTED, "axis input not known when compiling");
+    return st;
+}
+
 static af_status dft_prepare(const af_node *n, const af_tensor *const *in, dft_plan *p,
                              af_tensor *type, af_error *err) {
     af_status st = sig_opset(n, err);
@@ -197,7 +214,9 @@ static af_status dft_prepare(const af_node *n, const af_tensor *const *in, dft_p
         return AF_OK;
     }
     int r = x->rank;
-    int64_t axis = af_attr_int(n, "axis", 1);
+    int64_t axis;
+    if ((st = dft_axis(n, in, &axis, err)))
+        return st;
     /* The batch dim may be transformed too; the trailing (real, imaginary) dim may not. */
     if (r < 2 || axis < -r || axis > r - 2 || axis == -1 || !af_axis(axis, r, &p->axis))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "axis %lld invalid for input rank %d",
