@@ -482,7 +482,7 @@ static void test_model_errors(void **state) {
         const char *word;
     } cases[] = {
         {{.opset = -1}, AF_ERR_UNSUPPORTED, "opset -1"},
-        {{.opset = 22}, AF_ERR_UNSUPPORTED, "1 to 21"},
+        {{.opset = 23}, AF_ERR_UNSUPPORTED, "1 to 22"},
         {{.op2 = "FancyOp"}, AF_ERR_UNSUPPORTED, "FancyOp"},
         {{.in2 = "ghost"}, AF_ERR_INVALID_MODEL, "'ghost', which nothing produces"},
         {{.in2 = "m"}, AF_ERR_INVALID_MODEL, "cycle"},

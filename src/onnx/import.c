@@ -75,7 +75,7 @@ enum { /* TensorShapeProto.Dimension */
 };
 
 #define OPSET_MIN 1
-#define OPSET_MAX 21
+#define OPSET_MAX 22
 
 typedef struct imp {
     af_model *m; /* NULL when decoding a lone TensorProto */

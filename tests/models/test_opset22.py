@@ -1,4 +1,4 @@
-"""Opsets 19 to 21 (and opset 18's Resize axes), built with onnx.helper (Debian's onnx 1.12
+"""Opsets 19 to 22 (and opset 18's Resize axes), built with onnx.helper (Debian's onnx 1.12
 knows opset 17, so they are written unchecked) and compared with ONNX Runtime. Each model
 holds what its opset changed:
   - 19: AveragePool's dilations, Resize's half_pixel_symmetric, Pad's wrap mode;
@@ -7,7 +7,8 @@ holds what its opset changed:
     axis as an input;
   - 21: GroupNormalization with scale and bias per channel (constant: canonicalized to our
     GroupNorm; an input: the reference kernel), QuantizeLinear's output_dtype.
-Refused by name: blocked quantization (block_size), and opset 22.
+Opset 22 (bfloat16 added to some ops' types) runs a float model as 21 does. Refused by name:
+blocked quantization (block_size), and opset 23.
 """
 
 import subprocess
@@ -178,7 +179,17 @@ def test_blocked_quantization_refused(af_bin, tmp_path):
     refused(af_bin, tmp_path, path, "blocked quantization (block_size, opset 21) is not supported")
 
 
-def test_opset22_refused(af_bin, tmp_path):
-    path = save(str(tmp_path / "o22.onnx"), [helper.make_node("Relu", ["x"], ["y"])],
-                [helper.make_tensor_value_info("x", F, [2, 4])], outs(["y"]), [], 22)
-    refused(af_bin, tmp_path, path, "opset 22 is not supported (supported: 1 to 21)")
+@needs_ort
+def test_opset22_against_ort(af_bin, tmp_path):
+    # opset 22 only added bfloat16 to some ops' types: a float model runs as at 21
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1]),
+             helper.make_node("Mish", ["c"], ["y"])]
+    path = save(str(tmp_path / "o22.onnx"), nodes, [helper.make_tensor_value_info("x", F, [1, 2, 9])],
+                outs(["y"]), [const("w", rng.standard_normal((4, 2, 3)))], 22)
+    compare(af_bin, tmp_path, path, {"x": rng.standard_normal((1, 2, 9)).astype(np.float32)}, 1)
+
+
+def test_opset23_refused(af_bin, tmp_path):
+    path = save(str(tmp_path / "o23.onnx"), [helper.make_node("Relu", ["x"], ["y"])],
+                [helper.make_tensor_value_info("x", F, [2, 4])], outs(["y"]), [], 23)
+    refused(af_bin, tmp_path, path, "opset 23 is not supported (supported: 1 to 22)")
