@@ -8,7 +8,8 @@
  * dims of 1 anywhere, odd sizes, few rows, rows moved whole up to rank 6) with 1 and 2 threads
  * against the reference's strided copy; a fourth the fast Resize, Pad, Slice, Expand, Tile, Concat, Split and Gather against their
  * reference kernels on every ISA, called directly and through the dispatcher at 1 and 2
- * threads (fast_vs_ref), and what they decline reported by the reference. */
+ * threads (fast_vs_ref), and what they decline reported by the reference; likewise the
+ * selection kernels and Trilu. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -958,6 +959,65 @@ static void test_select_fast(void **state) {
     af_runtime_free(rt);
 }
 
+/* Trilu: upper and lower, k absent, zero, positive, negative, past either edge of the matrix and
+ * at INT64's limits (int64 and int32 k), wide, tall, batched and empty matrices, element sizes
+ * 1 to 8; bit for bit. */
+static void test_trilu_fast(void **state) {
+    (void)state;
+    static const struct {
+        af_dtype t;
+        int rank;
+        int64_t dims[4];
+    } geo[] = {
+        {F32, 2, {5, 7}},    {F32, 2, {7, 5}},         {I64, 3, {3, 4, 4}}, {U8, 4, {2, 3, 6, 2}},
+        {AF_DTYPE_FLOAT16, 2, {1, 9}}, {BOOL, 2, {6, 1}}, {F32, 3, {2, 0, 3}}, {F32, 2, {3, 0}},
+        {F32, 3, {4, 90, 130}}, /* threaded */
+    };
+    static const int64_t ks[] = {0, 1, -1, 3, -4, 6, -7, 100, -100, INT64_MAX, INT64_MIN};
+    af_runtime *rt = NULL;
+    af_error err;
+    assert_int_equal(af_runtime_new(2, &rt, &err), AF_OK);
+    for (size_t c = 0; c < AF_COUNT(geo); c++)
+        for (int upper = 0; upper < 2; upper++)
+            for (int kc = -1; kc < (int)AF_COUNT(ks); kc++) { /* -1: no k */
+                af_arena *a = af_arena_new();
+                char attrs[16], name[96];
+                snprintf(attrs, sizeof attrs, "upper=%d", upper);
+                af_node *n = make_node(a, "Trilu", attrs, 14, kc < 0 ? 1 : 2, 1);
+                af_tensor *x = rnd_tensor(geo[c].t, geo[c].rank, geo[c].dims);
+                bool i32 = kc >= 0 && kc % 2 && ks[kc] > INT32_MIN && ks[kc] < INT32_MAX;
+                af_tensor *k = af_tensor_new(i32 ? I32 : I64, 0, NULL);
+                if (kc >= 0 && i32) *(int32_t *)k->data = (int32_t)ks[kc];
+                else if (kc >= 0) *(int64_t *)k->data = ks[kc];
+                const af_tensor *in[2] = {x, k};
+                snprintf(name, sizeof name, "Trilu %s k %lld, geometry %zu", attrs,
+                         kc < 0 ? 0LL : (long long)ks[kc], c);
+                fast_vs_ref(name, n, in, fast_trilu, true, rt);
+                af_tensor_free(x);
+                af_tensor_free(k);
+                af_arena_free(a);
+            }
+    /* A k of two elements: declined by the fast kernel, reported by the reference. */
+    af_arena *a = af_arena_new();
+    int64_t d[2] = {3, 3}, two = 2;
+    af_tensor *x = rnd_tensor(F32, 2, d), *k = af_tensor_new(I64, 1, &two), out;
+    af_node *n = make_node(a, "Trilu", "", 14, 2, 1);
+    const af_tensor *in[2] = {x, k};
+    memset(&out, 0, sizeof out);
+    af_tensor_set_type(&out, F32, 2, d);
+    assert_int_equal(af_tensor_alloc(&out, &err), AF_OK);
+    af_exec ex;
+    af_exec_init(&ex, NULL, NULL);
+    assert_int_equal(fast_trilu(n, in, &out, &ex, &err), AF_DECLINED);
+    assert_int_equal(af_runtime_kernel(NULL, n, in, &out, &err), AF_ERR_RUNTIME);
+    af_exec_release(&ex);
+    af_tensor_release(&out);
+    af_tensor_free(x);
+    af_tensor_free(k);
+    af_arena_free(a);
+    af_runtime_free(rt);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
@@ -967,6 +1027,7 @@ int main(void) {
         cmocka_unit_test(test_pad_fast),
         cmocka_unit_test(test_copy_fast),
         cmocka_unit_test(test_select_fast),
+        cmocka_unit_test(test_trilu_fast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

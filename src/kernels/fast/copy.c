@@ -9,7 +9,9 @@
  *     broadcast) or an element loop (a step);
  *   - Concat, Split and Gather: a list of contiguous blocks (per outer index and input, output,
  *     or index), each one memcpy;
- *   - ConstantOfShape: the value as a view of stride 0 (a fill).
+ *   - ConstantOfShape: the value as a view of stride 0 (a fill);
+ *   - Trilu: per row of each matrix, a memcpy of the span it keeps and a memset of the span it
+ *     zeroes (one at each end of the row: the diagonal's column splits it).
  *
  * Invariant: each output element gets exactly the bytes the reference kernel gives it (the
  * same plans: tn_pad_plan / tn_pad_src, tn_slice_view, tn_split_sizes, the same broadcast and
@@ -309,6 +311,61 @@ af_status fast_tile(const af_node *n, const af_tensor *const *in, af_tensor *out
         vs[2 * i + 1] = xs[i];
     }
     sv_copy(x, out[0].data, t->data, es, 0, 2 * t->rank, vd, vs);
+    return AF_OK;
+}
+
+/* ---- Trilu ---------------------------------------------------------------------------------------- */
+
+typedef struct tri_job {
+    const char *x;
+    char *y;
+    size_t es;
+    int64_t rows, cols, k; /* k clamped to [-rows, cols]: i + k + 1 cannot overflow */
+    bool upper;
+} tri_job;
+
+/* Rows [begin, end) over all the matrices. Row i keeps the columns j with j - i >= k (upper) or
+ * j - i <= k (lower): upper zeroes [0, i + k) and keeps the rest, lower keeps [0, i + k] and
+ * zeroes the rest, the split clamped to the row. */
+static void tri_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const tri_job *j = ctx;
+    size_t row = (size_t)j->cols * j->es;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t split = r % j->rows + j->k + (j->upper ? 0 : 1);
+        split = split < 0 ? 0 : split > j->cols ? j->cols : split;
+        size_t cut = (size_t)split * j->es;
+        const char *x = j->x + (size_t)r * row;
+        char *y = j->y + (size_t)r * row;
+        if (j->upper) {
+            memset(y, 0, cut);
+            af_copy(y + cut, x + cut, row - cut);
+        } else {
+            af_copy(y, x, cut);
+            memset(y + cut, 0, row - cut);
+        }
+    }
+}
+
+/* Trilu of any element size; k from the optional input (one int32 or int64), 0 without it. */
+af_status fast_trilu(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *x,
+                     af_error *err) {
+    (void)err;
+    size_t es;
+    const af_tensor *t = n->nin >= 1 ? in[0] : NULL, *kt = tn_in(n, in, 1);
+    if (!cp_io(n, in, &out[0], &es) || t->rank < 2 || out[0].rank != t->rank) return AF_DECLINED;
+    for (int d = 0; d < t->rank; d++)
+        if (out[0].dims[d] != t->dims[d]) return AF_DECLINED;
+    if (kt && (!tn_is_index_type(kt->dtype) || af_tensor_numel(kt) != 1 ||
+               !cp_ready(kt, af_dtype_size(kt->dtype))))
+        return AF_DECLINED; /* the reference reports it */
+    tri_job j = {.x = t->data, .y = out[0].data, .es = es, .rows = t->dims[t->rank - 2],
+                 .cols = t->dims[t->rank - 1], .upper = af_attr_int(n, "upper", 1) != 0};
+    int64_t total = af_tensor_numel(t), k = kt ? tn_geti(kt, 0) : 0;
+    if (total == 0) return AF_OK;
+    j.k = k < -j.rows ? -j.rows : k > j.cols ? j.cols : k;
+    af_exec_parallel(x, total / j.cols, af_exec_work_ns(x, 0.0, 2.0 * (double)total * (double)es),
+                     tri_rows, &j);
     return AF_OK;
 }
 

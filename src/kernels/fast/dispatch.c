@@ -79,6 +79,7 @@ static const fast_row rows[AF_OP_COUNT] = {
     [AF_OP_SLICE] = {.kernel = fast_slice},
     [AF_OP_EXPAND] = {.kernel = fast_expand},
     [AF_OP_TILE] = {.kernel = fast_tile},
+    [AF_OP_TRILU] = {.kernel = fast_trilu, .in_types = ANY_DTYPE},
     [AF_OP_CONCAT] = {.kernel = fast_concat},
     [AF_OP_SPLIT] = {.kernel = fast_split},
     [AF_OP_GATHER] = {.kernel = fast_gather},

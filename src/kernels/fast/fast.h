@@ -62,6 +62,7 @@ AF_FAST_KERNEL(fast_split);
 AF_FAST_KERNEL(fast_gather);
 AF_FAST_KERNEL(fast_constant_of_shape);
 AF_FAST_KERNEL(fast_cast);
+AF_FAST_KERNEL(fast_trilu);
 /* The (from, to) dtype pairs fast_cast converts (it declines the others). */
 bool fast_cast_takes(af_dtype from, af_dtype to);
 /* select.c: data-dependent indexing by element size. */
