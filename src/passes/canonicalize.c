@@ -28,6 +28,8 @@
  *       shape, [Mul gamma], [Add beta] with gamma/beta constants per channel ([C, 1, ...]);
  *       and from any other float32 InstanceNormalization with [C] scale and B (C groups),
  *       and from ONNX's GroupNormalization with constant scale and B;
+ *   ReduceMean, Sub, Mul, ReduceMean, Sqrt, Add, Div  from  MeanVarianceNormalization (float32,
+ *       known dims): its definition in ops that have fast kernels;
  *   QuantizeDequantize(x; scale, zero_point)  from  QuantizeLinear -> DequantizeLinear with the
  *       same constant per-tensor parameters, and through data movement (qdq.c);
  * Existing LayerNormalization nodes get axis -1 when they normalise the last axis.
@@ -942,6 +944,90 @@ static af_status onnx_gelu(pass_scope *s, af_node *n, bool *hit, af_error *err) 
     return make_gelu(s, &m, n, n->in[0], n->out[0], tanh_form ? "tanh" : "none", hit, err);
 }
 
+/* ---- MeanVarianceNormalization ------------------------------------------------------------- */
+
+/* The standard deviation's epsilon of ONNX's function body (and of the reference kernel). */
+#define MVN_EPS 1e-9f
+
+/* MVN's axes (default 0, 2, 3) normalised into axes, their count; 0 when one is out of range or
+ * repeated, or there are none (ReduceMean would read no axes as all of them): the reference
+ * runs those. */
+static int mvn_axes(const af_node *n, int rank, int64_t *axes, bool *reduced) {
+    static const int64_t dflt[3] = {0, 2, 3};
+    const int64_t *a = dflt;
+    int na = af_attr_ints(n, "axes", &a);
+    if (na < 0) {
+        a = dflt;
+        na = 3;
+    }
+    if (na > rank) return 0;
+    for (int i = 0; i < na; i++) {
+        int ax;
+        if (!af_axis(a[i], rank, &ax) || reduced[ax]) return 0;
+        reduced[ax] = true;
+        axes[i] = ax;
+    }
+    return na;
+}
+
+/* A new node op(a, b) (b may be NULL) in place of MVN node n, writing y, or a new value of
+ * type t when y is NULL; its output, NULL when out of memory. */
+static af_value *mvn_step(pass_scope *s, const match *m, af_op op, af_value *a, af_value *b,
+                          const af_tensor *t, af_value *y) {
+    af_node *r = pass_node_new(s, op, m->nodes[0], b ? 2 : 1, 1);
+    af_value *out = y ? y : value_like(s, "mvn", t);
+    if (!r || !out || !provenance(r, m)) return NULL;
+    af_node_set_input(r, 0, a);
+    if (b) af_node_set_input(r, 1, b);
+    af_node_set_output(r, 0, out);
+    return out;
+}
+
+/* ReduceMean(v; axes, keepdims 1), its axes an attribute before opset 18 and an input from it. */
+static af_value *mvn_mean(pass_scope *s, const match *m, af_value *v, const int64_t *axes, int na,
+                          const af_tensor *t) {
+    bool input = af_graph_opset(s->g) >= 18;
+    af_value *ax = input ? af_value_new_ints(s->g, "mvn_axes", na, axes) : NULL;
+    if (input && !ax) return NULL;
+    af_value *mean = mvn_step(s, m, AF_OP_REDUCE_MEAN, v, ax, t, NULL);
+    af_node *r = mean ? mean->producer : NULL;
+    if (!r || !af_node_set_int(r, "keepdims", 1) || (!input && !af_node_set_ints(r, "axes", axes, na)))
+        return NULL;
+    return mean;
+}
+
+/* MeanVarianceNormalization(x; axes) as the ops of its definition, each with a fast kernel:
+ * d = x - ReduceMean(x), y = d / (Sqrt(ReduceMean(d * d)) + 1e-9). The variance is the
+ * reference's, from the deviations: ONNX's function body takes E[x^2] - E[x]^2, which cancels
+ * in float32 where the mean is large against the spread. */
+static af_status mean_variance_normalization(pass_scope *s, af_node *n, bool *hit, af_error *err) {
+    af_value *x = n->nin == 1 ? n->in[0] : NULL, *y = n->nout == 1 ? n->out[0] : NULL;
+    if (!x || !y || x->type.dtype != AF_DTYPE_FLOAT || !dims_whole(&x->type)) return AF_OK;
+    int64_t axes[AF_MAX_RANK];
+    bool reduced[AF_MAX_RANK] = {false};
+    int na = mvn_axes(n, x->type.rank, axes, reduced);
+    if (na == 0) return AF_OK;
+    af_tensor rt = x->type; /* the statistics' type: reduced axes kept as 1 */
+    for (int i = 0; i < rt.rank; i++)
+        if (reduced[i]) rt.dims[i] = 1;
+    match m = {{n}, 1};
+    af_value *eps = af_value_new_f32(s->g, "mvn_epsilon", 0, NULL);
+    af_value *mean = eps ? mvn_mean(s, &m, x, axes, na, &rt) : NULL;
+    af_value *d = mean ? mvn_step(s, &m, AF_OP_SUB, x, mean, &x->type, NULL) : NULL;
+    af_value *sq = d ? mvn_step(s, &m, AF_OP_MUL, d, d, &x->type, NULL) : NULL;
+    af_value *var = sq ? mvn_mean(s, &m, sq, axes, na, &rt) : NULL;
+    af_value *sd = var ? mvn_step(s, &m, AF_OP_SQRT, var, NULL, &rt, NULL) : NULL;
+    af_value *den = sd ? mvn_step(s, &m, AF_OP_ADD, sd, eps, &rt, NULL) : NULL;
+    if (!den) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory canonicalizing");
+    *(float *)eps->type.data = MVN_EPS;
+    af_status st = pass_kill(s, n, err); /* frees y for the Div */
+    if (st) return st;
+    if (!mvn_step(s, &m, AF_OP_DIV, d, den, &x->type, y))
+        return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory canonicalizing");
+    *hit = true;
+    return AF_OK;
+}
+
 /* ---- the walk ------------------------------------------------------------------------------ */
 
 static af_status rewrite_at(pass_scope *s, af_node *n, bool *hit, af_error *err) {
@@ -955,6 +1041,7 @@ static af_status rewrite_at(pass_scope *s, af_node *n, bool *hit, af_error *err)
     case AF_OP_LAYER_NORMALIZATION: layernorm_axis(n); return AF_OK;
     case AF_OP_INSTANCE_NORMALIZATION: return groupnorm(s, n, hit, err);
     case AF_OP_GROUP_NORMALIZATION: return group_normalization(s, n, hit, err);
+    case AF_OP_MEAN_VARIANCE_NORMALIZATION: return mean_variance_normalization(s, n, hit, err);
     case AF_OP_ONNX_GELU: return onnx_gelu(s, n, hit, err);
     case AF_OP_TRANSPOSE: {
         bool shuffled = false;
