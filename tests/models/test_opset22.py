@@ -4,7 +4,7 @@ holds what its opset changed:
   - 19: AveragePool's dilations, Resize's half_pixel_symmetric, Pad's wrap mode;
   - 18: Resize's axes and keep_aspect_ratio_policy (not_larger, not_smaller);
   - 20: Gelu as an ONNX op (both forms; it becomes our Gelu and fuses after MatMul + bias), DFT's
-    axis as an input;
+    axis as an input, AffineGrid (2-D and 3-D, align_corners);
   - 21: GroupNormalization with scale and bias per channel (constant: canonicalized to our
     GroupNorm; an input: the reference kernel), QuantizeLinear's output_dtype.
 Opset 22 (bfloat16 added to some ops' types) runs a float model as 21 does. Refused by name:
@@ -133,12 +133,23 @@ def test_opset20_against_ort(af_bin, tmp_path):
         helper.make_node("DFT", ["sig", "", "one"], ["dft1"]),
         helper.make_node("DFT", ["sig", "", "m2"], ["dft_m2"], onesided=1),
         helper.make_node("DFT", ["sig", "len"], ["dft_default"]),
+        helper.make_node("AffineGrid", ["theta2", "size2"], ["grid2"]),
+        helper.make_node("AffineGrid", ["theta2", "size2"], ["grid2_ac"], align_corners=1),
+        helper.make_node("AffineGrid", ["theta3", "size3"], ["grid3"]),
+        helper.make_node("AffineGrid", ["theta3", "size3"], ["grid3_ac"], align_corners=1),
     ]
     inits = [w, const("b", rng.standard_normal(24) * 0.1), const("last", [-1], np.int64), const("one", 1, np.int64), const("m2", -2, np.int64),
-             const("len", 20, np.int64)]
-    path = save(str(tmp_path / "m20.onnx"), nodes, [helper.make_tensor_value_info("x", F, [4, 16])],
-                outs(["gelu", "gelu_tanh", "mm_gelu", "dft1", "dft_m2", "dft_default"]), inits, 20)
-    compare(af_bin, tmp_path, path, {"x": rng.standard_normal((4, 16)).astype(np.float32)}, 6, tol=1e-4)
+             const("len", 20, np.int64), const("size2", [2, 3, 5, 7], np.int64),
+             const("size3", [2, 1, 3, 4, 6], np.int64)]
+    inputs = [helper.make_tensor_value_info("x", F, [4, 16]), helper.make_tensor_value_info("theta2", F, [2, 2, 3]),
+              helper.make_tensor_value_info("theta3", F, [2, 3, 4])]
+    path = save(str(tmp_path / "m20.onnx"), nodes, inputs,
+                outs(["gelu", "gelu_tanh", "mm_gelu", "dft1", "dft_m2", "dft_default", "grid2", "grid2_ac",
+                      "grid3", "grid3_ac"]), inits, 20)
+    feeds = {"x": rng.standard_normal((4, 16)).astype(np.float32),
+             "theta2": rng.standard_normal((2, 2, 3)).astype(np.float32),
+             "theta3": rng.standard_normal((2, 3, 4)).astype(np.float32)}
+    compare(af_bin, tmp_path, path, feeds, 10, tol=1e-4)
     r = subprocess.run([af_bin, "report", path], capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
     assert "MatMulBiasActFusionOp" in r.stdout, r.stdout
