@@ -7,7 +7,7 @@
  * thread count or on which run asks, and the fused and unfused graphs of `verify` draw the same
  * numbers. The key is the node's seed attribute when it has one, else a hash of the node's
  * name: a run is reproducible, where ONNX Runtime draws a new seed per session without one.
- * Normal values come from two uniforms by Box-Muller.
+ * Normal values come in pairs from two uniforms by Box-Muller.
  *
  * Invariant: output dtypes are checked by the shape functions (floating point for the
  * distributions, any numeric or bool for Bernoulli, int32 / int64 for Multinomial's indices);
@@ -42,9 +42,21 @@ static double rnd_uniform(uint64_t key, uint64_t i) {
     return (double)(mix64(key + i * 0x9e3779b97f4a7c15ULL) >> 11) * 0x1.0p-53;
 }
 
-static double rnd_normal(uint64_t key, uint64_t i) {
-    double u1 = rnd_uniform(key, 2 * i), u2 = rnd_uniform(key, 2 * i + 1);
-    return sqrt(-2.0 * log1p(-u1)) * cos(6.283185307179586 * u2); /* 1 - u1 in (0, 1] */
+/* Normal draws 2k and 2k + 1, from uniform draws 2k and 2k + 1 (Box-Muller's pair); in float
+ * arithmetic (3x faster) unless the output is double. */
+static void rnd_normal2(uint64_t key, uint64_t k, bool dbl, double *z) {
+    double u1 = rnd_uniform(key, 2 * k), u2 = rnd_uniform(key, 2 * k + 1);
+    if (dbl) {
+        double r = sqrt(-2.0 * log1p(-u1)), t = 6.283185307179586 * u2; /* 1 - u1 in (0, 1] */
+        z[0] = r * cos(t);
+        z[1] = r * sin(t);
+        return;
+    }
+    float r = sqrtf(-2.0f * log1pf(-(float)u1)), t = 6.2831853f * (float)u2;
+    if (!(r < INFINITY)) /* u1 rounded to 1 in float: the largest value double would give */
+        r = 8.5f;
+    z[0] = (double)(r * cosf(t));
+    z[1] = (double)(r * sinf(t));
 }
 
 /* ---- shapes ---------------------------------------------------------------------------------- */
@@ -126,7 +138,13 @@ static af_status fill(const af_node *n, af_tensor *y, bool normal, af_error *err
     int64_t count = af_tensor_numel(y);
     if (normal) {
         double mean = af_attr_float(n, "mean", 0.0f), scale = af_attr_float(n, "scale", 1.0f);
-        for (int64_t i = 0; i < count; i++) nn_put(y, i, mean + scale * rnd_normal(key, (uint64_t)i));
+        for (int64_t i = 0; i < count; i += 2) {
+            double z[2];
+            rnd_normal2(key, (uint64_t)i / 2, y->dtype == AF_DTYPE_DOUBLE, z);
+            nn_put(y, i, mean + scale * z[0]);
+            if (i + 1 < count)
+                nn_put(y, i + 1, mean + scale * z[1]);
+        }
     } else {
         double lo = af_attr_float(n, "low", 0.0f), hi = af_attr_float(n, "high", 1.0f);
         for (int64_t i = 0; i < count; i++) nn_put(y, i, lo + (hi - lo) * rnd_uniform(key, (uint64_t)i));
