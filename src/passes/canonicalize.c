@@ -46,6 +46,7 @@
 #include "passes/rewrite.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Constants as exporters write them (float32 roundings of the exact values) match within this
@@ -983,16 +984,21 @@ static af_value *mvn_step(pass_scope *s, const match *m, af_op op, af_value *a, 
     return out;
 }
 
-/* ReduceMean(v; axes, keepdims 1), its axes an attribute before opset 18 and an input from it. */
+/* ReduceMean(v; axes, keepdims 1), its axes an attribute before opset 18 and an input from it;
+ * its name the MVN node's with `suffix` (the two means' names differ). */
 static af_value *mvn_mean(pass_scope *s, const match *m, af_value *v, const int64_t *axes, int na,
-                          const af_tensor *t) {
+                          const af_tensor *t, const char *suffix) {
     bool input = af_graph_opset(s->g) >= 18;
     af_value *ax = input ? af_value_new_ints(s->g, "mvn_axes", na, axes) : NULL;
     if (input && !ax) return NULL;
     af_value *mean = mvn_step(s, m, AF_OP_REDUCE_MEAN, v, ax, t, NULL);
     af_node *r = mean ? mean->producer : NULL;
-    if (!r || !af_node_set_int(r, "keepdims", 1) || (!input && !af_node_set_ints(r, "axes", axes, na)))
+    size_t len = r ? strlen(r->name) + strlen(suffix) + 1 : 0;
+    char *name = r ? af_arena_alloc(s->g->arena, len) : NULL;
+    if (!name || !af_node_set_int(r, "keepdims", 1) || (!input && !af_node_set_ints(r, "axes", axes, na)))
         return NULL;
+    snprintf(name, len, "%s%s", r->name, suffix);
+    r->name = name;
     return mean;
 }
 
@@ -1012,10 +1018,10 @@ static af_status mean_variance_normalization(pass_scope *s, af_node *n, bool *hi
         if (reduced[i]) rt.dims[i] = 1;
     match m = {{n}, 1};
     af_value *eps = af_value_new_f32(s->g, "mvn_epsilon", 0, NULL);
-    af_value *mean = eps ? mvn_mean(s, &m, x, axes, na, &rt) : NULL;
+    af_value *mean = eps ? mvn_mean(s, &m, x, axes, na, &rt, "") : NULL;
     af_value *d = mean ? mvn_step(s, &m, AF_OP_SUB, x, mean, &x->type, NULL) : NULL;
     af_value *sq = d ? mvn_step(s, &m, AF_OP_MUL, d, d, &x->type, NULL) : NULL;
-    af_value *var = sq ? mvn_mean(s, &m, sq, axes, na, &rt) : NULL;
+    af_value *var = sq ? mvn_mean(s, &m, sq, axes, na, &rt, "_variance") : NULL;
     af_value *sd = var ? mvn_step(s, &m, AF_OP_SQRT, var, NULL, &rt, NULL) : NULL;
     af_value *den = sd ? mvn_step(s, &m, AF_OP_ADD, sd, eps, &rt, NULL) : NULL;
     if (!den) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory canonicalizing");
