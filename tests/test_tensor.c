@@ -503,6 +503,82 @@ static void test_resize_fast(void **state) {
     af_runtime_free(rt);
 }
 
+/* GridSample: every mode x padding_mode x align_corners on 1-D, 2-D and 3-D inputs (opset 16's
+ * mode names for 2-D, opset 20's for the others), odd sizes, N > 1, C = 1 and C > 8, grid values
+ * inside and outside [-1, 1], a NaN and a huge one; nearest bit for bit. */
+static void test_grid_sample_fast(void **state) {
+    (void)state;
+    static const struct {
+        int rank;
+        int64_t x[5], g[5];
+    } geo[] = {
+        {4, {2, 3, 5, 7}, {2, 4, 6, 2}},
+        {4, {1, 1, 4, 3}, {1, 9, 5, 2}},     /* C = 1 */
+        {4, {1, 11, 6, 9}, {1, 3, 7, 2}},    /* C > 8 */
+        {5, {2, 3, 3, 4, 5}, {2, 2, 3, 4, 3}},
+        {3, {2, 3, 7}, {2, 5, 1}},
+        {4, {1, 1, 1, 1}, {1, 2, 3, 2}},     /* a single pixel (reflection's empty span) */
+    };
+    static const char *modes16[] = {"bilinear", "nearest", "bicubic"};
+    static const char *modes20[] = {"linear", "nearest", "cubic"};
+    static const char *pads[] = {"zeros", "border", "reflection"};
+    af_runtime *rt = NULL;
+    af_error err;
+    assert_int_equal(af_runtime_new(2, &rt, &err), AF_OK);
+    for (size_t c = 0; c < AF_COUNT(geo); c++)
+        for (int m = 0; m < 3; m++)
+            for (int p = 0; p < 3; p++)
+                for (int al = 0; al < 2; al++) {
+                    af_arena *a = af_arena_new();
+                    int opset = geo[c].rank == 4 ? 16 : 20;
+                    char attrs[96], name[160];
+                    snprintf(attrs, sizeof attrs, "mode=%s padding_mode=%s align_corners=%d",
+                             opset == 16 ? modes16[m] : modes20[m], pads[p], al);
+                    af_node *n = make_node(a, "GridSample", attrs, opset, 2, 1);
+                    af_tensor *x = rnd_tensor(F32, geo[c].rank, geo[c].x);
+                    af_tensor *g = af_tensor_new(F32, geo[c].rank, geo[c].g);
+                    float *gv = g->data;
+                    for (int64_t i = 0; i < af_tensor_numel(g); i++) gv[i] = (float)(tu_rnd() * 1.6);
+                    gv[0] = 1e30f;
+                    if (m != 2) gv[1] = NAN; /* cubic's weights of a NaN are NaN in both */
+                    const af_tensor *in[2] = {x, g};
+                    snprintf(name, sizeof name, "GridSample %s, geometry %zu", attrs, c);
+                    fast_vs_ref(name, n, in, fast_grid_sample, m == 1, rt);
+                    af_tensor_free(x);
+                    af_tensor_free(g);
+                    af_arena_free(a);
+                }
+    /* Large enough for two threads to share it. */
+    af_arena *a = af_arena_new();
+    int64_t xd[4] = {2, 16, 40, 40}, gd[4] = {2, 40, 40, 2};
+    af_node *n = make_node(a, "GridSample", "", 16, 2, 1);
+    af_tensor *x = rnd_tensor(F32, 4, xd), *g = af_tensor_new(F32, 4, gd);
+    for (int64_t i = 0; i < af_tensor_numel(g); i++) ((float *)g->data)[i] = (float)(tu_rnd() * 1.1);
+    const af_tensor *in[2] = {x, g};
+    fast_vs_ref("GridSample threaded", n, in, fast_grid_sample, false, rt);
+    /* Each opset's mode names only, as ONNX Runtime; more than 3 spatial axes refused by name. */
+    af_tensor out;
+    memset(&out, 0, sizeof out);
+    n = make_node(a, "GridSample", "mode=linear", 16, 2, 1);
+    assert_int_equal(af_kernel_shape(n, in, &out, &err), AF_ERR_INVALID_MODEL);
+    assert_non_null(strstr(err.message, "bilinear, nearest or bicubic"));
+    n = make_node(a, "GridSample", "mode=bicubic", 20, 2, 1);
+    assert_int_equal(af_kernel_shape(n, in, &out, &err), AF_ERR_INVALID_MODEL);
+    assert_non_null(strstr(err.message, "linear, nearest or cubic"));
+    int64_t d6[6] = {1, 1, 2, 2, 2, 2}, g6[6] = {1, 2, 2, 2, 2, 4};
+    af_tensor *x6 = af_tensor_new(F32, 6, d6), *gg6 = af_tensor_new(F32, 6, g6);
+    const af_tensor *in6[2] = {x6, gg6};
+    n = make_node(a, "GridSample", "", 20, 2, 1);
+    assert_int_equal(af_kernel_shape(n, in6, &out, &err), AF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.message, "1 to 3 spatial axes"));
+    af_tensor_free(x6);
+    af_tensor_free(gg6);
+    af_tensor_free(x);
+    af_tensor_free(g);
+    af_arena_free(a);
+    af_runtime_free(rt);
+}
+
 /* Pad: every mode, negative pads, ranks 1 to 5, dtypes of 1 to 8 bytes, constant values. */
 static void test_pad_fast(void **state) {
     (void)state;
@@ -1024,6 +1100,7 @@ int main(void) {
         cmocka_unit_test(test_unknown_values),
         cmocka_unit_test(test_transpose_fast),
         cmocka_unit_test(test_resize_fast),
+        cmocka_unit_test(test_grid_sample_fast),
         cmocka_unit_test(test_pad_fast),
         cmocka_unit_test(test_copy_fast),
         cmocka_unit_test(test_select_fast),

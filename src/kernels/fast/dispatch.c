@@ -75,6 +75,7 @@ static const fast_row rows[AF_OP_COUNT] = {
     [AF_OP_WHERE] = {.kernel = fast_where},
     [AF_OP_RESIZE] = {.kernel = fast_resize},
     [AF_OP_UPSAMPLE] = {.kernel = fast_resize},
+    [AF_OP_GRID_SAMPLE] = {.kernel = fast_grid_sample},
     [AF_OP_PAD] = {.kernel = fast_pad},
     [AF_OP_SLICE] = {.kernel = fast_slice},
     [AF_OP_EXPAND] = {.kernel = fast_expand},

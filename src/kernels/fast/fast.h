@@ -52,6 +52,8 @@ AF_FAST_KERNEL(fast_not);
 AF_FAST_KERNEL(fast_where);
 /* resize.c: Resize and Upsample as separable passes. */
 AF_FAST_KERNEL(fast_resize);
+/* gridsample.c: GridSample, its taps found once per point for every channel. */
+AF_FAST_KERNEL(fast_grid_sample);
 /* copy.c: data movement by element size. */
 AF_FAST_KERNEL(fast_pad);
 AF_FAST_KERNEL(fast_slice);
