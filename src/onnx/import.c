@@ -29,7 +29,11 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 enum { /* ModelProto */
     MODEL_IR_VERSION = 1, MODEL_PRODUCER_NAME = 2, MODEL_PRODUCER_VERSION = 3, MODEL_DOMAIN = 4,
     MODEL_MODEL_VERSION = 5, MODEL_DOC_STRING = 6, MODEL_GRAPH = 7, MODEL_OPSET_IMPORT = 8,
-    MODEL_METADATA_PROPS = 14
+    MODEL_METADATA_PROPS = 14, MODEL_FUNCTIONS = 25
+};
+enum { /* FunctionProto */
+    FN_NAME = 1, FN_INPUT = 4, FN_OUTPUT = 5, FN_NODE = 7, FN_OPSET_IMPORT = 9, FN_DOMAIN = 10,
+    FN_ATTRIBUTE_PROTO = 11, FN_OVERLOAD = 13
 };
 enum { /* StringStringEntryProto */
     ENTRY_KEY = 1, ENTRY_VALUE = 2
@@ -43,7 +47,7 @@ enum { /* GraphProto */
 };
 enum { /* NodeProto */
     NODE_INPUT = 1, NODE_OUTPUT = 2, NODE_NAME = 3, NODE_OP_TYPE = 4, NODE_ATTRIBUTE = 5,
-    NODE_DOMAIN = 7
+    NODE_DOMAIN = 7, NODE_OVERLOAD = 8
 };
 enum { /* AttributeProto */
     ATTR_NAME = 1, ATTR_F = 2, ATTR_I = 3, ATTR_S = 4, ATTR_T = 5, ATTR_G = 6, ATTR_FLOATS = 7,
@@ -91,7 +95,36 @@ typedef struct imp {
     af_opset *opsets;
     int nopsets;
     bool has_onnx_opset; /* ai.onnx is imported (models of other domains only may omit it) */
+    struct fn_def *fns; /* the model's local functions */
+    int nfns;
 } imp;
+
+/* A model-local function (ModelProto.functions, as torch's dynamo exporter and onnxscript write
+ * them): a node of its domain, name and overload is replaced by the function's body at import,
+ * its values renamed under the calling node's name. */
+typedef struct fn_def {
+    const char *domain, *name, *overload;
+    af_pb msg;
+    const char **in, **out;
+    int nin, nout;
+    int64_t onnx_version; /* its ai.onnx import, -1 when it has none */
+} fn_def;
+
+/* One call being inlined: the actual names of the formal inputs and outputs ("" when the caller
+ * omits one), the prefix of the body's own values, and the caller's attributes (values already,
+ * its own references resolved), which the body's ref_attr_name attributes take. */
+typedef struct fn_frame {
+    const fn_def *fn;
+    const char *prefix;
+    const char **in, **out;
+    const af_attr *attrs;
+    int nattrs, depth;
+} fn_frame;
+
+/* Calls nest at most this deep (a function may not call itself), and inlining gives a graph at
+ * most this many nodes (a function calling another twice, 32 deep, would give 2^32). */
+#define FN_MAX_DEPTH 32
+#define FN_MAX_NODES (1 << 18)
 
 /* A NodeProto being imported: what phase 1 declared, for phase 2. */
 typedef struct node_rec {
@@ -102,6 +135,8 @@ typedef struct node_rec {
     const char *domain;
     af_node *node; /* NULL for a Constant, which becomes `konst` instead */
     af_value *konst;
+    const fn_frame *frame; /* the call whose body holds this node; NULL in a graph */
+    const fn_def *call;    /* the function this node calls (inlined: no node of its own) */
 } node_rec;
 
 /* Names declared in one graph: open addressing, capacity a power of two, at most half full. */
@@ -651,8 +686,14 @@ static af_status read_list(const imp *c, af_graph *g, const af_pb *msg, af_attr 
     return st;
 }
 
+static af_status fn_attr(const imp *c, const node_rec *nr, af_graph *g, const char *ref, af_attr *at,
+                         bool *omit, af_error *err);
+
+/* One AttributeProto of node nr into at; *omit when it refers to an attribute of the calling
+ * function's that the call does not give and that has no default (the body's op then sees it
+ * absent, as ONNX defines). */
 static af_status read_attr(const imp *c, const node_rec *nr, af_graph *g, const af_pb *msg,
-                           af_attr *at, af_error *err) {
+                           af_attr *at, bool *omit, af_error *err) {
     af_pb r = *msg, sub;
     af_pb_field f, tf = {0}, gf = {0};
     af_status st = AF_OK;
@@ -696,11 +737,7 @@ static af_status read_attr(const imp *c, const node_rec *nr, af_graph *g, const 
     }
     if (st) return st;
     if (!*at->name) return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "an attribute has no name");
-    if (ref)
-        return node_fail(c, nr, err, AF_ERR_UNSUPPORTED,
-                         "attribute '%s' refers to function attribute '%s' (functions are not "
-                         "supported)",
-                         at->name, ref);
+    if (ref) return fn_attr(c, nr, g, ref, at, omit, err);
     if (type < 0 || type > AF_ATTR_TYPE_PROTOS)
         return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "attribute '%s' has invalid type %lld",
                          at->name, (long long)type);
@@ -720,6 +757,13 @@ static af_status read_attr(const imp *c, const node_rec *nr, af_graph *g, const 
         if (st == AF_OK && !(at->t = af_arena_alloc(c->a, sizeof *at->t))) st = nomem(c, err);
         return st ? st : read_tensor(c, &sub, at->t, &tname, err);
     case AF_ATTR_GRAPH:
+    case AF_ATTR_GRAPHS:
+        if (nr->frame) /* its names would need the call's renaming too */
+            return node_fail(c, nr, err, AF_ERR_UNSUPPORTED,
+                             "a subgraph (attribute '%s') inside function '%s' is not supported",
+                             at->name, nr->frame->fn->name);
+        if (at->type == AF_ATTR_GRAPHS)
+            return read_list(c, g, msg, at, ATTR_GRAPHS, 2, err);
         if (!gf.num)
             return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "graph attribute '%s' has no graph",
                              at->name);
@@ -735,8 +779,6 @@ static af_status read_attr(const imp *c, const node_rec *nr, af_graph *g, const 
         return read_list(c, g, msg, at, ATTR_STRINGS, 0, err);
     case AF_ATTR_TENSORS:
         return read_list(c, g, msg, at, ATTR_TENSORS, 1, err);
-    case AF_ATTR_GRAPHS:
-        return read_list(c, g, msg, at, ATTR_GRAPHS, 2, err);
     case AF_ATTR_SPARSE_TENSOR:
     case AF_ATTR_SPARSE_TENSORS:
     case AF_ATTR_TYPE_PROTO:
@@ -762,9 +804,12 @@ static af_status read_attrs(const imp *c, const node_rec *nr, af_graph *g, af_at
     af_pb_field f;
     while ((st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
         if (f.num != NODE_ATTRIBUTE) continue;
+        bool omit = false;
+        memset(&attrs[k], 0, sizeof attrs[k]);
         st = af_pb_sub(&r, &f, "AttributeProto", &sub, err);
-        if (st == AF_OK) st = read_attr(c, nr, g, &sub, &attrs[k], err);
+        if (st == AF_OK) st = read_attr(c, nr, g, &sub, &attrs[k], &omit, err);
         if (st) return st;
+        if (omit) continue;
         for (int j = 0; j < k; j++)
             if (!strcmp(attrs[j].name, attrs[k].name))
                 return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "attribute '%s' given twice",
@@ -776,11 +821,113 @@ static af_status read_attrs(const imp *c, const node_rec *nr, af_graph *g, af_at
     return st;
 }
 
-/* ---- nodes --------------------------------------------------------------------------------- */
+/* ---- model-local functions ------------------------------------------------------------------ */
 
 static bool is_default_domain(const char *d) {
     return !*d || !strcmp(d, "ai.onnx");
 }
+
+static af_status read_opset(const imp *c, const af_pb *msg, af_opset *op, af_error *err);
+
+static af_status read_function(const imp *c, const af_pb *msg, fn_def *fn, af_error *err) {
+    int nin, nout;
+    af_status st = af_pb_count(msg, FN_INPUT, &nin, err);
+    if (!st) st = af_pb_count(msg, FN_OUTPUT, &nout, err);
+    if (st) return st;
+    *fn = (fn_def){.domain = "", .name = "", .overload = "", .msg = *msg, .onnx_version = -1};
+    fn->in = af_arena_calloc(c->a, (size_t)nin + 1, sizeof *fn->in);
+    fn->out = af_arena_calloc(c->a, (size_t)nout + 1, sizeof *fn->out);
+    if (!fn->in || !fn->out) return nomem(c, err);
+    af_pb r = *msg, sub;
+    af_pb_field f;
+    af_opset op;
+    while (st == AF_OK && (st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
+        switch (f.num) {
+        case FN_NAME: st = af_pb_str(&r, &f, "name", c->a, &fn->name, err); break;
+        case FN_DOMAIN: st = af_pb_str(&r, &f, "domain", c->a, &fn->domain, err); break;
+        case FN_OVERLOAD: st = af_pb_str(&r, &f, "overload", c->a, &fn->overload, err); break;
+        case FN_INPUT: st = af_pb_str(&r, &f, "input", c->a, &fn->in[fn->nin++], err); break;
+        case FN_OUTPUT: st = af_pb_str(&r, &f, "output", c->a, &fn->out[fn->nout++], err); break;
+        case FN_OPSET_IMPORT:
+            st = af_pb_sub(&r, &f, "OperatorSetIdProto", &sub, err);
+            if (!st) st = read_opset(c, &sub, &op, err);
+            if (!st && is_default_domain(op.domain)) fn->onnx_version = op.version;
+            break;
+        default: break;
+        }
+    }
+    if (!st && !*fn->name) return file_fail(c, err, AF_ERR_INVALID_MODEL, "a function has no name");
+    return st;
+}
+
+static const fn_def *find_fn(const imp *c, const char *domain, const char *name, const char *overload) {
+    for (int i = 0; i < c->nfns; i++)
+        if (!strcmp(c->fns[i].domain, domain) && !strcmp(c->fns[i].name, name) &&
+            !strcmp(c->fns[i].overload, overload))
+            return &c->fns[i];
+    return NULL;
+}
+
+static const char *joined(const imp *c, const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    char *s = af_arena_alloc(c->a, la + lb + 1);
+    if (s) {
+        memcpy(s, a, la);
+        memcpy(s + la, b, lb + 1);
+    }
+    return s;
+}
+
+/* A value name as node nr writes it: in a function body, a formal input or output is the
+ * caller's name for it, and any other name gets the call's prefix (NULL: out of memory). */
+static const char *map_name(const imp *c, const node_rec *nr, const char *name) {
+    const fn_frame *fr = nr->frame;
+    if (!fr || !*name) return name;
+    for (int i = 0; i < fr->fn->nin; i++)
+        if (!strcmp(fr->fn->in[i], name)) return fr->in[i];
+    for (int i = 0; i < fr->fn->nout; i++)
+        if (!strcmp(fr->fn->out[i], name) && *fr->out[i]) return fr->out[i];
+    return joined(c, fr->prefix, name);
+}
+
+/* A body attribute that refers to the function's attribute `ref`: the caller's value, else the
+ * function's default (attribute_proto), else absent. */
+static af_status fn_attr(const imp *c, const node_rec *nr, af_graph *g, const char *ref, af_attr *at,
+                         bool *omit, af_error *err) {
+    const fn_frame *fr = nr->frame;
+    const char *name = at->name;
+    if (!fr)
+        return node_fail(c, nr, err, AF_ERR_INVALID_MODEL,
+                         "attribute '%s' refers to '%s' outside a function", name, ref);
+    for (int i = 0; i < fr->nattrs; i++)
+        if (!strcmp(fr->attrs[i].name, ref)) {
+            *at = fr->attrs[i];
+            at->name = name;
+            return AF_OK;
+        }
+    node_rec plain = *nr; /* a default is a value, never a reference */
+    plain.frame = NULL;
+    af_pb r = fr->fn->msg, sub;
+    af_pb_field f;
+    af_status st;
+    while ((st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
+        if (f.num != FN_ATTRIBUTE_PROTO) continue;
+        af_attr d = {0};
+        bool o = false;
+        st = af_pb_sub(&r, &f, "AttributeProto", &sub, err);
+        if (!st) st = read_attr(c, &plain, g, &sub, &d, &o, err);
+        if (st) return st;
+        if (!strcmp(d.name, ref)) {
+            *at = d;
+            at->name = name;
+            return AF_OK;
+        }
+    }
+    *omit = !st;
+    return st;
+}
+
+/* ---- nodes --------------------------------------------------------------------------------- */
 
 /* Phase 1: read the node's header, create its af_node (or its constant value) and declare its
  * outputs. */
@@ -791,6 +938,7 @@ static af_status declare_node(const imp *c, af_graph *g, scope *s, node_rec *nr,
     af_status st = AF_OK;
     int nin = 0, nout = 0;
     char label[32];
+    const char *overload = "";
     nr->name = nr->op_type = nr->domain = "";
     snprintf(label, sizeof label, "#%d", index);
     nr->label = af_arena_strdup(c->a, label);
@@ -806,6 +954,9 @@ static af_status declare_node(const imp *c, af_graph *g, scope *s, node_rec *nr,
         case NODE_DOMAIN:
             st = af_pb_str(&r, &f, "domain", c->a, &nr->domain, err);
             break;
+        case NODE_OVERLOAD:
+            st = af_pb_str(&r, &f, "overload", c->a, &overload, err);
+            break;
         case NODE_INPUT:
             st = af_pb_want(&r, &f, AF_PB_LEN, "input", err);
             nin++;
@@ -819,8 +970,12 @@ static af_status declare_node(const imp *c, af_graph *g, scope *s, node_rec *nr,
         }
     }
     if (st) return st;
+    if (nr->frame && !(nr->name = joined(c, nr->frame->prefix, *nr->name ? nr->name : nr->label)))
+        return nomem(c, err);
     if (*nr->name) nr->label = nr->name;
     if (!*nr->op_type) return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "no op_type");
+    if ((nr->call = find_fn(c, nr->domain, nr->op_type, overload)))
+        return AF_OK; /* its body's nodes declare the outputs */
 
     if (is_default_domain(nr->domain) && !c->has_onnx_opset)
         return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "the model imports no ai.onnx opset");
@@ -852,6 +1007,7 @@ static af_status declare_node(const imp *c, af_graph *g, scope *s, node_rec *nr,
         af_value *v;
         st = af_pb_str(&r, &f, "output", c->a, &name, err);
         if (st) return st;
+        if (!(name = map_name(c, nr, name))) return nomem(c, err);
         if (!*name) { /* an omitted optional output */
             if (!nr->node) return node_fail(c, nr, err, AF_ERR_INVALID_MODEL, "output has no name");
             k++;
@@ -929,6 +1085,7 @@ static af_status define_node(const imp *c, af_graph *g, const scope *s, node_rec
         const char *name;
         st = af_pb_str(&r, &f, "input", c->a, &name, err);
         if (st) return st;
+        if (!(name = map_name(c, nr, name))) return nomem(c, err);
         if (*name) { /* "" is an omitted optional input */
             af_value *v = resolve(g, s, name);
             if (!v)
@@ -941,27 +1098,112 @@ static af_status define_node(const imp *c, af_graph *g, const scope *s, node_rec
     return st;
 }
 
+/* The node records of one graph: its nodes, and the bodies of the functions they call, inlined
+ * where the call stands. */
+typedef struct rec_list {
+    node_rec *v;
+    int n, cap;
+} rec_list;
+
+static af_status add_node(const imp *c, af_graph *g, scope *s, rec_list *l, const af_pb *msg,
+                          const fn_frame *frame, int index, af_error *err);
+
+/* The actual names of a call's inputs or outputs (field num), for the function's nin formal ones. */
+static af_status call_names(const imp *c, const node_rec *call, uint32_t num, int nformal,
+                            const char ***out, af_error *err) {
+    const char **names = af_arena_calloc(c->a, (size_t)nformal + 1, sizeof *names);
+    if (!names) return nomem(c, err);
+    for (int i = 0; i < nformal; i++) names[i] = "";
+    af_pb r = call->msg;
+    af_pb_field f;
+    af_status st;
+    int k = 0;
+    while ((st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
+        if (f.num != num) continue;
+        if (k >= nformal)
+            return node_fail(c, call, err, AF_ERR_INVALID_MODEL, "more %s than function '%s' has",
+                             num == NODE_INPUT ? "inputs" : "outputs", call->call->name);
+        const char *name;
+        if ((st = af_pb_str(&r, &f, "name", c->a, &name, err))) return st;
+        if (!(names[k++] = map_name(c, call, name))) return nomem(c, err);
+    }
+    *out = names;
+    return st;
+}
+
+/* Inline the call l->v[at]: its frame, then each body node as a node of g. */
+static af_status expand_call(const imp *c, af_graph *g, scope *s, rec_list *l, int at,
+                             af_error *err) {
+    node_rec call = l->v[at]; /* a copy: adding nodes moves the list */
+    const fn_def *fn = call.call;
+    int depth = call.frame ? call.frame->depth + 1 : 1;
+    int64_t onnx = af_graph_opset(g);
+    if (depth > FN_MAX_DEPTH)
+        return node_fail(c, &call, err, AF_ERR_UNSUPPORTED,
+                         "calls to function '%s' nest deeper than %d", fn->name, FN_MAX_DEPTH);
+    if (fn->onnx_version >= 0 && fn->onnx_version != onnx)
+        return node_fail(c, &call, err, AF_ERR_UNSUPPORTED,
+                         "function '%s' imports ai.onnx %lld, the model %lld", fn->name,
+                         (long long)fn->onnx_version, (long long)onnx);
+    fn_frame *fr = af_arena_calloc(c->a, 1, sizeof *fr);
+    if (!fr || !(fr->prefix = joined(c, call.label, "/"))) return nomem(c, err);
+    fr->fn = fn;
+    fr->depth = depth;
+    af_attr *attrs;
+    af_status st = call_names(c, &call, NODE_INPUT, fn->nin, &fr->in, err);
+    if (!st) st = call_names(c, &call, NODE_OUTPUT, fn->nout, &fr->out, err);
+    if (!st) st = read_attrs(c, &call, g, &attrs, &fr->nattrs, err);
+    if (st) return st;
+    fr->attrs = attrs;
+    af_pb r = fn->msg, sub;
+    af_pb_field f;
+    int k = 0;
+    while ((st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
+        if (f.num != FN_NODE) continue;
+        st = af_pb_sub(&r, &f, "NodeProto", &sub, err);
+        if (!st) st = add_node(c, g, s, l, &sub, fr, k++, err);
+        if (st) return st;
+    }
+    return st;
+}
+
+/* Phase 1 of one NodeProto (and of the body it calls). */
+static af_status add_node(const imp *c, af_graph *g, scope *s, rec_list *l, const af_pb *msg,
+                          const fn_frame *frame, int index, af_error *err) {
+    if (frame && l->n >= FN_MAX_NODES)
+        return node_fail(c, &(node_rec){.label = frame->prefix, .op_type = frame->fn->name}, err,
+                         AF_ERR_UNSUPPORTED, "inlined functions give more than %d nodes", FN_MAX_NODES);
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 64;
+        node_rec *v = af_realloc(l->v, (size_t)cap * sizeof *v);
+        if (!v) return nomem(c, err);
+        l->v = v;
+        l->cap = cap;
+    }
+    int at = l->n++;
+    l->v[at] = (node_rec){.msg = *msg, .frame = frame};
+    af_status st = declare_node(c, g, s, &l->v[at], index, err);
+    return !st && l->v[at].call ? expand_call(c, g, s, l, at, err) : st;
+}
+
 static af_status import_nodes(const imp *c, const af_pb *msg, af_graph *g, scope *s,
                               af_error *err) {
-    int n, k = 0;
-    af_status st = af_pb_count(msg, GRAPH_NODE, &n, err);
-    if (st) return st;
-    node_rec *recs = af_calloc((size_t)n + 1, sizeof *recs);
-    if (!recs) return nomem(c, err);
-    af_pb r = *msg;
+    rec_list l = {0};
+    af_pb r = *msg, sub;
     af_pb_field f;
+    af_status st;
+    int k = 0;
     while ((st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
         if (f.num != GRAPH_NODE) continue;
-        st = af_pb_sub(&r, &f, "NodeProto", &recs[k].msg, err);
-        if (st == AF_OK) st = declare_node(c, g, s, &recs[k], k, err);
+        st = af_pb_sub(&r, &f, "NodeProto", &sub, err);
+        if (st == AF_OK) st = add_node(c, g, s, &l, &sub, NULL, k++, err);
         if (st) goto fail;
-        k++;
     }
-    for (int i = 0; i < k && st == AF_OK; i++)
-        st = recs[i].node ? define_node(c, g, s, &recs[i], err)
-                          : define_constant(c, g, &recs[i], err);
+    for (int i = 0; i < l.n && st == AF_OK; i++)
+        if (!l.v[i].call)
+            st = l.v[i].node ? define_node(c, g, s, &l.v[i], err) : define_constant(c, g, &l.v[i], err);
 fail:
-    af_free(recs);
+    af_free(l.v);
     return st;
 }
 
@@ -1183,6 +1425,11 @@ static af_status import_model(af_model *m, af_error *err) {
     if (st) return st;
     c.opsets = af_arena_calloc(m->arena, (size_t)c.nopsets + 1, sizeof(af_opset));
     if (!c.opsets) return nomem(&c, err);
+    int nfns;
+    st = af_pb_count(&r, MODEL_FUNCTIONS, &nfns, err);
+    if (st) return st;
+    c.fns = af_arena_calloc(m->arena, (size_t)nfns + 1, sizeof *c.fns);
+    if (!c.fns) return nomem(&c, err);
     int k = 0;
     while ((st = af_pb_next(&r, &f, err)) == AF_OK && f.num) {
         switch (f.num) {
@@ -1215,6 +1462,13 @@ static af_status import_model(af_model *m, af_error *err) {
         case MODEL_OPSET_IMPORT:
             st = af_pb_sub(&r, &f, "OperatorSetIdProto", &sub, err);
             if (st == AF_OK) st = read_opset(&c, &sub, &c.opsets[k++], err);
+            break;
+        case MODEL_FUNCTIONS:
+            st = af_pb_sub(&r, &f, "FunctionProto", &sub, err);
+            if (st == AF_OK) st = read_function(&c, &sub, &c.fns[c.nfns], err);
+            if (st == AF_OK && find_fn(&c, c.fns[c.nfns].domain, c.fns[c.nfns].name, c.fns[c.nfns].overload))
+                st = file_fail(&c, err, AF_ERR_INVALID_MODEL, "function '%s' defined twice", c.fns[c.nfns].name);
+            c.nfns++;
             break;
         default:
             break;
