@@ -482,7 +482,7 @@ static void test_model_errors(void **state) {
         const char *word;
     } cases[] = {
         {{.opset = -1}, AF_ERR_UNSUPPORTED, "opset -1"},
-        {{.opset = 23}, AF_ERR_UNSUPPORTED, "1 to 22"},
+        {{.opset = 24}, AF_ERR_UNSUPPORTED, "1 to 23"},
         {{.op2 = "FancyOp"}, AF_ERR_UNSUPPORTED, "FancyOp"},
         {{.in2 = "ghost"}, AF_ERR_INVALID_MODEL, "'ghost', which nothing produces"},
         {{.in2 = "m"}, AF_ERR_INVALID_MODEL, "cycle"},
@@ -542,7 +542,7 @@ static void test_graph_errors(void **state) {
     put_value_info(&g, 12, "y", 1, 1, d1);
     expect_graph_fail(&g, AF_ERR_UNSUPPORTED, "node 'k' (Constant): attribute 'value_string'");
 
-    /* an attribute referring to a function's attribute */
+    /* an attribute referring to a function's attribute, in a graph (not a function body) */
     g = (buf){0};
     a = (buf){0};
     put_str(&a, 1, "alpha");
@@ -553,7 +553,7 @@ static void test_graph_errors(void **state) {
     put_msg(&g, 1, &n);
     put_value_info(&g, 11, "x", 1, 1, d1);
     put_value_info(&g, 12, "y", 1, 1, d1);
-    expect_graph_fail(&g, AF_ERR_UNSUPPORTED, "functions are not supported");
+    expect_graph_fail(&g, AF_ERR_INVALID_MODEL, "refers to 'outer_alpha' outside a function");
 
     /* an attribute given twice */
     g = (buf){0};

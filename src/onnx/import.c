@@ -79,7 +79,7 @@ enum { /* TensorShapeProto.Dimension */
 };
 
 #define OPSET_MIN 1
-#define OPSET_MAX 22
+#define OPSET_MAX 23
 
 typedef struct imp {
     af_model *m; /* NULL when decoding a lone TensorProto */

@@ -7,7 +7,7 @@ Runtime, which implements 18:
   - the Mish op, Round (ties to even), Floor, Ceil, Sign, Softsign on their vector kernels;
   - a conv block with PRelu, so the fused path runs at this opset too;
   - GroupNormalization (scale and bias per group), after a conv and on the input.
-Resize's opset-18 axes and keep_aspect_ratio_policy are in test_opset22.py.
+Resize's opset-18 axes and keep_aspect_ratio_policy are in test_opset23.py.
 """
 
 import os

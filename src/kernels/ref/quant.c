@@ -1,5 +1,5 @@
-/* Reference linear (de)quantization (ONNX opsets 10..21; not blocked, not int4 or int16): QuantizeLinear and DequantizeLinear,
- * per tensor or per axis, and DynamicQuantizeLinear.
+/* Reference linear (de)quantization (ONNX opsets 10..23; not blocked, not int4 or int16):
+ * QuantizeLinear and DequantizeLinear, per tensor or per axis, and DynamicQuantizeLinear.
  *
  * Invariant: scales and zero points are either one value or one per slice of `axis` (checked
  * before use); quantized stores round half to even and saturate (nn_put). Float32 inputs are
@@ -129,6 +129,10 @@ static af_status dequant_prepare(const af_node *n, const af_tensor *const *in, q
         (zp && zp->dtype != x->dtype))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "DequantizeLinear of %s",
                             af_dtype_name(x->dtype));
+    int64_t to = af_attr_int(n, "output_dtype", 0); /* opset 23; the scale's type by default */
+    if (to && to != (int64_t)s->dtype)
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "output_dtype %lld other than the scale's type",
+                            (long long)to);
     return q_axis_setup(n, x, s, zp, qa, err);
 }
 

@@ -1,4 +1,4 @@
-"""Opsets 19 to 22 (and opset 18's Resize axes), built with onnx.helper (Debian's onnx 1.12
+"""Opsets 19 to 23 (and opset 18's Resize axes), built with onnx.helper (Debian's onnx 1.12
 knows opset 17, so they are written unchecked) and compared with ONNX Runtime. Each model
 holds what its opset changed:
   - 19: AveragePool's dilations, Resize's half_pixel_symmetric, Pad's wrap mode;
@@ -7,8 +7,9 @@ holds what its opset changed:
     axis as an input, AffineGrid (2-D and 3-D, align_corners);
   - 21: GroupNormalization with scale and bias per channel (constant: canonicalized to our
     GroupNorm; an input: the reference kernel), QuantizeLinear's output_dtype.
-Opset 22 (bfloat16 added to some ops' types) runs a float model as 21 does. Refused by name:
-blocked quantization (block_size), and opset 23.
+Opset 22 (bfloat16 added to some ops' types) runs a float model as 21 does; opset 23's
+RMSNormalization runs, its Attention is refused by name. Refused by name: blocked quantization
+(block_size), and opset 24.
 """
 
 import subprocess
@@ -200,7 +201,27 @@ def test_opset22_against_ort(af_bin, tmp_path):
     compare(af_bin, tmp_path, path, {"x": rng.standard_normal((1, 2, 9)).astype(np.float32)}, 1)
 
 
-def test_opset23_refused(af_bin, tmp_path):
-    path = save(str(tmp_path / "o23.onnx"), [helper.make_node("Relu", ["x"], ["y"])],
-                [helper.make_tensor_value_info("x", F, [2, 4])], outs(["y"]), [], 23)
-    refused(af_bin, tmp_path, path, "opset 23 is not supported (supported: 1 to 22)")
+@needs_ort
+def test_opset23_against_ort(af_bin, tmp_path):
+    # opset 23 added RMSNormalization (ours already), Attention and RotaryEmbedding (refused by
+    # name below) and float4 types
+    nodes = [helper.make_node("RMSNormalization", ["x", "s"], ["last"], epsilon=1e-3),
+             helper.make_node("RMSNormalization", ["x", "s2"], ["from1"], axis=1),
+             helper.make_node("Gelu", ["x"], ["gelu"])]
+    inits = [const("s", rng.standard_normal(8)), const("s2", rng.standard_normal((5, 8)))]
+    path = save(str(tmp_path / "o23.onnx"), nodes, [helper.make_tensor_value_info("x", F, [2, 5, 8])],
+                outs(["last", "from1", "gelu"]), inits, 23)
+    compare(af_bin, tmp_path, path, {"x": rng.standard_normal((2, 5, 8)).astype(np.float32)}, 3)
+
+
+def test_attention_op_refused(af_bin, tmp_path):
+    nodes = [helper.make_node("Attention", ["x", "x", "x"], ["y"], q_num_heads=2, kv_num_heads=2)]
+    path = save(str(tmp_path / "att.onnx"), nodes, [helper.make_tensor_value_info("x", F, [2, 4])],
+                outs(["y"]), [], 23)
+    refused(af_bin, tmp_path, path, "op 'Attention' of domain 'ai.onnx' is not supported")
+
+
+def test_opset24_refused(af_bin, tmp_path):
+    path = save(str(tmp_path / "o24.onnx"), [helper.make_node("Relu", ["x"], ["y"])],
+                [helper.make_tensor_value_info("x", F, [2, 4])], outs(["y"]), [], 24)
+    refused(af_bin, tmp_path, path, "opset 24 is not supported (supported: 1 to 23)")
