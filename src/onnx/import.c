@@ -686,8 +686,8 @@ static af_status read_list(const imp *c, af_graph *g, const af_pb *msg, af_attr 
     return st;
 }
 
-static af_status fn_attr(const imp *c, const node_rec *nr, af_graph *g, const char *ref, af_attr *at,
-                         bool *omit, af_error *err);
+static af_status fn_attr(const imp *c, const node_rec *nr, af_graph *g, const char *ref,
+                         af_attr *at, bool *omit, af_error *err);
 
 /* One AttributeProto of node nr into at; *omit when it refers to an attribute of the calling
  * function's that the call does not give and that has no default (the body's op then sees it
@@ -860,7 +860,8 @@ static af_status read_function(const imp *c, const af_pb *msg, fn_def *fn, af_er
     return st;
 }
 
-static const fn_def *find_fn(const imp *c, const char *domain, const char *name, const char *overload) {
+static const fn_def *find_fn(const imp *c, const char *domain, const char *name,
+                             const char *overload) {
     for (int i = 0; i < c->nfns; i++)
         if (!strcmp(c->fns[i].domain, domain) && !strcmp(c->fns[i].name, name) &&
             !strcmp(c->fns[i].overload, overload))
@@ -892,8 +893,8 @@ static const char *map_name(const imp *c, const node_rec *nr, const char *name) 
 
 /* A body attribute that refers to the function's attribute `ref`: the caller's value, else the
  * function's default (attribute_proto), else absent. */
-static af_status fn_attr(const imp *c, const node_rec *nr, af_graph *g, const char *ref, af_attr *at,
-                         bool *omit, af_error *err) {
+static af_status fn_attr(const imp *c, const node_rec *nr, af_graph *g, const char *ref,
+                         af_attr *at, bool *omit, af_error *err) {
     const fn_frame *fr = nr->frame;
     const char *name = at->name;
     if (!fr)
@@ -1108,7 +1109,7 @@ typedef struct rec_list {
 static af_status add_node(const imp *c, af_graph *g, scope *s, rec_list *l, const af_pb *msg,
                           const fn_frame *frame, int index, af_error *err);
 
-/* The actual names of a call's inputs or outputs (field num), for the function's nin formal ones. */
+/* The actual names of a call's inputs or outputs (field num) for the function's nformal ones. */
 static af_status call_names(const imp *c, const node_rec *call, uint32_t num, int nformal,
                             const char ***out, af_error *err) {
     const char **names = af_arena_calloc(c->a, (size_t)nformal + 1, sizeof *names);
@@ -1172,7 +1173,8 @@ static af_status add_node(const imp *c, af_graph *g, scope *s, rec_list *l, cons
                           const fn_frame *frame, int index, af_error *err) {
     if (frame && l->n >= FN_MAX_NODES)
         return node_fail(c, &(node_rec){.label = frame->prefix, .op_type = frame->fn->name}, err,
-                         AF_ERR_UNSUPPORTED, "inlined functions give more than %d nodes", FN_MAX_NODES);
+                         AF_ERR_UNSUPPORTED, "inlined functions give more than %d nodes",
+                         FN_MAX_NODES);
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 64;
         node_rec *v = af_realloc(l->v, (size_t)cap * sizeof *v);
@@ -1201,7 +1203,8 @@ static af_status import_nodes(const imp *c, const af_pb *msg, af_graph *g, scope
     }
     for (int i = 0; i < l.n && st == AF_OK; i++)
         if (!l.v[i].call)
-            st = l.v[i].node ? define_node(c, g, s, &l.v[i], err) : define_constant(c, g, &l.v[i], err);
+            st = l.v[i].node ? define_node(c, g, s, &l.v[i], err)
+                             : define_constant(c, g, &l.v[i], err);
 fail:
     af_free(l.v);
     return st;
@@ -1463,13 +1466,16 @@ static af_status import_model(af_model *m, af_error *err) {
             st = af_pb_sub(&r, &f, "OperatorSetIdProto", &sub, err);
             if (st == AF_OK) st = read_opset(&c, &sub, &c.opsets[k++], err);
             break;
-        case MODEL_FUNCTIONS:
+        case MODEL_FUNCTIONS: {
+            fn_def *fn = &c.fns[c.nfns];
             st = af_pb_sub(&r, &f, "FunctionProto", &sub, err);
-            if (st == AF_OK) st = read_function(&c, &sub, &c.fns[c.nfns], err);
-            if (st == AF_OK && find_fn(&c, c.fns[c.nfns].domain, c.fns[c.nfns].name, c.fns[c.nfns].overload))
-                st = file_fail(&c, err, AF_ERR_INVALID_MODEL, "function '%s' defined twice", c.fns[c.nfns].name);
+            if (st == AF_OK) st = read_function(&c, &sub, fn, err);
+            if (st == AF_OK && find_fn(&c, fn->domain, fn->name, fn->overload))
+                st = file_fail(&c, err, AF_ERR_INVALID_MODEL, "function '%s' defined twice",
+                               fn->name);
             c.nfns++;
             break;
+        }
         default:
             break;
         }

@@ -16,17 +16,22 @@ static af_status ag_dims(const af_node *n, const af_tensor *const *in, int *rank
     if (!theta || !size)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing theta or size");
     if (!nn_is_float(theta->dtype) || size->dtype != AF_DTYPE_INT64)
-        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "theta must be floating point and size int64");
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "theta must be floating point and size int64");
     int64_t len = size->rank == 1 ? size->dims[0] : -1;
-    int r = len == 4 ? 2 : len == 5 ? 3 : theta->rank == 3 && theta->dims[1] >= 2 ? (int)theta->dims[1] : 0;
+    int r = len == 4                                  ? 2
+            : len == 5                                ? 3
+            : theta->rank == 3 && theta->dims[1] >= 2 ? (int)theta->dims[1]
+                                                      : 0;
     if (r != 2 && r != 3)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "size must hold 4 or 5 values");
     if (theta->rank >= 0 && (theta->rank != 3 || (theta->dims[1] >= 0 && theta->dims[1] != r) ||
                              (theta->dims[2] >= 0 && theta->dims[2] != r + 1)))
-        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "theta must be [N, %d, %d] for size of %d values",
-                            r, r + 1, r + 2);
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "theta must be [N, %d, %d] for size of %d values", r, r + 1, r + 2);
     *rank = r + 2;
-    for (int i = 0; i < *rank; i++) dims[i] = -1;
+    for (int i = 0; i < *rank; i++)
+        dims[i] = -1;
     dims[r + 1] = r;
     dims[0] = theta->rank == 3 ? theta->dims[0] : -1;
     if (!size->data)
@@ -36,7 +41,8 @@ static af_status ag_dims(const af_node *n, const af_tensor *const *in, int *rank
     for (int i = 0; i < r + 2; i++) {
         int64_t v = nn_geti(size, i);
         if (v < 0 || (i == 0 && dims[0] >= 0 && v != dims[0]))
-            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "size[%d] = %lld does not fit theta", i, (long long)v);
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "size[%d] = %lld does not fit theta",
+                                i, (long long)v);
         if (i == 0 || i >= 2)
             dims[i == 0 ? 0 : i - 1] = v;
     }
@@ -60,8 +66,8 @@ static double ag_pos(int64_t i, int64_t len, bool align) {
     return -1.0 + (2.0 * (double)i + 1.0) / (double)len;
 }
 
-af_status ref_affine_grid(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                          af_exec *ex, af_error *err) {
+af_status ref_affine_grid(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *ex,
+                          af_error *err) {
     (void)ex;
     int rank;
     int64_t dims[5];
@@ -74,7 +80,8 @@ af_status ref_affine_grid(const af_node *n, const af_tensor *const *in, af_tenso
     int r = rank - 2;
     bool align = af_attr_int(n, "align_corners", 0) != 0;
     int64_t points = 1; /* per batch item */
-    for (int i = 1; i <= r; i++) points *= dims[i];
+    for (int i = 1; i <= r; i++)
+        points *= dims[i];
     for (int64_t b = 0; b < dims[0]; b++) {
         for (int64_t p = 0; p < points; p++) {
             double pos[4]; /* x (innermost axis), y, [z], 1 */

@@ -15,8 +15,9 @@ typedef struct q_axis {
  * x.dims[axis] values. */
 static af_status q_axis_setup(const af_node *n, const af_tensor *x, const af_tensor *scale,
                               const af_tensor *zp, q_axis *qa, af_error *err) {
-    if (af_attr_int(n, "block_size", 0) != 0) /* opset 21: blocks along the axis, for int4 weights */
-        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "blocked quantization (block_size, opset 21) is not supported");
+    if (af_attr_int(n, "block_size", 0) != 0) /* opset 21: blocks along an axis, int4 weights */
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED,
+                            "blocked quantization (block_size, opset 21) is not supported");
     qa->len = 1;
     qa->inner = 1;
     if (scale->rank < 0 || x->rank < 0)
@@ -61,11 +62,16 @@ static af_status quant_prepare(const af_node *n, const af_tensor *const *in, q_a
     if ((!nn_is_float(x->dtype) && x->dtype != AF_DTYPE_INT32) || !nn_is_float(s->dtype))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "QuantizeLinear of %s",
                             af_dtype_name(x->dtype));
+    int64_t prec = af_attr_int(n, "precision", 0); /* opset 23: the division's type */
+    if (prec && prec != AF_DTYPE_FLOAT && prec != AF_DTYPE_DOUBLE)
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED,
+                            "precision %lld (a division below float32) is not supported",
+                            (long long)prec);
     int64_t to = af_attr_int(n, "output_dtype", 0); /* af_dtype codes are ONNX's */
     *yt = zp ? zp->dtype : to > 0 && to <= AF_DTYPE_BFLOAT16 ? (af_dtype)to : AF_DTYPE_UINT8;
     if (to && (int64_t)*yt != to)
-        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "output_dtype %lld is not the zero point's type",
-                            (long long)to);
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "output_dtype %lld is not the zero point's type", (long long)to);
     if (!q_is8(*yt))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "QuantizeLinear to %s", af_dtype_name(*yt));
     return q_axis_setup(n, x, s, zp, qa, err);
@@ -131,8 +137,8 @@ static af_status dequant_prepare(const af_node *n, const af_tensor *const *in, q
                             af_dtype_name(x->dtype));
     int64_t to = af_attr_int(n, "output_dtype", 0); /* opset 23; the scale's type by default */
     if (to && to != (int64_t)s->dtype)
-        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "output_dtype %lld other than the scale's type",
-                            (long long)to);
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED,
+                            "output_dtype %lld other than the scale's type", (long long)to);
     return q_axis_setup(n, x, s, zp, qa, err);
 }
 

@@ -33,7 +33,8 @@ static uint64_t rnd_key(const af_node *n) {
         return mix64(bits ^ 0x5eedULL);
     }
     uint64_t h = 1469598103934665603ULL;
-    for (const char *p = n->name ? n->name : ""; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+    for (const char *p = n->name ? n->name : ""; *p; p++)
+        h = (h ^ (uint8_t)*p) * 1099511628211ULL;
     return mix64(h ^ (uint64_t)n->op);
 }
 
@@ -68,7 +69,8 @@ static af_status rnd_dtype(const af_node *n, af_dtype dflt, bool any_numeric, af
     *dt = v > AF_DTYPE_UNDEFINED && v <= AF_DTYPE_BFLOAT16 ? (af_dtype)v : AF_DTYPE_UNDEFINED;
     bool ok = nn_is_float(*dt) || (any_numeric && (nn_is_int(*dt) || *dt == AF_DTYPE_BOOL));
     if (!ok)
-        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "dtype %lld is not supported", (long long)v);
+        return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "dtype %lld is not supported",
+                            (long long)v);
     return AF_OK;
 }
 
@@ -82,7 +84,8 @@ af_status shape_random(const af_node *n, const af_tensor *const *in, af_tensor *
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing or too long attribute 'shape'");
     for (int i = 0; i < rank; i++)
         if (dims[i] < 0)
-            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "shape[%d] = %lld", i, (long long)dims[i]);
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "shape[%d] = %lld", i,
+                                (long long)dims[i]);
     af_dtype dt;
     af_status st = rnd_dtype(n, AF_DTYPE_FLOAT, false, &dt, err);
     if (!st)
@@ -99,7 +102,8 @@ af_status shape_random_like(const af_node *n, const af_tensor *const *in, af_ten
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "missing input");
     bool bernoulli = n->op == AF_OP_BERNOULLI;
     if (bernoulli && !nn_is_float(x->dtype))
-        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "probabilities of %s", af_dtype_name(x->dtype));
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "probabilities of %s",
+                            af_dtype_name(x->dtype));
     af_dtype dt;
     af_status st = rnd_dtype(n, x->dtype, bernoulli, &dt, err);
     if (!st) {
@@ -114,7 +118,8 @@ af_status shape_multinomial(const af_node *n, const af_tensor *const *in, af_ten
     const af_tensor *x = nn_in(n, in, 0);
     int64_t samples = af_attr_int(n, "sample_size", 1);
     if (!x || !nn_is_float(x->dtype) || (x->rank >= 0 && x->rank != 2))
-        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "input must be 2-D floating point [batch, classes]");
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "input must be 2-D floating point [batch, classes]");
     if (x->rank == 2 && x->dims[1] == 0)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "no classes to draw from");
     if (samples < 1)
@@ -147,7 +152,8 @@ static af_status fill(const af_node *n, af_tensor *y, bool normal, af_error *err
         }
     } else {
         double lo = af_attr_float(n, "low", 0.0f), hi = af_attr_float(n, "high", 1.0f);
-        for (int64_t i = 0; i < count; i++) nn_put(y, i, lo + (hi - lo) * rnd_uniform(key, (uint64_t)i));
+        for (int64_t i = 0; i < count; i++)
+            nn_put(y, i, lo + (hi - lo) * rnd_uniform(key, (uint64_t)i));
     }
     return AF_OK;
 }
@@ -164,8 +170,8 @@ af_status ref_random_normal(const af_node *n, const af_tensor *const *in, af_ten
     return fill(n, &out[0], true, err);
 }
 
-af_status ref_bernoulli(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                        af_exec *ex, af_error *err) {
+af_status ref_bernoulli(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *ex,
+                        af_error *err) {
     (void)ex;
     const af_tensor *p = in[0];
     af_status st = nn_check_out(n, &out[0], p->rank, p->dims, err);
@@ -179,8 +185,8 @@ af_status ref_bernoulli(const af_node *n, const af_tensor *const *in, af_tensor 
 }
 
 /* Each row's draws: classes by their unnormalised log-probabilities (softmax, in double). */
-af_status ref_multinomial(const af_node *n, const af_tensor *const *in, af_tensor *out,
-                          af_exec *ex, af_error *err) {
+af_status ref_multinomial(const af_node *n, const af_tensor *const *in, af_tensor *out, af_exec *ex,
+                          af_error *err) {
     (void)ex;
     const af_tensor *x = in[0];
     af_tensor *y = &out[0];
@@ -191,8 +197,10 @@ af_status ref_multinomial(const af_node *n, const af_tensor *const *in, af_tenso
     uint64_t key = rnd_key(n);
     for (int64_t r = 0; r < rows; r++) {
         double top = -INFINITY, sum = 0;
-        for (int64_t c = 0; c < classes; c++) top = fmax(top, af_tensor_get_double(x, r * classes + c));
-        for (int64_t c = 0; c < classes; c++) sum += exp(af_tensor_get_double(x, r * classes + c) - top);
+        for (int64_t c = 0; c < classes; c++)
+            top = fmax(top, af_tensor_get_double(x, r * classes + c));
+        for (int64_t c = 0; c < classes; c++)
+            sum += exp(af_tensor_get_double(x, r * classes + c) - top);
         for (int64_t s = 0; s < samples; s++) {
             double u = rnd_uniform(key, (uint64_t)(r * samples + s)) * sum, acc = 0;
             int64_t c = 0;
