@@ -7,15 +7,14 @@ order, a constant operand, both operands the same value, a matrix-vector and a d
 kernel (a letter summed in one operand, a diagonal, an implicit output, "...") still agree.
 """
 
-import os
 import subprocess
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import autofusion_cli as afc
-from ort_node import ort_available, ort_outputs
+from against_ort import ours_and_ort
+from ort_node import ort_available
 
 F = TensorProto.FLOAT
 rng = np.random.default_rng(31)
@@ -65,15 +64,7 @@ def build(path, cases, same=False):
 
 def compare(af_bin, tmp_path, cases):
     path, feeds = build(str(tmp_path / "m.onnx"), cases)
-    files = {}
-    for name, arr in feeds.items():
-        files[name] = str(tmp_path / f"{name}.npy")
-        np.save(files[name], arr)
-    r = afc.run(af_bin, path, inputs=files, output_dir=str(tmp_path / "ours"))
-    assert r.returncode == 0, r.stderr
-    (tmp_path / "ort").mkdir()
-    want = ort_outputs(path, feeds, str(tmp_path / "ort"))
-    got = afc.load_outputs(str(tmp_path / "ours"), list(want))
+    got, want = ours_and_ort(af_bin, path, feeds, tmp_path)
     for k, (eq, *_rest) in enumerate(cases):
         w, g = want[f"y{k}"], got[f"y{k}"]
         assert g.shape == w.shape, (eq, g.shape, w.shape)

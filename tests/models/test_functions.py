@@ -13,7 +13,8 @@ import pytest
 from onnx import AttributeProto, FunctionProto, TensorProto, helper, numpy_helper
 
 import autofusion_cli as afc
-from ort_node import ort_available, ort_outputs
+from against_ort import ours_and_ort
+from ort_node import ort_available
 
 F = TensorProto.FLOAT
 DOM = "custom.fn"
@@ -100,15 +101,7 @@ def test_functions_against_ort(af_bin, tmp_path):
                 [scale_shift(), conv_block()])
     feeds = {"x": rng.standard_normal((1, 4, 6, 6)).astype(np.float32),
              "s": rng.standard_normal((1, 4, 6, 6)).astype(np.float32)}
-    files = {}
-    for k, v in feeds.items():
-        files[k] = str(tmp_path / (k + ".npy"))
-        np.save(files[k], v)
-    r = afc.run(af_bin, path, inputs=files, output_dir=str(tmp_path / "ours"))
-    assert r.returncode == 0, r.stderr
-    (tmp_path / "ort").mkdir()
-    want = ort_outputs(path, feeds, str(tmp_path / "ort"))
-    got = afc.load_outputs(str(tmp_path / "ours"), list(want))
+    got, want = ours_and_ort(af_bin, path, feeds, tmp_path)
     assert len(want) == 5
     for name, w in want.items():
         np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5, err_msg=name)

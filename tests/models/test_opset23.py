@@ -19,7 +19,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import autofusion_cli as afc
-from ort_node import ort_available, ort_outputs
+from against_ort import ours_and_ort
+from ort_node import ort_available
 
 F = TensorProto.FLOAT
 rng = np.random.default_rng(21)
@@ -42,15 +43,7 @@ def outs(names):
 
 
 def compare(af_bin, tmp_path, path, feeds, count, tol=1e-5):
-    files = {}
-    for name, v in feeds.items():
-        files[name] = str(tmp_path / (name + ".npy"))
-        np.save(files[name], v)
-    r = afc.run(af_bin, path, inputs=files, output_dir=str(tmp_path / "ours"))
-    assert r.returncode == 0, r.stderr
-    (tmp_path / "ort").mkdir()
-    want = ort_outputs(path, feeds, str(tmp_path / "ort"))
-    got = afc.load_outputs(str(tmp_path / "ours"), list(want))
+    got, want = ours_and_ort(af_bin, path, feeds, tmp_path)
     assert len(want) == count
     for name, w in want.items():
         assert got[name].shape == w.shape, (name, got[name].shape, w.shape)
