@@ -108,6 +108,9 @@ typedef struct af_machine {
     double l2_bandwidth, l3_bandwidth; /* the same within L2 and within 8 x L2 */
     double l2_bytes;   /* per-core L2 size (cpuinfo) */
     double handoff_ns, wake_ns; /* a parallel loop reaching a spinning / a sleeping worker */
+    double busy_cores; /* what other work kept busy while this was measured, in cores (the
+                          least over the measurements merged) */
+    int measurements;  /* how many calibrations were merged into these figures */
     char isa[16];      /* the kernels' ISA when measured: "avx512", "avx2", "generic" */
 } af_machine;
 

@@ -5,7 +5,8 @@
  * a few times L2 and of a 64 MiB buffer (where a tensor of each size lives right after its
  * producer wrote it). The rates are cached as JSON in $XDG_CACHE_HOME/autofusion/machine.json
  * (else ~/.cache/autofusion/machine.json; $AUTOFUSION_MACHINE_FILE overrides the path), per
- * kernel ISA, so that a process measures only when nothing is cached.
+ * kernel ISA, so that a process measures only when nothing is cached, or when what is cached was
+ * measured on a busy machine (then a few more times, keeping the best figures).
  *
  * Invariant: a record is used only when every rate in it is finite and within wide sane bounds,
  * and only for the ISA it was measured on. */
@@ -17,6 +18,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -320,8 +322,19 @@ static double num(json_t *root, const char *key) {
 }
 
 /* The file's format version: a file of another version is measured again (8: the bandwidths
- * through af_copy; 9: the int8 rate on CPUs without VNNI, with 7-bit weights). */
-#define MACHINE_VERSION 9
+ * through af_copy; 9: the int8 rate on CPUs without VNNI, with 7-bit weights; 10: the load
+ * during the measurement, so that a record taken on a busy machine is taken again). */
+#define MACHINE_VERSION 10
+
+/* A calibration while other work keeps more than LOADED_CORES cores busy is provisional: on
+ * these 2-vCPU machines the other vCPU can be the same core's SMT sibling, and a record taken
+ * beside a model export held 163 GFLOP/s for the GEMM core (278 quiet) and a 37 us hand-off
+ * (1.2 us quiet), which kept nearly every loop of the small convnets serial at 2 threads
+ * (MobileNet-V3-Small 1.46x ONNX Runtime, 0.98x after a quiet calibration) and stayed so until
+ * the file was deleted. The next processes (up to MAX_MEASUREMENTS in all) measure again and
+ * keep the best of each figure: other tenants only ever slow a measurement down. */
+#define LOADED_CORES 0.3
+#define MAX_MEASUREMENTS 5
 
 /* The file holds one record per ISA ({"version": 9, "avx512": {...}, "avx2": {...}}), so that
  * runs on different ISAs (the tests' AUTOFUSION_ISA variants) do not evict each other's. Load
@@ -336,10 +349,12 @@ static bool load(const char *path, af_machine *m) {
     double gf = num(r, "peak_gflops"), gg = num(r, "gemm_gflops"), bw = num(r, "bandwidth_gbs");
     double b2 = num(r, "l2_bandwidth_gbs"), b3 = num(r, "l3_bandwidth_gbs"), l2 = num(r, "l2_bytes");
     double ho = num(r, "handoff_us"), wk = num(r, "wake_us"), gb = num(r, "gemm_bf16_gflops");
-    double gi = num(r, "gemm_int8_gops");
+    double gi = num(r, "gemm_int8_gops"), busy = num(r, "busy_cores");
+    json_int_t runs = json_integer_value(json_object_get(r, "measurements"));
     bool ok = r && sane(gf, 0.01, 1e6) && sane(gg, 0.01, 1e6) && sane(bw, 0.01, 1e5) &&
               sane(b2, 0.01, 1e5) && sane(b3, 0.01, 1e5) && sane(l2, 1024, 1e10) &&
-              sane(ho, 0.0, 1e5) && sane(wk, 0.0, 1e5) && sane(gb, 0.0, 1e6) && sane(gi, 0.0, 1e6);
+              sane(ho, 0.0, 1e5) && sane(wk, 0.0, 1e5) && sane(gb, 0.0, 1e6) && sane(gi, 0.0, 1e6) &&
+              sane(busy, 0.0, 1e4) && runs >= 1 && runs <= MAX_MEASUREMENTS;
     if (ok) {
         m->flops = gf * 1e9;
         m->gemm_flops = gg * 1e9;
@@ -351,6 +366,8 @@ static bool load(const char *path, af_machine *m) {
         m->l2_bytes = l2;
         m->handoff_ns = ho * 1e3;
         m->wake_ns = wk * 1e3;
+        m->busy_cores = busy;
+        m->measurements = (int)runs;
         snprintf(m->isa, sizeof m->isa, "%s", isa);
     }
     json_decref(root);
@@ -380,13 +397,15 @@ static void store(const char *path, const af_machine *m) {
         json_decref(root);
         root = json_pack("{s:i}", "version", MACHINE_VERSION);
     }
-    json_t *r = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "peak_gflops",
+    json_t *r = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i}",
+                          "peak_gflops",
                           m->flops / 1e9, "gemm_gflops", m->gemm_flops / 1e9, "gemm_bf16_gflops",
                           m->gemm_bf16_flops / 1e9, "gemm_int8_gops", m->gemm_int8_ops / 1e9,
                           "bandwidth_gbs", m->bandwidth / 1e9,
                           "l2_bandwidth_gbs", m->l2_bandwidth / 1e9,
                           "l3_bandwidth_gbs", m->l3_bandwidth / 1e9, "l2_bytes", m->l2_bytes,
-                          "handoff_us", m->handoff_ns / 1e3, "wake_us", m->wake_ns / 1e3);
+                          "handoff_us", m->handoff_ns / 1e3, "wake_us", m->wake_ns / 1e3,
+                          "busy_cores", m->busy_cores, "measurements", m->measurements);
     if (!root || !r || json_object_set_new(root, m->isa, r)) {
         json_decref(root);
         return;
@@ -401,12 +420,29 @@ static void store(const char *path, const af_machine *m) {
     json_decref(root);
 }
 
-af_status af_machine_calibrate(const char *path, af_machine *m, af_error *err) {
-    (void)err;
-    char buf[4096];
-    if (!path) path = af_machine_path(buf, sizeof buf);
+/* Seconds of CPU time the whole machine has spent busy (every CPU, /proc/stat) and this process
+ * (every thread); false where /proc/stat cannot be read. */
+static bool cpu_seconds(double *machine, double *own) {
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return false;
+    unsigned long long v[8] = {0};
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                   &v[4], &v[5], &v[6], &v[7]);
+    fclose(f);
+    long hz = sysconf(_SC_CLK_TCK);
+    struct timespec ts;
+    if (n < 4 || hz <= 0 || clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return false;
+    /* user, nice, system, then (idle, iowait), irq, softirq, steal */
+    *machine = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)hz;
+    *own = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return true;
+}
+
+/* Every rate of the current ISA, and the cores other work kept busy meanwhile. */
+static void measure(af_machine *m) {
     memset(m, 0, sizeof *m);
-    if (path && load(path, m)) return AF_OK;
+    double busy0, own0, busy1, own1, t0 = now();
+    bool loadable = cpu_seconds(&busy0, &own0);
     fma_loop l = pick_loop();
     m->flops = measure_flops(&l);
     if (!(m->flops > 0.0)) m->flops = 1e9;
@@ -421,7 +457,45 @@ af_status af_machine_calibrate(const char *path, af_machine *m, af_error *err) {
     m->l2_bandwidth = measure_bandwidth(af_cpu_l2() / 4); /* two buffers inside L2 */
     m->l3_bandwidth = measure_bandwidth(af_cpu_l2() * 4);
     measure_handoff(&m->handoff_ns, &m->wake_ns);
+    double dt = now() - t0;
+    if (loadable && cpu_seconds(&busy1, &own1) && dt > 0.0) {
+        double other = ((busy1 - busy0) - (own1 - own0)) / dt;
+        m->busy_cores = other > 0.0 ? other : 0.0;
+    }
+    m->measurements = 1;
     snprintf(m->isa, sizeof m->isa, "%s", af_isa_name(af_isa_get()));
+}
+
+static double max2(double a, double b) { return a > b ? a : b; }
+static double min2(double a, double b) { return a < b ? a : b; }
+
+/* The best of two measurements of one machine: the higher rates, the shorter latencies. */
+static void merge(af_machine *m, const af_machine *f) {
+    m->flops = max2(m->flops, f->flops);
+    m->gemm_flops = min2(max2(m->gemm_flops, f->gemm_flops), m->flops);
+    m->gemm_bf16_flops = max2(m->gemm_bf16_flops, f->gemm_bf16_flops);
+    m->gemm_int8_ops = max2(m->gemm_int8_ops, f->gemm_int8_ops);
+    m->bandwidth = max2(m->bandwidth, f->bandwidth);
+    m->l2_bandwidth = max2(m->l2_bandwidth, f->l2_bandwidth);
+    m->l3_bandwidth = max2(m->l3_bandwidth, f->l3_bandwidth);
+    m->handoff_ns = min2(m->handoff_ns, f->handoff_ns);
+    m->wake_ns = min2(m->wake_ns, f->wake_ns);
+    m->busy_cores = min2(m->busy_cores, f->busy_cores);
+    m->measurements++;
+}
+
+af_status af_machine_calibrate(const char *path, af_machine *m, af_error *err) {
+    (void)err;
+    char buf[4096];
+    if (!path) path = af_machine_path(buf, sizeof buf);
+    memset(m, 0, sizeof *m);
+    bool cached = path && load(path, m);
+    if (cached && (m->busy_cores <= LOADED_CORES || m->measurements >= MAX_MEASUREMENTS))
+        return AF_OK;
+    af_machine fresh;
+    measure(&fresh);
+    if (cached) merge(m, &fresh);
+    else *m = fresh;
     if (path) store(path, m);
     return AF_OK;
 }
