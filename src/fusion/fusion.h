@@ -111,6 +111,7 @@ typedef struct af_machine {
     double busy_cores; /* what other work kept busy while this was measured, in cores (the
                           least over the measurements merged) */
     int measurements;  /* how many calibrations were merged into these figures */
+    double measured_at; /* when the last one was taken (seconds since 1970) */
     char isa[16];      /* the kernels' ISA when measured: "avx512", "avx2", "generic" */
 } af_machine;
 

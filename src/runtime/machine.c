@@ -331,10 +331,13 @@ static double num(json_t *root, const char *key) {
  * beside a model export held 163 GFLOP/s for the GEMM core (278 quiet) and a 37 us hand-off
  * (1.2 us quiet), which kept nearly every loop of the small convnets serial at 2 threads
  * (MobileNet-V3-Small 1.46x ONNX Runtime, 0.98x after a quiet calibration) and stayed so until
- * the file was deleted. The next processes (up to MAX_MEASUREMENTS in all) measure again and
- * keep the best of each figure: other tenants only ever slow a measurement down. */
+ * the file was deleted. A process that finds a provisional record at least REMEASURE_S old
+ * measures again and keeps the best of each figure (other tenants only ever slow a measurement
+ * down), until one measurement is quiet. The wait keeps a lasting load (a parallel build, a
+ * test suite) from re-measuring in every process, and spreads the measurements over time, so
+ * that one transient load does not spoil them all. */
 #define LOADED_CORES 0.3
-#define MAX_MEASUREMENTS 5
+#define REMEASURE_S 60
 
 /* The file holds one record per ISA ({"version": 9, "avx512": {...}, "avx2": {...}}), so that
  * runs on different ISAs (the tests' AUTOFUSION_ISA variants) do not evict each other's. Load
@@ -349,12 +352,12 @@ static bool load(const char *path, af_machine *m) {
     double gf = num(r, "peak_gflops"), gg = num(r, "gemm_gflops"), bw = num(r, "bandwidth_gbs");
     double b2 = num(r, "l2_bandwidth_gbs"), b3 = num(r, "l3_bandwidth_gbs"), l2 = num(r, "l2_bytes");
     double ho = num(r, "handoff_us"), wk = num(r, "wake_us"), gb = num(r, "gemm_bf16_gflops");
-    double gi = num(r, "gemm_int8_gops"), busy = num(r, "busy_cores");
+    double gi = num(r, "gemm_int8_gops"), busy = num(r, "busy_cores"), at = num(r, "measured_at");
     json_int_t runs = json_integer_value(json_object_get(r, "measurements"));
     bool ok = r && sane(gf, 0.01, 1e6) && sane(gg, 0.01, 1e6) && sane(bw, 0.01, 1e5) &&
               sane(b2, 0.01, 1e5) && sane(b3, 0.01, 1e5) && sane(l2, 1024, 1e10) &&
               sane(ho, 0.0, 1e5) && sane(wk, 0.0, 1e5) && sane(gb, 0.0, 1e6) && sane(gi, 0.0, 1e6) &&
-              sane(busy, 0.0, 1e4) && runs >= 1 && runs <= MAX_MEASUREMENTS;
+              sane(busy, 0.0, 1e4) && sane(at, 0.0, 1e12) && runs >= 1 && runs <= INT32_MAX;
     if (ok) {
         m->flops = gf * 1e9;
         m->gemm_flops = gg * 1e9;
@@ -368,6 +371,7 @@ static bool load(const char *path, af_machine *m) {
         m->wake_ns = wk * 1e3;
         m->busy_cores = busy;
         m->measurements = (int)runs;
+        m->measured_at = at;
         snprintf(m->isa, sizeof m->isa, "%s", isa);
     }
     json_decref(root);
@@ -397,7 +401,7 @@ static void store(const char *path, const af_machine *m) {
         json_decref(root);
         root = json_pack("{s:i}", "version", MACHINE_VERSION);
     }
-    json_t *r = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i}",
+    json_t *r = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i, s:f}",
                           "peak_gflops",
                           m->flops / 1e9, "gemm_gflops", m->gemm_flops / 1e9, "gemm_bf16_gflops",
                           m->gemm_bf16_flops / 1e9, "gemm_int8_gops", m->gemm_int8_ops / 1e9,
@@ -405,7 +409,8 @@ static void store(const char *path, const af_machine *m) {
                           "l2_bandwidth_gbs", m->l2_bandwidth / 1e9,
                           "l3_bandwidth_gbs", m->l3_bandwidth / 1e9, "l2_bytes", m->l2_bytes,
                           "handoff_us", m->handoff_ns / 1e3, "wake_us", m->wake_ns / 1e3,
-                          "busy_cores", m->busy_cores, "measurements", m->measurements);
+                          "busy_cores", m->busy_cores, "measurements", m->measurements,
+                          "measured_at", m->measured_at);
     if (!root || !r || json_object_set_new(root, m->isa, r)) {
         json_decref(root);
         return;
@@ -463,6 +468,7 @@ static void measure(af_machine *m) {
         m->busy_cores = other > 0.0 ? other : 0.0;
     }
     m->measurements = 1;
+    m->measured_at = (double)time(NULL);
     snprintf(m->isa, sizeof m->isa, "%s", af_isa_name(af_isa_get()));
 }
 
@@ -482,6 +488,7 @@ static void merge(af_machine *m, const af_machine *f) {
     m->wake_ns = min2(m->wake_ns, f->wake_ns);
     m->busy_cores = min2(m->busy_cores, f->busy_cores);
     m->measurements++;
+    m->measured_at = f->measured_at;
 }
 
 af_status af_machine_calibrate(const char *path, af_machine *m, af_error *err) {
@@ -490,7 +497,7 @@ af_status af_machine_calibrate(const char *path, af_machine *m, af_error *err) {
     if (!path) path = af_machine_path(buf, sizeof buf);
     memset(m, 0, sizeof *m);
     bool cached = path && load(path, m);
-    if (cached && (m->busy_cores <= LOADED_CORES || m->measurements >= MAX_MEASUREMENTS))
+    if (cached && (m->busy_cores <= LOADED_CORES || (double)time(NULL) - m->measured_at < REMEASURE_S))
         return AF_OK;
     af_machine fresh;
     measure(&fresh);
