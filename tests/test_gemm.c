@@ -92,6 +92,11 @@ static float round_to(af_gemm_type t, float x) {
  * (b_rowscale), and the reference multiplies it beforehand. */
 static const float *rowscale;
 
+/* When set, A and B hold small integers (float32 only): every product sum is exact, in the
+ * kernels as in the double reference, so that a fake quantization after it rounds to the
+ * same code in both (a sum one ulp off can otherwise land on the other side of a step). */
+static bool int_data;
+
 /* Run p in type t on the ISA in force with `threads` threads and compare with the double
  * reference over the same rounded operands. */
 static void check_prob_t(const prob *p, const af_epilogue *ep, int threads, const char *what,
@@ -105,6 +110,10 @@ static void check_prob_t(const prob *p, const af_epilogue *ep, int threads, cons
     float *c = malloc((size_t)(m * p->n + 1) * sizeof(float));
     float *want = malloc((size_t)(m * p->n + 1) * sizeof(float));
     assert_true(packed && a16 && c && want);
+    if (int_data) {
+        for (size_t i = 0; i < p->a_len; i++) a[i] = rintf(4.0f * a[i]);
+        for (int64_t i = 0; i < k * p->n; i++) b[i] = rintf(4.0f * b[i]);
+    }
     af_gemm_pack_type(t, b, kb, p->n, p->n, 1, packed);
     for (int64_t i = 0; i < k * p->n; i++) b[i] = i < kb * p->n ? round_to(t, b[i]) : 0.0f;
     for (size_t i = 0; i < p->a_len; i++) { /* the caller's conversion of A */
@@ -380,6 +389,31 @@ static void test_epilogue(void **state) {
         }
         for (size_t c = 0; c < AF_COUNT(k_blocked); c++) check_ep_case(&cases[k_blocked[c]], 197, 37, 3100);
     }
+    /* Fake quantizations around a residual and a Relu (a quantized ResNet block's last conv):
+     * in one K block the micro-kernels run them in registers (gemm.c split_ep, up to
+     * AF_REG_MAX steps; the rest on the tile), in several K blocks on the stored tile. */
+    static const ep_case fq[] = {
+        {"bias, fq, residual, relu, fq", 5,
+         {{AF_EP_ADD, AF_VEP_COL, 0}, {AF_EP_FAKE_QUANT, 0, 0}, {AF_EP_ADD, AF_VEP_FULL, 0},
+          {AF_EP_RELU, 0, 0}, {AF_EP_FAKE_QUANT, 0, 0}},
+         {{0}, {0.75f, 100.0f}, {0}, {0}, {0.5f, 3.0f}}},
+        {"fq, clip, fq, residual, relu, fq, clip, fq: past the registers' six", 8,
+         {{AF_EP_FAKE_QUANT, 0, 0}, {AF_EP_CLIP, 0, 0}, {AF_EP_FAKE_QUANT, 0, 0},
+          {AF_EP_ADD, AF_VEP_FULL, 0}, {AF_EP_RELU, 0, 0}, {AF_EP_FAKE_QUANT, 0, 0},
+          {AF_EP_CLIP, 0, 0}, {AF_EP_FAKE_QUANT, 0, 0}},
+         {{1.5f, 0.0f}, {-6.0f, 9.0f}, {0.25f, 128.0f}, {0}, {0}, {0.125f, 255.0f}, {-3.0f, 2.5f},
+          {0.75f, 7.0f}}},
+    };
+    int_data = true;
+    FOR_EACH_ISA(isa) {
+        for (size_t c = 0; c < AF_COUNT(fq); c++) {
+            check_ep_case(&fq[c], 29, 37, 20);
+            check_ep_case(&fq[c], 1, 37, 21);
+            check_ep_case(&fq[c], 400, 37, 16);
+            check_ep_case(&fq[c], 197, 37, 3100);
+        }
+    }
+    int_data = false;
     af_isa_set(af_isa_best());
 }
 

@@ -135,21 +135,41 @@ typedef struct reg_ep {
     const float *bias, *res;
     bool clamped;
     float clamp[2];
+    af_reg_prog prog; /* one K block only: the longer start (vec.h af_reg_prog), or n = 0 */
     af_vep rest;
 } reg_ep;
 
-static void split_ep(const af_vep *v, reg_ep *r) {
+/* A step the register program takes: a residual (once), Relu, Clip or a fake quantization. */
+static bool reg_step(const af_vep_step *st, const reg_ep *r) {
+    return st->kind == AF_VEP_NONE ? st->op == AF_EP_RELU || st->op == AF_EP_CLIP || st->op == AF_EP_FAKE_QUANT
+                                   : st->op == AF_EP_ADD && st->kind == AF_VEP_FULL && !r->res;
+}
+
+/* v's start for the micro-kernels: the bias, then, for a GEMM in one K block (not `blocked`),
+ * the longest run of register steps (af_reg_prog), else a residual and a Relu or Clip in that
+ * order (the partial sums of K blocks take the residual's place, and the clamp waits for the
+ * last block). */
+static void split_ep(const af_vep *v, reg_ep *r, bool blocked) {
     memset(r, 0, offsetof(reg_ep, rest));
     int s = 0;
     if (v && !v->generic) {
         const af_vep_step *st = v->steps;
         if (s < v->nsteps && st[s].op == AF_EP_ADD && st[s].kind == AF_VEP_COL) r->bias = st[s++].x;
-        if (s < v->nsteps && st[s].op == AF_EP_ADD && st[s].kind == AF_VEP_FULL) r->res = st[s++].x;
-        if (s < v->nsteps && (st[s].op == AF_EP_RELU || st[s].op == AF_EP_CLIP)) {
-            r->clamped = true;
-            r->clamp[0] = st[s].op == AF_EP_RELU ? 0.0f : st[s].p0;
-            r->clamp[1] = st[s].op == AF_EP_RELU ? INFINITY : st[s].p1;
-            s++;
+        if (!blocked) {
+            for (; s < v->nsteps && r->prog.n < AF_REG_MAX && reg_step(&st[s], r); s++) {
+                if (st[s].kind == AF_VEP_FULL) r->res = st[s].x;
+                r->prog.s[r->prog.n].op = st[s].op;
+                r->prog.s[r->prog.n].p0 = st[s].p0;
+                r->prog.s[r->prog.n++].p1 = st[s].p1;
+            }
+        } else {
+            if (s < v->nsteps && st[s].op == AF_EP_ADD && st[s].kind == AF_VEP_FULL) r->res = st[s++].x;
+            if (s < v->nsteps && (st[s].op == AF_EP_RELU || st[s].op == AF_EP_CLIP)) {
+                r->clamped = true;
+                r->clamp[0] = st[s].op == AF_EP_RELU ? 0.0f : st[s].p0;
+                r->clamp[1] = st[s].op == AF_EP_RELU ? INFINITY : st[s].p1;
+                s++;
+            }
         }
     }
     memset(&r->rest, 0, offsetof(af_vep, steps));
@@ -262,7 +282,7 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t rows,
     const char *panel = ip && ip->bblk ? ip->bblk + (p - ip->blk * j->block) * AF_GEMM_NR * j->k * eb
                                        : (const char *)g->b + (j0 * j->k + g->k0 * w) * eb;
     af_ukr_args u = {a, g->rs_i, g->tap_off, g->ntaps, g->tap_len, NULL, w, NULL, 0,
-                     NULL, NULL, 0, NULL, NULL, 0, 0, 0, NULL, NULL, 0, 0};
+                     NULL, NULL, 0, NULL, NULL, 0, 0, 0, NULL, NULL, 0, 0, NULL};
     /* All of B stays in cache: each tile brings in the next tile's rows of A instead
      * (contiguous here) while it runs the first panel; the panels after it find them in L1. */
     bool next_rows = j->nblocks == 1 && p == 0 && g->ntaps == 1 && g->rs_i == g->tap_len;
@@ -291,6 +311,7 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t rows,
         u.bias = re->bias && !j->acc ? re->bias + col : NULL;
         u.ldres = j->acc ? g->ldc : ld;
         u.clamp = re->clamped && !j->partial ? re->clamp : NULL;
+        u.prog = re->prog.n ? &re->prog : NULL;
         u.last = got - (nv - 1) * v->vw;
         if (g->type == AF_GEMM_U8S8) {
             u.colsum = j->colsum + j0 + cc;
@@ -449,7 +470,7 @@ void af_gemm_rows(const af_gemm *g) {
     gemm_job j = {g, af_vec(), NULL, panel_rows(g), (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 1,
                   1, false, false, false, {0}, {0}, {0}};
     AF_ASSERT(g->mi <= j.v->mr && g->type != AF_GEMM_BF16 && g->type != AF_GEMM_U8S8 && !g->b_rowscale);
-    split_ep(g->ep, &j.rep);
+    split_ep(g->ep, &j.rep, false);
     j.block = j.npanels;
     for (int64_t p = 0; p < j.npanels; p++) run_panel(&j, g->a, 0, g->mi, p, NULL);
 }
@@ -541,7 +562,7 @@ static int64_t gemm_group(const af_exec *x, const af_gemm *g, int64_t k, int64_t
 static void gemm_run(af_exec *x, const af_gemm *g, bool acc, bool partial) {
     gemm_job j = {g, af_vec(), NULL, panel_rows(g), (g->n + AF_GEMM_NR - 1) / AF_GEMM_NR, 1, 1, 1, 0,
                   0, g->type == AF_GEMM_BF16 && af_cpu_amx(), acc, partial, {0}, {0}, {0}};
-    split_ep(g->ep, &j.rep);
+    split_ep(g->ep, &j.rep, acc || partial);
     /* blocks sized by the rows the products read (a range of them with kp) */
     j.block = block_panels(g->kp ? g->ntaps * g->tap_len : j.k, j.npanels, g->type == AF_GEMM_F16 ? 2 : 4);
     AF_ASSERT(!g->b_rowscale || (g->type == AF_GEMM_F32 && g->ntaps == 1 && g->b_scratch));

@@ -45,6 +45,20 @@ typedef enum af_gemm_type {
  * B row k is at b + k * bstride (a packed panel, see gemm.h). Offsets count elements of the
  * operands' type (af_gemm_type); with BF16, B "rows" are pairs of K rows (one 32-bit word per
  * column) and tap_len is even. */
+/* A longer start of the epilogue in registers, for a GEMM in one K block (gemm.c split_ep):
+ * after the bias, up to AF_REG_MAX steps in the program's order, each AF_EP_ADD (+ the residual
+ * res), AF_EP_RELU, AF_EP_CLIP (p0, p1) or AF_EP_FAKE_QUANT (p0 scale, p1 zero point). A
+ * quantized ResNet's last conv of a block ends with fq, + residual, Relu, fq: run on the stored
+ * tile, those four passes (the fq's a division each) were a quarter of its time. */
+#define AF_REG_MAX 6
+typedef struct af_reg_prog {
+    int n;
+    struct {
+        int op;
+        float p0, p1;
+    } s[AF_REG_MAX];
+} af_reg_prog;
+
 typedef struct af_ukr_args {
     const void *a;
     int64_t rs;
@@ -79,6 +93,8 @@ typedef struct af_ukr_args {
     /* U8S8: every weight of B is within [-64, 64] (the packer checked; lower.c "w_7bit"), so
      * CPUs without VNNI may sum byte pairs in int16 (VPMADDUBSW) without saturating. */
     int32_t w7;
+    /* Not NULL: after the bias, this program (its ADD reads res), in place of res and clamp. */
+    const af_reg_prog *prog;
 } af_ukr_args;
 
 typedef void (*af_ukr_fn)(const af_ukr_args *p);

@@ -373,11 +373,27 @@ static void from_bf16(const uint16_t *x, float *y, int64_t n) {
             vf bv = UKR_LOAD(p->bias + j * VW, j);                                                \
             UKR_FOR(r, MR) acc[r][j] += bv;                                                       \
         }                                                                                         \
-    if (p->res)                                                                                   \
-        UKR_FOR(r, MR) UKR_FOR(j, NV) acc[r][j] += UKR_LOAD(p->res + r * p->ldres + j * VW, j);   \
-    if (p->clamp) { /* un_apply's Clip */                                                         \
-        vf lo = vsplat(p->clamp[0]), hi = vsplat(p->clamp[1]);                                    \
-        UKR_FOR(r, MR) UKR_FOR(j, NV) acc[r][j] = vm_min(hi, vm_max(lo, acc[r][j]));              \
+    if (p->prog) {                                                                                \
+        for (int s = 0; s < p->prog->n; s++) {                                                    \
+            const int op = p->prog->s[s].op;                                                      \
+            const float p0 = p->prog->s[s].p0, p1 = p->prog->s[s].p1;                             \
+            if (op == AF_EP_ADD)                                                                  \
+                UKR_FOR(r, MR) UKR_FOR(j, NV) acc[r][j] += UKR_LOAD(p->res + r * p->ldres + j * VW, j); \
+            else if (op == AF_EP_RELU)                                                            \
+                UKR_FOR(r, MR) UKR_FOR(j, NV) acc[r][j] = un_apply(AF_EP_RELU, acc[r][j], p0, p1); \
+            else if (op == AF_EP_CLIP)                                                            \
+                UKR_FOR(r, MR) UKR_FOR(j, NV) acc[r][j] = un_apply(AF_EP_CLIP, acc[r][j], p0, p1); \
+            else                                                                                  \
+                UKR_FOR(r, MR) UKR_FOR(j, NV)                                                     \
+                    acc[r][j] = un_apply(AF_EP_FAKE_QUANT, acc[r][j], p0, p1);                    \
+        }                                                                                         \
+    } else {                                                                                      \
+        if (p->res)                                                                               \
+            UKR_FOR(r, MR) UKR_FOR(j, NV) acc[r][j] += UKR_LOAD(p->res + r * p->ldres + j * VW, j); \
+        if (p->clamp) { /* un_apply's Clip */                                                     \
+            vf lo = vsplat(p->clamp[0]), hi = vsplat(p->clamp[1]);                                \
+            UKR_FOR(r, MR) UKR_FOR(j, NV) acc[r][j] = vm_min(hi, vm_max(lo, acc[r][j]));          \
+        }                                                                                         \
     }                                                                                             \
     /* C's base and stride in locals: the vector stores may alias anything, p included, so        \
      * read through p they were loaded again before every store (48 loads a 12x32 tile). */       \
