@@ -874,6 +874,20 @@ static void test_list(void **state) {
 
 /* ---- cost model ------------------------------------------------------------------------------- */
 
+/* The records of the machine file at path marked as measured on a quiet machine, so that
+ * they are read back whatever the load was while the tests measured them. */
+static void mark_quiet(const char *path) {
+    json_error_t e;
+    json_t *root = json_load_file(path, 0, &e), *rec;
+    const char *isa;
+    assert_non_null(root);
+    json_object_foreach(root, isa, rec) {
+        if (json_is_object(rec)) json_object_set_new(rec, "busy_cores", json_real(0.0));
+    }
+    assert_int_equal(json_dump_file(root, path, 0), 0);
+    json_decref(root);
+}
+
 static void test_machine(void **state) {
     (void)state;
     char path[512], buf[512];
@@ -885,6 +899,7 @@ static void test_machine(void **state) {
     assert_int_equal(af_machine_calibrate(path, &a, &err), AF_OK);
     assert_true(a.flops > 1e8 && a.bandwidth > 1e8);
     assert_int_equal(access(path, R_OK), 0);
+    mark_quiet(path);
     assert_int_equal(af_machine_calibrate(path, &b, &err), AF_OK);
     assert_true(fabs(a.flops - b.flops) <= 1e-6 * a.flops);
     assert_true(fabs(a.bandwidth - b.bandwidth) <= 1e-6 * a.bandwidth);
@@ -895,6 +910,7 @@ static void test_machine(void **state) {
     af_machine gen;
     assert_int_equal(af_machine_calibrate(path, &gen, &err), AF_OK);
     assert_string_equal(gen.isa, "generic");
+    mark_quiet(path);
     af_isa_set(best);
     assert_int_equal(af_machine_calibrate(path, &b, &err), AF_OK);
     assert_true(fabs(a.flops - b.flops) <= 1e-6 * a.flops); /* read back, not measured again */
