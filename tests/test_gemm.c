@@ -752,6 +752,42 @@ static void test_u8s8(void **state) {
     free(d);
 }
 
+/* Near ties, where x * (1 / s) and x / s can round to different codes (the vector quantizers
+ * multiply there unless a lane is within a few ulps of a half-integer: vec_impl.h
+ * quant_quot): x within 6 ulps of (k + 1/2) s for every k in the uint8 range, many scales, fake
+ * quantization and to_u8 against the references bit for bit on every ISA. */
+static void test_quant_ties(void **state) {
+    (void)state;
+    enum { K = 520, U = 13, N = K * U };
+    float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
+    uint8_t *q = malloc(N);
+    assert_true(x && y && q);
+    for (int t = 0; t < 40; t++) {
+        float s = (float)(1e-4 * pow(1e5, tu_rnd() * 0.5 + 0.5)), z = (float)(t * 37 % 256);
+        for (int k = 0; k < K; k++)
+            for (int u = 0; u < U; u++) {
+                float v = ((float)(k - K / 2) + 0.5f) * s;
+                for (int d = u - U / 2; d > 0; d--) v = nextafterf(v, INFINITY);
+                for (int d = u - U / 2; d < 0; d++) v = nextafterf(v, -INFINITY);
+                x[k * U + u] = v;
+            }
+        FOR_EACH_ISA(isa) {
+            af_vec()->unary(AF_EP_FAKE_QUANT, s, z, x, y, N);
+            af_vec()->to_u8(x, q, N, s, (int)z);
+            for (int i = 0; i < N; i++) {
+                float want = af_fake_quant(x[i], s, z), code = fused_quant_code(x[i], s, z);
+                if (memcmp(&y[i], &want, sizeof want) || (float)q[i] != code)
+                    fail_msg("%s: x %.9g s %.9g z %g: fq %.9g (want %.9g), code %d (want %g)",
+                             af_isa_name(isa), x[i], s, z, y[i], want, q[i], code);
+            }
+        }
+    }
+    af_isa_set(af_isa_best());
+    free(x);
+    free(y);
+    free(q);
+}
+
 /* The uint8 codes of A (vec to_u8) against the reference's formula, bit for bit: ties to even,
  * both clamps, NaN and infinities, every zero point class, on every ISA. */
 static void test_to_u8(void **state) {
@@ -796,6 +832,7 @@ int main(void) {
         cmocka_unit_test(test_u8s8),
         cmocka_unit_test(test_u8s8_w7),
         cmocka_unit_test(test_to_u8),
+        cmocka_unit_test(test_quant_ties),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
