@@ -100,39 +100,6 @@ static inline vf vround_even(vf x) {
  * vector: erf GELU took 43 TSC cycles per 16 floats, 89 instructions a vector). */
 enum { UN_GELU_TANH = 99 };
 
-/* True when a lane of the mask m is set. */
-static inline __attribute__((always_inline)) bool vany(vi m) {
-#if defined(__AVX512F__) && VW == 16
-    __m512i v;
-    memcpy(&v, &m, sizeof v);
-    return _mm512_test_epi32_mask(v, v) != 0;
-#elif defined(__AVX2__) && VW == 8
-    __m256i v;
-    memcpy(&v, &m, sizeof v);
-    return !_mm256_testz_si256(v, v);
-#else
-    for (int l = 0; l < VW; l++)
-        if (m[l]) return true;
-    return false;
-#endif
-}
-
-/* x / s where the quotient is then clamped to integer bounds within +-255 and rounded to an
- * integer (the quantizers: fake quantization, to_u8): x * (1 / s) instead wherever that rounds
- * to the same integer. The product is within 2^-14 of the quotient below 512 in magnitude (two
- * roundings of 2^-24 against one), so the two round apart only when the product lies within a
- * few ulps of a half-integer: such a vector divides. Past 512 both are beyond the bounds; a
- * scale whose reciprocal is not a normal float always divides. The division was most of a
- * fake quantization's cost (vdivps: about a fifth of the vector rate of a multiply on Zen). */
-static inline __attribute__((always_inline)) vf quant_quot(vf x, float s) {
-    float inv = 1.0f / s;
-    if (__builtin_isnormal(inv) && __builtin_isnormal(s)) {
-        vf q = x * inv;
-        if (!vany(vm_abs(q - vm_rint(q)) > 0.5f - 0x1p-12f)) return q;
-    }
-    return x / s;
-}
-
 /* f(x) for an epilogue activation (af_ep_op) or an af_vun_op. Comparisons are written so that
  * NaN goes where the reference kernels send it (Relu(NaN) = NaN, as `x < 0 ? 0 : x`: that is
  * vm_max(0, x), x second, one maxps; -0 stays -0 both ways). */
@@ -152,7 +119,7 @@ static inline __attribute__((always_inline)) vf un_apply(int op, vf x, float p0,
     case AF_EP_ELU: return vm_select(x < 0.0f, vm_expm1(x) * p0, x);
     case AF_EP_FAKE_QUANT: /* af_fake_quant: the bounds -z, 255 - z are integers, so clamping
                             * before the rounding is the same as clamping after it */
-        return vm_rint(vm_min(vsplat(255.0f - p1), vm_max(vsplat(-p1), quant_quot(x, p0)))) * p0;
+        return vm_rint(vm_min(vsplat(255.0f - p1), vm_max(vsplat(-p1), x / p0))) * p0;
     case AF_VUN_EXP: return vm_exp(x);
     case AF_VUN_ERF: return vm_erf(x);
     case AF_VUN_RECIPROCAL: return vsplat(1.0f) / x;
@@ -267,9 +234,9 @@ static void to_bf16(const float *x, uint16_t *y, int64_t n) {
 static void to_u8(const float *x, uint8_t *y, int64_t n, float s, int z) {
     const float lo = (float)-z, hi = (float)(255 - z), magic = 12582912.0f;
     int64_t i = 0;
-    vf lov = vsplat(lo), hiv = vsplat(hi), mv = vsplat(magic), zv = vsplat((float)z);
+    vf sv = vsplat(s), lov = vsplat(lo), hiv = vsplat(hi), mv = vsplat(magic), zv = vsplat((float)z);
     for (; i + VW <= n; i += VW) {
-        vf v = vm_min(hiv, vm_max(quant_quot(vload(x + i), s), lov));
+        vf v = vm_min(hiv, vm_max(vload(x + i) / sv, lov));
         vi q = __builtin_convertvector(((v + mv) - mv) + zv, vi);
 #if defined(__AVX512F__) && VW == 16
         __m512i qi;
