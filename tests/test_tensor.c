@@ -1094,6 +1094,61 @@ static void test_trilu_fast(void **state) {
     af_runtime_free(rt);
 }
 
+/* DepthToSpace (DCR, CRD) and SpaceToDepth on their fast kernel against the reference: block
+ * sizes 1 to 3, element sizes 1 to 8, one and several images, 2 threads; an output of other
+ * dims is declined. */
+static void test_depth_space_fast(void **state) {
+    (void)state;
+    static const struct {
+        af_dtype t;
+        int64_t dims[4];
+    } geo[] = {
+        {F32, {1, 8, 3, 5}}, {F32, {2, 36, 6, 4}}, {U8, {1, 4, 2, 2}}, {I64, {2, 18, 3, 6}},
+        {AF_DTYPE_FLOAT16, {1, 9, 6, 3}}, {F32, {1, 64, 40, 36}}, /* threaded */
+    };
+    static const char *ops[][2] = {{"DepthToSpace", "mode=DCR"}, {"DepthToSpace", "mode=CRD"},
+                                   {"SpaceToDepth", ""}};
+    af_runtime *rt = NULL;
+    af_error err;
+    assert_int_equal(af_runtime_new(2, &rt, &err), AF_OK);
+    int ran = 0;
+    for (size_t c = 0; c < AF_COUNT(geo); c++)
+        for (int o = 0; o < 3; o++)
+            for (int64_t b = 1; b <= 3; b++) {
+                const int64_t *d = geo[c].dims;
+                if (o < 2 ? d[1] % (b * b) : d[2] % b || d[3] % b) continue;
+                af_arena *a = af_arena_new();
+                char attrs[48], name[96];
+                snprintf(attrs, sizeof attrs, "blocksize=%lld %s", (long long)b, ops[o][1]);
+                af_node *n = make_node(a, ops[o][0], attrs, 13, 1, 1);
+                af_tensor *x = rnd_tensor(geo[c].t, 4, d);
+                const af_tensor *in[1] = {x};
+                snprintf(name, sizeof name, "%s %s, geometry %zu", ops[o][0], attrs, c);
+                fast_vs_ref(name, n, in, fast_depth_space, true, rt);
+                af_tensor_free(x);
+                af_arena_free(a);
+                ran++;
+            }
+    assert_true(ran >= 30);
+    /* an output of other dims: declined */
+    af_arena *a = af_arena_new();
+    int64_t d[4] = {1, 8, 2, 2}, bad[4] = {1, 2, 4, 5};
+    af_tensor *x = rnd_tensor(F32, 4, d), out;
+    af_node *n = make_node(a, "DepthToSpace", "blocksize=2", 13, 1, 1);
+    const af_tensor *in[1] = {x};
+    memset(&out, 0, sizeof out);
+    af_tensor_set_type(&out, F32, 4, bad);
+    assert_int_equal(af_tensor_alloc(&out, &err), AF_OK);
+    af_exec ex;
+    af_exec_init(&ex, NULL, NULL);
+    assert_int_equal(fast_depth_space(n, in, &out, &ex, &err), AF_DECLINED);
+    af_exec_release(&ex);
+    af_tensor_release(&out);
+    af_tensor_free(x);
+    af_arena_free(a);
+    af_runtime_free(rt);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
@@ -1105,6 +1160,7 @@ int main(void) {
         cmocka_unit_test(test_copy_fast),
         cmocka_unit_test(test_select_fast),
         cmocka_unit_test(test_trilu_fast),
+        cmocka_unit_test(test_depth_space_fast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -81,6 +81,8 @@ static const fast_row rows[AF_OP_COUNT] = {
     [AF_OP_EXPAND] = {.kernel = fast_expand},
     [AF_OP_TILE] = {.kernel = fast_tile},
     [AF_OP_TRILU] = {.kernel = fast_trilu, .in_types = ANY_DTYPE},
+    [AF_OP_DEPTH_TO_SPACE] = {.kernel = fast_depth_space, .in_types = ANY_DTYPE},
+    [AF_OP_SPACE_TO_DEPTH] = {.kernel = fast_depth_space, .in_types = ANY_DTYPE},
     [AF_OP_CONCAT] = {.kernel = fast_concat},
     [AF_OP_SPLIT] = {.kernel = fast_split},
     [AF_OP_GATHER] = {.kernel = fast_gather},

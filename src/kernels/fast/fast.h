@@ -65,6 +65,7 @@ AF_FAST_KERNEL(fast_gather);
 AF_FAST_KERNEL(fast_constant_of_shape);
 AF_FAST_KERNEL(fast_cast);
 AF_FAST_KERNEL(fast_trilu);
+AF_FAST_KERNEL(fast_depth_space);
 /* The (from, to) dtype pairs fast_cast converts (it declines the others). */
 bool fast_cast_takes(af_dtype from, af_dtype to);
 /* select.c: data-dependent indexing by element size. */
