@@ -2,6 +2,9 @@
  * matrix-vector products (W x and R h, vec gemv) and its activations over whole gate vectors
  * (vec unary), where the reference kernel converts every operand to double on every run and
  * sums element by element: Silero VAD's 128-unit LSTM step took 0.9 of its 1.15 ms there.
+ * With several steps, W x of every step of an entry is one GEMM before the recurrence (W
+ * packed once per run): step by step, a 2-layer bidirectional LSTM's second layer read its
+ * 512 KB W per step and direction (1.55x ONNX Runtime's time; see BENCHMARKS.md).
  *
  * The geometry, the checks and the step's formulas are the reference's (kernels/ref/rnn.c,
  * rnn.h): gates in ONNX order (LSTM i o f c, GRU z r h), peepholes, clip, input_forget,
@@ -13,6 +16,7 @@
  * Invariant: every index is within the operands rnn_prepare checked; an entry's steps stop at
  * its length, which is checked against seq_length before any is run. */
 #include "kernels/fast/fast.h"
+#include "kernels/fast/gemm.h"
 #include "kernels/ref/nn_common.h"
 #include "kernels/ref/rnn.h"
 #include "kernels/simd/vec.h"
@@ -43,7 +47,12 @@ typedef struct rnn_run {
     float p0[RNN_MAXACT], p1[RNN_MAXACT];
     bool lbr, couple;
     float *pre, *rec, *h, *c, *tmp; /* [gates * hidden] x 2, then [hidden] x 3 */
+    float *wx;     /* with the input products made before the recurrence: [seq][gates * hidden] */
+    float *packed; /* the direction's W, packed for the GEMM core */
 } rnn_run;
+
+/* Steps from which an entry's W x is one GEMM (below, step by step: packing W costs a pass). */
+enum { RNN_GEMM_STEPS = 4 };
 
 /* act k of direction dir over v[0..n) in place, after the clip where asked (the reference clips
  * every pre-activation, not LSTM's cell state). */
@@ -62,16 +71,17 @@ static int64_t hidx(const rnn_geom *g, int dir, int64_t b, int64_t j) {
     return g->layout ? (b * g->ndir + dir) * g->hidden + j : (dir * g->batch + b) * g->hidden + j;
 }
 
-/* One step of one batch entry (the reference's rnn_step): x its input row, s->h and s->c its
- * state, updated. */
-static void step(const rnn_run *s, int dir, const float *x) {
+/* One step of one batch entry (the reference's rnn_step): x its input row, or wx its W x when
+ * not NULL; s->h and s->c its state, updated. */
+static void step(const rnn_run *s, int dir, const float *x, const float *wx) {
     const rnn_geom *g = s->g;
     const af_vec_ops *v = af_vec();
     int64_t hs = g->hidden, gh = g->gates * hs;
     const float *w = s->w + dir * gh * g->input, *r = s->r + dir * gh * hs;
     const float *wb = s->b ? s->b + dir * 2 * gh : NULL, *rb = wb ? wb + gh : NULL;
     float *pre = s->pre, *rec = s->rec, *h = s->h, *c = s->c;
-    v->gemv(w, x, gh, g->input, pre);
+    if (wx) memcpy(pre, wx, (size_t)gh * sizeof(float));
+    else v->gemv(w, x, gh, g->input, pre);
     /* GRU's h gate takes its recurrence apart (below); every other row adds R h here */
     int64_t rows = g->kind == RNN_GRU ? 2 * hs : gh;
     v->gemv(r, h, rows, hs, rec);
@@ -113,18 +123,31 @@ static void step(const rnn_run *s, int dir, const float *x) {
     }
 }
 
+/* W x of every step of entry b into s->wx (direction dir's W packed in s->packed). */
+static void input_products(const rnn_run *s, af_exec *ex, int64_t b) {
+    const rnn_geom *g = s->g;
+    static const int64_t tap0[1] = {0};
+    int64_t gh = g->gates * g->hidden;
+    const float *a = s->x + (g->layout ? b * g->seq : b) * g->input;
+    af_gemm gm = {a, 1, g->seq, 0, g->layout ? g->input : g->batch * g->input, tap0, 1, g->input,
+                  s->packed, gh, s->wx, gh, NULL, 0, 0, AF_GEMM_F32, NULL, NULL, 0, 0, 0, NULL, 0, 0};
+    af_gemm_run(ex, &gm);
+}
+
 /* Direction dir of batch entry b over its len steps, Y rows written as they come. */
-static void run_entry(const rnn_run *s, int dir, int64_t b, int64_t len) {
+static void run_entry(const rnn_run *s, af_exec *ex, int dir, int64_t b, int64_t len) {
     const rnn_geom *g = s->g;
     int64_t hs = g->hidden;
     bool reverse = g->reverse || dir == 1;
+    if (s->wx) input_products(s, ex, b);
     for (int64_t j = 0; j < hs; j++) {
         s->h[j] = s->h0 ? s->h0[hidx(g, dir, b, j)] : 0.0f;
         s->c[j] = s->c0 ? s->c0[hidx(g, dir, b, j)] : 0.0f;
     }
     for (int64_t t = 0; t < len; t++) {
         int64_t ti = reverse ? len - 1 - t : t;
-        step(s, dir, s->x + (g->layout ? b * g->seq + ti : ti * g->batch + b) * g->input);
+        step(s, dir, s->x + (g->layout ? b * g->seq + ti : ti * g->batch + b) * g->input,
+             s->wx ? s->wx + ti * g->gates * hs : NULL);
         if (s->y) {
             int64_t row = g->layout ? (b * g->seq + ti) * g->ndir + dir : (ti * g->ndir + dir) * g->batch + b;
             memcpy(s->y + row * hs, s->h, (size_t)hs * sizeof(float));
@@ -133,6 +156,38 @@ static void run_entry(const rnn_run *s, int dir, int64_t b, int64_t len) {
     for (int64_t j = 0; j < hs; j++) {
         if (s->yh) s->yh[hidx(g, dir, b, j)] = s->h[j];
         if (s->yc) s->yc[hidx(g, dir, b, j)] = s->c[j];
+    }
+}
+
+/* The recurrences of every (direction, batch entry), independent of each other: items of a
+ * parallel loop (a bidirectional layer's two directions run at once), each slot with its own
+ * state, input products and packed W in `per` floats of mem. */
+typedef struct rnn_job {
+    const rnn_run *s;
+    const af_tensor *sl;
+    float *mem;
+    size_t per, state, wx;
+    bool gemm;
+    af_exec *ex; /* for the input products' GEMM: only when there is one item */
+} rnn_job;
+
+static void rnn_items(void *ctx, int slot, int64_t begin, int64_t end) {
+    const rnn_job *j = ctx;
+    const rnn_geom *g = j->s->g;
+    rnn_run s = *j->s;
+    int64_t gh = g->gates * g->hidden;
+    float *mem = j->mem + (size_t)slot * j->per;
+    s.pre = mem, s.rec = mem + gh, s.h = mem + 2 * gh, s.c = s.h + g->hidden, s.tmp = s.c + g->hidden;
+    s.wx = j->gemm ? mem + j->state : NULL;
+    s.packed = j->gemm ? s.wx + j->wx : NULL;
+    int packed_dir = -1;
+    for (int64_t item = begin; item < end; item++) {
+        int dir = (int)(item / g->batch);
+        int64_t b = item % g->batch;
+        if (s.packed && dir != packed_dir)
+            af_gemm_pack(s.w + dir * gh * g->input, g->input, gh, 1, g->input, s.packed);
+        packed_dir = dir;
+        run_entry(&s, j->ex, dir, b, j->sl ? nn_geti(j->sl, b) : g->seq);
     }
 }
 
@@ -170,10 +225,15 @@ AF_FAST_KERNEL(fast_rnn) {
             return af_node_fail(err, n, AF_ERR_RUNTIME, "sequence_lens[%lld] = %lld", (long long)b,
                                 (long long)len);
     }
-    int64_t gh = g.gates * g.hidden;
-    float *mem = af_exec_scratch(x, sizeof(float) * (size_t)(2 * gh + 3 * g.hidden + 1));
+    int64_t gh = g.gates * g.hidden, items = g.ndir * g.batch;
+    bool gemm = g.seq >= RNN_GEMM_STEPS && g.input > 0 && gh > 0;
+    size_t state = (size_t)(2 * gh + 3 * g.hidden + 16) & ~(size_t)15; /* floats, 64-byte multiple */
+    size_t wx = gemm ? ((size_t)(g.seq * gh) + 15) & ~(size_t)15 : 0;
+    size_t per = state + wx + (gemm ? af_gemm_packed_floats(g.input, gh) : 0);
+    int slots = af_exec_threads(x) < AF_EXEC_MAX_SLOTS ? af_exec_threads(x) : AF_EXEC_MAX_SLOTS;
+    if (items < slots) slots = items < 1 ? 1 : (int)items;
+    float *mem = af_exec_scratch(x, sizeof(float) * per * (size_t)slots);
     if (!mem) return af_node_fail(err, n, AF_ERR_NOMEM, "out of memory for the recurrence's state");
-    s.pre = mem, s.rec = mem + gh, s.h = mem + 2 * gh, s.c = s.h + g.hidden, s.tmp = s.c + g.hidden;
     s.x = in[0]->data, s.w = in[1]->data, s.r = in[2]->data;
     const af_tensor *t;
     s.b = (t = nn_in(n, in, 3)) ? t->data : NULL;
@@ -184,7 +244,12 @@ AF_FAST_KERNEL(fast_rnn) {
     s.lbr = af_attr_int(n, "linear_before_reset", 0) != 0;
     s.couple = af_attr_int(n, "input_forget", 0) != 0;
     if (s.y) memset(s.y, 0, y->nbytes); /* steps past an entry's length stay zero */
-    for (int dir = 0; dir < g.ndir; dir++)
-        for (int64_t b = 0; b < g.batch; b++) run_entry(&s, dir, b, sl ? nn_geti(sl, b) : g.seq);
+    rnn_job j = {&s, sl, mem, per, state, wx, gemm, items == 1 ? x : NULL};
+    if (items == 1) { /* one recurrence: the GEMM may split across threads instead */
+        rnn_items(&j, 0, 0, 1);
+        return AF_OK;
+    }
+    double step_flops = 2.0 * (double)gh * (double)(g.input + g.hidden);
+    af_exec_parallel(x, items, af_exec_work_ns(x, step_flops * (double)(g.seq * items), 0.0), rnn_items, &j);
     return AF_OK;
 }
