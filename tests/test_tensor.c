@@ -888,6 +888,31 @@ static void test_select_fast(void **state) {
         af_tensor_free(up);
         af_arena_free(a);
     }
+    /* ScatterElements' reductions on the same geometries (repeated indices combine in index
+     * order), float32, int64 and int32 data (uint8 with a reduction stays on the reference) */
+    static const char *reds[] = {"add", "mul", "max", "min"};
+    for (size_t c = 0; c < AF_COUNT(sc); c++)
+        for (int r = 0; r < 4; r++)
+            for (int i32data = 0; i32data < 2; i32data++) {
+                if ((i32data && sc[c].t != I64) || sc[c].t == U8) continue;
+                af_arena *a = af_arena_new();
+                char attrs[48], name[80];
+                snprintf(attrs, sizeof attrs, "axis=%d reduction=%s", sc[c].axis, reds[r]);
+                af_node *n = make_node(a, "ScatterElements", attrs, 18, 3, 1);
+                int ax = sc[c].axis < 0 ? sc[c].axis + sc[c].rank : sc[c].axis;
+                af_dtype t = i32data ? I32 : sc[c].t;
+                af_tensor *d = rnd_tensor(t, sc[c].rank, sc[c].dd);
+                af_tensor *ix = rnd_index(sc[c].i32, sc[c].rank, sc[c].id, sc[c].dd[ax]);
+                af_tensor *up = rnd_tensor(t, sc[c].rank, sc[c].id);
+                const af_tensor *in[3] = {d, ix, up};
+                snprintf(name, sizeof name, "ScatterElements %s, case %zu%s", reds[r], c,
+                         i32data ? ", int32" : "");
+                fast_vs_ref(name, n, in, fast_scatter_elements, true, rt);
+                af_tensor_free(d);
+                af_tensor_free(ix);
+                af_tensor_free(up);
+                af_arena_free(a);
+            }
     /* GatherElements: the same geometries (indices of any size along the axis, repeats,
      * negative indices, int32) */
     for (size_t c = 0; c < AF_COUNT(sc); c++) {
@@ -1012,7 +1037,7 @@ static void test_select_fast(void **state) {
     assert_int_equal(af_runtime_kernel(NULL, n, in3, &out, &err), AF_ERR_RUNTIME);
     assert_non_null(strstr(err.message, "n0"));
     n = make_node(a, "ScatterElements", "axis=0 reduction=add", 16, 3, 1);
-    assert_int_equal(fast_scatter_elements(n, in3, &out, &ex, &err), AF_DECLINED); /* not ours */
+    assert_int_equal(fast_scatter_elements(n, in3, &out, &ex, &err), AF_DECLINED); /* a bad index */
     int64_t tdims[2] = {4, 1}, od[2] = {4, 3};
     af_tensor *tup = af_tensor_new(I64, 2, tdims);
     int64_t tv[4] = {0, 3, -4, 4};
