@@ -364,7 +364,7 @@ af_status fast_roi_align(const af_node *n, const af_tensor *const *in, af_tensor
         !ra_ready(&out[0], AF_DTYPE_FLOAT, 4) || af_tensor_numel(t) == 0)
         return AF_DECLINED;
     const char *mode = af_attr_str(n, "mode", "avg");
-    const char *ct = af_attr_str(n, "coordinate_transformation_mode", "half_pixel");
+    const char *ct = roi_align_mode(n);
     bool half = strcmp(ct, "half_pixel") == 0, max_mode = strcmp(mode, "max") == 0;
     int64_t oh = af_attr_int(n, "output_height", 1), ow = af_attr_int(n, "output_width", 1);
     int64_t ratio = af_attr_int(n, "sampling_ratio", 0), nr = rs->dims[0];

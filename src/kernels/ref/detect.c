@@ -161,6 +161,12 @@ af_status ref_nms(const af_node *n, const af_tensor *const *in, af_tensor *out,
 
 /* ---- RoiAlign ------------------------------------------------------------------------------------ */
 
+const char *roi_align_mode(const af_node *n) {
+    int64_t opset = n->graph ? af_graph_opset(n->graph) : 16;
+    return af_attr_str(n, "coordinate_transformation_mode",
+                       opset >= 16 ? "half_pixel" : "output_half_pixel");
+}
+
 /* X [N, C, H, W], rois [R, 4] as (x1, y1, x2, y2), batch_indices [R]; Y [R, C, oh, ow]. */
 static af_status roialign_prepare(const af_node *n, const af_tensor *const *in, int64_t *oh,
                                   int64_t *ow, af_error *err) {
@@ -179,7 +185,7 @@ static af_status roialign_prepare(const af_node *n, const af_tensor *const *in, 
     const char *mode = af_attr_str(n, "mode", "avg");
     if (strcmp(mode, "avg") != 0 && strcmp(mode, "max") != 0)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "mode '%s'", mode);
-    const char *ct = af_attr_str(n, "coordinate_transformation_mode", "half_pixel");
+    const char *ct = roi_align_mode(n);
     if (strcmp(ct, "half_pixel") != 0 && strcmp(ct, "output_half_pixel") != 0)
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "coordinate_transformation_mode '%s'", ct);
     *oh = af_attr_int(n, "output_height", 1);
@@ -250,8 +256,7 @@ af_status ref_roi_align(const af_node *n, const af_tensor *const *in, af_tensor 
     if (af_tensor_numel(x) == 0)
         return AF_OK; /* an empty image: every sample is outside, Y stays zero */
     bool max_mode = strcmp(af_attr_str(n, "mode", "avg"), "max") == 0;
-    bool half = strcmp(af_attr_str(n, "coordinate_transformation_mode", "half_pixel"),
-                       "half_pixel") == 0;
+    bool half = strcmp(roi_align_mode(n), "half_pixel") == 0;
     double scale = af_attr_float(n, "spatial_scale", 1.0f), off = half ? 0.5 : 0.0;
     int64_t ratio = af_attr_int(n, "sampling_ratio", 0);
     int64_t nb = x->dims[0], c = x->dims[1], h = x->dims[2], w = x->dims[3], yi = 0;

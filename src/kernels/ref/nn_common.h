@@ -164,4 +164,9 @@ typedef struct nms_cand {
 } nms_cand;
 int nms_cmp(const void *a, const void *b);
 
+/* RoiAlign's coordinate_transformation_mode: the attribute, default half_pixel, from opset 16
+ * on; before it RoiAlign had no half-pixel shift, which opset 16 names output_half_pixel (what
+ * torchvision's aligned=False computes: its Mask R-CNN exports at opsets 11 to 13). */
+const char *roi_align_mode(const af_node *n);
+
 #endif
