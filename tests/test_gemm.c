@@ -286,6 +286,13 @@ static void test_taps(void **state) {
                         (size_t)((H2 + 2) * Wp2 * C2), 0};
             check_prob(&big, NULL, 1, "taps, short K");
             check_prob(&big, NULL, 2, "taps, short K");
+            /* 1 to 4 output channels: dot products per output (gemm.c narrow_run) */
+            for (int64_t n = 1; n <= 4; n++) {
+                prob q = p;
+                q.n = n;
+                check_prob(&q, NULL, 1, "taps, few columns");
+                check_prob(&q, NULL, 2, "taps, few columns");
+            }
             /* an output row of 2 and then 1 position: the row kernels over the taps */
             for (int64_t ow = 2; ow >= 1; ow--) {
                 prob q = p;
@@ -386,6 +393,7 @@ static void test_epilogue(void **state) {
             check_ep_case(&cases[c], 1, 37, 21); /* the row kernels' epilogue */
             check_ep_case(&cases[c], 2, 70, 20);
             check_ep_case(&cases[c], 400, 37, 16); /* items of several tiles */
+            check_ep_case(&cases[c], 29, 3, 20);   /* few columns: the epilogue per row */
         }
         for (size_t c = 0; c < AF_COUNT(k_blocked); c++) check_ep_case(&cases[k_blocked[c]], 197, 37, 3100);
     }

@@ -36,7 +36,7 @@ static void se_fc_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     const se_fc_job *j = ctx;
     const af_vec_ops *v = af_vec();
     float *y = j->s_out + begin;
-    v->gemv(j->w + begin * j->nin, j->s_in, end - begin, j->nin, y);
+    v->gemv(j->w + begin * j->nin, j->nin, j->s_in, end - begin, j->nin, y);
     if (j->b)
         for (int64_t o = begin; o < end; o++) j->s_out[o] += j->b[o];
     /* The activation vectorised (a scalar libm sigmoid per output was a fifth of EfficientNet's

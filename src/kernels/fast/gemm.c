@@ -534,8 +534,75 @@ static void gemm_k_blocks(af_exec *x, const af_gemm *g, int64_t kc, float *a) {
     }
 }
 
+/* ---- products with a few columns ---------------------------------------------------------------
+ * N at most NARROW_N (a convolution to 1 to 4 channels: a segmentation or saliency head, a
+ * side output): the micro-kernels compute 16 or 32 columns a tile, all but N of them wasted, so
+ * a 3x3 conv from 128 channels to 1 ran at 14 GFLOP/s. Here each output is a dot product of its
+ * row of A (tap by tap) with a column of B, the columns gathered once per call from the packed
+ * panel into [tap][column][tap_len] (vec gemv: the N columns against one window piece at a
+ * time), and the epilogue runs on each row's N outputs. */
+enum { NARROW_N = 4 };
+
+typedef struct narrow_job {
+    const af_gemm *g;
+    const float *cols; /* [ntaps][n][tap_len] */
+} narrow_job;
+
+static void narrow_rows(void *ctx, int slot, int64_t begin, int64_t end) {
+    (void)slot;
+    const narrow_job *j = ctx;
+    const af_gemm *g = j->g;
+    const af_vec_ops *v = af_vec();
+    enum { CHUNK = 256 };
+    float part[CHUNK];
+    /* runs of rows within one outer index, whose A rows are rs_i apart: each tap and column
+     * one gemv over the run (A's rows against the column: four rows a column load) */
+    for (int64_t m = begin; m < end;) {
+        int64_t o = m / g->mi, i = m % g->mi, len = g->mi - i;
+        if (len > end - m) len = end - m;
+        if (len > CHUNK) len = CHUNK;
+        int64_t row = o * (g->cs_o ? g->cs_o : g->mi) + i;
+        const float *a = (const float *)g->a + o * g->rs_o + i * g->rs_i;
+        float *c = g->c + row * g->ldc;
+        for (int64_t t = 0; t < g->ntaps; t++)
+            for (int64_t q = 0; q < g->n; q++) {
+                v->gemv(a + g->tap_off[t], g->rs_i, j->cols + (t * g->n + q) * g->tap_len, len,
+                        g->tap_len, part);
+                for (int64_t r = 0; r < len; r++) c[r * g->ldc + q] = t ? c[r * g->ldc + q] + part[r] : part[r];
+            }
+        if (has_steps(g->ep)) v->ep_tile(g->ep, c, g->ldc, g->ep_row0 + row, g->ep_col0, len, g->n);
+        m += len;
+    }
+}
+
+/* Floats of gathered columns a narrow product may have (on the caller's stack: 64 KB, a 3x3
+ * conv from up to 1820 channels to one). The choice of path must not depend on an allocation:
+ * the two paths round differently. */
+enum { NARROW_COLS = 16384 };
+
+/* True when it ran g (float32, N <= NARROW_N, N x K <= NARROW_COLS, all of B's rows, no row
+ * scaling); false when g is not such a product. */
+static bool narrow_run(af_exec *x, const af_gemm *g) {
+    int64_t k = g->ntaps * g->tap_len, w = panel_width(g->n, 0);
+    if (g->type != AF_GEMM_F32 || g->n > NARROW_N || g->b_rowscale || g->k0 || g->kp ||
+        k * g->n > NARROW_COLS)
+        return false;
+    float cols[NARROW_COLS];
+    const float *b = g->b;
+    for (int64_t t = 0; t < g->ntaps; t++)
+        for (int64_t q = 0; q < g->n; q++)
+            for (int64_t kk = 0; kk < g->tap_len; kk++)
+                cols[(t * g->n + q) * g->tap_len + kk] = b[(t * g->tap_len + kk) * w + q];
+    narrow_job j = {g, cols};
+    int64_t rows = g->mo * g->mi;
+    af_exec_parallel(x, rows, af_exec_work_ns(x, 2.0 * (double)(rows * k * g->n), 4.0 * (double)(rows * k)),
+                     narrow_rows, &j);
+    return true;
+}
+
 void af_gemm_run(af_exec *x, const af_gemm *g) {
     if (g->mo <= 0 || g->mi <= 0 || g->n <= 0) return;
+    if (narrow_run(x, g)) return;
     int64_t kc = k_block(g);
     float *a = kc ? af_malloc(sizeof(float) * (size_t)(g->mi * kc)) : NULL;
     if (a) gemm_k_blocks(x, g, kc, a);

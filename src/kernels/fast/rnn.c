@@ -81,10 +81,10 @@ static void step(const rnn_run *s, int dir, const float *x, const float *wx) {
     const float *wb = s->b ? s->b + dir * 2 * gh : NULL, *rb = wb ? wb + gh : NULL;
     float *pre = s->pre, *rec = s->rec, *h = s->h, *c = s->c;
     if (wx) memcpy(pre, wx, (size_t)gh * sizeof(float));
-    else v->gemv(w, x, gh, g->input, pre);
+    else v->gemv(w, g->input, x, gh, g->input, pre);
     /* GRU's h gate takes its recurrence apart (below); every other row adds R h here */
     int64_t rows = g->kind == RNN_GRU ? 2 * hs : gh;
-    v->gemv(r, h, rows, hs, rec);
+    v->gemv(r, hs, h, rows, hs, rec);
     for (int64_t q = 0; q < rows; q++) pre[q] += rec[q] + (wb ? wb[q] + rb[q] : 0.0f);
     for (int64_t q = rows; wb && q < gh; q++) pre[q] += wb[q];
     if (g->kind == RNN_SIMPLE) {
@@ -94,11 +94,11 @@ static void step(const rnn_run *s, int dir, const float *x, const float *wx) {
         float *z = pre, *rg = pre + hs, *hh = pre + 2 * hs, *t = s->tmp;
         act_rows(s, dir, 0, pre, 2 * hs, true);
         if (s->lbr) { /* r .* (h R_h^T + Rb_h) */
-            v->gemv(r + 2 * hs * hs, h, hs, hs, t);
+            v->gemv(r + 2 * hs * hs, hs, h, hs, hs, t);
             for (int64_t j = 0; j < hs; j++) hh[j] += rg[j] * (t[j] + (rb ? rb[2 * hs + j] : 0.0f));
         } else { /* (r .* h) R_h^T + Rb_h */
             for (int64_t j = 0; j < hs; j++) t[j] = rg[j] * h[j];
-            v->gemv(r + 2 * hs * hs, t, hs, hs, rec);
+            v->gemv(r + 2 * hs * hs, hs, t, hs, hs, rec);
             for (int64_t j = 0; j < hs; j++) hh[j] += rec[j] + (rb ? rb[2 * hs + j] : 0.0f);
         }
         act_rows(s, dir, 1, hh, hs, true);

@@ -273,8 +273,9 @@ typedef struct af_vec_ops {
     /* x[i] = e^(scale (x[i] - max x)) for scale > 0, unnormalised; returns their sum (the
      * attention kernel folds 1 / sum into its P V product). */
     float (*softmax_exp)(float *x, int64_t n, float scale);
-    /* y[o] = sum_i w[o * n + i] * x[i] for o < rows (a matrix-vector product over rows of w). */
-    void (*gemv)(const float *w, const float *x, int64_t rows, int64_t n, float *y);
+    /* y[o] = sum_i w[o * ldw + i] * x[i] for o < rows, i < n (a matrix-vector product over rows
+     * of w, ldw apart: they may overlap, as a convolution's windows do). */
+    void (*gemv)(const float *w, int64_t ldw, const float *x, int64_t rows, int64_t n, float *y);
     /* y[i] = x[i] in bfloat16, rounded to nearest even (NaN stays NaN; float32 denormals may
      * become zero, as AVX512_BF16's conversion makes them). */
     void (*to_bf16)(const float *x, uint16_t *y, int64_t n);

@@ -859,8 +859,8 @@ static float row_sum(const float *x, int64_t n) {
  * the tail in the odd one: the single-row loop's order, so each y is the same bits either way).
  * One row at a time, x was loaded again for every row, and the loads bound the loop: an LSTM's
  * 512 x 128 recurrence, read every step, ran at half the rate. */
-static inline void gemv4(const float *w, const float *x, int64_t n, float *y) {
-    const float *w0 = w, *w1 = w + n, *w2 = w + 2 * n, *w3 = w + 3 * n;
+static inline void gemv4(const float *w, int64_t ldw, const float *x, int64_t n, float *y) {
+    const float *w0 = w, *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw;
     vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
     int64_t i = 0;
     for (; i + 2 * VW <= n; i += 2 * VW) {
@@ -884,16 +884,17 @@ static inline void gemv4(const float *w, const float *x, int64_t n, float *y) {
     y[0] = vsum(a0 + b0), y[1] = vsum(a1 + b1), y[2] = vsum(a2 + b2), y[3] = vsum(a3 + b3);
 }
 
-static void gemv(const float *w, const float *x, int64_t rows, int64_t n, float *y) {
-    const char *pf = (const char *)w, *end = (const char *)(w + rows * n);
+static void gemv(const float *w, int64_t ldw, const float *x, int64_t rows, int64_t n, float *y) {
+    if (rows <= 0) return;
+    const char *pf = (const char *)w, *end = (const char *)(w + (rows - 1) * ldw + n);
     int64_t o0 = 0;
     for (; o0 + 4 <= rows; o0 += 4) {
-        const char *to = (const char *)(w + (o0 + 4) * n) + GEMV_PF_BYTES;
+        const char *to = (const char *)(w + (o0 + 3) * ldw + n) + GEMV_PF_BYTES;
         for (; pf < to && pf < end; pf += 64) __builtin_prefetch(pf, 0, 3);
-        gemv4(w + o0 * n, x, n, y + o0);
+        gemv4(w + o0 * ldw, ldw, x, n, y + o0);
     }
     for (int64_t o = o0; o < rows; o++) {
-        const float *wr = w + o * n;
+        const float *wr = w + o * ldw;
         /* every line up to GEMV_PF_BYTES past this row, once */
         const char *to = (const char *)(wr + n) + GEMV_PF_BYTES;
         for (; pf < to && pf < end; pf += 64) __builtin_prefetch(pf, 0, 3);
