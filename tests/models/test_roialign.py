@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-import autofusion_cli as afc
-from against_ort import ours_and_ort
+from against_ort import ours, ours_and_ort
 from ort_node import ort_available
 
 rng = np.random.default_rng(16)
@@ -47,8 +46,8 @@ def feeds():
                                        (16, "output_half_pixel")])
 def test_roialign_against_ort(af_bin, tmp_path, opset, mode):
     path = roialign_model(str(tmp_path / "m.onnx"), opset, mode)
-    ours, want = ours_and_ort(af_bin, path, feeds(), tmp_path)
-    np.testing.assert_allclose(ours["y"], want["y"], rtol=1e-5, atol=1e-5)
+    got, want = ours_and_ort(af_bin, path, feeds(), tmp_path)
+    np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-5)
 
 
 def test_roialign_default_follows_opset(af_bin, tmp_path):
@@ -61,16 +60,7 @@ def test_roialign_default_follows_opset(af_bin, tmp_path):
         d = tmp_path / name
         d.mkdir()
         path = roialign_model(str(d / "m.onnx"), opset, mode)
-        got[name] = run_ours(af_bin, path, f, d)
+        got[name] = ours(af_bin, path, f, d, ["y"])["y"]
     np.testing.assert_array_equal(got["old"], got["new_out"])
     assert np.abs(got["old"] - got["new"]).max() > 1e-3
 
-
-def run_ours(af_bin, path, f, d):
-    files = {}
-    for k, v in f.items():
-        files[k] = str(d / (k + ".npy"))
-        np.save(files[k], v)
-    r = afc.run(af_bin, path, inputs=files, output_dir=str(d / "ours"))
-    assert r.returncode == 0, r.stderr
-    return afc.load_outputs(str(d / "ours"), ["y"])["y"]
