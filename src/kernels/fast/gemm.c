@@ -575,10 +575,11 @@ static void narrow_rows(void *ctx, int slot, int64_t begin, int64_t end) {
     }
 }
 
-/* Floats of gathered columns a narrow product may have (on the caller's stack: 64 KB, a 3x3
- * conv from up to 1820 channels to one). The choice of path must not depend on an allocation:
- * the two paths round differently. */
-enum { NARROW_COLS = 16384 };
+/* Floats of gathered columns a narrow product may have, on the caller's stack (a worker's,
+ * inside a parallel item, as a merged expand's rows are): 32 KB, a 3x3 conv from up to 910
+ * channels to one, or an RPN's objectness (256 channels to 3). The choice of path must not
+ * depend on an allocation: the two paths round differently. */
+enum { NARROW_COLS = 8192 };
 
 /* True when it ran g (float32, N <= NARROW_N, N x K <= NARROW_COLS, all of B's rows, no row
  * scaling); false when g is not such a product. */
