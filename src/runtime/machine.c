@@ -6,7 +6,7 @@
  * producer wrote it). The rates are cached as JSON in $XDG_CACHE_HOME/autofusion/machine.json
  * (else ~/.cache/autofusion/machine.json; $AUTOFUSION_MACHINE_FILE overrides the path), per
  * kernel ISA, so that a process measures only when nothing is cached, or when what is cached was
- * measured on a busy machine (then a few more times, keeping the best figures).
+ * measured on a busy machine a minute or more ago (keeping the best figures: REMEASURE_S).
  *
  * Invariant: a record is used only when every rate in it is finite and within wide sane bounds,
  * and only for the ISA it was measured on. */

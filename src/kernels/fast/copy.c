@@ -383,37 +383,21 @@ typedef struct ds_job {
     bool d2s, crd;
 } ds_job;
 
-/* y[k] = x[k * stride] for k < n, elements of es bytes. */
-static void ds_strided(char *y, const char *x, int64_t n, int64_t stride, size_t es) {
+/* y[k * ys] = x[k * xs] for k < n, elements of es bytes (one of the strides is 1: an
+ * interleave or its inverse). */
+static void ds_copy(char *y, int64_t ys, const char *x, int64_t xs, int64_t n, size_t es) {
     switch (es) {
     case 4:
-        for (int64_t k = 0; k < n; k++) memcpy(y + 4 * k, x + 4 * k * stride, 4);
+        for (int64_t k = 0; k < n; k++) memcpy(y + 4 * k * ys, x + 4 * k * xs, 4);
         break;
     case 2:
-        for (int64_t k = 0; k < n; k++) memcpy(y + 2 * k, x + 2 * k * stride, 2);
+        for (int64_t k = 0; k < n; k++) memcpy(y + 2 * k * ys, x + 2 * k * xs, 2);
         break;
     case 8:
-        for (int64_t k = 0; k < n; k++) memcpy(y + 8 * k, x + 8 * k * stride, 8);
+        for (int64_t k = 0; k < n; k++) memcpy(y + 8 * k * ys, x + 8 * k * xs, 8);
         break;
     default:
-        for (int64_t k = 0; k < n; k++) memcpy(y + es * (size_t)k, x + es * (size_t)(k * stride), es);
-    }
-}
-
-/* y[k * stride] = x[k] for k < n. */
-static void ds_scatter(char *y, const char *x, int64_t n, int64_t stride, size_t es) {
-    switch (es) {
-    case 4:
-        for (int64_t k = 0; k < n; k++) memcpy(y + 4 * k * stride, x + 4 * k, 4);
-        break;
-    case 2:
-        for (int64_t k = 0; k < n; k++) memcpy(y + 2 * k * stride, x + 2 * k, 2);
-        break;
-    case 8:
-        for (int64_t k = 0; k < n; k++) memcpy(y + 8 * k * stride, x + 8 * k, 8);
-        break;
-    default:
-        for (int64_t k = 0; k < n; k++) memcpy(y + es * (size_t)(k * stride), x + es * (size_t)k, es);
+        for (int64_t k = 0; k < n; k++) memcpy(y + es * (size_t)(k * ys), x + es * (size_t)(k * xs), es);
     }
 }
 
@@ -430,7 +414,7 @@ static void ds_rows(void *ctx, int slot, int64_t begin, int64_t end) {
             for (int64_t jj = 0; jj < b; jj++) {
                 int64_t src = j->crd ? c * b * b + i * b + jj : (i * b + jj) * cq + c;
                 const char *x = j->x + es * (size_t)((n * j->c + src) * plane + h * j->w);
-                ds_scatter(y + es * (size_t)jj, x, j->w, b, es);
+                ds_copy(y + es * (size_t)jj, b, x, 1, j->w, es);
             }
         }
         return;
@@ -440,7 +424,7 @@ static void ds_rows(void *ctx, int slot, int64_t begin, int64_t end) {
         int64_t n = r / (oc * oh), q = r / oh % oc, h = r % oh;
         int64_t ij = q / j->c, c = q % j->c, i = ij / b, jj = ij % b;
         const char *x = j->x + es * (size_t)((n * j->c + c) * plane + (h * b + i) * j->w + jj);
-        ds_strided(j->y + es * (size_t)(r * ow), x, ow, b, es);
+        ds_copy(j->y + es * (size_t)(r * ow), 1, x, b, ow, es);
     }
 }
 

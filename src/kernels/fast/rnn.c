@@ -166,8 +166,7 @@ typedef struct rnn_job {
     const rnn_run *s;
     const af_tensor *sl;
     float *mem;
-    size_t per, state, wx;
-    bool gemm;
+    size_t per, state, wx; /* floats: a slot's, its state's, its input products' (0: none) */
     af_exec *ex; /* for the input products' GEMM: only when there is one item */
 } rnn_job;
 
@@ -178,8 +177,8 @@ static void rnn_items(void *ctx, int slot, int64_t begin, int64_t end) {
     int64_t gh = g->gates * g->hidden;
     float *mem = j->mem + (size_t)slot * j->per;
     s.pre = mem, s.rec = mem + gh, s.h = mem + 2 * gh, s.c = s.h + g->hidden, s.tmp = s.c + g->hidden;
-    s.wx = j->gemm ? mem + j->state : NULL;
-    s.packed = j->gemm ? s.wx + j->wx : NULL;
+    s.wx = j->wx ? mem + j->state : NULL;
+    s.packed = j->wx ? s.wx + j->wx : NULL;
     int packed_dir = -1;
     for (int64_t item = begin; item < end; item++) {
         int dir = (int)(item / g->batch);
@@ -244,7 +243,7 @@ AF_FAST_KERNEL(fast_rnn) {
     s.lbr = af_attr_int(n, "linear_before_reset", 0) != 0;
     s.couple = af_attr_int(n, "input_forget", 0) != 0;
     if (s.y) memset(s.y, 0, y->nbytes); /* steps past an entry's length stay zero */
-    rnn_job j = {&s, sl, mem, per, state, wx, gemm, items == 1 ? x : NULL};
+    rnn_job j = {&s, sl, mem, per, state, wx, items == 1 ? x : NULL};
     if (items == 1) { /* one recurrence: the GEMM may split across threads instead */
         rnn_items(&j, 0, 0, 1);
         return AF_OK;

@@ -64,23 +64,17 @@ typedef struct sc_geom {
 
 enum { SC_CHECK, SC_SCATTER, SC_GATHER };
 
-/* ScatterElements' reduction: none, add, mul, max, min (-1: another, declined). */
-static int sc_reduction(const af_node *n) {
-    static const char *const names[] = {"none", "add", "mul", "max", "min"};
-    const char *s = af_attr_str(n, "reduction", "none");
-    for (int r = 0; r < 5; r++)
-        if (!strcmp(s, names[r])) return r;
-    return -1;
-}
-
-/* *y = red(*y, *u) for reduction red (1 add, 2 mul, 3 max, 4 min) on dtype t (float32, int32,
+/* *y = red(*y, *u) for reduction red (not RED_NONE) on dtype t (float32, int32,
  * int64): the reference's results (floats: the float op, which the reference's double one
  * rounds to; integers wrap). */
-static void sc_combine(char *y, const char *u, af_dtype t, int red) {
+static void sc_combine(char *y, const char *u, af_dtype t, scat_red red) {
     if (t == AF_DTYPE_FLOAT) {
         float a, b;
         memcpy(&a, y, 4), memcpy(&b, u, 4);
-        float v = red == 1 ? a + b : red == 2 ? a * b : red == 3 ? fmaxf(a, b) : fminf(a, b);
+        float v = red == RED_ADD   ? a + b
+                  : red == RED_MUL ? a * b
+                  : red == RED_MAX ? fmaxf(a, b)
+                                   : fminf(a, b);
         memcpy(y, &v, 4);
         return;
     }
@@ -92,9 +86,9 @@ static void sc_combine(char *y, const char *u, af_dtype t, int red) {
         memcpy(&a32, y, 4), memcpy(&b32, u, 4);
         a = a32, b = b32;
     }
-    v = red == 1 ? (int64_t)((uint64_t)a + (uint64_t)b)
-        : red == 2 ? (int64_t)((uint64_t)a * (uint64_t)b)
-        : (red == 3) == (a > b) ? a : b;
+    v = red == RED_ADD   ? (int64_t)((uint64_t)a + (uint64_t)b)
+        : red == RED_MUL ? (int64_t)((uint64_t)a * (uint64_t)b)
+        : (red == RED_MAX) == (a > b) ? a : b;
     if (t == AF_DTYPE_INT64) memcpy(y, &v, 8);
     else {
         int32_t v32 = (int32_t)(uint32_t)(uint64_t)v;
@@ -106,7 +100,7 @@ static void sc_combine(char *y, const char *u, af_dtype t, int red) {
  * false (at the first bad index) when one is out of range. SC_SCATTER copies update k to y at
  * off, SC_GATHER x at off to y's element k, SC_CHECK only checks. */
 static bool sc_walk(const sc_geom *g, const af_tensor *ix, const af_tensor *x, char *y,
-                    const char *up, size_t es, int what, int red) {
+                    const char *up, size_t es, int what, scat_red red) {
     bool i64 = ix->dtype == AF_DTYPE_INT64;
     int last = g->rank - 1;
     int64_t w = g->idims[last], rows = af_tensor_numel(ix) / (w > 0 ? w : 1), dim = x->dims[g->axis];
@@ -122,7 +116,7 @@ static bool sc_walk(const sc_geom *g, const af_tensor *ix, const af_tensor *x, c
             if (!sel_index(ix->data, i64, k0 + j, dim, &v)) return false;
             if (what == SC_CHECK) continue;
             int64_t off = g->axis == last ? base + v : base + v * g->xs[g->axis] + j;
-            if (what == SC_SCATTER && red) sc_combine(y + (size_t)off * es, up + (size_t)(k0 + j) * es, x->dtype, red);
+            if (what == SC_SCATTER && red != RED_NONE) sc_combine(y + (size_t)off * es, up + (size_t)(k0 + j) * es, x->dtype, red);
             else if (what == SC_SCATTER) sel_copy(y + (size_t)off * es, up + (size_t)(k0 + j) * es, es);
             else sel_copy(y + (size_t)(k0 + j) * es, (const char *)x->data + (size_t)off * es, es);
         }
@@ -143,9 +137,11 @@ af_status fast_scatter_elements(const af_node *n, const af_tensor *const *in, af
         !sel_same_type(&out[0], d) || up->dtype != d->dtype || up->rank != ix->rank ||
         !af_axis(af_attr_int(n, "axis", 0), d->rank, &g.axis))
         return AF_DECLINED;
-    int red = sc_reduction(n);
-    if (red < 0 || (red > 0 && d->dtype != AF_DTYPE_FLOAT && d->dtype != AF_DTYPE_INT64 &&
-                    d->dtype != AF_DTYPE_INT32))
+    scat_red red;
+    af_error quiet = {0};
+    if (tn_scatter_reduction(n, &red, &quiet) != AF_OK ||
+        (red != RED_NONE && d->dtype != AF_DTYPE_FLOAT && d->dtype != AF_DTYPE_INT64 &&
+         d->dtype != AF_DTYPE_INT32))
         return AF_DECLINED;
     for (int a = 0; a < d->rank; a++)
         if (up->dims[a] != ix->dims[a] || (a != g.axis && ix->dims[a] > d->dims[a])) return AF_DECLINED;
@@ -153,7 +149,7 @@ af_status fast_scatter_elements(const af_node *n, const af_tensor *const *in, af
     g.idims = ix->dims;
     af_strides(d, g.xs);
     size_t es = af_dtype_size(d->dtype);
-    if (!sc_walk(&g, ix, d, NULL, NULL, es, SC_CHECK, 0)) return AF_DECLINED; /* the reference reports */
+    if (!sc_walk(&g, ix, d, NULL, NULL, es, SC_CHECK, RED_NONE)) return AF_DECLINED; /* the reference reports */
     if (out[0].data != d->data && af_tensor_numel(d) > 0)
         af_copy(out[0].data, d->data, (size_t)af_tensor_numel(d) * es);
     sc_walk(&g, ix, d, out[0].data, up->data, es, SC_SCATTER, red);
@@ -177,8 +173,8 @@ af_status fast_gather_elements(const af_node *n, const af_tensor *const *in, af_
     g.idims = ix->dims;
     af_strides(d, g.xs);
     size_t es = af_dtype_size(d->dtype);
-    if (!sc_walk(&g, ix, d, NULL, NULL, es, SC_CHECK, 0)) return AF_DECLINED; /* the reference reports */
-    sc_walk(&g, ix, d, out[0].data, NULL, es, SC_GATHER, 0);
+    if (!sc_walk(&g, ix, d, NULL, NULL, es, SC_CHECK, RED_NONE)) return AF_DECLINED; /* the reference reports */
+    sc_walk(&g, ix, d, out[0].data, NULL, es, SC_GATHER, RED_NONE);
     return AF_OK;
 }
 

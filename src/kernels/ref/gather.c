@@ -10,9 +10,7 @@
 
 /* ---- reductions shared by the scatters ---------------------------------------------------- */
 
-typedef enum scat_red { RED_NONE, RED_ADD, RED_MUL, RED_MAX, RED_MIN } scat_red;
-
-static af_status scatter_reduction(const af_node *n, scat_red *r, af_error *err) {
+af_status tn_scatter_reduction(const af_node *n, scat_red *r, af_error *err) {
     const char *s = af_attr_str(n, "reduction", "none");
     if (!strcmp(s, "none"))
         *r = RED_NONE;
@@ -150,7 +148,7 @@ af_status ref_scatter_elements(const af_node *n, const af_tensor *const *in,
     if (!st)
         st = tn_esize(n, x, &es, err);
     if (!st)
-        st = scatter_reduction(n, &red, err);
+        st = tn_scatter_reduction(n, &red, err);
     if (st)
         return st;
     if (!same_dims(ix, up) || up->dtype != x->dtype)
@@ -256,7 +254,7 @@ af_status ref_scatter_nd(const af_node *n, const af_tensor *const *in, af_tensor
     scat_red red;
     af_status st = tn_esize(n, x, &es, err);
     if (!st)
-        st = scatter_reduction(n, &red, err);
+        st = tn_scatter_reduction(n, &red, err);
     if (st)
         return st;
     if (!tn_is_index_type(ix->dtype) || ix->rank < 1)

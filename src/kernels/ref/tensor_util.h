@@ -141,4 +141,9 @@ af_status tn_transpose_perm(const af_node *n, int rank, int *perm, af_error *err
 af_status tn_reduce_axes(const af_node *n, const af_tensor *const *in, const af_tensor *x,
                          bool *red, bool *noop, bool *known, af_error *err);
 
+/* The reduction of ScatterElements / ScatterND ("none", "add", "mul", "max", "min"): an
+ * unknown one is AF_ERR_UNSUPPORTED naming it (gather.c). */
+typedef enum scat_red { RED_NONE, RED_ADD, RED_MUL, RED_MAX, RED_MIN } scat_red;
+af_status tn_scatter_reduction(const af_node *n, scat_red *r, af_error *err);
+
 #endif
