@@ -457,6 +457,105 @@ static void test_quant_producer_fq(void **state) {
     af_tensor_free(x);
 }
 
+/* ---- codes between int8 convs (lower/codes.c) ------------------------------------------------ */
+
+/* A conv node reading x: int8 (quant, x_scale xs, zero point z, int8 W) or float32 (W in
+ * [-0.5, 0.5]); k x k, pad k / 2, group; bias and a Relu. */
+static af_value *conv_node(af_graph *g, const char *name, af_value *x, int64_t m, int64_t k,
+                           int64_t group, bool int8, float xs, int z) {
+    int64_t c = x->type.dims[1], wd[4] = {m, c / group, k, k}, ks[2] = {k, k}, one[2] = {1, 1};
+    int64_t pads[4] = {k / 2, k / 2, k / 2, k / 2}, relu[3] = {AF_EP_RELU, -1, 0};
+    af_node *n = af_node_new(g, AF_OP_FUSED_CONV, name, 3, 1);
+    assert_non_null(n);
+    n->domain = AF_DOMAIN;
+    af_node_set_input(n, 0, x);
+    af_node_set_input(n, 1, int8 ? i8_const(g, 4, wd) : tu_const(g, 4, wd, -0.5, 0.5));
+    af_node_set_input(n, 2, tu_const(g, 1, &m, -1.0, 1.0));
+    af_node_set_output(n, 0, af_value_new(g, af_graph_unique_name(g, "y")));
+    set_int(n, "group", group);
+    set_ints(n, "kernel_shape", 2, ks);
+    set_ints(n, "strides", 2, one);
+    set_ints(n, "dilations", 2, one);
+    set_ints(n, "pads", 4, pads);
+    set_ints(n, "epilogue", 3, relu);
+    if (int8) {
+        float ws = 0.004f;
+        set_int(n, "quant", 1);
+        set_float(n, "x_scale", xs);
+        set_int(n, "x_zero_point", z);
+        set_floats(n, "w_scale", 1, &ws);
+    }
+    af_error err;
+    if (af_graph_infer_shapes(g, &err)) fail_msg("%s: %s", name, err.message);
+    return n->out[0];
+}
+
+/* Chains whose middle activation becomes codes where the CPU runs int8 cores: an int8 1x1 conv
+ * to 24 channels read by an int8 3x3 (the codes copied into its bordered image), to 10 channels
+ * (not a multiple of 4: copied position by position) read by an int8 1x1 conv, and a float32
+ * depthwise conv read by an int8 1x1 (its codes read in place). Lowered with the codes pass
+ * and without (AUTOFUSION_CODES=0): the same bits, on every ISA and at 2 threads; with VNNI the
+ * middle value is UINT8 and its producer has y_scale. */
+static void test_quant_codes(void **state) {
+    (void)state;
+    static const struct {
+        int64_t mid, k2;
+        bool dw;
+    } chains[] = {{24, 3, false}, {10, 1, false}, {12, 1, true}};
+    int64_t xd[4] = {2, 12, 9, 11};
+    af_tensor *x = af_tensor_new(AF_DTYPE_FLOAT, 4, xd);
+    assert_non_null(x);
+    for (int64_t i = 0; i < af_tensor_numel(x); i++) ((float *)x->data)[i] = (float)(2.0 * tu_rnd() - 0.5);
+    af_runtime *rt2 = NULL;
+    af_error err;
+    assert_int_equal(af_runtime_new(2, &rt2, &err), AF_OK);
+    af_isa best = af_isa_best();
+    for (size_t ci = 0; ci < AF_COUNT(chains); ci++)
+        for (af_isa isa = AF_ISA_GENERIC; isa <= best; isa++) {
+            af_isa_set(isa);
+            af_tensor got[3];
+            memset(got, 0, sizeof got);
+            for (int codes = 0; codes < 2; codes++) {
+                af_arena *a = af_arena_new();
+                tu_rng = 11;
+                af_graph *g = tu_graph(a, "test_quant", 8);
+                af_value *xv = af_value_new(g, "x");
+                xv->is_input = true;
+                af_tensor_set_type(&xv->type, AF_DTYPE_FLOAT, 4, xd);
+                g->inputs[g->ninputs++] = xv;
+                af_value *h = chains[ci].dw ? conv_node(g, "first", xv, 12, 3, 12, false, 0, 0)
+                                            : conv_node(g, "first", xv, chains[ci].mid, 1, 1, true, 0.01f, 7);
+                mark_output(g, conv_node(g, "second", h, 16, chains[ci].k2, 1, true, 0.02f, 5));
+                setenv("AUTOFUSION_CODES", codes ? "1" : "0", 1);
+                af_status st = af_lower(g, NULL, &err);
+                unsetenv("AUTOFUSION_CODES");
+                if (st) fail_msg("chain %zu: %s", ci, err.message);
+                const af_node *second = NULL;
+                for (int i = 0; i < g->nnodes; i++)
+                    if (!strcmp(g->nodes[i]->name, "second")) second = g->nodes[i];
+                assert_non_null(second);
+                h = second->in[0]; /* (the layout pass made it channels-last) */
+                bool want = codes && !strcmp(af_attr_str(second, "precision", ""), "int8");
+                bool is = h->type.dtype == AF_DTYPE_UINT8 && af_attr_float(h->producer, "y_scale", 0) == 0.02f;
+                if (want != is) fail_msg("chain %zu on %s: codes %d, want %d", ci, af_isa_name(isa), is, want);
+                qcase c = {"codes", false, {2, 12, 9, 11}, 0, 0, {0}, {0}, {0}, {0}, false, 0, 0, false, 0, false};
+                run(&c, g, x, &got[codes], NULL);
+                if (codes) {
+                    run(&c, g, x, &got[2], rt2);
+                    if (got[1].nbytes != got[2].nbytes || memcmp(got[1].data, got[2].data, got[1].nbytes))
+                        fail_msg("chain %zu on %s: 2 threads differ", ci, af_isa_name(isa));
+                }
+                af_arena_free(a);
+            }
+            if (got[0].nbytes != got[1].nbytes || memcmp(got[0].data, got[1].data, got[0].nbytes))
+                fail_msg("chain %zu on %s: codes change the output", ci, af_isa_name(isa));
+            for (int i = 0; i < 3; i++) af_tensor_release(&got[i]);
+        }
+    af_isa_set(best);
+    af_runtime_free(rt2);
+    af_tensor_free(x);
+}
+
 /* Bad quantization attributes fail shape inference, before any lowering, naming the node. */
 static void test_quant_bad(void **state) {
     (void)state;
@@ -491,6 +590,7 @@ int main(void) {
         cmocka_unit_test(test_quant_shared_fq),
         cmocka_unit_test(test_quant_producer_fq),
         cmocka_unit_test(test_quant_bad),
+        cmocka_unit_test(test_quant_codes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

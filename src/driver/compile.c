@@ -86,6 +86,11 @@ static af_status pack(af_graph *g, const stage_ctx *c, af_error *err) {
     return af_pass_pack(g, err);
 }
 
+static af_status codes(af_graph *g, const stage_ctx *c, af_error *err) {
+    (void)c;
+    return af_pass_codes(g, err);
+}
+
 /* THE order. The plan of the final graph comes last (af_compile). */
 static const stage stages[] = {
     {"shapes", ALWAYS, shapes},             /* types of every value, from the model's inputs */
@@ -100,6 +105,7 @@ static const stage stages[] = {
     {"simplify", LOWER, simplify},          /* the reorders nobody reads */
     {"precision", LOWER, precision},        /* which cores run bf16 / fp16 (--precision_mode) */
     {"pack", LOWER, pack},                  /* weights in GEMM panel order; SE gates into 1x1 convs */
+    {"codes", LOWER, codes},                /* uint8 activations between int8 convs */
 };
 
 /* Nodes of g and of every subgraph. */

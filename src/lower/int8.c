@@ -105,15 +105,23 @@ static int floats_len(const af_node *p, const char *name, const float **v) {
     return n > 0 ? n : 0;
 }
 
+bool af_last_fq(const af_node *p, float *s, int *z) {
+    const int64_t *ep = NULL;
+    const float *pr = NULL;
+    int n = ints_len(p, "epilogue", &ep), np = floats_len(p, "epilogue_params", &pr);
+    if (n < 3 || n % 3 || np != n / 3 * 2 || ep[n - 3] != AF_EP_FAKE_QUANT) return false;
+    *s = pr[np - 2];
+    *z = (int)pr[np - 1];
+    return true;
+}
+
 /* Does node p's epilogue program end with fq(s, z), or is p that fq (fq is idempotent)? */
 static bool ends_with_fq(const af_node *p, float s, int z) {
     if (p->op == AF_OP_QUANTIZE_DEQUANTIZE)
         return af_attr_float(p, "scale", 0.0f) == s && af_attr_float(p, "zero_point", -1.0f) == (float)z;
-    const int64_t *ep = NULL;
-    const float *pr = NULL;
-    int n = ints_len(p, "epilogue", &ep), np = floats_len(p, "epilogue_params", &pr);
-    return n >= 3 && n % 3 == 0 && np == n / 3 * 2 && ep[n - 3] == AF_EP_FAKE_QUANT &&
-           pr[np - 2] == s && pr[np - 1] == (float)z;
+    float ps;
+    int pz;
+    return af_last_fq(p, &ps, &pz) && ps == s && pz == z;
 }
 
 /* x = p's output may become fq(x) in place when p is a fused op with an epilogue program with

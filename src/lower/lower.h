@@ -59,5 +59,11 @@ bool af_graph_has_quant(const af_graph *g);
  * dequantized, X through a QuantizeDequantize) with "precision_why". Runs before the layout
  * pass. */
 af_status af_pass_int8(af_graph *g, const af_precision_cfg *cfg, af_error *err);
+/* Does p's epilogue program end with a fake quantization? Its scale and zero point then. */
+bool af_last_fq(const af_node *p, float *s, int *z);
+/* Codes (codes.c): an activation between int8 convolutions stored as its uint8 codes when its
+ * producer's epilogue ends with its readers' input quantization and every kernel involved
+ * takes codes (y_codes = 1 on the producer, the value UINT8). Runs last. */
+af_status af_pass_codes(af_graph *g, af_error *err);
 
 #endif

@@ -22,6 +22,11 @@
  * input positions into columns (every kernel position's contribution) and a gather of those
  * columns per output row, with the epilogue; a depthwise one gathers x * W directly (below).
  *
+ * Codes between int8 convs (lower/codes.c): an int8 conv (w_packed 1 on U8S8) reads X as the
+ * uint8 codes of its x_scale and x_zero_point when X is UINT8 (the producer wrote them); a conv
+ * with y_scale and y_zero_point (an int8 one, or a float32 depthwise one without a merged expand
+ * or means) writes its output as the uint8 codes of that quantization (af_vep.codes).
+ *
  * Invariant: cl_setup checks every dim, attribute and byte count against each other (through
  * Conv's own shape function on the NCHW view), so the loops below only form in-range
  * addresses. */
@@ -57,8 +62,13 @@ typedef struct conv_cl {
      * weights within [-64, 64] (lower.c "w_7bit") */
     fused_quant q;
     int32_t w7;
+    const uint8_t *x8; /* X as codes (then x is NULL) */
+    bool codes;        /* the output is codes of y_scale, y_zero_point */
+    float ys;
+    int yz;
 } conv_cl;
 
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -101,7 +111,9 @@ static af_status pro_setup(const af_node *n, const af_tensor *const *in, conv_cl
 /* Point g at the data of a run's inputs (of the types g was set up for). */
 static void conv_cl_bind(conv_cl *g, const af_node *n, const af_tensor *const *in) {
     const af_tensor *b = nn_in(n, in, 2);
-    g->x = g->pro ? NULL : in[0]->data;
+    bool x8 = in[0]->dtype == AF_DTYPE_UINT8;
+    g->x = g->pro || x8 ? NULL : in[0]->data;
+    g->x8 = x8 ? in[0]->data : NULL;
     g->wt = in[1]->data;
     g->b = b ? b->data : NULL;
     g->gate = g->gi >= 0 ? in[g->gi]->data : NULL;
@@ -135,7 +147,17 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
                             "a channels-last int8 FusedConv takes int8 weights (w_packed 1), "
                             "no pro_w, no in_scale");
-    if (x->dtype != AF_DTYPE_FLOAT || (w->dtype != AF_DTYPE_FLOAT && !low_w) ||
+    g->ys = af_attr_float(n, "y_scale", 0.0f);
+    g->yz = (int)af_attr_int(n, "y_zero_point", 0);
+    g->codes = g->ys != 0.0f;
+    if (g->codes && (!(g->ys > 0.0f && isfinite(g->ys)) || g->yz < 0 || g->yz > 255 ||
+                     (!(g->packed == 1 && q8) && !(g->packed == 2 && w->dtype == AF_DTYPE_FLOAT &&
+                                                   !g->pro && !af_attr_int(n, "transposed", 0)))))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                            "y_scale (> 0) and y_zero_point (0 to 255) need an int8 conv (w_packed 1) "
+                            "or a float32 depthwise one (w_packed 2) without pro_w, not transposed");
+    bool x_codes = x->dtype == AF_DTYPE_UINT8 && q8 && g->packed == 1;
+    if ((x->dtype != AF_DTYPE_FLOAT && !x_codes) || (w->dtype != AF_DTYPE_FLOAT && !low_w) ||
         (b && b->dtype != AF_DTYPE_FLOAT))
         return af_node_fail(err, n, AF_ERR_UNSUPPORTED, "FusedConv on %s (float32 only)",
                             af_dtype_name(x->dtype != AF_DTYPE_FLOAT ? x->dtype : w->dtype));
@@ -168,6 +190,7 @@ static af_status conv_cl_setup(const af_node *n, const af_tensor *const *in, con
         return AF_OK;
     }
     af_tensor xv = nchw_view(x), yv;
+    xv.dtype = AF_DTYPE_FLOAT; /* codes stand for floats */
     const af_tensor *cin[3] = {&xv, &wv, b};
     af_status st = g->transposed ? shape_conv_transpose(n, cin, &yv, err) : shape_conv(n, cin, &yv, err);
     if (st != AF_OK) return st;
@@ -271,7 +294,10 @@ af_status fast_shape_fused_conv(const af_node *n, const af_tensor *const *in, af
         (af_attr_int(n, "pool_out", 0) && (!pool_out(n) || g.packed == 1 || (g.y.rank >= 0 && g.y.rank != 4))))
         return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
                             "FusedConv has one output (two with pool_out on a 2-D depthwise conv)");
-    af_tensor_set_type(&out[0], AF_DTYPE_FLOAT, g.y.rank, g.y.rank >= 0 ? g.y.dims : NULL);
+    if (g.codes && pool_out(n))
+        return af_node_fail(err, n, AF_ERR_INVALID_MODEL, "y_scale without pool_out");
+    af_tensor_set_type(&out[0], g.codes ? AF_DTYPE_UINT8 : AF_DTYPE_FLOAT, g.y.rank,
+                       g.y.rank >= 0 ? g.y.dims : NULL);
     if (pool_out(n)) {
         int64_t d[4] = {g.y.rank >= 0 ? g.y.dims[0] : -1, 1, 1, g.y.rank >= 0 ? g.y.dims[3] : -1};
         af_tensor_set_type(&out[1], AF_DTYPE_FLOAT, 4, d);
@@ -296,6 +322,12 @@ static bool needs_padding(const conv_cl *g) {
     int64_t hp, wp;
     padded_extent(g, &hp, &wp);
     return g->pd > 0 || g->ph > 0 || g->pw > 0 || padded_depth(g) > g->d || hp > g->h || wp > g->w;
+}
+
+/* A 1x1(x1) stride-1 conv without padding: its output positions are X's, one flat row range. */
+static bool conv_flat(const conv_cl *g) {
+    return g->kd == 1 && g->kh == 1 && g->kw == 1 && g->sd == 1 && g->sh == 1 && g->sw == 1 &&
+           !needs_padding(g);
 }
 
 typedef struct pad_job {
@@ -505,8 +537,7 @@ static void conv_dense(const conv_cl *g, const af_vep *ep, float *y, unsigned ch
     float *wg = in.wg;
     /* One flat row range per image when output positions are evenly spaced in X (1x1x1, stride
      * 1, no pad); else one GEMM per output plane (depth), its rows OH x OW. */
-    bool flat = g->kd == 1 && g->kh == 1 && g->kw == 1 && g->sd == 1 && g->sh == 1 && g->sw == 1 &&
-                !needs_padding(g);
+    bool flat = conv_flat(g);
     int64_t planes = flat ? 1 : g->od, plane = g->oh * g->ow;
     size_t per = af_gemm_packed_floats(g->kd * g->kh * g->kw * g->cg, g->mg);
     for (int64_t b = 0; b < g->n; b++)
@@ -665,9 +696,11 @@ static void conv_low(const conv_cl *g, const af_vep *ep, float *y, unsigned char
 }
 
 /* ---- int8 (the int8 form on U8S8 panels) ---------------------------------------------------------
- * X converted once per run to uint8 codes (kernels/ref/fused_quant.c), in a bordered image of
- * cp = C rounded up to 4 channels a position: borders and padding channels hold the zero point
- * (code z is float 0; the padding channels also meet zero rows of B). Then, as conv_dense, one
+ * X converted once per run to uint8 codes (kernels/ref/fused_quant.c), or copied when it is
+ * codes already, in a bordered image of cp = C rounded up to 4 channels a position: borders and
+ * padding channels hold the zero point (code z is float 0; the padding channels also meet zero
+ * rows of B); codes that need no border nor padding channels (a 1x1 conv, C a multiple of 4)
+ * are read where they are. Then, as conv_dense, one
  * implicit GEMM per image and output plane (depth), one tap per kernel row (KW positions of cp
  * bytes, contiguous) or per kernel position when dilated along W, on the U8S8 core with
  * scale[m] = s_x * w_scale[m]. 1-D, 2-D and 3-D, one group. */
@@ -676,6 +709,9 @@ typedef struct u8_job {
     int64_t dp, hp, wp, cp;
     uint8_t *img;
 } u8_job;
+
+/* Bytes of codes a row of the image converts at a time when C is not a multiple of 4. */
+enum { U8_RUN = 2048 };
 
 /* Rows [begin, end) (over batch x padded planes x padded rows) of the code image. */
 static void u8_rows(void *ctx, int slot, int64_t begin, int64_t end) {
@@ -693,22 +729,40 @@ static void u8_rows(void *ctx, int slot, int64_t begin, int64_t end) {
             memset(d, z, (size_t)(p->wp * cp));
             continue;
         }
-        const float *x = g->x + (((b * g->d + id) * g->h + ih) * g->w) * c;
+        int64_t at = (((b * g->d + id) * g->h + ih) * g->w) * c;
         int64_t lo = g->pw, nw = g->w < p->wp - lo ? g->w : p->wp - lo;
         memset(d, z, (size_t)(lo * cp));
-        if (cp == c) {
-            v->to_u8(x, d + lo * cp, nw * c, s, z); /* the row's positions in one call */
-        } else {
-            for (int64_t iw = 0; iw < nw; iw++) {
-                v->to_u8(x + iw * c, d + (lo + iw) * cp, c, s, z);
-                memset(d + (lo + iw) * cp + c, z, (size_t)(cp - c));
+        if (cp == c && g->x8) {
+            memcpy(d + lo * cp, g->x8 + at, (size_t)(nw * c));
+        } else if (cp == c) {
+            v->to_u8(g->x + at, d + lo * cp, nw * c, s, z); /* the row's positions in one call */
+        } else { /* C not a multiple of 4 (an image's 3 channels): runs of positions converted
+                  * in one call, then spread cp bytes apart (a call per position of 3 channels
+                  * cost more than the stem's whole conversion should) */
+            uint8_t run[U8_RUN];
+            int64_t per = c < U8_RUN ? U8_RUN / c : 1;
+            for (int64_t i0 = 0; i0 < nw; i0 += per) {
+                int64_t k = nw - i0 < per ? nw - i0 : per;
+                const uint8_t *src = g->x8 ? g->x8 + at + i0 * c : run;
+                if (!g->x8 && per > 1) v->to_u8(g->x + at + i0 * c, run, k * c, s, z);
+                for (int64_t iw = i0; iw < i0 + k; iw++) {
+                    uint8_t *o = d + (lo + iw) * cp;
+                    if (!g->x8 && per == 1) v->to_u8(g->x + at + iw * c, o, c, s, z);
+                    else memcpy(o, src + (iw - i0) * c, (size_t)c);
+                    memset(o + c, z, (size_t)(cp - c));
+                }
             }
         }
         memset(d + (lo + nw) * cp, z, (size_t)((p->wp - lo - nw) * cp));
     }
 }
 
-/* The image's extent, and the bytes of the image, the taps and the scales. */
+/* X's codes as they are serve as the image. */
+static bool u8_in_place(const conv_cl *g) {
+    return g->x8 && conv_flat(g) && af_gemm_u8s8_k(g->c) == g->c;
+}
+
+/* The image's extent, and the bytes of the image (none in place), the taps and the scales. */
 static size_t u8_sizes(const conv_cl *g, int64_t *dp, int64_t *hp, int64_t *wp, int64_t *cp,
                        size_t *img) {
     *hp = g->h, *wp = g->w, *dp = g->d;
@@ -717,7 +771,7 @@ static size_t u8_sizes(const conv_cl *g, int64_t *dp, int64_t *hp, int64_t *wp, 
         *dp = padded_depth(g);
     }
     *cp = af_gemm_u8s8_k(g->c);
-    *img = ((size_t)(g->n * *dp * *hp * *wp * *cp) + 63) & ~(size_t)63;
+    *img = u8_in_place(g) ? 0 : ((size_t)(g->n * *dp * *hp * *wp * *cp) + 63) & ~(size_t)63;
     return *img + (size_t)(g->kd * g->kh * g->kw) * sizeof(int64_t) + (size_t)g->m * sizeof(float);
 }
 
@@ -737,23 +791,25 @@ static void conv_u8s8(const conv_cl *g, const af_vep *ep, float *y, unsigned cha
     for (int64_t m = 0; m < g->m; m++)
         scale[m] = g->q.x_scale * g->q.w_scale[g->q.nw_scale == 1 ? 0 : m];
     u8_job j = {g, dp, hp, wp, cp, scratch};
-    af_exec_parallel(ex, g->n * dp * hp,
-                     af_exec_work_ns(ex, 0.0, 5.0 * (double)(g->n * dp * hp * wp * cp)), u8_rows, &j);
+    const uint8_t *image = u8_in_place(g) ? g->x8 : scratch;
+    if (!u8_in_place(g))
+        af_exec_parallel(ex, g->n * dp * hp,
+                         af_exec_work_ns(ex, 0.0, (g->x8 ? 2.0 : 5.0) * (double)(g->n * dp * hp * wp * cp)),
+                         u8_rows, &j);
     bool merged = g->dw == 1; /* a window row is KW * cp contiguous bytes */
     int64_t ntaps = 0;
     for (int64_t a = 0; a < g->kd; a++)
         for (int64_t i = 0; i < g->kh; i++)
             for (int64_t k = 0; k < (merged ? 1 : g->kw); k++)
                 taps[ntaps++] = ((a * g->dd * hp + i * g->dh) * wp + k * g->dw) * cp;
-    bool flat = g->kd == 1 && g->kh == 1 && g->kw == 1 && g->sd == 1 && g->sh == 1 && g->sw == 1 &&
-                !needs_padding(g);
+    bool flat = conv_flat(g);
     int64_t planes = flat ? 1 : g->od, plane = g->oh * g->ow;
     for (int64_t b = 0; b < g->n; b++)
         for (int64_t zp = 0; zp < planes; zp++) {
             int64_t row0 = (b * g->od + zp) * plane;
-            af_gemm gm = {j.img + ((b * dp + zp * g->sd) * hp) * wp * cp, flat ? 1 : g->oh,
+            af_gemm gm = {image + ((b * dp + zp * g->sd) * hp) * wp * cp, flat ? 1 : g->oh,
                           flat ? g->od * plane : g->ow, g->sh * wp * cp, g->sw * cp, taps, ntaps,
-                          merged ? g->kw * cp : cp, g->wt, g->m, y + row0 * g->m, g->m, ep, row0,
+                          merged ? g->kw * cp : cp, g->wt, g->m, y ? y + row0 * g->m : NULL, g->m, ep, row0,
                           0, AF_GEMM_U8S8, NULL, NULL, 0, 0, 0, scale, g->q.x_zero, g->w7};
             af_gemm_run(ex, &gm);
         }
@@ -859,10 +915,18 @@ static void conv_winograd(const conv_cl *g, const af_vep *ep, float *y, unsigned
 
 typedef struct dw_job {
     const conv_cl *g;
-    const af_vep *ep;
+    const af_vep *ep; /* without codes */
     float *y;
     float *sums; /* NULL, or per output row the [M] sums of its outputs (pool_out) */
+    /* codes out: each row made in its slot's row of floats (OW x C) and written as codes */
+    const af_vep *codes;
+    float *rowbuf;
 } dw_job;
+
+/* Floats of a depthwise conv's row, whole cache lines. */
+static size_t dw_row_floats(const conv_cl *g) {
+    return ((size_t)(g->ow * g->c) + 15) & ~(size_t)15;
+}
 
 /* Floats between two output rows' sums: whole cache lines, so that two threads, which add
  * into a row's sums at every output position, never write the same line. Sums per row rather
@@ -881,14 +945,13 @@ static size_t conv_sums_bytes(const conv_cl *g) {
  * for those outside the input (the depth's padding as well as the height's). Before, 3-D
  * depthwise convs ran as C one-column GEMMs: 1.8x ONNX Runtime's time on a 32-channel 3x3x3. */
 static void dw_rows(void *ctx, int slot, int64_t begin, int64_t end) {
-    (void)slot;
     const dw_job *j = ctx;
     const conv_cl *g = j->g;
     const af_vec_ops *v = af_vec();
     const float *rows[AF_DW_MAX_ROWS];
     for (int64_t r = begin; r < end; r++) {
         int64_t b = r / (g->od * g->oh), z = r / g->oh % g->od, oh = r % g->oh;
-        float *yr = j->y + r * g->ow * g->c;
+        float *yr = j->codes ? j->rowbuf + (size_t)slot * dw_row_floats(g) : j->y + r * g->ow * g->c;
         af_dw_row p = {g->x + b * g->d * g->h * g->w * g->c, g->h, g->w, g->c, g->wt, g->b,
                        g->kh, g->kw, g->sh, g->sw, g->dh, g->dw, g->ph, g->pw, oh, g->ow, yr,
                        j->ep, r * g->ow,
@@ -907,6 +970,9 @@ static void dw_rows(void *ctx, int slot, int64_t begin, int64_t end) {
             p.sh = p.dh = 1;
         }
         v->dw_row(&p);
+        if (j->codes)
+            v->to_u8(yr, j->codes->codes + r * g->ow * g->c, g->ow * g->c, j->codes->codes_scale,
+                     j->codes->codes_zero);
     }
 }
 
@@ -1180,9 +1246,15 @@ static void conv_transposed(const conv_cl *g, const af_vep *ep, float *y, unsign
  * `mean` (depthwise only, may be NULL) the [N][M] means of y over positions; scratch is
  * conv_scratch_bytes(g, mean != NULL, ex) at 64-byte alignment. */
 static void conv_run(const conv_cl *g, const af_epilogue *ep, const af_epilogue *pro,
-                     float *y, float *mean, unsigned char *scratch, af_exec *ex) {
+                     void *out, float *mean, unsigned char *scratch, af_exec *ex) {
     af_vep vep;
+    float *y = g->codes ? NULL : out;
     af_vep_build(ep, y, g->m, &vep);
+    if (g->codes) {
+        vep.codes = out;
+        vep.codes_scale = g->ys;
+        vep.codes_zero = g->yz;
+    }
     if (g->transposed) {
         if (g->b) af_vep_prepend(&vep, AF_EP_ADD, AF_VEP_COL, g->b);
         conv_transposed(g, &vep, y, scratch, ex);
@@ -1213,7 +1285,9 @@ static void conv_run(const conv_cl *g, const af_epilogue *ep, const af_epilogue 
                 ((pro_ring *)(pj.rings + (size_t)s * pro_ring_bytes(g)))->have[k] = -1;
         af_exec_parallel(ex, g->n * g->oh, dw_ns + af_exec_work_ns(ex, 2.0 * (double)(g->n * g->h * g->w * g->c * g->pro_c), 0.0), pro_rows, &pj);
     } else {
-        dw_job j = {g, &vep, y, sums};
+        af_vep plain = vep;
+        plain.codes = NULL;
+        dw_job j = {g, &plain, y, sums, g->codes ? &vep : NULL, (float *)scratch};
         af_exec_parallel(ex, g->n * g->od * g->oh, dw_ns, dw_rows, &j);
     }
     if (!mean) return;
@@ -1238,6 +1312,7 @@ static size_t conv_scratch_bytes(const conv_cl *g, bool mean, af_exec *ex) {
         return wino_sizes(g, af_exec_threads(ex), &hp, &wp, &img, &vm);
     }
     int slots = af_exec_threads(ex) < AF_EXEC_MAX_SLOTS ? af_exec_threads(ex) : AF_EXEC_MAX_SLOTS;
+    if (g->codes) return (size_t)slots * dw_row_floats(g) * sizeof(float); /* no pro, no mean */
     size_t sums = mean ? conv_sums_bytes(g) : 0;
     return g->pro ? sums + (size_t)slots * pro_ring_bytes(g) : sums;
 }
@@ -1261,6 +1336,13 @@ static af_status conv_decode(const af_node *n, const af_tensor *const *in, conv_
     p->mean = pool_out(n);
     st = af_epilogue_prepare_attr(n, in, &g->y, "epilogue", &p->ep, err);
     p->pro.nsteps = 0;
+    if (st == AF_OK && g->codes) {
+        af_vep v;
+        af_vep_build(&p->ep, NULL, g->m, &v);
+        if (v.generic || p->mean)
+            return af_node_fail(err, n, AF_ERR_INVALID_MODEL,
+                                "y_scale needs an epilogue of vector steps, and no means");
+    }
     if (st != AF_OK || !g->pro) return st;
     /* A merged expand conv's program, over its [N, H, W, E] output; only kinds the vector
      * epilogue runs per tile (the ring rows are not that tensor's memory). */
@@ -1315,6 +1397,8 @@ af_status fast_fused_conv(const af_node *n, const af_tensor *const *in, af_tenso
     const conv_cl *g = &p.g;
     if (st == AF_OK) st = conv_ready(n, in, g, err);
     if (st == AF_OK) st = nn_check_out(n, &out[0], g->y.rank, g->y.dims, err);
+    if (st == AF_OK && out[0].dtype != (g->codes ? AF_DTYPE_UINT8 : AF_DTYPE_FLOAT))
+        st = af_node_fail(err, n, AF_ERR_INTERNAL, "output not allocated in its type");
     int64_t md[4] = {g->n, 1, 1, g->m};
     if (st == AF_OK && p.mean) st = nn_check_out(n, &out[1], 4, md, err);
     if (st == AF_OK) st = af_epilogue_bind(n, &p.ep, in, err);

@@ -133,7 +133,8 @@ static const fast_row rows[AF_OP_COUNT] = {
     [AF_OP_GLOBAL_LP_POOL] = {.kernel = fast_global_lppool},
     [AF_OP_FUSED_CONV] = {.kernel = fast_fused_conv, .shape = fast_shape_fused_conv,
                           .lowered = "channels_last", .only_lowered = true,
-                          .prepare = fast_prepare_fused_conv},
+                          .prepare = fast_prepare_fused_conv, /* UINT8: codes (int8 convs) */
+                          .in_types = 1u << AF_DTYPE_FLOAT | 1u << AF_DTYPE_UINT8},
     [AF_OP_CONV_POOL_FC] = CHANNELS_LAST(fast_conv_pool_fc, fast_shape_conv_pool_fc),
     [AF_OP_FUSED_MATMUL] = {.kernel = fast_fused_matmul, .shape = fast_shape_fused_matmul,
                             .lowered = "b_packed", .prepare = fast_prepare_fused_matmul},

@@ -260,6 +260,9 @@ static void next_block_piece(const gemm_job *j, const item_pf *ip, int64_t p, in
     if (u->pf_steps > rows) u->pf_steps = rows;
 }
 
+/* Most rows of an item (gemm_group's tiles) when the output is codes. */
+#define CODES_ROWS (8 * AF_GEMM_MR_MAX)
+
 /* Rows [m, m + rows) (A rows at a) times panel p into C and through the epilogue: its bias and
  * residual in registers, the rest on the stored block. The rows go through the micro-kernel in
  * tiles of at most mr (a short K's items have several: gemm_group), the call's arguments set
@@ -272,6 +275,12 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t rows,
     const af_gemm *g = j->g;
     const af_vec_ops *v = j->v;
     const reg_ep *re = &j->rep;
+    /* Codes out (af_vep.codes): the micro-kernels and the rest of the program work on a tile
+     * here, in L1, which is then written as codes: a quarter of the bytes a float output
+     * writes, and the int8 conv reading them converts nothing. */
+    uint8_t *codes = g->ep ? g->ep->codes : NULL;
+    float tile[CODES_ROWS * AF_GEMM_NR];
+    AF_ASSERT(!codes || rows <= CODES_ROWS);
     int64_t w = panel_width(g->n, p), j0 = p * AF_GEMM_NR;
     int64_t valid = g->n - j0 < w ? g->n - j0 : w;
     int64_t row = g->ep_row0 + m, ld = g->ep ? g->ep->cols : 0;
@@ -307,7 +316,7 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t rows,
         if (got > nv * v->vw) got = nv * v->vw;
         int64_t col = g->ep_col0 + j0 + cc;
         u.b = panel + cc * eb;
-        u.ldc = g->ldc;
+        u.ldc = codes ? AF_GEMM_NR : g->ldc;
         u.bias = re->bias && !j->acc ? re->bias + col : NULL;
         u.ldres = j->acc ? g->ldc : ld;
         u.clamp = re->clamped && !j->partial ? re->clamp : NULL;
@@ -322,7 +331,7 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t rows,
         for (int64_t t = 0; t < nt; t++) { /* tiles of equal size, to a row */
             int64_t r0 = rows * t / nt, tr = rows * (t + 1) / nt - r0;
             u.a = (const char *)a + r0 * g->rs_i * ea;
-            u.c = g->c + (m + r0) * g->ldc + j0 + cc;
+            u.c = codes ? tile + r0 * AF_GEMM_NR + cc : g->c + (m + r0) * g->ldc + j0 + cc;
             u.res = j->acc ? u.c : re->res ? re->res + (row + r0) * ld + col : NULL;
             if (next_rows) {
                 u.pf = (const char *)u.a + tr * g->rs_i * ea;
@@ -336,8 +345,12 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t rows,
         }
         cc += got;
     }
-    if (!j->partial && has_steps(&re->rest))
-        v->ep_tile(&re->rest, g->c + m * g->ldc + j0, g->ldc, row, g->ep_col0 + j0, rows, valid);
+    float *c = codes ? tile : g->c + m * g->ldc + j0;
+    int64_t ldc = codes ? AF_GEMM_NR : g->ldc;
+    if (!j->partial && has_steps(&re->rest)) v->ep_tile(&re->rest, c, ldc, row, g->ep_col0 + j0, rows, valid);
+    for (int64_t r = 0; codes && r < rows; r++)
+        v->to_u8(c + r * ldc, codes + (row + r) * ld + g->ep_col0 + j0, valid, g->ep->codes_scale,
+                 g->ep->codes_zero);
 }
 
 /* Rows [m, m + mr) times panel p on AMX: the block straight into C when it covers whole tiles
@@ -444,6 +457,7 @@ static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
         if (mr == 0) continue;
         int64_t off = o * g->rs_o + i0 * g->rs_i;
         if (j->amx) {
+            AF_ASSERT(!g->ep || !g->ep->codes);
             run_panel_amx(j, (const uint16_t *)g->a + off, o * (g->cs_o ? g->cs_o : g->mi) + i0, mr, p);
             continue;
         }
@@ -507,6 +521,7 @@ static void gemm_run(af_exec *x, const af_gemm *g, bool acc, bool partial);
  * 2-3% slower. F32, one tap, one outer index, 24 rows or more, K at least 3 blocks. */
 static int64_t k_block(const af_gemm *g) {
     if (g->type != AF_GEMM_F32 || g->ntaps != 1 || g->kp || g->b_rowscale || g->mo != 1 ||
+        (g->ep && g->ep->codes) ||
         g->mi < 24 || (double)g->mi * (double)g->tap_len * 4.0 <= (double)af_cpu_l2())
         return 0;
     int64_t kc = (int64_t)af_cpu_l1d() / (2 * af_vec()->vw * (int64_t)sizeof(float));
@@ -586,7 +601,7 @@ enum { NARROW_COLS = 8192 };
 static bool narrow_run(af_exec *x, const af_gemm *g) {
     int64_t k = g->ntaps * g->tap_len, w = panel_width(g->n, 0);
     if (g->type != AF_GEMM_F32 || g->n > NARROW_N || g->b_rowscale || g->k0 || g->kp ||
-        k * g->n > NARROW_COLS)
+        k * g->n > NARROW_COLS || (g->ep && g->ep->codes))
         return false;
     float cols[NARROW_COLS];
     const float *b = g->b;
@@ -622,7 +637,7 @@ void af_gemm_run(af_exec *x, const af_gemm *g) {
 static int64_t gemm_group(const af_exec *x, const af_gemm *g, int64_t k, int64_t mr) {
     int64_t group = 200 / (k > 0 ? k : 1), tiles = g->mo * ((g->mi + mr - 1) / mr);
     int threads = af_exec_threads(x);
-    if (group > 8) group = 8;
+    if (group > 8) group = 8; /* (CODES_ROWS counts on it) */
     while (threads > 1 && group > 1 && tiles / group < 8 * threads) group--;
     return group < 1 ? 1 : group;
 }

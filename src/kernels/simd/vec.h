@@ -128,6 +128,13 @@ typedef struct af_vep {
      * at it and y at the whole output. */
     const af_epilogue *generic;
     float *y;
+    /* Not NULL: the output is stored as the uint8 codes of the program's result y in the
+     * quantization (s, z): output (row, col) becomes codes[row * cols + col] =
+     * clamp(round_half_even(y / s) + z, 0, 255) (vec to_u8) instead of y. Only the kernels that
+     * say so take such a program: the GEMM driver (not on AMX) and the depthwise conv. */
+    uint8_t *codes;
+    float codes_scale;
+    int codes_zero;
     af_vep_step steps[AF_VEP_MAX_STEPS];
 } af_vep;
 

@@ -230,27 +230,27 @@ static void to_bf16(const float *x, uint16_t *y, int64_t n) {
 
 /* The uint8 codes: clamp(x / s, -z, 255 - z) rounded (the magic number rounds to nearest even
  * within 2^22) plus z, the same as rounding first and clamping after (the bounds are
- * integers); a NaN fails the first compare and becomes -z, code 0. */
+ * integers); a NaN fails the first compare and becomes -z, code 0. The last n % VW floats go
+ * through one partial vector: a scalar loop there took a fifth of the time of 24-channel rows
+ * converted one at a time. */
+static inline vi u8_codes(vf x, vf s, vf lo, vf hi, vf z) {
+    vf v = vm_min(hi, vm_max(x / s, lo));
+    return __builtin_convertvector(((v + 12582912.0f) - 12582912.0f) + z, vi);
+}
+
 static void to_u8(const float *x, uint8_t *y, int64_t n, float s, int z) {
-    const float lo = (float)-z, hi = (float)(255 - z), magic = 12582912.0f;
-    int64_t i = 0;
-    vf sv = vsplat(s), lov = vsplat(lo), hiv = vsplat(hi), mv = vsplat(magic), zv = vsplat((float)z);
-    for (; i + VW <= n; i += VW) {
-        vf v = vm_min(hiv, vm_max(vload(x + i) / sv, lov));
-        vi q = __builtin_convertvector(((v + mv) - mv) + zv, vi);
+    vf sv = vsplat(s), lov = vsplat((float)-z), hiv = vsplat((float)(255 - z)), zv = vsplat((float)z);
+    for (int64_t i = 0; i < n; i += VW) {
+        int64_t m = n - i < VW ? n - i : VW;
+        vi q = u8_codes(m == VW ? vload(x + i) : vload_part(x + i, m), sv, lov, hiv, zv);
 #if defined(__AVX512F__) && VW == 16
         __m512i qi;
         memcpy(&qi, &q, sizeof qi);
-        _mm_storeu_si128((__m128i *)(y + i), _mm512_cvtepi32_epi8(qi));
+        if (m == VW) _mm_storeu_si128((__m128i *)(y + i), _mm512_cvtepi32_epi8(qi));
+        else _mm512_mask_cvtepi32_storeu_epi8(y + i, (__mmask16)((1u << m) - 1), qi);
 #else
-        for (int l = 0; l < VW; l++) y[i + l] = (uint8_t)q[l];
+        for (int l = 0; l < m; l++) y[i + l] = (uint8_t)q[l];
 #endif
-    }
-    for (; i < n; i++) {
-        float v = x[i] / s;
-        v = v > lo ? v : lo;
-        v = v < hi ? v : hi;
-        y[i] = (uint8_t)(int32_t)(((v + magic) - magic) + (float)z);
     }
 }
 
