@@ -460,11 +460,11 @@ static void test_quant_producer_fq(void **state) {
 /* ---- codes between int8 convs (lower/codes.c) ------------------------------------------------ */
 
 /* A conv node reading x: int8 (quant, x_scale xs, zero point z, int8 W) or float32 (W in
- * [-0.5, 0.5]); k x k, pad k / 2, group; bias and a Relu. */
+ * [-0.5, 0.5]); k x k, pad k / 2, group; bias and the unary step act. */
 static af_value *conv_node(af_graph *g, const char *name, af_value *x, int64_t m, int64_t k,
-                           int64_t group, bool int8, float xs, int z) {
+                           int64_t group, bool int8, float xs, int z, int act) {
     int64_t c = x->type.dims[1], wd[4] = {m, c / group, k, k}, ks[2] = {k, k}, one[2] = {1, 1};
-    int64_t pads[4] = {k / 2, k / 2, k / 2, k / 2}, relu[3] = {AF_EP_RELU, -1, 0};
+    int64_t pads[4] = {k / 2, k / 2, k / 2, k / 2}, relu[3] = {act, -1, 0};
     af_node *n = af_node_new(g, AF_OP_FUSED_CONV, name, 3, 1);
     assert_non_null(n);
     n->domain = AF_DOMAIN;
@@ -492,16 +492,20 @@ static af_value *conv_node(af_graph *g, const char *name, af_value *x, int64_t m
 
 /* Chains whose middle activation becomes codes where the CPU runs int8 cores: an int8 1x1 conv
  * to 24 channels read by an int8 3x3 (the codes copied into its bordered image), to 10 channels
- * (not a multiple of 4: copied position by position) read by an int8 1x1 conv, and a float32
- * depthwise conv read by an int8 1x1 (its codes read in place). Lowered with the codes pass
- * and without (AUTOFUSION_CODES=0): the same bits, on every ISA and at 2 threads; with VNNI the
- * middle value is UINT8 and its producer has y_scale. */
+ * (not a multiple of 4: copied position by position) read by an int8 1x1 conv, a float32
+ * depthwise conv read by an int8 1x1 (its codes read in place), and an int8 conv whose Sigmoid
+ * runs on the stored tile (codes converted from the tile; the others from the registers).
+ * Lowered with the codes pass and without (AUTOFUSION_CODES=0): the same bits, on every ISA
+ * and at 2 threads; with VNNI the middle value is UINT8 and its producer has y_scale; a Relu
+ * before codes with zero point 0 is dropped, one before zero point 7 kept. */
 static void test_quant_codes(void **state) {
     (void)state;
     static const struct {
         int64_t mid, k2;
         bool dw;
-    } chains[] = {{24, 3, false}, {10, 1, false}, {12, 1, true}};
+        int act, z;
+    } chains[] = {{24, 3, false, AF_EP_RELU, 7}, {10, 1, false, AF_EP_RELU, 0},
+                  {12, 1, true, AF_EP_RELU, 0}, {16, 1, false, AF_EP_SIGMOID, 3}};
     int64_t xd[4] = {2, 12, 9, 11};
     af_tensor *x = af_tensor_new(AF_DTYPE_FLOAT, 4, xd);
     assert_non_null(x);
@@ -523,9 +527,10 @@ static void test_quant_codes(void **state) {
                 xv->is_input = true;
                 af_tensor_set_type(&xv->type, AF_DTYPE_FLOAT, 4, xd);
                 g->inputs[g->ninputs++] = xv;
-                af_value *h = chains[ci].dw ? conv_node(g, "first", xv, 12, 3, 12, false, 0, 0)
-                                            : conv_node(g, "first", xv, chains[ci].mid, 1, 1, true, 0.01f, 7);
-                mark_output(g, conv_node(g, "second", h, 16, chains[ci].k2, 1, true, 0.02f, 5));
+                int act = chains[ci].act, z = chains[ci].z;
+                af_value *h = chains[ci].dw ? conv_node(g, "first", xv, 12, 3, 12, false, 0, 0, act)
+                                            : conv_node(g, "first", xv, chains[ci].mid, 1, 1, true, 0.01f, 7, act);
+                mark_output(g, conv_node(g, "second", h, 16, chains[ci].k2, 1, true, 0.02f, z, AF_EP_RELU));
                 setenv("AUTOFUSION_CODES", codes ? "1" : "0", 1);
                 af_status st = af_lower(g, NULL, &err);
                 unsetenv("AUTOFUSION_CODES");
@@ -538,6 +543,10 @@ static void test_quant_codes(void **state) {
                 bool want = codes && !strcmp(af_attr_str(second, "precision", ""), "int8");
                 bool is = h->type.dtype == AF_DTYPE_UINT8 && af_attr_float(h->producer, "y_scale", 0) == 0.02f;
                 if (want != is) fail_msg("chain %zu on %s: codes %d, want %d", ci, af_isa_name(isa), is, want);
+                const int64_t *ep = NULL;
+                int steps = af_attr_ints(h->producer, "epilogue", &ep) / 3;
+                if (want && steps != (act == AF_EP_RELU && z == 0 ? 0 : 1))
+                    fail_msg("chain %zu: %d steps left before the codes", ci, steps);
                 qcase c = {"codes", false, {2, 12, 9, 11}, 0, 0, {0}, {0}, {0}, {0}, false, 0, 0, false, 0, false};
                 run(&c, g, x, &got[codes], NULL);
                 if (codes) {

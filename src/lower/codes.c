@@ -25,6 +25,7 @@
 #include "lower/lower.h"
 #include "passes/rewrite.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,21 +80,60 @@ static bool plain_operands(const af_node *p, int64_t m) {
     return true;
 }
 
-/* Drop p's last epilogue step, a fake quantization its codes make anyway (to_u8 of y and of
- * fq(y) give the same codes: fq(y) / s is within a rounding of an integer of at most 255). */
-static bool drop_last_step(af_node *p) {
+/* p's epilogue program: its steps (3 ints each, the count returned) and their parameters in
+ * q (zeros where the attribute is omitted); -1 when malformed. */
+static int program(const af_node *p, int64_t e[3 * AF_EP_MAX_STEPS], float q[2 * AF_EP_MAX_STEPS]) {
     const int64_t *ep = NULL;
     const float *pr = NULL;
     int ne = af_attr_ints(p, "epilogue", &ep), np = af_attr_floats(p, "epilogue_params", &pr);
+    if (ne < 0) return 0;
+    if (ne % 3 || ne > 3 * AF_EP_MAX_STEPS || (np >= 0 && np != ne / 3 * 2)) return -1;
+    memcpy(e, ep, (size_t)ne * sizeof *e);
+    memset(q, 0, 2 * AF_EP_MAX_STEPS * sizeof *q);
+    if (np > 0) memcpy(q, pr, (size_t)np * sizeof *q);
+    return ne / 3;
+}
+
+/* Drop step k of p's epilogue program. */
+static bool drop_step(af_node *p, int k) {
     int64_t e[3 * AF_EP_MAX_STEPS];
     float q[2 * AF_EP_MAX_STEPS];
-    if (ne < 3 || ne > 3 * AF_EP_MAX_STEPS || np != ne / 3 * 2) return false;
-    memcpy(e, ep, (size_t)(ne - 3) * sizeof *e);
-    memcpy(q, pr, (size_t)(np - 2) * sizeof *q);
+    int n = program(p, e, q);
+    if (k < 0 || k >= n) return false;
+    memmove(e + 3 * k, e + 3 * (k + 1), (size_t)(3 * (n - k - 1)) * sizeof *e);
+    memmove(q + 2 * k, q + 2 * (k + 1), (size_t)(2 * (n - k - 1)) * sizeof *q);
+    int ne = 3 * n;
     af_node_drop_attr(p, "epilogue");
     af_node_drop_attr(p, "epilogue_params");
     return ne == 3 || (af_node_set_ints(p, "epilogue", e, ne - 3) &&
-                       af_node_set_floats(p, "epilogue_params", q, np - 2));
+                       af_node_set_floats(p, "epilogue_params", q, 2 * n - 2));
+}
+
+/* The code of y in the quantization (s, z), as fq and to_u8 compute it. */
+static float code_of(float y, float s, int z) {
+    float q = nearbyintf(y / s) + (float)z;
+    return q < 0.0f ? 0.0f : q > 255.0f ? 255.0f : q;
+}
+
+/* A Relu or Clip as the last step before p's output is quantized (a last fq step, or its
+ * codes) is implied by the quantization when its lower bound's code is 0 and its upper one's
+ * 255: codes are monotonic in y, so every clamped y had that code anyway (a NaN stays a NaN,
+ * or code 0, either way). Dropped: two of the dozen vector ops of an int8 conv's epilogue per
+ * output vector (a Relu6 before a [0, 6] quantization, a Relu before a zero point 0). */
+static af_status drop_implied_clamp(af_node *p, af_error *err) {
+    int64_t ep[3 * AF_EP_MAX_STEPS];
+    float pr[2 * AF_EP_MAX_STEPS];
+    int n = program(p, ep, pr);
+    float s = af_attr_float(p, "y_scale", 0.0f);
+    int z = (int)af_attr_int(p, "y_zero_point", 0), k = n - 1;
+    if (s == 0.0f) { /* no codes: a last fq step */
+        if (!af_last_fq(p, &s, &z)) return AF_OK;
+        k = n - 2;
+    }
+    if (k < 0 || (ep[3 * k] != AF_EP_RELU && ep[3 * k] != AF_EP_CLIP)) return AF_OK;
+    float lo = ep[3 * k] == AF_EP_RELU ? 0.0f : pr[2 * k], hi = ep[3 * k] == AF_EP_RELU ? INFINITY : pr[2 * k + 1];
+    if (code_of(lo, s, z) != 0.0f || code_of(hi, s, z) != 255.0f) return AF_OK;
+    return drop_step(p, k) ? AF_OK : af_node_fail(err, p, AF_ERR_NOMEM, "out of memory");
 }
 
 /* y as codes, when its producer and readers agree (see the top); the types back otherwise. */
@@ -123,9 +163,10 @@ static af_status try_codes(af_value *y, af_error *err) {
         af_node_drop_attr(p, "y_zero_point");
         return AF_OK;
     }
-    float ls;
+    float ls, q[2 * AF_EP_MAX_STEPS];
     int lz;
-    if (af_last_fq(p, &ls, &lz) && ls == s && lz == z && !drop_last_step(p))
+    int64_t e[3 * AF_EP_MAX_STEPS];
+    if (af_last_fq(p, &ls, &lz) && ls == s && lz == z && !drop_step(p, program(p, e, q) - 1))
         return af_node_fail(err, p, AF_ERR_NOMEM, "out of memory");
     return AF_OK;
 }
@@ -138,6 +179,10 @@ static af_status codes_graph(af_graph *g, af_error *err) {
         for (int k = 0; !st && (sub = pass_subgraph(n, k)); k++) st = codes_graph(sub, err);
         if (!st && n->op == AF_OP_FUSED_CONV && n->nout == 1 && n->out[0]) st = try_codes(n->out[0], err);
     }
+    for (int i = 0; i < g->nnodes && !st; i++)
+        if (g->nodes[i]->op == AF_OP_FUSED_CONV || g->nodes[i]->op == AF_OP_FUSED_MATMUL ||
+            g->nodes[i]->op == AF_OP_FUSED_ELEMENTWISE)
+            st = drop_implied_clamp(g->nodes[i], err);
     return st;
 }
 

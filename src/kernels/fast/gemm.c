@@ -275,9 +275,11 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t rows,
     const af_gemm *g = j->g;
     const af_vec_ops *v = j->v;
     const reg_ep *re = &j->rep;
-    /* Codes out (af_vep.codes): the micro-kernels and the rest of the program work on a tile
-     * here, in L1, which is then written as codes: a quarter of the bytes a float output
-     * writes, and the int8 conv reading them converts nothing. */
+    /* Codes out (af_vep.codes): a quarter of the bytes a float output writes, and the int8
+     * conv reading them converts nothing. The micro-kernels convert their registers when the
+     * program runs there whole (a per-row conversion of a stored tile cost ResNet-50's 1x1
+     * convs 10%); else they and the rest of the program work on a tile here, in L1, which is
+     * then converted. */
     uint8_t *codes = g->ep ? g->ep->codes : NULL;
     float tile[CODES_ROWS * AF_GEMM_NR];
     AF_ASSERT(!codes || rows <= CODES_ROWS);
@@ -291,7 +293,7 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t rows,
     const char *panel = ip && ip->bblk ? ip->bblk + (p - ip->blk * j->block) * AF_GEMM_NR * j->k * eb
                                        : (const char *)g->b + (j0 * j->k + g->k0 * w) * eb;
     af_ukr_args u = {a, g->rs_i, g->tap_off, g->ntaps, g->tap_len, NULL, w, NULL, 0,
-                     NULL, NULL, 0, NULL, NULL, 0, 0, 0, NULL, NULL, 0, 0, NULL};
+                     NULL, NULL, 0, NULL, NULL, 0, 0, 0, NULL, NULL, 0, 0, NULL, NULL, 0.0f, 0};
     /* All of B stays in cache: each tile brings in the next tile's rows of A instead
      * (contiguous here) while it runs the first panel; the panels after it find them in L1. */
     bool next_rows = j->nblocks == 1 && p == 0 && g->ntaps == 1 && g->rs_i == g->tap_len;
@@ -309,6 +311,11 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t rows,
     const af_ukr_fn(*ukr)[AF_GEMM_MR_MAX + 1] = v->ukr[g->type];
     /* one or two rows: the whole panel in one call (vec_impl.h ukr_row_body) */
     bool whole = rows <= 2 && g->type <= AF_GEMM_F16;
+    bool reg_codes = codes && !whole && !has_steps(&re->rest), tiled = codes && !reg_codes;
+    if (reg_codes) {
+        u.codes_scale = g->ep->codes_scale;
+        u.codes_zero = g->ep->codes_zero;
+    }
     for (int64_t cc = 0; cc < valid;) {
         /* two vectors where the panel has them, one for a last part of one vector or less */
         int64_t got = valid - cc, nv = w - cc >= 2 * v->vw && got > v->vw ? 2 : 1;
@@ -316,7 +323,7 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t rows,
         if (got > nv * v->vw) got = nv * v->vw;
         int64_t col = g->ep_col0 + j0 + cc;
         u.b = panel + cc * eb;
-        u.ldc = codes ? AF_GEMM_NR : g->ldc;
+        u.ldc = tiled ? AF_GEMM_NR : reg_codes ? ld : g->ldc;
         u.bias = re->bias && !j->acc ? re->bias + col : NULL;
         u.ldres = j->acc ? g->ldc : ld;
         u.clamp = re->clamped && !j->partial ? re->clamp : NULL;
@@ -331,7 +338,8 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t rows,
         for (int64_t t = 0; t < nt; t++) { /* tiles of equal size, to a row */
             int64_t r0 = rows * t / nt, tr = rows * (t + 1) / nt - r0;
             u.a = (const char *)a + r0 * g->rs_i * ea;
-            u.c = codes ? tile + r0 * AF_GEMM_NR + cc : g->c + (m + r0) * g->ldc + j0 + cc;
+            u.c = tiled ? tile + r0 * AF_GEMM_NR + cc : reg_codes ? NULL : g->c + (m + r0) * g->ldc + j0 + cc;
+            u.codes = reg_codes ? codes + (row + r0) * ld + col : NULL;
             u.res = j->acc ? u.c : re->res ? re->res + (row + r0) * ld + col : NULL;
             if (next_rows) {
                 u.pf = (const char *)u.a + tr * g->rs_i * ea;
@@ -345,10 +353,11 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t rows,
         }
         cc += got;
     }
-    float *c = codes ? tile : g->c + m * g->ldc + j0;
-    int64_t ldc = codes ? AF_GEMM_NR : g->ldc;
+    if (reg_codes) return;
+    float *c = tiled ? tile : g->c + m * g->ldc + j0;
+    int64_t ldc = tiled ? AF_GEMM_NR : g->ldc;
     if (!j->partial && has_steps(&re->rest)) v->ep_tile(&re->rest, c, ldc, row, g->ep_col0 + j0, rows, valid);
-    for (int64_t r = 0; codes && r < rows; r++)
+    for (int64_t r = 0; tiled && r < rows; r++)
         v->to_u8(c + r * ldc, codes + (row + r) * ld + g->ep_col0 + j0, valid, g->ep->codes_scale,
                  g->ep->codes_zero);
 }

@@ -238,19 +238,23 @@ static inline vi u8_codes(vf x, vf s, vf lo, vf hi, vf z) {
     return __builtin_convertvector(((v + 12582912.0f) - 12582912.0f) + z, vi);
 }
 
+/* The first m (<= VW) codes of q (each in [0, 255]) to y. */
+static inline void u8_store(uint8_t *y, vi q, int64_t m) {
+#if defined(__AVX512F__) && VW == 16
+    __m512i qi;
+    memcpy(&qi, &q, sizeof qi);
+    if (m == VW) _mm_storeu_si128((__m128i *)y, _mm512_cvtepi32_epi8(qi));
+    else _mm512_mask_cvtepi32_storeu_epi8(y, (__mmask16)((1u << m) - 1), qi);
+#else
+    for (int l = 0; l < m; l++) y[l] = (uint8_t)q[l];
+#endif
+}
+
 static void to_u8(const float *x, uint8_t *y, int64_t n, float s, int z) {
     vf sv = vsplat(s), lov = vsplat((float)-z), hiv = vsplat((float)(255 - z)), zv = vsplat((float)z);
     for (int64_t i = 0; i < n; i += VW) {
         int64_t m = n - i < VW ? n - i : VW;
-        vi q = u8_codes(m == VW ? vload(x + i) : vload_part(x + i, m), sv, lov, hiv, zv);
-#if defined(__AVX512F__) && VW == 16
-        __m512i qi;
-        memcpy(&qi, &q, sizeof qi);
-        if (m == VW) _mm_storeu_si128((__m128i *)(y + i), _mm512_cvtepi32_epi8(qi));
-        else _mm512_mask_cvtepi32_storeu_epi8(y + i, (__mmask16)((1u << m) - 1), qi);
-#else
-        for (int l = 0; l < m; l++) y[i + l] = (uint8_t)q[l];
-#endif
+        u8_store(y + i, u8_codes(m == VW ? vload(x + i) : vload_part(x + i, m), sv, lov, hiv, zv), m);
     }
 }
 
@@ -397,12 +401,21 @@ static void from_bf16(const uint16_t *x, float *y, int64_t n) {
     }                                                                                             \
     /* C's base and stride in locals: the vector stores may alias anything, p included, so        \
      * read through p they were loaded again before every store (48 loads a 12x32 tile). */       \
-    float *const c = p->c;                                                                        \
     const int64_t ldc = p->ldc;                                                                   \
-    UKR_FOR(r, MR) UKR_FOR(j, NV) {                                                               \
-        float *q = c + r * ldc + j * VW;                                                          \
-        if (j == NV - 1 && last < VW) vstore_part(q, acc[r][j], last);                            \
-        else vstore(q, acc[r][j]);                                                                \
+    if (p->codes) {                                                                               \
+        uint8_t *const c8 = p->codes;                                                             \
+        const vf cs = vsplat(p->codes_scale), cz = vsplat((float)p->codes_zero);                  \
+        const vf clo = vsplat((float)-p->codes_zero), chi = vsplat((float)(255 - p->codes_zero)); \
+        UKR_FOR(r, MR) UKR_FOR(j, NV)                                                             \
+            u8_store(c8 + r * ldc + j * VW, u8_codes(acc[r][j], cs, clo, chi, cz),                \
+                     j == NV - 1 ? last : VW);                                                    \
+    } else {                                                                                      \
+        float *const c = p->c;                                                                    \
+        UKR_FOR(r, MR) UKR_FOR(j, NV) {                                                           \
+            float *q = c + r * ldc + j * VW;                                                      \
+            if (j == NV - 1 && last < VW) vstore_part(q, acc[r][j], last);                        \
+            else vstore(q, acc[r][j]);                                                            \
+        }                                                                                         \
     }                                                                                             \
 
 #define UKR_FINISH(MR, NV, acc, p)                                                                \
@@ -423,7 +436,7 @@ static inline __attribute__((always_inline)) void ukr_body(const int MR, const i
     for (int r = 0; r < MR; r++)
         for (int j = 0; j < NV * VW; j += 16) {
             if (p->res) __builtin_prefetch(p->res + r * p->ldres + j, 0, 3);
-            __builtin_prefetch(p->c + r * p->ldc + j, 1, 3);
+            if (p->c) __builtin_prefetch(p->c + r * p->ldc + j, 1, 3);
         }
     const int esz = BT == AF_GEMM_F16 ? 2 : 4; /* bytes per B element (a pair word for BF16) */
     const char *b = p->b, *pfp = p->pf;
@@ -583,7 +596,7 @@ static inline __attribute__((always_inline)) void ukr_u8s8_body(const int MR, co
     for (int r = 0; r < MR; r++)
         for (int j = 0; j < NV * VW; j += 16) {
             if (p->res) __builtin_prefetch(p->res + r * p->ldres + j, 0, 3);
-            __builtin_prefetch(p->c + r * p->ldc + j, 1, 3);
+            if (p->c) __builtin_prefetch(p->c + r * p->ldc + j, 1, 3);
         }
     const char *b = p->b, *pfp = p->pf;
     const int64_t rs = p->rs, bs = p->bstride * 4, pfs = p->pf_step, len = p->tap_len / 4;
