@@ -592,7 +592,21 @@ static inline __attribute__((always_inline)) void ukr_u8s8_body(const int MR, co
                                                                 const int PF, const int W7,
                                                                 const af_ukr_args *p) {
     vi acc[VEC_MR][2];
+#if defined(__AVX512VNNI__) && VW == 16
+    /* VPDPBUSD adds in wrapping arithmetic, so the sums can start from the zero point's share
+     * - qzero * colsum[j] (one vector op fewer per output vector in the epilogue) */
+    {
+        const int64_t last = p->last;
+        UKR_FOR(j, NV) {
+            vu zc = (vu)(vi)UKR_LOAD((const float *)(p->colsum + j * VW), j) * (0u - (uint32_t)p->qzero);
+            UKR_FOR(r, MR) acc[r][j] = (vi)zc;
+        }
+    }
+#define U8S8_ZERO_FIRST 1
+#else
     UKR_FOR(r, MR) UKR_FOR(j, NV) acc[r][j] = (vi){0};
+#define U8S8_ZERO_FIRST 0
+#endif
     for (int r = 0; r < MR; r++)
         for (int j = 0; j < NV * VW; j += 16) {
             if (p->res) __builtin_prefetch(p->res + r * p->ldres + j, 0, 3);
@@ -627,13 +641,15 @@ static inline __attribute__((always_inline)) void ukr_u8s8_body(const int MR, co
         const int64_t last = p->last;
         UKR_FOR(j, NV) {
             /* the zero point's share, in wrapping arithmetic (the difference fits in int32) */
-            vu zc = (vu)(vi)UKR_LOAD((const float *)(p->colsum + j * VW), j) * (uint32_t)p->qzero;
+            vu zc = U8S8_ZERO_FIRST ? (vu){0}
+                                    : (vu)(vi)UKR_LOAD((const float *)(p->colsum + j * VW), j) * (uint32_t)p->qzero;
             vf sc = UKR_LOAD(p->qscale + j * VW, j);
             UKR_FOR(r, MR) out[r][j] = __builtin_convertvector((vi)((vu)acc[r][j] - zc), vf) * sc;
         }
     }
     UKR_FINISH(MR, NV, out, p);
 }
+#undef U8S8_ZERO_FIRST
 
 #undef UKR_FOR
 
