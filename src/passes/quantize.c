@@ -10,7 +10,9 @@
  * when the table asks for 7-bit weights (af_quant_table.weight_max); per
  * tensor before opset 13, whose DequantizeLinear has no axis); biases stay float32; an inference
  * BatchNormalization after a Conv is folded into it first. A value read
- * by several quantized ops gets one Q/DQ pair; float readers keep reading the float value.
+ * by several quantized ops gets one Q/DQ pair; float readers keep reading the float value, but
+ * the two inputs of a residual join whose sum is quantized are read through pairs too
+ * (join_sum).
  *
  * What stays float32, each with its reason in the report: an op whose activation is a model
  * input, the first convolution (it reads the raw input), the classifier head (a Gemm/MatMul
@@ -60,6 +62,38 @@ static const af_value *weights_of(const af_node *n, const char **why) {
     return w;
 }
 
+/* A residual join: an Add of two float32 activations of its output's shape; the value its
+ * sum becomes through single-reader Relu/Clip steps, or NULL. When that value is quantized (a
+ * candidate reads it), the Add's inputs get a Q/DQ pair each too, as ONNX Runtime's quantizer
+ * and torch's quantized add write them: then ONNX Runtime runs the Add and the convs before it
+ * on integers (QLinearAdd, QLinearConv), where it ran those convs on dequantized weights in
+ * float32. */
+static const af_value *join_sum(const af_node *n) {
+    if (n->op != AF_OP_ADD || n->nin != 2 || n->nout != 1 || !n->out[0]) return NULL;
+    for (int k = 0; k < 2; k++) {
+        const af_value *x = n->in[k];
+        if (!x || af_value_is_const(x) || !af_value_is_f32(x) || x->type.rank != n->out[0]->type.rank)
+            return false;
+        for (int d = 0; d < x->type.rank; d++)
+            if (x->type.dims[d] != n->out[0]->type.dims[d] || x->type.dims[d] < 0) return NULL;
+    }
+    const af_value *v = n->out[0];
+    for (const af_node *r; !v->is_output && (r = af_value_sole_reader(v)) &&
+                           (r->op == AF_OP_RELU || r->op == AF_OP_CLIP) && r->out[0];)
+        v = r->out[0];
+    return v;
+}
+
+/* Does a candidate read v as its activation? */
+static bool candidate_reads(const af_value *v) {
+    for (int u = 0; u < v->nuses; u++) {
+        const char *why;
+        if (v->uses[u].slot == 0 && v->uses[u].node->graph == v->graph && weights_of(v->uses[u].node, &why))
+            return true;
+    }
+    return false;
+}
+
 /* The axis of the weights that holds the output channels. */
 static int channel_axis(const af_node *n, const af_value *w) {
     if (n->op == AF_OP_CONV) return 0;
@@ -70,15 +104,19 @@ static int channel_axis(const af_node *n, const af_value *w) {
 af_status af_quant_activations(const af_graph *g, const af_value ***out, int *n, af_error *err) {
     *out = NULL;
     *n = 0;
-    const af_value **v = af_calloc((size_t)g->nnodes + 1, sizeof *v);
+    const af_value **v = af_calloc(2 * (size_t)g->nnodes + 1, sizeof *v);
     if (!v) return af_fail(err, AF_ERR_NOMEM, "out of memory");
     for (int i = 0; i < g->nnodes; i++) {
         const char *why;
         const af_node *node = g->nodes[i];
-        if (!weights_of(node, &why) || node->in[0]->is_input) continue;
-        bool seen = false;
-        for (int k = 0; k < *n && !seen; k++) seen = v[k] == node->in[0];
-        if (!seen) v[(*n)++] = node->in[0];
+        const af_value *sum = join_sum(node);
+        bool join = sum && candidate_reads(sum);
+        if (!join && (!weights_of(node, &why) || node->in[0]->is_input)) continue;
+        for (int k = 0; k < (join ? 2 : 1); k++) {
+            bool seen = false;
+            for (int j = 0; j < *n && !seen; j++) seen = v[j] == node->in[k];
+            if (!seen) v[(*n)++] = node->in[k];
+        }
     }
     *out = v;
     return AF_OK;
@@ -431,6 +469,22 @@ af_status af_pass_quantize(af_graph *g, const af_quant_table *t, const char *kee
             changed = true;
         }
         if (!st) st = add_entry(res, n, !why, why, err);
+    }
+    /* the joins whose sum the loop above quantized: their inputs too */
+    for (int i = 0; i < nnodes && !st; i++) {
+        af_node *n = g->nodes[i];
+        const af_value *sum = join_sum(n);
+        float lo[2], hi[2];
+        if (!sum || !fq[sum->id] || !range_of(t, n->in[0]->name, &lo[0], &hi[0]) ||
+            !range_of(t, n->in[1]->name, &lo[1], &hi[1]))
+            continue;
+        for (int k = 0; k < 2 && !st; k++) {
+            af_value *x = n->in[k];
+            if (!fq[x->id] && !(fq[x->id] = quantize_activation(g, x, lo[k], hi[k])))
+                st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+            else af_node_set_input(n, k, fq[x->id]);
+        }
+        changed = true;
     }
     af_free(reach);
     af_free(fq);

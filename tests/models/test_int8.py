@@ -63,6 +63,25 @@ class ConvNet(torch.nn.Module):
         return self.fc(y.mean((2, 3)))
 
 
+class ResBlock(torch.nn.Module):
+    """A ResNet basic block between a float stem and a quantized conv: its join's sum is
+    quantized (the conv after it reads it), so the Add's inputs are too."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(16, 16, 3, padding=1)
+        self.c3 = torch.nn.Conv2d(16, 16, 3, padding=1)
+        self.c4 = torch.nn.Conv2d(16, 24, 1)
+        self.fc = torch.nn.Linear(24, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.c1(x))
+        y = self.c3(torch.relu(self.c2(x)))
+        y = torch.relu(self.c4(torch.relu(x + y)))
+        return self.fc(y.mean((2, 3)))
+
+
 class Attention(torch.nn.Module):
     def __init__(self, d=32, heads=2, ff=64, n_in=16, n_out=8):
         super().__init__()
@@ -120,6 +139,11 @@ def build(tmp, name, model, make):
 @pytest.fixture(scope="module")
 def convnet(tmp_path_factory):
     return build(str(tmp_path_factory.mktemp("int8conv")), "convnet", ConvNet, conv_inputs)
+
+
+@pytest.fixture(scope="module")
+def resblock(tmp_path_factory):
+    return build(str(tmp_path_factory.mktemp("int8res")), "resblock", ResBlock, conv_inputs)
 
 
 @pytest.fixture(scope="module")
@@ -220,6 +244,26 @@ def test_batchnorm_folded_before_quantizing(af_bin, convnet, tmp_path):
     want = run(af_bin, path, convnet["held"][:1], str(d))
     got = run(af_bin, str(tmp_path / "bn8.afm"), convnet["held"][:1], str(d))
     assert cosine(want, got) >= 0.99
+
+
+def test_residual_join_quantized_as_onnx_runtime_writes_it(af_bin, resblock, tmp_path):
+    """x + c3(...) -> Relu -> c4: the sum is c4's quantized input, so both Add inputs get a
+    Q/DQ pair (x's shared with c2's), as ONNX Runtime's quantizer writes a join it runs on
+    integers; the joined model stays within the cosine bar."""
+    rep = compile_int8(af_bin, resblock, str(tmp_path / "r8"))
+    p = precisions(rep)
+    assert [p[n][1] for n in ("/c2/Conv", "/c3/Conv", "/c4/Conv")] == ["int8"] * 3
+    g, producer, inits, ops = graph_facts(str(tmp_path / "r8.onnx"))
+    # relu1 (c2 and the join), relu2 (c3), the sum's relu (c4), c3's output (the join)
+    assert ops["QuantizeLinear"] == 4 and ops["DequantizeLinear"] == 4 + 3
+    add = next(n for n in g.node if n.op_type == "Add")
+    assert all(producer[i].op_type == "DequantizeLinear" for i in add.input)
+    for i, x in enumerate(resblock["held"]):
+        d = tmp_path / f"h{i}"
+        d.mkdir()
+        want = run(af_bin, resblock["model"], x[None], str(d))
+        got = run(af_bin, str(tmp_path / "r8.afm"), x[None], str(d))
+        assert cosine(want, got) >= 0.99, (i, cosine(want, got))
 
 
 def test_attention_keeps_sensitive_ops_float(af_bin, attention, tmp_path):
@@ -323,7 +367,7 @@ def test_sample_layouts_quantize_alike(af_bin, convnet, tmp_path):
 
 
 @pytest.mark.skipif(not ort_available(), reason="onnxruntime-node is not installed")
-@pytest.mark.parametrize("which", ["convnet", "attention"])
+@pytest.mark.parametrize("which", ["convnet", "resblock", "attention"])
 def test_exported_qdq_runs_in_onnxruntime(af_bin, which, request, tmp_path):
     m = request.getfixturevalue(which)
     compile_int8(af_bin, m, str(tmp_path / "q"))
