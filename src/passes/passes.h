@@ -45,7 +45,7 @@ af_status af_pass_canonicalize(af_graph *g, af_error *err);
 /* The ranges calibration measured (driver/calibrate.c), by value name. */
 typedef struct af_quant_table {
     int n;
-    char **names;   /* the activations: inputs of the ops af_quant_activations lists */
+    char **names;   /* the activations af_quant_activations lists */
     float *lo, *hi; /* their calibrated ranges */
     int samples;    /* calibration samples run */
     char method[48]; /* "minmax", "percentile 99.99", "entropy" */
@@ -69,8 +69,9 @@ typedef struct af_quant_result {
 void af_quant_result_free(af_quant_result *r);
 
 /* The activations calibration observes in g (after the first simplify): the float input 0 of
- * every Conv/MatMul/Gemm with constant float32 weights, model inputs aside. *out is af_malloc'd
- * (af_free it); the values belong to g. */
+ * every Conv/MatMul/Gemm with constant float32 weights (model inputs aside) and its output
+ * after its Relu/Clip, and both inputs of each residual Add whose sum such an op reads. *out
+ * is af_malloc'd (af_free it); the values belong to g. */
 af_status af_quant_activations(const af_graph *g, const af_value ***out, int *n, af_error *err);
 /* Rewrite g in QDQ form from the ranges in t; keep_fp32 (may be NULL) names nodes or op types
  * that stay float32 (an unknown name is AF_ERR_INVALID_ARG). res receives the decisions (free

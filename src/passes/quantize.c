@@ -10,9 +10,11 @@
  * when the table asks for 7-bit weights (af_quant_table.weight_max); per
  * tensor before opset 13, whose DequantizeLinear has no axis); biases stay float32; an inference
  * BatchNormalization after a Conv is folded into it first. A value read
- * by several quantized ops gets one Q/DQ pair; float readers keep reading the float value, but
- * the two inputs of a residual join whose sum is quantized are read through pairs too
- * (join_sum).
+ * by several quantized ops gets one Q/DQ pair; the output of a quantized op (after its
+ * Relu/Clip, `activated`) that no quantized op reads gets one too, and the two inputs of a
+ * residual join whose sum is quantized are read through pairs (join_sum): the placement of
+ * ONNX Runtime's quantizer, whose runtime needs it to run the exported model on integers.
+ * Other float readers keep reading the float value.
  *
  * What stays float32, each with its reason in the report: an op whose activation is a model
  * input, the first convolution (it reads the raw input), the classifier head (a Gemm/MatMul
@@ -62,6 +64,15 @@ static const af_value *weights_of(const af_node *n, const char **why) {
     return w;
 }
 
+/* The value y becomes through single-reader Relu/Clip steps (the activation ONNX Runtime folds
+ * into the op before it). */
+static const af_value *activated(const af_value *y) {
+    for (const af_node *r; !y->is_output && (r = af_value_sole_reader(y)) &&
+                           (r->op == AF_OP_RELU || r->op == AF_OP_CLIP) && r->out[0];)
+        y = r->out[0];
+    return y;
+}
+
 /* A residual join: an Add of two float32 activations of its output's shape; the value its
  * sum becomes through single-reader Relu/Clip steps, or NULL. When that value is quantized (a
  * candidate reads it), the Add's inputs get a Q/DQ pair each too, as ONNX Runtime's quantizer
@@ -77,11 +88,7 @@ static const af_value *join_sum(const af_node *n) {
         for (int d = 0; d < x->type.rank; d++)
             if (x->type.dims[d] != n->out[0]->type.dims[d] || x->type.dims[d] < 0) return NULL;
     }
-    const af_value *v = n->out[0];
-    for (const af_node *r; !v->is_output && (r = af_value_sole_reader(v)) &&
-                           (r->op == AF_OP_RELU || r->op == AF_OP_CLIP) && r->out[0];)
-        v = r->out[0];
-    return v;
+    return activated(n->out[0]);
 }
 
 /* Does a candidate read v as its activation? */
@@ -109,13 +116,17 @@ af_status af_quant_activations(const af_graph *g, const af_value ***out, int *n,
     for (int i = 0; i < g->nnodes; i++) {
         const char *why;
         const af_node *node = g->nodes[i];
-        const af_value *sum = join_sum(node);
-        bool join = sum && candidate_reads(sum);
-        if (!join && (!weights_of(node, &why) || node->in[0]->is_input)) continue;
-        for (int k = 0; k < (join ? 2 : 1); k++) {
-            bool seen = false;
-            for (int j = 0; j < *n && !seen; j++) seen = v[j] == node->in[k];
-            if (!seen) v[(*n)++] = node->in[k];
+        const af_value *sum = join_sum(node), *list[2] = {NULL, NULL};
+        if (sum && candidate_reads(sum)) {
+            list[0] = node->in[0], list[1] = node->in[1];
+        } else if (weights_of(node, &why) && node->out[0]) {
+            list[0] = node->in[0]->is_input ? NULL : node->in[0];
+            list[1] = activated(node->out[0]); /* its output, quantized too (below) */
+        }
+        for (int k = 0; k < 2; k++) {
+            bool seen = !list[k];
+            for (int j = 0; j < *n && !seen; j++) seen = v[j] == list[k];
+            if (!seen) v[(*n)++] = list[k];
         }
     }
     *out = v;
@@ -419,9 +430,10 @@ af_status af_pass_quantize(af_graph *g, const af_quant_table *t, const char *kee
     af_graph_renumber(g);
     bool *reach = downstream_gemms(g);
     af_value **fq = af_calloc((size_t)g->nvalues + 1, sizeof *fq); /* by value id: its Q/DQ */
-    int nnodes = g->nnodes, first_conv = -1;
-    if (!reach || !fq) {
-        af_free(reach), af_free(fq);
+    int nnodes = g->nnodes, nvals = g->nvalues, first_conv = -1;
+    bool *quantized = af_calloc((size_t)nnodes + 1, sizeof *quantized); /* by node index */
+    if (!reach || !fq || !quantized) {
+        af_free(reach), af_free(fq), af_free(quantized);
         return af_fail(err, AF_ERR_NOMEM, "%s: out of memory", file);
     }
     for (int i = 0; i < nnodes && first_conv < 0; i++) {
@@ -466,28 +478,52 @@ af_status af_pass_quantize(af_graph *g, const af_quant_table *t, const char *kee
         if (!why && !st) {
             af_node_set_input(n, 0, fq[x->id]);
             af_node_set_input(n, 1, wq);
-            changed = true;
+            changed = quantized[i] = true;
         }
         if (!st) st = add_entry(res, n, !why, why, err);
     }
-    /* the joins whose sum the loop above quantized: their inputs too */
+    /* the outputs of the quantized ops (after their Relu/Clip) that no quantized op reads, as
+     * ONNX Runtime's quantizer writes them: it runs a Conv/MatMul on integers only with a
+     * QuantizeLinear after it (DQ -> op -> Q); without one it ran our BERT-Base export on
+     * dequantized weights at 1.8x its float32 time */
     for (int i = 0; i < nnodes && !st; i++) {
         af_node *n = g->nodes[i];
-        const af_value *sum = join_sum(n);
-        float lo[2], hi[2];
-        if (!sum || !fq[sum->id] || !range_of(t, n->in[0]->name, &lo[0], &hi[0]) ||
-            !range_of(t, n->in[1]->name, &lo[1], &hi[1]))
+        if (!quantized[i]) continue;
+        af_value *y = (af_value *)activated(n->out[0]); /* (a value of g: this pass rewrites g) */
+        float lo, hi;
+        bool here = y->nuses > 0;
+        for (int u = 0; here && u < y->nuses; u++) here = y->uses[u].node->graph == g;
+        if (!here || y->is_output || y->id >= nvals || fq[y->id] || !range_of(t, y->name, &lo, &hi))
             continue;
-        for (int k = 0; k < 2 && !st; k++) {
-            af_value *x = n->in[k];
-            if (!fq[x->id] && !(fq[x->id] = quantize_activation(g, x, lo[k], hi[k])))
-                st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
-            else af_node_set_input(n, k, fq[x->id]);
+        if (!(fq[y->id] = quantize_activation(g, y, lo, hi))) {
+            st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+            break;
+        }
+        for (int u = y->nuses - 1; u >= 0; u--) {
+            af_node *r = y->uses[u].node;
+            if (r != fq[y->id]->producer->in[0]->producer) af_node_set_input(r, y->uses[u].slot, fq[y->id]);
         }
         changed = true;
     }
+    /* the joins whose sum the loops above quantized: their inputs too (an input already read
+     * through a pair, a quantized op's output, is a value made here) */
+    for (int i = 0; i < nnodes && !st; i++) {
+        af_node *n = g->nodes[i];
+        const af_value *sum = join_sum(n);
+        if (!sum || sum->id >= nvals || !fq[sum->id]) continue;
+        for (int k = 0; k < 2 && !st; k++) {
+            af_value *x = n->in[k];
+            float lo, hi;
+            if (x->id >= nvals || (!fq[x->id] && !range_of(t, x->name, &lo, &hi))) continue;
+            if (!fq[x->id] && !(fq[x->id] = quantize_activation(g, x, lo, hi)))
+                st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
+            else af_node_set_input(n, k, fq[x->id]);
+            changed = true;
+        }
+    }
     af_free(reach);
     af_free(fq);
+    af_free(quantized);
     if (!st && changed) st = af_graph_toposort(g, err);
     if (!st && changed) st = af_graph_infer_shapes(g, err);
     if (st) af_quant_result_free(res);
