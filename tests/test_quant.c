@@ -101,14 +101,21 @@ static void mark_output(af_graph *g, af_value *v) {
     g->outputs[g->noutputs++] = v;
 }
 
+/* g's float32 input "x" of the given dims. */
+static af_value *graph_input(af_graph *g, int rank, const int64_t *dims) {
+    af_value *x = af_value_new(g, "x");
+    assert_non_null(x);
+    x->is_input = true;
+    af_tensor_set_type(&x->type, AF_DTYPE_FLOAT, rank, dims);
+    g->inputs[g->ninputs++] = x;
+    return x;
+}
+
 static af_graph *build(af_arena *a, const qcase *c) {
     tu_rng = 7;
     af_graph *g = tu_graph(a, "test_quant", 8);
-    af_value *x = af_value_new(g, "x");
     int r = rank_of(c), nsp = r - 2;
-    x->is_input = true;
-    af_tensor_set_type(&x->type, AF_DTYPE_FLOAT, r, c->x);
-    g->inputs[g->ninputs++] = x;
+    af_value *x = graph_input(g, r, c->x);
     int64_t kk = c->x[r - 1], wd[5], nch = c->m;
     af_value *w;
     if (c->mm) {
@@ -403,10 +410,7 @@ static void test_quant_producer_fq(void **state) {
             af_arena *a = af_arena_new();
             tu_rng = 5;
             af_graph *g = tu_graph(a, "test_quant", 8);
-            af_value *xv = af_value_new(g, "x");
-            xv->is_input = true;
-            af_tensor_set_type(&xv->type, AF_DTYPE_FLOAT, 2, xd);
-            g->inputs[g->ninputs++] = xv;
+            af_value *xv = graph_input(g, 2, xd);
             af_node *p = af_node_new(g, AF_OP_FUSED_ELEMENTWISE, "producer", 1, 1);
             assert_non_null(p);
             p->domain = AF_DOMAIN;
@@ -523,10 +527,7 @@ static void test_quant_codes(void **state) {
                 af_arena *a = af_arena_new();
                 tu_rng = 11;
                 af_graph *g = tu_graph(a, "test_quant", 8);
-                af_value *xv = af_value_new(g, "x");
-                xv->is_input = true;
-                af_tensor_set_type(&xv->type, AF_DTYPE_FLOAT, 4, xd);
-                g->inputs[g->ninputs++] = xv;
+                af_value *xv = graph_input(g, 4, xd);
                 int act = chains[ci].act, z = chains[ci].z;
                 af_value *h = chains[ci].dw ? conv_node(g, "first", xv, 12, 3, 12, false, 0, 0, act)
                                             : conv_node(g, "first", xv, chains[ci].mid, 1, 1, true, 0.01f, 7, act);

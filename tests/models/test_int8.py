@@ -169,6 +169,16 @@ def run(af_bin, model, x, out_dir):
     return np.load(os.path.join(out_dir, "out.npy"))
 
 
+def assert_close_on_held(af_bin, m, afm, tmp_path, *what):
+    """The int8 model afm within cosine 0.99 of the float32 model on every held-out input."""
+    for i, x in enumerate(m["held"]):
+        d = tmp_path / f"h{i}"
+        d.mkdir()
+        want = run(af_bin, m["model"], x[None], str(d))
+        got = run(af_bin, afm, x[None], str(d))
+        assert cosine(want, got) >= 0.99, (*what, i, cosine(want, got))
+
+
 def precisions(report):
     return {e["node"]: (e["op"], e["precision"], e.get("why")) for e in report["precision"]["ops"]}
 
@@ -264,12 +274,7 @@ def test_residual_join_quantized_as_onnx_runtime_writes_it(af_bin, resblock, tmp
     assert ops["QuantizeLinear"] == 5 and ops["DequantizeLinear"] == 5 + 3
     add = next(n for n in g.node if n.op_type == "Add")
     assert all(producer[i].op_type == "DequantizeLinear" for i in add.input)
-    for i, x in enumerate(resblock["held"]):
-        d = tmp_path / f"h{i}"
-        d.mkdir()
-        want = run(af_bin, resblock["model"], x[None], str(d))
-        got = run(af_bin, str(tmp_path / "r8.afm"), x[None], str(d))
-        assert cosine(want, got) >= 0.99, (i, cosine(want, got))
+    assert_close_on_held(af_bin, resblock, str(tmp_path / "r8.afm"), tmp_path)
 
 
 def test_attention_keeps_sensitive_ops_float(af_bin, attention, tmp_path):
@@ -303,12 +308,7 @@ def test_attention_keeps_sensitive_ops_float(af_bin, attention, tmp_path):
 def test_cosine_on_held_out_inputs(af_bin, which, method, request, tmp_path):
     m = request.getfixturevalue(which)
     compile_int8(af_bin, m, str(tmp_path / "q"), f"--calibration_method={method}")
-    for i, x in enumerate(m["held"]):
-        d = tmp_path / f"h{i}"
-        d.mkdir()
-        want = run(af_bin, m["model"], x[None], str(d))
-        got = run(af_bin, str(tmp_path / "q.afm"), x[None], str(d))
-        assert cosine(want, got) >= 0.99, (which, method, i, cosine(want, got))
+    assert_close_on_held(af_bin, m, str(tmp_path / "q.afm"), tmp_path, which, method)
 
 
 def test_seven_bit_weights_without_vnni(af_bin, convnet, tmp_path, monkeypatch):
@@ -323,12 +323,7 @@ def test_seven_bit_weights_without_vnni(af_bin, convnet, tmp_path, monkeypatch):
                and n.input[0] in inits and inits[n.input[0]].dtype == np.int8]
     assert weights and all(np.abs(w.astype(np.int32)).max() <= 63 for w in weights)
     assert max(np.abs(w.astype(np.int32)).max() for w in weights) == 63
-    for i, x in enumerate(convnet["held"]):
-        d = tmp_path / f"h{i}"
-        d.mkdir()
-        want = run(af_bin, convnet["model"], x[None], str(d))
-        got = run(af_bin, str(tmp_path / "q.afm"), x[None], str(d))
-        assert cosine(want, got) >= 0.99, (i, cosine(want, got))
+    assert_close_on_held(af_bin, convnet, str(tmp_path / "q.afm"), tmp_path)
     r = cli(af_bin, "inspect", str(tmp_path / "q.afm"))
     assert r.returncode == 0, r.stderr
     assert " in int8, from " in r.stdout, r.stdout  # a core lowered to the U8S8 kernels
