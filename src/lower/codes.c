@@ -17,6 +17,9 @@
  * operands are scalars or per-channel vectors qualify, as the vector steps read those whatever
  * the batch. AUTOFUSION_CODES=0 turns the pass off (A/B measurements, tests).
  *
+ * Then, in any quantized graph, a Relu or Clip right before an output quantization (a last fq
+ * step, or the codes) is dropped where the quantization implies it (drop_implied_clamp).
+ *
  * Invariant: a value becomes UINT8 only with every one of its readers checked, so no kernel ever
  * reads codes it does not take; graph outputs and values read by another graph stay float32. */
 #include "ir/epilogue.h"
