@@ -263,26 +263,23 @@ static void next_block_piece(const gemm_job *j, const item_pf *ip, int64_t p, in
 /* Most rows of an item (gemm_group's tiles) when the output is codes. */
 #define CODES_ROWS (8 * AF_GEMM_MR_MAX)
 
-/* Rows [m, m + rows) (A rows at a) times panel p into C and through the epilogue: its bias and
- * residual in registers, the rest on the stored block. The rows go through the micro-kernel in
- * tiles of at most mr (a short K's items have several: gemm_group), the call's arguments set
- * once per panel column range and only the row pointers moved between tiles. The panel's last
- * columns are stored with masks: a tile aside, copied out and put through the whole program
- * generically, had EfficientNet-B4's two 24-channel projections take 1.2-1.4 ms each at 1
- * thread, 0.6-0.9 now. */
-static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t rows, int64_t p,
-                      const item_pf *ip) {
+/* Where run_panel's micro-kernels put their tiles: floats at c (ldc apart), or, converted in
+ * their registers, codes at codes (ldc apart; c NULL). */
+typedef struct panel_out {
+    float *c;
+    uint8_t *codes;
+    int64_t ldc;
+} panel_out;
+
+/* The micro-kernel calls of run_panel (below) into o. Inlined in run_panel and panel_tiled:
+ * as a function of its own between gemm_range and the micro-kernels, float32 ResNet-50 and
+ * MobileNet-v2 ran 1% slower (6 interleaved rounds). */
+static inline __attribute__((always_inline)) void panel_products(const gemm_job *j, const void *a,
+                                                                 int64_t m, int64_t rows, int64_t p,
+                                                                 const item_pf *ip, panel_out o) {
     const af_gemm *g = j->g;
     const af_vec_ops *v = j->v;
     const reg_ep *re = &j->rep;
-    /* Codes out (af_vep.codes): a quarter of the bytes a float output writes, and the int8
-     * conv reading them converts nothing. The micro-kernels convert their registers when the
-     * program runs there whole (a per-row conversion of a stored tile cost ResNet-50's 1x1
-     * convs 10%); else they and the rest of the program work on a tile here, in L1, which is
-     * then converted. */
-    uint8_t *codes = g->ep ? g->ep->codes : NULL;
-    float tile[CODES_ROWS * AF_GEMM_NR];
-    AF_ASSERT(!codes || rows <= CODES_ROWS);
     int64_t w = panel_width(g->n, p), j0 = p * AF_GEMM_NR;
     int64_t valid = g->n - j0 < w ? g->n - j0 : w;
     int64_t row = g->ep_row0 + m, ld = g->ep ? g->ep->cols : 0;
@@ -292,7 +289,7 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t rows,
     int64_t ea = g->type == AF_GEMM_BF16 ? 2 : g->type == AF_GEMM_U8S8 ? 1 : 4;
     const char *panel = ip && ip->bblk ? ip->bblk + (p - ip->blk * j->block) * AF_GEMM_NR * j->k * eb
                                        : (const char *)g->b + (j0 * j->k + g->k0 * w) * eb;
-    af_ukr_args u = {a, g->rs_i, g->tap_off, g->ntaps, g->tap_len, NULL, w, NULL, 0,
+    af_ukr_args u = {a, g->rs_i, g->tap_off, g->ntaps, g->tap_len, NULL, w, NULL, o.ldc,
                      NULL, NULL, 0, NULL, NULL, 0, 0, 0, NULL, NULL, 0, 0, NULL, NULL, 0.0f, 0};
     /* All of B stays in cache: each tile brings in the next tile's rows of A instead
      * (contiguous here) while it runs the first panel; the panels after it find them in L1. */
@@ -311,8 +308,7 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t rows,
     const af_ukr_fn(*ukr)[AF_GEMM_MR_MAX + 1] = v->ukr[g->type];
     /* one or two rows: the whole panel in one call (vec_impl.h ukr_row_body) */
     bool whole = rows <= 2 && g->type <= AF_GEMM_F16;
-    bool reg_codes = codes && !whole && !has_steps(&re->rest), tiled = codes && !reg_codes;
-    if (reg_codes) {
+    if (o.codes) {
         u.codes_scale = g->ep->codes_scale;
         u.codes_zero = g->ep->codes_zero;
     }
@@ -323,7 +319,6 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t rows,
         if (got > nv * v->vw) got = nv * v->vw;
         int64_t col = g->ep_col0 + j0 + cc;
         u.b = panel + cc * eb;
-        u.ldc = tiled ? AF_GEMM_NR : reg_codes ? ld : g->ldc;
         u.bias = re->bias && !j->acc ? re->bias + col : NULL;
         u.ldres = j->acc ? g->ldc : ld;
         u.clamp = re->clamped && !j->partial ? re->clamp : NULL;
@@ -338,8 +333,8 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t rows,
         for (int64_t t = 0; t < nt; t++) { /* tiles of equal size, to a row */
             int64_t r0 = rows * t / nt, tr = rows * (t + 1) / nt - r0;
             u.a = (const char *)a + r0 * g->rs_i * ea;
-            u.c = tiled ? tile + r0 * AF_GEMM_NR + cc : reg_codes ? NULL : g->c + (m + r0) * g->ldc + j0 + cc;
-            u.codes = reg_codes ? codes + (row + r0) * ld + col : NULL;
+            u.c = o.c ? o.c + r0 * o.ldc + cc : NULL;
+            u.codes = o.codes ? o.codes + r0 * o.ldc + cc : NULL;
             u.res = j->acc ? u.c : re->res ? re->res + (row + r0) * ld + col : NULL;
             if (next_rows) {
                 u.pf = (const char *)u.a + tr * g->rs_i * ea;
@@ -353,13 +348,52 @@ static void run_panel(const gemm_job *j, const void *a, int64_t m, int64_t rows,
         }
         cc += got;
     }
-    if (reg_codes) return;
-    float *c = tiled ? tile : g->c + m * g->ldc + j0;
-    int64_t ldc = tiled ? AF_GEMM_NR : g->ldc;
-    if (!j->partial && has_steps(&re->rest)) v->ep_tile(&re->rest, c, ldc, row, g->ep_col0 + j0, rows, valid);
-    for (int64_t r = 0; tiled && r < rows; r++)
-        v->to_u8(c + r * ldc, codes + (row + r) * ld + g->ep_col0 + j0, valid, g->ep->codes_scale,
-                 g->ep->codes_zero);
+}
+
+/* Codes out through a tile: the products and the rest of the program on it, in L1, then each
+ * row converted. Its own function, so that the tile is not in every run_panel's frame. */
+static void __attribute__((noinline)) panel_tiled(const gemm_job *j, const void *a, int64_t m,
+                                                  int64_t rows, int64_t p, const item_pf *ip) {
+    const af_gemm *g = j->g;
+    float tile[CODES_ROWS * AF_GEMM_NR];
+    AF_ASSERT(rows <= CODES_ROWS);
+    int64_t j0 = p * AF_GEMM_NR, valid = g->n - j0 < AF_GEMM_NR ? g->n - j0 : AF_GEMM_NR;
+    int64_t row = g->ep_row0 + m;
+    panel_products(j, a, m, rows, p, ip, (panel_out){tile, NULL, AF_GEMM_NR});
+    if (has_steps(&j->rep.rest)) j->v->ep_tile(&j->rep.rest, tile, AF_GEMM_NR, row, g->ep_col0 + j0, rows, valid);
+    for (int64_t r = 0; r < rows; r++)
+        j->v->to_u8(tile + r * AF_GEMM_NR, g->ep->codes + (row + r) * g->ep->cols + g->ep_col0 + j0,
+                    valid, g->ep->codes_scale, g->ep->codes_zero);
+}
+
+/* Rows [m, m + rows) (A rows at a) times panel p into C and through the epilogue: its bias and
+ * residual in registers, the rest on the stored block. The rows go through the micro-kernel in
+ * tiles of at most mr (a short K's items have several: gemm_group), the call's arguments set
+ * once per panel column range and only the row pointers moved between tiles. The panel's last
+ * columns are stored with masks: a tile aside, copied out and put through the whole program
+ * generically, had EfficientNet-B4's two 24-channel projections take 1.2-1.4 ms each at 1
+ * thread, 0.6-0.9 now. Codes out (af_vep.codes): a quarter of the bytes a float output
+ * writes, and the int8 conv reading them converts nothing; the U8S8 micro-kernels convert
+ * their registers when the program runs there whole (a per-row conversion of a stored tile
+ * cost ResNet-50's 1x1 convs 10%), else panel_tiled. */
+static void __attribute__((noinline)) run_panel(const gemm_job *j, const void *a, int64_t m,
+                                                int64_t rows, int64_t p, const item_pf *ip) {
+    const af_gemm *g = j->g;
+    int64_t j0 = p * AF_GEMM_NR, valid = g->n - j0 < AF_GEMM_NR ? g->n - j0 : AF_GEMM_NR;
+    uint8_t *codes = g->ep ? g->ep->codes : NULL;
+    if (codes && (g->type != AF_GEMM_U8S8 || has_steps(&j->rep.rest))) {
+        panel_tiled(j, a, m, rows, p, ip);
+        return;
+    }
+    if (codes) {
+        panel_products(j, a, m, rows, p, ip,
+                       (panel_out){NULL, codes + (g->ep_row0 + m) * g->ep->cols + g->ep_col0 + j0, g->ep->cols});
+        return;
+    }
+    float *c = g->c + m * g->ldc + j0;
+    panel_products(j, a, m, rows, p, ip, (panel_out){c, NULL, g->ldc});
+    if (!j->partial && has_steps(&j->rep.rest))
+        j->v->ep_tile(&j->rep.rest, c, g->ldc, g->ep_row0 + m, g->ep_col0 + j0, rows, valid);
 }
 
 /* Rows [m, m + mr) times panel p on AMX: the block straight into C when it covers whole tiles

@@ -95,8 +95,9 @@ typedef struct af_ukr_args {
     int32_t w7;
     /* Not NULL: after the bias, this program (its ADD reads res), in place of res and clamp. */
     const af_reg_prog *prog;
-    /* Not NULL (then c is NULL): the outputs stored as the uint8 codes of the quantization
-     * (codes_scale, codes_zero), vec to_u8's arithmetic, at codes + r * ldc + column. */
+    /* U8S8 kernels only. Not NULL (then c is NULL): the outputs stored as the uint8 codes of
+     * the quantization (codes_scale, codes_zero), vec to_u8's arithmetic, at codes + r * ldc +
+     * column. */
     uint8_t *codes;
     float codes_scale;
     int32_t codes_zero;

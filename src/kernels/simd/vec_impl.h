@@ -379,8 +379,10 @@ static void from_bf16(const uint16_t *x, float *y, int64_t n) {
 #define UKR_LOAD(q, j) (j == NV - 1 && last < VW ? vload_part(q, last) : vload(q))
 
 /* The epilogue's start in registers (bias, residual, clamp) and the store of the MR x NV
- * accumulator vectors acc: the end of every micro-kernel. */
-#define UKR_FINISH_BODY(MR, NV, acc, p)                                                           \
+ * accumulator vectors acc: the end of every micro-kernel. CODES (a constant): the kernel may
+ * store codes (af_ukr_args.codes); only the U8S8 ones do, so the float kernels' code stays as
+ * it was without the branch. */
+#define UKR_FINISH_BODY(MR, NV, acc, p, CODES)                                                    \
     const int64_t last = p->last;                                                                 \
     if (p->bias)                                                                                  \
         UKR_FOR(j, NV) {                                                                          \
@@ -412,7 +414,7 @@ static void from_bf16(const uint16_t *x, float *y, int64_t n) {
     /* C's base and stride in locals: the vector stores may alias anything, p included, so        \
      * read through p they were loaded again before every store (48 loads a 12x32 tile). */       \
     const int64_t ldc = p->ldc;                                                                   \
-    if (p->codes) {                                                                               \
+    if (CODES && p->codes) {                                                                      \
         uint8_t *const c8 = p->codes;                                                             \
         const vf cs = vsplat(p->codes_scale), cz = vsplat((float)p->codes_zero);                  \
         const vf clo = vsplat((float)-p->codes_zero), chi = vsplat((float)(255 - p->codes_zero)); \
@@ -428,9 +430,9 @@ static void from_bf16(const uint16_t *x, float *y, int64_t n) {
         }                                                                                         \
     }                                                                                             \
 
-#define UKR_FINISH(MR, NV, acc, p)                                                                \
+#define UKR_FINISH(MR, NV, acc, p, CODES)                                                         \
     do {                                                                                          \
-        UKR_FINISH_BODY(MR, NV, acc, p)                                                           \
+        UKR_FINISH_BODY(MR, NV, acc, p, CODES)                                                    \
     } while (0)
 
 /* MR x NV vectors of C, accumulated over every tap in registers and stored once. MR, NV, PF and
@@ -446,7 +448,7 @@ static inline __attribute__((always_inline)) void ukr_body(const int MR, const i
     for (int r = 0; r < MR; r++)
         for (int j = 0; j < NV * VW; j += 16) {
             if (p->res) __builtin_prefetch(p->res + r * p->ldres + j, 0, 3);
-            if (p->c) __builtin_prefetch(p->c + r * p->ldc + j, 1, 3);
+            __builtin_prefetch(p->c + r * p->ldc + j, 1, 3);
         }
     const int esz = BT == AF_GEMM_F16 ? 2 : 4; /* bytes per B element (a pair word for BF16) */
     const char *b = p->b, *pfp = p->pf;
@@ -477,7 +479,7 @@ static inline __attribute__((always_inline)) void ukr_body(const int MR, const i
             for (int q = 0; q < (MR + 2) / 3; q++) ar[q]++;
         }
     }
-    UKR_FINISH(MR, NV, acc, p);
+    UKR_FINISH(MR, NV, acc, p, 0);
 }
 
 /* One or two rows of A against a whole panel of B (up to AF_GEMM_NR / VW vectors) in one pass:
@@ -516,7 +518,7 @@ static inline __attribute__((always_inline)) void ukr_row_body(const int MR, con
             }
         }
     }
-    UKR_FINISH(MR, NV, acc, p);
+    UKR_FINISH(MR, NV, acc, p, 0);
 }
 
 /* acc += the quad k of each A row (4 uint8 codes) x the quad row k of B (4 int8 per column):
@@ -657,7 +659,7 @@ static inline __attribute__((always_inline)) void ukr_u8s8_body(const int MR, co
             UKR_FOR(r, MR) out[r][j] = __builtin_convertvector((vi)((vu)acc[r][j] - zc), vf) * sc;
         }
     }
-    UKR_FINISH(MR, NV, out, p);
+    UKR_FINISH(MR, NV, out, p, 1);
 }
 #undef U8S8_ZERO_FIRST
 
