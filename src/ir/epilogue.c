@@ -10,6 +10,25 @@
 #include <stdio.h>
 #include <string.h>
 
+int af_epilogue_steps(const af_node *n, int64_t e[3 * AF_EP_MAX_STEPS], float q[2 * AF_EP_MAX_STEPS]) {
+    const int64_t *ep = NULL;
+    const float *pr = NULL;
+    int ne = af_attr_ints(n, "epilogue", &ep), np = af_attr_floats(n, "epilogue_params", &pr);
+    memset(q, 0, 2 * AF_EP_MAX_STEPS * sizeof *q);
+    if (ne < 0) return 0;
+    if (ne % 3 || ne > 3 * AF_EP_MAX_STEPS || (np > 0 && np != ne / 3 * 2)) return -1;
+    memcpy(e, ep, (size_t)ne * sizeof *e);
+    if (np > 0) memcpy(q, pr, (size_t)np * sizeof *q);
+    return ne / 3;
+}
+
+bool af_epilogue_set_steps(af_node *n, const int64_t *e, const float *q, int nsteps) {
+    af_node_drop_attr(n, "epilogue"); /* set_* adds an attribute: the first one would win */
+    af_node_drop_attr(n, "epilogue_params");
+    return nsteps == 0 || (af_node_set_ints(n, "epilogue", e, 3 * nsteps) &&
+                           af_node_set_floats(n, "epilogue_params", q, 2 * nsteps));
+}
+
 bool af_ep_is_binary(int64_t op) {
     return (op >= AF_EP_ADD && op <= AF_EP_DIV) || op == AF_EP_PRELU || op == AF_EP_CUSTOM_BINARY;
 }

@@ -69,6 +69,14 @@ typedef struct af_epilogue {
     af_ep_step steps[AF_EP_MAX_STEPS];
 } af_epilogue;
 
+/* The node's program as stored: its steps (3 ints each) into e and their parameters into q
+ * (zeros where "epilogue_params" is omitted or empty); the number of steps, 0 without a
+ * program, -1 when the attributes are malformed. For passes that edit a program in place. */
+int af_epilogue_steps(const af_node *n, int64_t e[3 * AF_EP_MAX_STEPS], float q[2 * AF_EP_MAX_STEPS]);
+/* Store nsteps steps of e and q as the node's program (0: no program); false when out of
+ * memory. */
+bool af_epilogue_set_steps(af_node *n, const int64_t *e, const float *q, int nsteps);
+
 /* True for ADD..DIV, PRELU and CUSTOM_BINARY (steps with an operand); true for RELU..ELU, CUSTOM_UNARY
  * and FAKE_QUANT. */
 bool af_ep_is_binary(int64_t op);

@@ -83,33 +83,16 @@ static bool plain_operands(const af_node *p, int64_t m) {
     return true;
 }
 
-/* p's epilogue program: its steps (3 ints each, the count returned) and their parameters in
- * q (zeros where the attribute is omitted); -1 when malformed. */
-static int program(const af_node *p, int64_t e[3 * AF_EP_MAX_STEPS], float q[2 * AF_EP_MAX_STEPS]) {
-    const int64_t *ep = NULL;
-    const float *pr = NULL;
-    int ne = af_attr_ints(p, "epilogue", &ep), np = af_attr_floats(p, "epilogue_params", &pr);
-    if (ne < 0) return 0;
-    if (ne % 3 || ne > 3 * AF_EP_MAX_STEPS || (np >= 0 && np != ne / 3 * 2)) return -1;
-    memcpy(e, ep, (size_t)ne * sizeof *e);
-    memset(q, 0, 2 * AF_EP_MAX_STEPS * sizeof *q);
-    if (np > 0) memcpy(q, pr, (size_t)np * sizeof *q);
-    return ne / 3;
-}
-
-/* Drop step k of p's epilogue program. */
+/* Drop step k of p's epilogue program (k < 0: counted from the end). */
 static bool drop_step(af_node *p, int k) {
     int64_t e[3 * AF_EP_MAX_STEPS];
     float q[2 * AF_EP_MAX_STEPS];
-    int n = program(p, e, q);
+    int n = af_epilogue_steps(p, e, q);
+    if (k < 0) k += n;
     if (k < 0 || k >= n) return false;
     memmove(e + 3 * k, e + 3 * (k + 1), (size_t)(3 * (n - k - 1)) * sizeof *e);
     memmove(q + 2 * k, q + 2 * (k + 1), (size_t)(2 * (n - k - 1)) * sizeof *q);
-    int ne = 3 * n;
-    af_node_drop_attr(p, "epilogue");
-    af_node_drop_attr(p, "epilogue_params");
-    return ne == 3 || (af_node_set_ints(p, "epilogue", e, ne - 3) &&
-                       af_node_set_floats(p, "epilogue_params", q, 2 * n - 2));
+    return af_epilogue_set_steps(p, e, q, n - 1);
 }
 
 /* The code of y in the quantization (s, z), as fq and to_u8 compute it. */
@@ -126,7 +109,7 @@ static float code_of(float y, float s, int z) {
 static af_status drop_implied_clamp(af_node *p, af_error *err) {
     int64_t ep[3 * AF_EP_MAX_STEPS];
     float pr[2 * AF_EP_MAX_STEPS];
-    int n = program(p, ep, pr);
+    int n = af_epilogue_steps(p, ep, pr);
     float s = af_attr_float(p, "y_scale", 0.0f);
     int z = (int)af_attr_int(p, "y_zero_point", 0), k = n - 1;
     if (s == 0.0f) { /* no codes: a last fq step */
@@ -166,10 +149,9 @@ static af_status try_codes(af_value *y, af_error *err) {
         af_node_drop_attr(p, "y_zero_point");
         return AF_OK;
     }
-    float ls, q[2 * AF_EP_MAX_STEPS];
+    float ls;
     int lz;
-    int64_t e[3 * AF_EP_MAX_STEPS];
-    if (af_last_fq(p, &ls, &lz) && ls == s && lz == z && !drop_step(p, program(p, e, q) - 1))
+    if (af_last_fq(p, &ls, &lz) && ls == s && lz == z && !drop_step(p, -1))
         return af_node_fail(err, p, AF_ERR_NOMEM, "out of memory");
     return AF_OK;
 }

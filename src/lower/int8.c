@@ -93,25 +93,13 @@ static af_value *shared_fq(const af_value *x, float s, int z) {
     return NULL;
 }
 
-/* Length of p's INTS / FLOATS attribute `name`, 0 when absent (a program without steps, or
- * without parameters: zeros). */
-static int ints_len(const af_node *p, const char *name, const int64_t **v) {
-    int n = af_attr_ints(p, name, v);
-    return n > 0 ? n : 0;
-}
-
-static int floats_len(const af_node *p, const char *name, const float **v) {
-    int n = af_attr_floats(p, name, v);
-    return n > 0 ? n : 0;
-}
-
 bool af_last_fq(const af_node *p, float *s, int *z) {
-    const int64_t *ep = NULL;
-    const float *pr = NULL;
-    int n = ints_len(p, "epilogue", &ep), np = floats_len(p, "epilogue_params", &pr);
-    if (n < 3 || n % 3 || np != n / 3 * 2 || ep[n - 3] != AF_EP_FAKE_QUANT) return false;
-    *s = pr[np - 2];
-    *z = (int)pr[np - 1];
+    int64_t e[3 * AF_EP_MAX_STEPS];
+    float q[2 * AF_EP_MAX_STEPS];
+    int n = af_epilogue_steps(p, e, q);
+    if (n < 1 || e[3 * (n - 1)] != AF_EP_FAKE_QUANT || !(q[2 * (n - 1)] > 0.0f)) return false;
+    *s = q[2 * (n - 1)];
+    *z = (int)q[2 * (n - 1) + 1];
     return true;
 }
 
@@ -134,10 +122,10 @@ static bool fq_fits_producer(const af_value *x, const af_node *n, float s, int z
         (p->op != AF_OP_FUSED_CONV && p->op != AF_OP_FUSED_MATMUL &&
          p->op != AF_OP_FUSED_ELEMENTWISE))
         return false;
-    const int64_t *ep = NULL;
-    const float *pr = NULL;
-    int ne = ints_len(p, "epilogue", &ep), np = floats_len(p, "epilogue_params", &pr);
-    if (ne % 3 || ne / 3 >= AF_EP_MAX_STEPS || (np != 0 && np != ne / 3 * 2)) return false;
+    int64_t e[3 * AF_EP_MAX_STEPS];
+    float q[2 * AF_EP_MAX_STEPS];
+    int ns = af_epilogue_steps(p, e, q);
+    if (ns < 0 || ns >= AF_EP_MAX_STEPS) return false;
     for (int u = 0; u < x->nuses; u++) {
         const af_node *r = x->uses[u].node;
         if (r == n) continue;
@@ -150,25 +138,17 @@ static bool fq_fits_producer(const af_value *x, const af_node *n, float s, int z
     return true;
 }
 
-/* Append the step fq(s, z) to p's epilogue program (fq_fits_producer checked its form; omitted
- * epilogue_params are zeros). */
+/* Append the step fq(s, z) to p's epilogue program (fq_fits_producer checked its form). */
 static bool append_fq(af_node *p, float s, int z) {
-    const int64_t *ep = NULL;
-    const float *pr = NULL;
-    int ne = ints_len(p, "epilogue", &ep), np = floats_len(p, "epilogue_params", &pr);
     int64_t e[3 * AF_EP_MAX_STEPS];
-    float q[2 * AF_EP_MAX_STEPS] = {0};
-    if (ne > 0) memcpy(e, ep, (size_t)ne * sizeof *e);
-    if (np > 0) memcpy(q, pr, (size_t)np * sizeof *q);
-    e[ne] = AF_EP_FAKE_QUANT;
-    e[ne + 1] = -1;
-    e[ne + 2] = 0;
-    q[ne / 3 * 2] = s;
-    q[ne / 3 * 2 + 1] = (float)z;
-    af_node_drop_attr(p, "epilogue"); /* set_* adds an attribute: the first one would win */
-    af_node_drop_attr(p, "epilogue_params");
-    return af_node_set_ints(p, "epilogue", e, ne + 3) &&
-           af_node_set_floats(p, "epilogue_params", q, ne / 3 * 2 + 2);
+    float q[2 * AF_EP_MAX_STEPS];
+    int n = af_epilogue_steps(p, e, q);
+    e[3 * n] = AF_EP_FAKE_QUANT;
+    e[3 * n + 1] = -1;
+    e[3 * n + 2] = 0;
+    q[2 * n] = s;
+    q[2 * n + 1] = (float)z;
+    return af_epilogue_set_steps(p, e, q, n + 1);
 }
 
 /* The float32 form of n (see the top): W * w_scale, X through a QuantizeDequantize. */

@@ -84,7 +84,7 @@ static const af_value *join_sum(const af_node *n) {
     for (int k = 0; k < 2; k++) {
         const af_value *x = n->in[k];
         if (!x || af_value_is_const(x) || !af_value_is_f32(x) || x->type.rank != n->out[0]->type.rank)
-            return false;
+            return NULL;
         for (int d = 0; d < x->type.rank; d++)
             if (x->type.dims[d] != n->out[0]->type.dims[d] || x->type.dims[d] < 0) return NULL;
     }
@@ -499,10 +499,9 @@ af_status af_pass_quantize(af_graph *g, const af_quant_table *t, const char *kee
             st = af_node_fail(err, n, AF_ERR_NOMEM, "out of memory");
             break;
         }
-        for (int u = y->nuses - 1; u >= 0; u--) {
-            af_node *r = y->uses[u].node;
-            if (r != fq[y->id]->producer->in[0]->producer) af_node_set_input(r, y->uses[u].slot, fq[y->id]);
-        }
+        const af_node *q = fq[y->id]->producer->in[0]->producer; /* the QuantizeLinear of y */
+        for (int u = y->nuses - 1; u >= 0; u--)
+            if (y->uses[u].node != q) af_node_set_input(y->uses[u].node, y->uses[u].slot, fq[y->id]);
         changed = true;
     }
     /* the joins whose sum the loops above quantized: their inputs too (an input already read

@@ -25,7 +25,8 @@
  * Codes between int8 convs (lower/codes.c): an int8 conv (w_packed 1 on U8S8) reads X as the
  * uint8 codes of its x_scale and x_zero_point when X is UINT8 (the producer wrote them); a conv
  * with y_scale and y_zero_point (an int8 one, or a float32 depthwise one without a merged expand
- * or means) writes its output as the uint8 codes of that quantization (af_vep.codes).
+ * or means) writes its output as the uint8 codes of that quantization (an int8 one through
+ * af_vep.codes, the GEMM driver's; a depthwise one row by row, dw_rows).
  *
  * Invariant: cl_setup checks every dim, attribute and byte count against each other (through
  * Conv's own shape function on the NCHW view), so the loops below only form in-range
@@ -915,11 +916,12 @@ static void conv_winograd(const conv_cl *g, const af_vep *ep, float *y, unsigned
 
 typedef struct dw_job {
     const conv_cl *g;
-    const af_vep *ep; /* without codes */
+    const af_vep *ep;
     float *y;
     float *sums; /* NULL, or per output row the [M] sums of its outputs (pool_out) */
-    /* codes out: each row made in its slot's row of floats (OW x C) and written as codes */
-    const af_vep *codes;
+    /* codes out (y_scale): each row made in its slot's row of floats (OW x C) and written as
+     * codes */
+    uint8_t *codes;
     float *rowbuf;
 } dw_job;
 
@@ -970,9 +972,7 @@ static void dw_rows(void *ctx, int slot, int64_t begin, int64_t end) {
             p.sh = p.dh = 1;
         }
         v->dw_row(&p);
-        if (j->codes)
-            v->to_u8(yr, j->codes->codes + r * g->ow * g->c, g->ow * g->c, j->codes->codes_scale,
-                     j->codes->codes_zero);
+        if (j->codes) v->to_u8(yr, j->codes + r * g->ow * g->c, g->ow * g->c, g->ys, g->yz);
     }
 }
 
@@ -1250,11 +1250,6 @@ static void conv_run(const conv_cl *g, const af_epilogue *ep, const af_epilogue 
     af_vep vep;
     float *y = g->codes ? NULL : out;
     af_vep_build(ep, y, g->m, &vep);
-    if (g->codes) {
-        vep.codes = out;
-        vep.codes_scale = g->ys;
-        vep.codes_zero = g->yz;
-    }
     if (g->transposed) {
         if (g->b) af_vep_prepend(&vep, AF_EP_ADD, AF_VEP_COL, g->b);
         conv_transposed(g, &vep, y, scratch, ex);
@@ -1264,7 +1259,14 @@ static void conv_run(const conv_cl *g, const af_epilogue *ep, const af_epilogue 
         if (g->b) af_vep_prepend(&vep, AF_EP_ADD, AF_VEP_COL, g->b);
         if (g->packed == 3) conv_winograd(g, &vep, y, scratch, ex);
         else if (g->packed == 4) conv_grouped(g, &vep, y, scratch, ex);
-        else if (g->wt_type == AF_GEMM_U8S8) conv_u8s8(g, &vep, y, scratch, ex);
+        else if (g->wt_type == AF_GEMM_U8S8) {
+            if (g->codes) { /* written by the GEMM driver */
+                vep.codes = out;
+                vep.codes_scale = g->ys;
+                vep.codes_zero = g->yz;
+            }
+            conv_u8s8(g, &vep, y, scratch, ex);
+        }
         else if (g->wt_type != AF_GEMM_F32) conv_low(g, &vep, y, scratch, ex);
         else conv_dense(g, &vep, y, scratch, ex);
         return;
@@ -1285,9 +1287,7 @@ static void conv_run(const conv_cl *g, const af_epilogue *ep, const af_epilogue 
                 ((pro_ring *)(pj.rings + (size_t)s * pro_ring_bytes(g)))->have[k] = -1;
         af_exec_parallel(ex, g->n * g->oh, dw_ns + af_exec_work_ns(ex, 2.0 * (double)(g->n * g->h * g->w * g->c * g->pro_c), 0.0), pro_rows, &pj);
     } else {
-        af_vep plain = vep;
-        plain.codes = NULL;
-        dw_job j = {g, &plain, y, sums, g->codes ? &vep : NULL, (float *)scratch};
+        dw_job j = {g, &vep, y, sums, g->codes ? out : NULL, (float *)scratch};
         af_exec_parallel(ex, g->n * g->od * g->oh, dw_ns, dw_rows, &j);
     }
     if (!mean) return;

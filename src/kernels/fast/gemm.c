@@ -372,8 +372,8 @@ static void __attribute__((noinline)) panel_tiled(const gemm_job *j, const void 
  * once per panel column range and only the row pointers moved between tiles. The panel's last
  * columns are stored with masks: a tile aside, copied out and put through the whole program
  * generically, had EfficientNet-B4's two 24-channel projections take 1.2-1.4 ms each at 1
- * thread, 0.6-0.9 now. Codes out (af_vep.codes): a quarter of the bytes a float output
- * writes, and the int8 conv reading them converts nothing; the U8S8 micro-kernels convert
+ * thread, 0.6-0.9 now. Codes out (af_vep.codes, U8S8 only): a quarter of the bytes a float
+ * output writes, and the int8 conv reading them converts nothing; the micro-kernels convert
  * their registers when the program runs there whole (a per-row conversion of a stored tile
  * cost ResNet-50's 1x1 convs 10%), else panel_tiled. */
 static void __attribute__((noinline)) run_panel(const gemm_job *j, const void *a, int64_t m,
@@ -381,7 +381,7 @@ static void __attribute__((noinline)) run_panel(const gemm_job *j, const void *a
     const af_gemm *g = j->g;
     int64_t j0 = p * AF_GEMM_NR, valid = g->n - j0 < AF_GEMM_NR ? g->n - j0 : AF_GEMM_NR;
     uint8_t *codes = g->ep ? g->ep->codes : NULL;
-    if (codes && (g->type != AF_GEMM_U8S8 || has_steps(&j->rep.rest))) {
+    if (codes && has_steps(&j->rep.rest)) {
         panel_tiled(j, a, m, rows, p, ip);
         return;
     }
@@ -500,7 +500,6 @@ static void gemm_range(void *ctx, int slot, int64_t begin, int64_t end) {
         if (mr == 0) continue;
         int64_t off = o * g->rs_o + i0 * g->rs_i;
         if (j->amx) {
-            AF_ASSERT(!g->ep || !g->ep->codes);
             run_panel_amx(j, (const uint16_t *)g->a + off, o * (g->cs_o ? g->cs_o : g->mi) + i0, mr, p);
             continue;
         }
@@ -564,7 +563,6 @@ static void gemm_run(af_exec *x, const af_gemm *g, bool acc, bool partial);
  * 2-3% slower. F32, one tap, one outer index, 24 rows or more, K at least 3 blocks. */
 static int64_t k_block(const af_gemm *g) {
     if (g->type != AF_GEMM_F32 || g->ntaps != 1 || g->kp || g->b_rowscale || g->mo != 1 ||
-        (g->ep && g->ep->codes) ||
         g->mi < 24 || (double)g->mi * (double)g->tap_len * 4.0 <= (double)af_cpu_l2())
         return 0;
     int64_t kc = (int64_t)af_cpu_l1d() / (2 * af_vec()->vw * (int64_t)sizeof(float));
@@ -644,7 +642,7 @@ enum { NARROW_COLS = 8192 };
 static bool narrow_run(af_exec *x, const af_gemm *g) {
     int64_t k = g->ntaps * g->tap_len, w = panel_width(g->n, 0);
     if (g->type != AF_GEMM_F32 || g->n > NARROW_N || g->b_rowscale || g->k0 || g->kp ||
-        k * g->n > NARROW_COLS || (g->ep && g->ep->codes))
+        k * g->n > NARROW_COLS)
         return false;
     float cols[NARROW_COLS];
     const float *b = g->b;
@@ -661,6 +659,7 @@ static bool narrow_run(af_exec *x, const af_gemm *g) {
 
 void af_gemm_run(af_exec *x, const af_gemm *g) {
     if (g->mo <= 0 || g->mi <= 0 || g->n <= 0) return;
+    AF_ASSERT(!g->ep || !g->ep->codes || g->type == AF_GEMM_U8S8); /* (run_panel) */
     if (narrow_run(x, g)) return;
     int64_t kc = k_block(g);
     float *a = kc ? af_malloc(sizeof(float) * (size_t)(g->mi * kc)) : NULL;

@@ -13,7 +13,7 @@
  * Low precision (af_gemm_type, vec.h): B packed in half precision or in bfloat16 pairs, A in
  * float32 or bfloat16 as the type says (the caller converts A once per call); C and the
  * epilogue are float32 whatever the type, but for an epilogue whose output is codes
- * (af_vep.codes: uint8, written through the epilogue's coordinates; not on AMX, and c unused).
+ * (af_vep.codes: uint8, written through the epilogue's coordinates; U8S8 only, and c unused).
  *
  * Work is split in M tiles (at most the ISA's MR rows, balanced so every tile is nearly full)
  * times blocks of B panels sized to an eighth of the L2 cache, so a block stays in L2 while

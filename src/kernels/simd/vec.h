@@ -136,8 +136,8 @@ typedef struct af_vep {
     float *y;
     /* Not NULL: the output is stored as the uint8 codes of the program's result y in the
      * quantization (s, z): output (row, col) becomes codes[row * cols + col] =
-     * clamp(round_half_even(y / s) + z, 0, 255) (vec to_u8) instead of y. Only the kernels that
-     * say so take such a program: the GEMM driver (not on AMX) and the depthwise conv. */
+     * clamp(round_half_even(y / s) + z, 0, 255) (vec to_u8) instead of y. Only the GEMM driver
+     * takes such a program, for U8S8 products (gemm.h). */
     uint8_t *codes;
     float codes_scale;
     int codes_zero;
